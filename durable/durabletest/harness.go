@@ -1,0 +1,42 @@
+// Package durabletest is the contract suite every durable backend runs from
+// its own tests:
+//
+//	func TestContract(t *testing.T) {
+//		durabletest.Run(t, durabletest.Harness[pgx.Tx]{New: ..., Unreachable: ...})
+//	}
+//
+// A backend is done when the suite passes unchanged. The suite uses short
+// leases and retentions (tens of milliseconds) and waits for them to pass by
+// polling the store, never by asserting on time.
+package durabletest
+
+import (
+	"testing"
+
+	"github.com/oncekey/oncekey/durable"
+)
+
+// Harness is what a backend gives the suite.
+type Harness[TTx any] struct {
+	// New returns a fresh, migrated, empty store, isolated from every other
+	// test (its own schema or database file). Required.
+	New func(t testing.TB) durable.Store[TTx]
+
+	// Unreachable returns a store whose database cannot be reached (a closed
+	// pool, a port nothing listens on). Every method must return
+	// durable.ErrUnavailable. Required.
+	Unreachable func(t testing.TB) durable.Store[TTx]
+
+	// LoseCommitAck returns a fresh store, like New, and a function arm.
+	// After arm is called, the next COMMIT sent by the store is applied by
+	// the database but its acknowledgement never reaches the store (the
+	// connection is cut after COMMIT was sent). Nil for a backend where a
+	// commit cannot be ambiguous (an in-process database); the suite then
+	// logs that the case does not apply.
+	LoseCommitAck func(t testing.TB) (s durable.Store[TTx], arm func())
+
+	// Statements, when set, returns how many statements (round trips) the
+	// store made so far; the suite checks the documented round-trip counts
+	// with it.
+	Statements func(s durable.Store[TTx]) int64
+}

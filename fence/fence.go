@@ -1,0 +1,121 @@
+// Package fence defines the fencing token that every write made under an
+// idempotency lease carries.
+//
+// A [Token] is a pair (generation, owner). The durable store assigns the
+// generation when a worker claims a key: it only ever rises for a key, across
+// takeovers, releases and retention restarts, because the store computes it as
+// GREATEST(proposed, stored+1) inside the atomic claim. The owner is a random
+// UUID chosen by the worker for that one claim.
+//
+// # Why a number that only goes up
+//
+// A lease can end while its holder still runs: the process paused for a GC or
+// a VM migration, the network stalled, or the lease simply expired. Another
+// worker then takes the key over under a higher generation. When the first
+// worker wakes up it still believes it owns the key. Without a fence its late
+// write would overwrite the new owner's. With a fence, every write carries the
+// token, and the receiving system accepts it only while that token is the
+// current one: the durable store's fenced UPDATE matches owner AND generation,
+// and zero rows means the writer is stale.
+//
+// # Using the generation downstream
+//
+// A downstream system (a ledger, a deploy controller, an object store) can
+// enforce the same rule without knowing anything about this library:
+//
+//  1. Receive the token with each write, for example in a header:
+//     Fencing-Token: 42.5f0c1c9e-8d1e-4a51-9a59-2a4a0f4f6a11 (see [Token.String]).
+//  2. Parse it with [Parse] and keep, per resource, the highest generation it
+//     has accepted.
+//  3. Reject a write whose generation is lower than the one stored
+//     ([Token.Newer] tells which of two tokens is newer); accept an equal one
+//     only from the same owner ([Token.Equal]); store a higher one before
+//     applying the write, in the same transaction.
+//
+// The generation orders writers; the owner tells two writers apart in the
+// rare case where a data-losing Redis proposed one generation twice (the
+// durable store lets only one of them through).
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// ErrInvalidToken is returned by [Parse] for a string that is not a token.
+var ErrInvalidToken = errors.New("fence: invalid token")
+
+// Token is a fencing token: the generation of a claim and the owner that holds it.
+// The zero Token means "no token".
+type Token struct {
+	// Generation rises monotonically per idempotency key. It is at least 1 for
+	// any token the durable store issued.
+	Generation uint64
+	// Owner is the random identity of the worker holding the claim.
+	Owner uuid.UUID
+}
+
+// IsZero reports whether t is the zero Token.
+func (t Token) IsZero() bool { return t.Generation == 0 && t.Owner == uuid.Nil }
+
+// Newer reports whether t was issued after other: its generation is higher.
+// Two tokens with the same generation are not ordered by Newer.
+func (t Token) Newer(other Token) bool { return t.Generation > other.Generation }
+
+// Equal reports whether t and other are the same token: same generation and
+// same owner.
+func (t Token) Equal(other Token) bool {
+	return t.Generation == other.Generation && t.Owner == other.Owner
+}
+
+// String returns the token as "<generation>.<owner>", for example
+// "42.5f0c1c9e-8d1e-4a51-9a59-2a4a0f4f6a11". The form contains only digits,
+// lowercase hex, '-' and '.', so it survives HTTP headers, URLs and logs, and
+// [Parse] reads it back.
+func (t Token) String() string {
+	return strconv.FormatUint(t.Generation, 10) + "." + t.Owner.String()
+}
+
+// MarshalText implements encoding.TextMarshaler with the [Token.String] form.
+func (t Token) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler; it accepts what [Parse] accepts.
+func (t *Token) UnmarshalText(b []byte) error {
+	p, err := Parse(string(b))
+	if err != nil {
+		return err
+	}
+	*t = p
+	return nil
+}
+
+// Parse reads a token in the form written by [Token.String]. It returns an
+// error wrapping [ErrInvalidToken] for anything else, including a generation
+// of 0, a generation with a sign or leading zeros, and a non-canonical UUID.
+func Parse(s string) (Token, error) {
+	gen, owner, ok := strings.Cut(s, ".")
+	if !ok || gen == "" || (len(gen) > 1 && gen[0] == '0') {
+		return Token{}, fmt.Errorf("%w: %q", ErrInvalidToken, s)
+	}
+	for i := 0; i < len(gen); i++ {
+		if gen[i] < '0' || gen[i] > '9' {
+			return Token{}, fmt.Errorf("%w: %q", ErrInvalidToken, s)
+		}
+	}
+	g, err := strconv.ParseUint(gen, 10, 64)
+	if err != nil || g == 0 {
+		return Token{}, fmt.Errorf("%w: generation in %q", ErrInvalidToken, s)
+	}
+	if len(owner) != 36 {
+		return Token{}, fmt.Errorf("%w: owner in %q", ErrInvalidToken, s)
+	}
+	u, err := uuid.Parse(owner)
+	if err != nil || u.String() != owner {
+		return Token{}, fmt.Errorf("%w: owner in %q", ErrInvalidToken, s)
+	}
+	return Token{Generation: g, Owner: u}, nil
+}

@@ -1,0 +1,246 @@
+// Package testenv finds the Redis and PostgreSQL servers that oncekey's
+// integration tests talk to, and isolates each test on them.
+//
+// Services are found in this order:
+//
+//  1. REDIS_URL / DATABASE_URL, when set;
+//  2. a container started with testcontainers-go, when a Docker engine
+//     answers (one per test process, reaped by testcontainers at exit);
+//  3. the local defaults: redis://127.0.0.1:6379/0 and
+//     postgres://postgres@127.0.0.1:5432/test.
+//
+// When the service found does not answer, the test fails if CI=true (CI must
+// never pass by skipping) and is skipped with the reason otherwise.
+//
+// Each PostgreSQL test gets a fresh schema, dropped when the test ends; each
+// Redis test gets its own key prefix, whose keys are deleted when it ends. So
+// packages and tests run in parallel against the same servers.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
+)
+
+// Local defaults, used when no URL is set and no Docker engine answers.
+const (
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
+)
+
+// CI reports whether the tests run in CI (CI=true), where a missing service
+// fails instead of skipping.
+func CI() bool { return os.Getenv("CI") == "true" }
+
+// Unavailable fails the test under CI and skips it otherwise, with a message
+// that names the service and how to provide it.
+func Unavailable(t testing.TB, service, env string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("testenv: %s unavailable (%v); set %s, start a Docker engine, or run the local default", service, err, env)
+	if CI() {
+		t.Fatal(msg + " [CI=true: a missing service fails the test]")
+	}
+	t.Skip(msg)
+}
+
+var (
+	dockerOnce sync.Once
+	dockerOK   bool
+
+	pgOnce sync.Once
+	pgURL  string
+	pgErr  error
+
+	redisOnce sync.Once
+	redisURL  string
+	redisErr  error
+)
+
+func dockerAvailable() bool {
+	dockerOnce.Do(func() {
+		p, err := testcontainers.NewDockerProvider()
+		if err != nil {
+			return
+		}
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		dockerOK = p.Health(ctx) == nil
+	})
+	return dockerOK
+}
+
+// DatabaseURL returns the URL of the PostgreSQL server the tests use (see
+// the package documentation for the order).
+func DatabaseURL(t testing.TB) string {
+	t.Helper()
+	pgOnce.Do(func() {
+		if u := os.Getenv("DATABASE_URL"); u != "" {
+			pgURL = u
+			return
+		}
+		if dockerAvailable() {
+			ctx := context.Background()
+			c, err := tcpostgres.Run(ctx, "postgres:15-alpine",
+				tcpostgres.WithDatabase("test"), tcpostgres.WithUsername("postgres"),
+				tcpostgres.WithPassword("postgres"), tcpostgres.BasicWaitStrategies())
+			if err == nil {
+				pgURL, pgErr = c.ConnectionString(ctx, "sslmode=disable")
+				return
+			}
+		}
+		pgURL = DefaultDatabaseURL
+	})
+	if pgErr != nil {
+		Unavailable(t, "PostgreSQL", "DATABASE_URL", pgErr)
+	}
+	return pgURL
+}
+
+// RedisURL returns the URL of the Redis server the tests use.
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	redisOnce.Do(func() {
+		if u := os.Getenv("REDIS_URL"); u != "" {
+			redisURL = u
+			return
+		}
+		if dockerAvailable() {
+			ctx := context.Background()
+			c, err := tcredis.Run(ctx, "redis:7")
+			if err == nil {
+				redisURL, redisErr = c.ConnectionString(ctx)
+				return
+			}
+		}
+		redisURL = DefaultRedisURL
+	})
+	if redisErr != nil {
+		Unavailable(t, "Redis", "REDIS_URL", redisErr)
+	}
+	return redisURL
+}
+
+// Name returns a short random identifier usable in a schema name or a key
+// prefix: lowercase letters and digits, starting with a letter.
+func Name(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Schema is a fresh PostgreSQL schema for one test.
+type Schema struct {
+	// Name is the schema's name.
+	Name string
+	// URL connects with search_path set to the schema.
+	URL string
+	// Pool is a pool on URL, closed when the test ends.
+	Pool *pgxpool.Pool
+}
+
+// Postgres creates a fresh schema for the test, returns a pool whose
+// search_path is that schema, and drops the schema (CASCADE) when the test
+// ends.
+func Postgres(t testing.TB) Schema {
+	t.Helper()
+	base := DatabaseURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		Unavailable(t, "PostgreSQL", "DATABASE_URL", err)
+	}
+	defer admin.Close(context.Background())
+	name := Name("t_")
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatalf("testenv: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Logf("testenv: drop schema %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP SCHEMA "+name+" CASCADE"); err != nil {
+			t.Logf("testenv: drop schema %s: %v", name, err)
+		}
+	})
+	url := withParam(base, "search_path", name)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testenv: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return Schema{Name: name, URL: url, Pool: pool}
+}
+
+func withParam(url, k, v string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + k + "=" + v
+}
+
+// RedisOptions returns the parsed options of the test Redis server.
+func RedisOptions(t testing.TB) *redis.Options {
+	t.Helper()
+	opt, err := redis.ParseURL(RedisURL(t))
+	if err != nil {
+		t.Fatalf("testenv: REDIS_URL: %v", err)
+	}
+	return opt
+}
+
+// Redis returns a client for the test Redis server and a key prefix unique to
+// the test. Keys under the prefix are deleted and the client closed when the
+// test ends.
+func Redis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	c := redis.NewClient(RedisOptions(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		Unavailable(t, "Redis", "REDIS_URL", err)
+	}
+	prefix := Name("t")
+	t.Cleanup(func() {
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		iter := c.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		for len(keys) > 0 {
+			n := min(len(keys), 500)
+			c.Del(ctx, keys[:n]...)
+			keys = keys[n:]
+		}
+	})
+	return c, prefix
+}
