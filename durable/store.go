@@ -74,10 +74,15 @@ type Record struct {
 	CreatedAt   time.Time
 	CompletedAt time.Time // zero unless finished
 	ExpiresAt   time.Time
-	// Expired reports whether the record was past ExpiresAt by the
-	// database's clock when it was read.
-	Expired bool
+	// ExpiresIn is ExpiresAt minus the database's clock when the record was
+	// read: how long the guarantee still holds. Zero or negative when the
+	// record is past its retention. The Redis copy of a result is cached
+	// for no longer than this.
+	ExpiresIn time.Duration
 }
+
+// Expired reports whether the record was past its retention when read.
+func (r Record) Expired() bool { return r.ExpiresIn <= 0 }
 
 // ClaimParams are the arguments of [Store.Claim].
 type ClaimParams struct {
