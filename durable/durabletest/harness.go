@@ -37,6 +37,14 @@ type Harness[TTx any] struct {
 
 	// Statements, when set, returns how many statements (round trips) the
 	// store made so far; the suite checks the documented round-trip counts
-	// with it.
+	// with it: one each for a fresh Claim, a Complete, a Claim that replays
+	// a finished record, and a Get.
 	Statements func(s durable.Store[TTx]) int64
+
+	// LockWaiters, when set, returns how many of the store's sessions are
+	// waiting for a lock right now. The suite uses it to know that a
+	// concurrent claimer is blocked on a row held by an open transaction
+	// before it commits; without it the suite gives the claimer a short
+	// head start instead (the assertions hold either way).
+	LockWaiters func(s durable.Store[TTx]) int
 }

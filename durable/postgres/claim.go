@@ -1,0 +1,122 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+)
+
+// Claim atomically inserts or takes over the record of p.Scope (see the
+// durable package documentation for the rule) in one statement, on the
+// pool. It returns:
+//
+//   - Acquired with the database's token (its generation may differ from
+//     p.Proposed) when this claim now holds the key;
+//   - the existing record otherwise: finished (replay its result),
+//     processing with a live lease, or uncertain;
+//   - that record and an error matching [durable.ErrMismatch] when it
+//     belongs to another request fingerprint;
+//   - [durable.ErrInvalidScope] for invalid parameters (nothing written);
+//   - [durable.ErrUnavailable] when the database cannot be reached. When the
+//     connection was lost after the claim was sent, Claim re-reads the
+//     record and reports the truth instead (acquired if the row is held by
+//     p.Owner), so an ambiguous claim is resolved, not guessed; only if that
+//     read fails too is the outcome unknown (then a row held by p.Owner may
+//     exist, and its lease expires).
+//
+// It takes one round trip, two when the conflicting row was committed after
+// the statement started (the row is then read again). ctx bounds the round
+// trip; the lease is governed by p.Lease, measured by the database's clock.
+func (s *Store) Claim(ctx context.Context, p durable.ClaimParams) (durable.ClaimResult, error) {
+	return s.claim(ctx, s.pool, p)
+}
+
+// ClaimTx is [Store.Claim] inside tx, which must be READ COMMITTED (as
+// [Store.InTx] begins it). The claimed, taken over or classified row stays
+// locked until tx ends, so a concurrent claimer of the same scope waits
+// (bounded by lock_timeout) and then sees the committed outcome; a rollback
+// leaves the record as it was. An ambiguous failure is not re-read here: the
+// transaction is lost and the caller's COMMIT will report it.
+func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
+	if tx == nil {
+		return durable.ClaimResult{}, ErrNilTx
+	}
+	return s.claim(ctx, tx, p)
+}
+
+func (s *Store) claim(ctx context.Context, q querier, p durable.ClaimParams) (durable.ClaimResult, error) {
+	if err := p.Validate(); err != nil {
+		return durable.ClaimResult{}, fmt.Errorf("durable/postgres: claim: %w", err)
+	}
+	ref := p.Scope.Ref(s.cfg.secret)
+	res := durable.ClaimResult{Ref: ref}
+	args := append(refArgs(ref), p.Fingerprint, int64(p.Proposed), pgUUID(p.Owner),
+		p.Lease.Microseconds(), p.Retention.Microseconds())
+	for range 3 {
+		var (
+			gen             *int64
+			takeover, exist bool
+			raw             rawRecord
+		)
+		dest := append([]any{&gen, &takeover, &exist}, raw.targets()...)
+		if err := s.queryRow(ctx, q, s.q.claim, args, dest...); err != nil {
+			if s.onPool(q) && isAmbiguous(err) {
+				return s.resolveClaim(ctx, p, res, err)
+			}
+			return res, translate("claim", err)
+		}
+		if gen != nil {
+			res.Acquired = true
+			res.Token = fence.Token{Generation: uint64(*gen), Owner: p.Owner}
+			res.Takeover = takeover
+			res.Restarted = !takeover && exist
+			return res, nil
+		}
+		if !raw.valid() {
+			// The conflicting row was committed after this statement's
+			// snapshot: read it with a new one.
+			err := q.QueryRow(ctx, s.q.get, refArgs(ref)...).Scan(raw.targets()...)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // deleted since (swept): claim again
+			}
+			if err != nil {
+				return res, translate("claim", err)
+			}
+		}
+		rec, err := raw.record()
+		if err != nil {
+			return res, err
+		}
+		return classify(res, rec, p.Fingerprint)
+	}
+	return res, unavailable("claim", errConflictLoop)
+}
+
+// classify returns the existing record rec as the claim's answer.
+// A record of another fingerprint is a mismatch.
+func classify(res durable.ClaimResult, rec durable.Record, fingerprint string) (durable.ClaimResult, error) {
+	res.Record = &rec
+	if rec.Fingerprint != fingerprint {
+		return res, errMismatch()
+	}
+	return res, nil
+}
+
+// resolveClaim learns the outcome of a claim whose connection was lost after
+// it was sent.
+func (s *Store) resolveClaim(ctx context.Context, p durable.ClaimParams, res durable.ClaimResult, cause error) (durable.ClaimResult, error) {
+	rec, err := s.get(ctx, s.pool, res.Ref)
+	if err != nil {
+		return res, unavailable("claim (outcome unknown)", cause)
+	}
+	if rec.State == durable.Processing && rec.Token.Owner == p.Owner {
+		res.Acquired, res.Token = true, rec.Token
+		return res, nil
+	}
+	return classify(res, rec, p.Fingerprint)
+}

@@ -1,0 +1,105 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/oncekey/oncekey/durable"
+)
+
+var (
+	// ErrConfig is returned by [New] and [ConfigurePool] for an invalid
+	// option or argument; the message names it.
+	ErrConfig = errors.New("durable/postgres: invalid configuration")
+
+	// ErrNilTx is returned by the ...Tx methods when called with a nil
+	// transaction.
+	ErrNilTx = errors.New("durable/postgres: nil transaction")
+)
+
+// SQLSTATEs that mean "the store cannot serve this now; retry", reported as
+// durable.ErrUnavailable. Each is a definite failure: the statement did not
+// apply.
+var retryableStates = map[string]bool{
+	"55P03": true,                                                             // lock_not_available: lock_timeout
+	"57014": true,                                                             // query_canceled: statement_timeout or a cancel request
+	"40001": true,                                                             // serialization_failure
+	"40P01": true,                                                             // deadlock_detected
+	"25P03": true,                                                             // idle_in_transaction_session_timeout
+	"57P01": true,                                                             // admin_shutdown
+	"57P02": true,                                                             // crash_shutdown
+	"57P03": true,                                                             // cannot_connect_now
+	"57P05": true,                                                             // idle_session_timeout
+	"53300": true,                                                             // too_many_connections
+	"53000": true,                                                             // insufficient_resources
+	"53100": true,                                                             // disk_full
+	"53200": true,                                                             // out_of_memory
+	"08000": true, "08003": true, "08006": true, "08001": true, "08004": true, // connection exceptions
+}
+
+// unavailable wraps cause so that both errors.Is(err, durable.ErrUnavailable)
+// and the cause are visible.
+func unavailable(op string, cause error) error {
+	return fmt.Errorf("durable/postgres: %s: %w: %w", op, durable.ErrUnavailable, cause)
+}
+
+// isUnavailable reports whether err means the database could not be reached
+// or could not serve the statement now (see retryableStates).
+func isUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return retryableStates[pgErr.Code]
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	switch {
+	case errors.Is(err, puddle.ErrClosedPool),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.As(err, &netErr), errors.As(err, &connectErr),
+		pgconn.Timeout(err), pgconn.SafeToRetry(err):
+		return true
+	}
+	return false
+}
+
+// isAmbiguous reports whether a failed write may nevertheless have been
+// applied: the database could not be reached, the error did not come from
+// the server, and the request may have been sent.
+func isAmbiguous(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false // the server answered: the statement did not apply
+	}
+	if errors.Is(err, puddle.ErrClosedPool) || pgconn.SafeToRetry(err) {
+		return false // nothing was sent
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return false
+	}
+	return isUnavailable(err)
+}
+
+// translate maps a backend error to the contract's errors at the boundary.
+func translate(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("durable/postgres: %s: %w", op, durable.ErrNotFound)
+	case isUnavailable(err):
+		return unavailable(op, err)
+	}
+	return fmt.Errorf("durable/postgres: %s: %w", op, err)
+}

@@ -1,0 +1,160 @@
+package postgres
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Defaults of the options.
+const (
+	// DefaultTable is the table name used without [WithTable].
+	DefaultTable = "idempotency_requests"
+	// DefaultLockTimeout bounds how long a statement of the store waits for
+	// a row lock held by another transaction.
+	DefaultLockTimeout = 5 * time.Second
+	// DefaultIdleInTxTimeout bounds how long a transaction may sit idle
+	// (a paused worker) before the server ends its session, releasing its
+	// row locks.
+	DefaultIdleInTxTimeout = 15 * time.Second
+)
+
+// Runtime parameters that [ConfigurePool] sets and [New] looks for.
+const (
+	paramLockTimeout = "lock_timeout"
+	paramIdleInTx    = "idle_in_transaction_session_timeout"
+)
+
+// Option configures a [Store] (and, for the timeouts, a pool in
+// [ConfigurePool]).
+type Option func(*config) error
+
+type config struct {
+	schema      string
+	table       string
+	secret      []byte
+	lockTimeout time.Duration
+	idleInTx    time.Duration
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{table: DefaultTable, lockTimeout: DefaultLockTimeout, idleInTx: DefaultIdleInTxTimeout}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return config{}, err
+		}
+	}
+	return c, nil
+}
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// WithSchema places the table (and its state type) in schema, which
+// [Store.Migrate] creates if needed; every statement then names it
+// explicitly. Without it the pool's search_path decides. The name must be a
+// lowercase SQL identifier (letters, digits, '_') of at most 63 bytes.
+func WithSchema(schema string) Option {
+	return func(c *config) error {
+		if len(schema) > 63 || !identRE.MatchString(schema) || schema == "pg_catalog" {
+			return fmt.Errorf("%w: WithSchema: %q is not a lowercase identifier of at most 63 bytes", ErrConfig, schema)
+		}
+		c.schema = schema
+		return nil
+	}
+}
+
+// WithTable names the table. Defaults to [DefaultTable]. The name must be a
+// lowercase SQL identifier of at most 50 bytes (index names derive from it),
+// and not "idempotency_state", the name of the state type.
+func WithTable(table string) Option {
+	return func(c *config) error {
+		if len(table) > 50 || !identRE.MatchString(table) || table == "idempotency_state" {
+			return fmt.Errorf("%w: WithTable: %q is not a lowercase identifier of at most 50 bytes", ErrConfig, table)
+		}
+		c.table = table
+		return nil
+	}
+}
+
+// WithKeySecret stores each idempotency key as HMAC-SHA-256(secret, key)
+// instead of SHA-256(key), so a database dump cannot be matched against
+// guessed keys (see [durable.Scope.Ref]). Every store on the same table must
+// use the same secret, forever: a different secret addresses different
+// records. The secret is copied; it must not be empty.
+func WithKeySecret(secret []byte) Option {
+	return func(c *config) error {
+		if len(secret) == 0 {
+			return fmt.Errorf("%w: WithKeySecret: empty secret", ErrConfig)
+		}
+		c.secret = append([]byte(nil), secret...)
+		return nil
+	}
+}
+
+// WithLockTimeout sets lock_timeout: how long a statement waits for a row
+// lock before failing with [durable.ErrUnavailable] (retryable). Defaults to
+// [DefaultLockTimeout]; at least 1ms. See the package documentation for where
+// it applies.
+func WithLockTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: WithLockTimeout: must be at least 1ms", ErrConfig)
+		}
+		c.lockTimeout = d
+		return nil
+	}
+}
+
+// WithIdleInTxTimeout sets idle_in_transaction_session_timeout: a session
+// whose transaction stays idle that long (a paused worker) is ended by the
+// server, which rolls the transaction back and frees its row locks. Defaults
+// to [DefaultIdleInTxTimeout]; at least 1ms.
+func WithIdleInTxTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: WithIdleInTxTimeout: must be at least 1ms", ErrConfig)
+		}
+		c.idleInTx = d
+		return nil
+	}
+}
+
+func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// ConfigurePool sets lock_timeout and idle_in_transaction_session_timeout as
+// runtime parameters of every session cfg opens, from the
+// [WithLockTimeout] and [WithIdleInTxTimeout] options (or their defaults);
+// other options are validated and otherwise ignored. Call it before
+// pgxpool.NewWithConfig. The parameters are sent in the connection's startup
+// message, so they cost no round trip. A parameter already present in
+// cfg (from the connection string, for example) is left as it is.
+//
+// [New] detects a pool configured this way (lock_timeout present in its
+// runtime parameters) and then sends each statement as it is; otherwise it
+// bounds its own lock waits per statement (see the package documentation).
+func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
+	if cfg == nil || cfg.ConnConfig == nil {
+		return fmt.Errorf("%w: ConfigurePool: nil config", ErrConfig)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return err
+	}
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	rp := cfg.ConnConfig.RuntimeParams
+	if _, ok := rp[paramLockTimeout]; !ok {
+		rp[paramLockTimeout] = millis(c.lockTimeout)
+	}
+	if _, ok := rp[paramIdleInTx]; !ok {
+		rp[paramIdleInTx] = millis(c.idleInTx)
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package postgres_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/durabletest"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/testenv"
+)
+
+// counter counts statements (round trips) through a pgx tracer: one per
+// Query, QueryRow or Exec, one per batch. Prepares done once per
+// connection by the statement cache are not counted.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *counter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// fixture is one store on a fresh schema.
+type fixture struct {
+	s      *postgres.Store
+	pool   *pgxpool.Pool
+	schema testenv.Schema
+	stmts  *counter
+	app    string // application_name of the store's sessions
+	proxy  *cutProxy
+}
+
+type fixtureOpts struct {
+	unconfigured bool // do not call ConfigurePool: the store bounds its own lock waits
+	proxy        bool // connect through a cutProxy
+	noMigrate    bool
+	// qualified: WithSchema(the test schema) while the sessions' search_path
+	// points elsewhere, so any unqualified name would fail.
+	qualified bool
+	opts      []postgres.Option
+}
+
+var fixtures sync.Map // *postgres.Store → *fixture
+
+func newFixture(t testing.TB, o fixtureOpts) *fixture {
+	t.Helper()
+	sch := testenv.Postgres(t)
+	cfg, err := pgxpool.ParseConfig(sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := o.opts
+	if o.qualified {
+		opts = append([]postgres.Option{postgres.WithSchema(sch.Name)}, opts...)
+		cfg.ConnConfig.RuntimeParams["search_path"] = "pg_catalog"
+	}
+	if !o.unconfigured {
+		if err := postgres.ConfigurePool(cfg, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fixture{schema: sch, stmts: &counter{}, app: sch.Name}
+	cfg.ConnConfig.RuntimeParams["application_name"] = f.app
+	cfg.ConnConfig.Tracer = f.stmts
+	if o.proxy {
+		network, target := "tcp", net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+		if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
+			network, target = "unix", cfg.ConnConfig.Host+"/.s.PGSQL."+strconv.Itoa(int(cfg.ConnConfig.Port))
+		}
+		f.proxy = newCutProxy(t, network, target)
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", f.proxy.port()
+		cfg.ConnConfig.TLSConfig, cfg.ConnConfig.Fallbacks = nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.pool.Close)
+	f.s, err = postgres.New(f.pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.noMigrate {
+		if err := f.s.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+	}
+	fixtures.Store(f.s, f)
+	t.Cleanup(func() { fixtures.Delete(f.s) })
+	return f
+}
+
+func fixtureOf(s durable.Store[pgx.Tx]) *fixture {
+	f, _ := fixtures.Load(s)
+	return f.(*fixture)
+}
+
+// lockWaiters counts the store's sessions waiting for a lock.
+func (f *fixture) lockWaiters() int {
+	var n int
+	err := f.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, f.app).Scan(&n)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// unreachable returns a store on a pool whose server does not exist (a port
+// nothing listens on).
+func unreachable(t testing.TB) *postgres.Store {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg, err := pgxpool.ParseConfig("postgres://postgres@" + addr + "/test?sslmode=disable&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.ConfigurePool(cfg); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := postgres.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func harness(o fixtureOpts) durabletest.Harness[pgx.Tx] {
+	return durabletest.Harness[pgx.Tx]{
+		New: func(t testing.TB) durable.Store[pgx.Tx] { return newFixture(t, o).s },
+		Unreachable: func(t testing.TB) durable.Store[pgx.Tx] {
+			return unreachable(t)
+		},
+		LoseCommitAck: func(t testing.TB) (durable.Store[pgx.Tx], func()) {
+			po := o
+			po.proxy = true
+			f := newFixture(t, po)
+			return f.s, func() { f.proxy.arm(cutCommit) }
+		},
+		Statements:  func(s durable.Store[pgx.Tx]) int64 { return fixtureOf(s).stmts.n.Load() },
+		LockWaiters: func(s durable.Store[pgx.Tx]) int { return fixtureOf(s).lockWaiters() },
+	}
+}
+
+// TestContract runs the contract suite on a pool set up with ConfigurePool,
+// the recommended way.
+func TestContract(t *testing.T) {
+	durabletest.Run(t, harness(fixtureOpts{}))
+}
+
+// TestContractUnconfiguredPool runs the suite again on a plain pool (the
+// store then bounds its lock waits per statement), with a schema-qualified
+// table of another name and a key secret.
+func TestContractUnconfiguredPool(t *testing.T) {
+	durabletest.Run(t, harness(fixtureOpts{
+		unconfigured: true,
+		qualified:    true,
+		opts:         []postgres.Option{postgres.WithTable("idem_keys"), postgres.WithKeySecret([]byte("test secret"))},
+	}))
+}

@@ -1,0 +1,174 @@
+package postgres
+
+import "strings"
+
+// The statements of a store, with the table name filled in by New. Every
+// time is taken from the database's clock (clock_timestamp(), which, unlike
+// now(), moves inside a transaction); durations travel as microseconds.
+type queries struct {
+	claim, get, complete, fail, markUncertain, renew, release, adopt string
+	pending, sweep, stats                                            string
+}
+
+// recCols reads a record r relative to n.now, a clock_timestamp() taken once
+// per statement. Scanned by scanRecord.
+const recCols = `r.tenant_id, r.operation, r.key_hash, r.request_hash, r.state::text, r.generation, r.owner_token,
+	COALESCE(GREATEST(0, (EXTRACT(EPOCH FROM (r.lease_expires_at - n.now)) * 1000000)::bigint), 0) AS lease_us,
+	r.status_code, r.response_headers, r.response_body, r.response_version, r.resource_id, r.takeovers,
+	r.created_at, r.completed_at, r.expires_at,
+	(EXTRACT(EPOCH FROM (r.expires_at - n.now)) * 1000000)::bigint AS expires_us`
+
+// claimSQL is the claim: one statement. $1 tenant, $2 operation, $3 key
+// hash, $4 fingerprint, $5 proposed generation, $6 owner, $7 lease µs,
+// $8 retention µs.
+//
+//   - ins inserts the record, or takes it over when the rule allows
+//     (EXCLUDED.created_at is the statement's clock). A takeover keeps
+//     created_at, so "ins.created_at <> c.now" tells a takeover apart.
+//   - old tells a restart from a fresh insert (the statement's snapshot).
+//   - cur returns the existing record when nothing was written. FOR SHARE
+//     makes it the latest committed version (the one ON CONFLICT decided
+//     on), not the snapshot's. When the conflicting row was committed after
+//     the snapshot, cur is empty and the caller reads the row again.
+//
+// In every case the statement returns exactly one row.
+const claimSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
+ins AS (
+	INSERT INTO %T AS t (tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
+		lease_expires_at, takeovers, created_at, expires_at)
+	VALUES ($1::text, $2::text, $3::bytea, $4::text, 'processing', GREATEST($5::bigint, 1), $6::uuid,
+		(SELECT now FROM c) + $7::bigint * interval '1 microsecond', 0, (SELECT now FROM c),
+		(SELECT now FROM c) + $8::bigint * interval '1 microsecond')
+	ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
+		generation = GREATEST(EXCLUDED.generation, t.generation + 1),
+		owner_token = EXCLUDED.owner_token,
+		lease_expires_at = EXCLUDED.lease_expires_at,
+		takeovers = t.takeovers + CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL THEN 1 ELSE 0 END,
+		created_at = CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL THEN t.created_at ELSE EXCLUDED.created_at END,
+		expires_at = CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL
+			THEN GREATEST(t.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
+		request_hash = EXCLUDED.request_hash,
+		state = 'processing',
+		status_code = NULL, response_headers = NULL, response_body = NULL, response_version = NULL,
+		resource_id = NULL, completed_at = NULL
+	WHERE (t.state = 'processing' AND t.owner_token IS NOT NULL AND t.lease_expires_at <= EXCLUDED.created_at
+			AND t.request_hash = EXCLUDED.request_hash)
+		OR (t.state = 'processing' AND t.owner_token IS NULL)
+		OR (t.state IN ('completed', 'failed') AND t.expires_at <= EXCLUDED.created_at)
+	RETURNING t.generation, t.created_at
+),
+old AS (SELECT 1 FROM %T WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3),
+cur AS (
+	SELECT ` + recCols + `
+	FROM %T r, (SELECT clock_timestamp() AS now) n
+	WHERE r.tenant_id = $1 AND r.operation = $2 AND r.key_hash = $3 AND NOT EXISTS (SELECT 1 FROM ins)
+	FOR SHARE OF r
+)
+SELECT ins.generation, COALESCE(ins.created_at <> c.now, false), EXISTS (SELECT 1 FROM old), cur.*
+FROM c LEFT JOIN ins ON true LEFT JOIN cur ON true`
+
+// getSQL reads one record: $1 tenant, $2 operation, $3 key hash.
+const getSQL = `SELECT ` + recCols + `
+FROM %T r, (SELECT clock_timestamp() AS now) n
+WHERE r.tenant_id = $1::text AND r.operation = $2::text AND r.key_hash = $3::bytea`
+
+// fenceWhere matches the record AND its current token: $1 tenant,
+// $2 operation, $3 key hash, $4 generation, $5 owner.
+const fenceWhere = `WHERE tenant_id = $1::text AND operation = $2::text AND key_hash = $3::bytea
+	AND generation = $4::bigint AND owner_token = $5::uuid`
+
+// finishSQL completes or fails (%S is the state): $6 status, $7 headers,
+// $8 body, $9 version, $10 resource id.
+const finishSQL = `UPDATE %T SET state = '%S', status_code = $6::integer, response_headers = $7::jsonb,
+	response_body = $8::bytea, response_version = $9::integer, resource_id = $10::text,
+	completed_at = clock_timestamp(), lease_expires_at = NULL
+` + fenceWhere + ` AND state IN ('processing', 'uncertain')`
+
+const markUncertainSQL = `UPDATE %T SET state = 'uncertain', lease_expires_at = NULL
+` + fenceWhere + ` AND state = 'processing'`
+
+// renewSQL: $6 lease µs. An uncertain record is renewed only once adopted
+// (its lease is set).
+const renewSQL = `UPDATE %T SET lease_expires_at = clock_timestamp() + $6::bigint * interval '1 microsecond'
+` + fenceWhere + ` AND (state = 'processing' OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`
+
+const releaseSQL = `UPDATE %T SET owner_token = NULL, lease_expires_at = NULL
+` + fenceWhere + ` AND state = 'processing'`
+
+// adoptSQL: $1 tenant, $2 operation, $3 key hash, $4 proposed, $5 owner,
+// $6 lease µs. Returns the new generation (NULL when nothing was adopted)
+// and whether the record exists.
+const adoptSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
+u AS (
+	UPDATE %T t SET generation = GREATEST($4::bigint, t.generation + 1), owner_token = $5::uuid,
+		lease_expires_at = (SELECT now FROM c) + $6::bigint * interval '1 microsecond',
+		takeovers = t.takeovers + 1
+	WHERE t.tenant_id = $1::text AND t.operation = $2::text AND t.key_hash = $3::bytea
+		AND ((t.state = 'uncertain' AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= (SELECT now FROM c)))
+			OR (t.state = 'processing' AND t.owner_token IS NOT NULL AND t.lease_expires_at <= (SELECT now FROM c)))
+	RETURNING t.generation
+)
+SELECT (SELECT generation FROM u),
+	EXISTS (SELECT 1 FROM %T WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3)`
+
+// pendingSQL: $1 stale-for µs, $2 limit.
+const pendingSQL = `SELECT ` + recCols + `
+FROM %T r, (SELECT clock_timestamp() AS now) n
+WHERE r.state IN ('processing', 'uncertain')
+	AND ((r.state = 'processing' AND r.owner_token IS NOT NULL
+			AND r.lease_expires_at <= n.now - $1::bigint * interval '1 microsecond')
+		OR (r.state = 'uncertain' AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= n.now)))
+ORDER BY r.created_at
+LIMIT $2::integer`
+
+// sweepSQL deletes at most $1 finished or released records past retention,
+// skipping rows locked by a concurrent claim.
+const sweepSQL = `WITH v AS (
+	SELECT tenant_id, operation, key_hash FROM %T
+	WHERE (state IN ('completed', 'failed') OR (state = 'processing' AND owner_token IS NULL))
+		AND expires_at <= clock_timestamp()
+	ORDER BY expires_at
+	LIMIT $1::integer
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM %T t USING v
+WHERE t.tenant_id = v.tenant_id AND t.operation = v.operation AND t.key_hash = v.key_hash`
+
+const statsSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+SELECT
+	count(*) FILTER (WHERE state = 'processing' AND owner_token IS NOT NULL),
+	count(*) FILTER (WHERE state = 'completed'),
+	count(*) FILTER (WHERE state = 'failed'),
+	count(*) FILTER (WHERE state = 'uncertain'),
+	count(*) FILTER (WHERE state = 'processing' AND owner_token IS NULL),
+	COALESCE((EXTRACT(EPOCH FROM ((SELECT now FROM c) - min(created_at) FILTER (WHERE expires_at > (SELECT now FROM c)))) * 1000000)::bigint, 0),
+	count(*) FILTER (WHERE state = 'processing' AND owner_token IS NOT NULL AND lease_expires_at <= (SELECT now FROM c)),
+	count(*) FILTER (WHERE (state IN ('completed', 'failed') OR (state = 'processing' AND owner_token IS NULL))
+		AND expires_at <= (SELECT now FROM c)),
+	count(*) FILTER (WHERE ((state = 'processing' AND owner_token IS NOT NULL) OR state = 'uncertain')
+		AND expires_at <= (SELECT now FROM c)),
+	COALESCE(sum(takeovers), 0)
+FROM %T`
+
+// setLockTimeoutSQL bounds lock waits for the rest of the (implicit)
+// transaction; sent in the same round trip as the statement it guards.
+const setLockTimeoutSQL = `SELECT set_config('lock_timeout', $1::text, true)`
+
+func buildQueries(table string) queries {
+	f := func(q, state string) string {
+		return strings.NewReplacer("%T", table, "%S", state).Replace(q)
+	}
+	return queries{
+		claim:         f(claimSQL, ""),
+		get:           f(getSQL, ""),
+		complete:      f(finishSQL, "completed"),
+		fail:          f(finishSQL, "failed"),
+		markUncertain: f(markUncertainSQL, ""),
+		renew:         f(renewSQL, ""),
+		release:       f(releaseSQL, ""),
+		adopt:         f(adoptSQL, ""),
+		pending:       f(pendingSQL, ""),
+		sweep:         f(sweepSQL, ""),
+		stats:         f(statsSQL, ""),
+	}
+}

@@ -1,0 +1,398 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekey/oncekey/durable"
+)
+
+var _ durable.Store[pgx.Tx] = (*Store)(nil)
+
+// Store is the PostgreSQL implementation of [durable.Store], on a pgx v5
+// pool that belongs to the caller. It is safe for concurrent use. The
+// transaction type of its ...Tx methods is pgx.Tx.
+type Store struct {
+	pool   *pgxpool.Pool
+	cfg    config
+	table  string // the table's name as written in statements (schema-qualified with WithSchema)
+	q      queries
+	lockMs string
+	// sessionOK: the pool's sessions carry lock_timeout (ConfigurePool or
+	// the connection string), so statements need no per-statement bound.
+	sessionOK bool
+	beginSQL  string
+}
+
+// New returns a store on pool. It does not touch the database; call
+// [Store.Migrate] once (at start-up, from any number of instances) to create
+// the table.
+//
+// When the pool's runtime parameters include lock_timeout (see
+// [ConfigurePool]), the store relies on them. Otherwise every statement the
+// store sends on the pool that may wait for a row lock carries its own
+// lock_timeout (set_config(..., true) in the same round trip, scoped to that
+// statement's implicit transaction), and [Store.InTx] sets both timeouts at
+// BEGIN. It returns an error wrapping [ErrConfig] for a nil pool or an
+// invalid option.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: New: nil pool", ErrConfig)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	table := c.table
+	if c.schema != "" {
+		table = c.schema + "." + c.table
+	}
+	_, sessionOK := pool.Config().ConnConfig.RuntimeParams[paramLockTimeout]
+	return &Store{
+		pool:      pool,
+		cfg:       c,
+		table:     table,
+		q:         buildQueries(table),
+		lockMs:    millis(c.lockTimeout),
+		sessionOK: sessionOK,
+		beginSQL: "begin isolation level read committed; set local lock_timeout = " + millis(c.lockTimeout) +
+			"; set local idle_in_transaction_session_timeout = " + millis(c.idleInTx),
+	}, nil
+}
+
+// Table returns the table's name as the store writes it in statements:
+// schema-qualified when [WithSchema] was given.
+func (s *Store) Table() string { return s.table }
+
+// Ref returns the stored identity of sc: its key hashed with SHA-256, or
+// HMAC-SHA-256 under the [WithKeySecret] secret. It returns an error
+// matching [durable.ErrInvalidScope] for an invalid scope.
+func (s *Store) Ref(sc durable.Scope) (durable.Ref, error) {
+	if err := sc.Validate(); err != nil {
+		return durable.Ref{}, fmt.Errorf("durable/postgres: ref: %w", err)
+	}
+	return sc.Ref(s.cfg.secret), nil
+}
+
+// querier is what both *pgxpool.Pool and pgx.Tx offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// onPool reports whether q is the store's pool (not a transaction).
+func (s *Store) onPool(q querier) bool {
+	p, ok := q.(*pgxpool.Pool)
+	return ok && p == s.pool
+}
+
+// bounded reports whether a statement on q must carry its own lock_timeout:
+// only on the pool, and only when its sessions do not.
+func (s *Store) bounded(q querier) bool { return !s.sessionOK && s.onPool(q) }
+
+// queryRow runs a one-row statement that may wait for a row lock.
+func (s *Store) queryRow(ctx context.Context, q querier, sql string, args []any, dest ...any) error {
+	if !s.bounded(q) {
+		return q.QueryRow(ctx, sql, args...).Scan(dest...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(setLockTimeoutSQL, s.lockMs)
+	b.Queue(sql, args...)
+	br := q.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(dest...)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// exec runs a write that may wait for a row lock and returns the rows it
+// affected.
+func (s *Store) exec(ctx context.Context, q querier, sql string, args []any) (int64, error) {
+	if !s.bounded(q) {
+		tag, err := q.Exec(ctx, sql, args...)
+		return tag.RowsAffected(), err
+	}
+	b := &pgx.Batch{}
+	b.Queue(setLockTimeoutSQL, s.lockMs)
+	b.Queue(sql, args...)
+	br := q.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag.RowsAffected(), err
+}
+
+func refArgs(ref durable.Ref) []any {
+	h := ref.KeyHash
+	return []any{ref.Tenant, ref.Operation, h[:]}
+}
+
+func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
+
+// rawRecord receives a record's columns (recCols), all nullable because the
+// claim statement returns them from an outer join.
+type rawRecord struct {
+	tenant, operation *string
+	keyHash           []byte
+	fingerprint       *string
+	state             *string
+	generation        *int64
+	owner             pgtype.UUID
+	leaseUs           *int64
+	status            *int32
+	headers, body     []byte
+	version           *int32
+	resourceID        *string
+	takeovers         *int32
+	created           *time.Time
+	completed         *time.Time
+	expires           *time.Time
+	expiresUs         *int64
+}
+
+func (r *rawRecord) targets() []any {
+	return []any{&r.tenant, &r.operation, &r.keyHash, &r.fingerprint, &r.state, &r.generation, &r.owner,
+		&r.leaseUs, &r.status, &r.headers, &r.body, &r.version, &r.resourceID, &r.takeovers,
+		&r.created, &r.completed, &r.expires, &r.expiresUs}
+}
+
+func (r *rawRecord) valid() bool { return r.tenant != nil }
+
+func deref[T any](p *T) T {
+	var z T
+	if p == nil {
+		return z
+	}
+	return *p
+}
+
+func (r *rawRecord) record() (durable.Record, error) {
+	var rec durable.Record
+	rec.Ref.Tenant, rec.Ref.Operation = deref(r.tenant), deref(r.operation)
+	if len(r.keyHash) != len(rec.Ref.KeyHash) {
+		return rec, fmt.Errorf("durable/postgres: corrupt record: key hash of %d bytes", len(r.keyHash))
+	}
+	copy(rec.Ref.KeyHash[:], r.keyHash)
+	rec.Fingerprint = deref(r.fingerprint)
+	rec.State = durable.State(deref(r.state))
+	if !rec.State.Valid() {
+		return rec, fmt.Errorf("durable/postgres: corrupt record: state %q", rec.State)
+	}
+	rec.Token.Generation = uint64(deref(r.generation))
+	if r.owner.Valid {
+		rec.Token.Owner = r.owner.Bytes
+	}
+	rec.Released = rec.State == durable.Processing && !r.owner.Valid
+	rec.LeaseRemaining = time.Duration(deref(r.leaseUs)) * time.Microsecond
+	if rec.State.Finished() {
+		res := &durable.Result{
+			StatusCode: int(deref(r.status)),
+			Body:       r.body,
+			Version:    int(deref(r.version)),
+			ResourceID: deref(r.resourceID),
+		}
+		if res.Body == nil {
+			res.Body = []byte{}
+		}
+		if r.headers != nil {
+			if err := json.Unmarshal(r.headers, &res.Headers); err != nil {
+				return rec, fmt.Errorf("durable/postgres: corrupt record: headers: %w", err)
+			}
+		}
+		rec.Result = res
+	}
+	rec.Takeovers = int(deref(r.takeovers))
+	rec.CreatedAt = deref(r.created)
+	rec.CompletedAt = deref(r.completed)
+	rec.ExpiresAt = deref(r.expires)
+	rec.ExpiresIn = time.Duration(deref(r.expiresUs)) * time.Microsecond
+	return rec, nil
+}
+
+// Get reads the record of ref, with LeaseRemaining and ExpiresIn measured
+// by the database's clock. It returns an error matching
+// [durable.ErrNotFound] when there is none and [durable.ErrUnavailable]
+// when the database cannot be reached.
+func (s *Store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error) {
+	return s.get(ctx, s.pool, ref)
+}
+
+func (s *Store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Record, error) {
+	var raw rawRecord
+	if err := q.QueryRow(ctx, s.q.get, refArgs(ref)...).Scan(raw.targets()...); err != nil {
+		return durable.Record{}, translate("get", err)
+	}
+	return raw.record()
+}
+
+// Pending lists, oldest first, at most p.Limit records for the reconciler:
+// processing records whose lease expired at least p.StaleFor ago and
+// uncertain records whose lease is free. Released records are not listed.
+// It returns [durable.ErrInvalidScope] for a limit below 1 or a negative
+// StaleFor, and [durable.ErrUnavailable] when the database cannot be reached.
+func (s *Store) Pending(ctx context.Context, p durable.PendingParams) ([]durable.Record, error) {
+	switch {
+	case p.Limit < 1 || p.Limit > math.MaxInt32:
+		return nil, fmt.Errorf("durable/postgres: pending: %w", &durable.ScopeError{Field: "limit", Reason: "must be at least 1"})
+	case p.StaleFor < 0:
+		return nil, fmt.Errorf("durable/postgres: pending: %w", &durable.ScopeError{Field: "stale_for", Reason: "negative"})
+	}
+	rows, err := s.pool.Query(ctx, s.q.pending, p.StaleFor.Microseconds(), p.Limit)
+	if err != nil {
+		return nil, translate("pending", err)
+	}
+	defer rows.Close()
+	var out []durable.Record
+	for rows.Next() {
+		var raw rawRecord
+		if err := rows.Scan(raw.targets()...); err != nil {
+			return nil, translate("pending", err)
+		}
+		rec, err := raw.record()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("pending", err)
+	}
+	return out, nil
+}
+
+// Sweep deletes at most batch finished (completed, failed) or released
+// records past their retention, oldest expiry first, and returns how many
+// it deleted. Rows locked by a concurrent claim are skipped (FOR UPDATE SKIP
+// LOCKED), so a sweep never blocks a claim. Processing and uncertain
+// records are never deleted; [Store.Stats] counts them. Call it in a loop
+// until it returns less than batch. batch below 1 returns an error matching
+// [durable.ErrInvalidScope]; an unreachable database [durable.ErrUnavailable].
+func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
+	if batch < 1 || batch > math.MaxInt32 {
+		return 0, fmt.Errorf("durable/postgres: sweep: %w", &durable.ScopeError{Field: "batch", Reason: "must be at least 1"})
+	}
+	tag, err := s.pool.Exec(ctx, s.q.sweep, batch)
+	if err != nil {
+		return 0, translate("sweep", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Stats summarizes the table in one statement (a full scan: call it at a
+// metrics interval, not per request). It returns [durable.ErrUnavailable]
+// when the database cannot be reached.
+func (s *Store) Stats(ctx context.Context) (durable.Stats, error) {
+	var proc, done, failed, unc, released, oldestUs, stale, unswept, stuck, takeovers int64
+	err := s.pool.QueryRow(ctx, s.q.stats).Scan(&proc, &done, &failed, &unc, &released, &oldestUs,
+		&stale, &unswept, &stuck, &takeovers)
+	if err != nil {
+		return durable.Stats{}, translate("stats", err)
+	}
+	return durable.Stats{
+		ByState: map[durable.State]int64{
+			durable.Processing: proc, durable.Completed: done, durable.Failed: failed, durable.Uncertain: unc,
+		},
+		Released:           released,
+		OldestUnexpiredAge: time.Duration(oldestUs) * time.Microsecond,
+		StaleProcessing:    stale,
+		ExpiredUnswept:     unswept,
+		ExpiredStuck:       stuck,
+		Takeovers:          takeovers,
+	}, nil
+}
+
+// InTx runs fn in a new READ COMMITTED transaction whose lock_timeout and
+// idle_in_transaction_session_timeout are the store's (SET LOCAL, sent with
+// BEGIN in one round trip). It commits when fn returns nil, and rolls back
+// when fn returns an error (returned as it is) or panics (the panic goes
+// on). A failed BEGIN is translated like any statement; a failed COMMIT is
+// returned wrapped in [durable.ErrUnavailable] because its outcome may be
+// unknown (the acknowledgement can be lost after the server committed):
+// re-read with [Store.Get] to learn it.
+//
+// READ COMMITTED is what makes a concurrent claimer wait on the row and then
+// see the committed outcome; under REPEATABLE READ it would fail instead.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: s.beginSQL})
+	if err != nil {
+		return translate("begin", err)
+	}
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx) // a lost connection rolls back on the server too
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	done = true
+	if err := tx.Commit(ctx); err != nil {
+		return unavailable("commit (outcome unknown: re-read)", err)
+	}
+	return nil
+}
+
+func encodeResult(res durable.Result) (headers []byte, body []byte, err error) {
+	if res.StatusCode < math.MinInt32 || res.StatusCode > math.MaxInt32 {
+		return nil, nil, &durable.ScopeError{Field: "status_code", Reason: "out of range"}
+	}
+	if res.Version < math.MinInt32 || res.Version > math.MaxInt32 {
+		return nil, nil, &durable.ScopeError{Field: "version", Reason: "out of range"}
+	}
+	if len(res.Headers) > 0 {
+		if headers, err = json.Marshal(res.Headers); err != nil {
+			return nil, nil, &durable.ScopeError{Field: "headers", Reason: err.Error()}
+		}
+	}
+	body = res.Body
+	if body == nil {
+		body = []byte{}
+	}
+	return headers, body, nil
+}
+
+// sameResult reports whether a stored result is the one a caller completes
+// with again (nil and empty headers, values and bodies are alike).
+func sameResult(stored *durable.Result, res durable.Result) bool {
+	if stored == nil {
+		return false
+	}
+	return stored.StatusCode == res.StatusCode && stored.Version == res.Version &&
+		stored.ResourceID == res.ResourceID && bytes.Equal(stored.Body, res.Body) &&
+		maps.EqualFunc(stored.Headers, res.Headers, slices.Equal[[]string])
+}
+
+func fencedErr(op string) error { return fmt.Errorf("durable/postgres: %s: %w", op, durable.ErrFenced) }
+
+// errMismatch is the claim's ErrMismatch.
+func errMismatch() error { return fmt.Errorf("durable/postgres: claim: %w", durable.ErrMismatch) }
+
+var errConflictLoop = errors.New("the record kept changing under the claim")

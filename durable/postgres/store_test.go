@@ -1,0 +1,652 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/testenv"
+)
+
+const fp = "v1:fingerprint"
+
+func scope() durable.Scope {
+	return durable.Scope{Tenant: "tenant", Operation: "POST /orders", Key: testenv.Name("k-")}
+}
+
+func claimParams(sc durable.Scope, lease time.Duration) durable.ClaimParams {
+	return durable.ClaimParams{Scope: sc, Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: time.Hour}
+}
+
+func ctxOf(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func acquire(t testing.TB, s *postgres.Store, p durable.ClaimParams) fence.Token {
+	t.Helper()
+	res, err := s.Claim(ctxOf(t), p)
+	if err != nil || !res.Acquired {
+		t.Fatalf("Claim = %+v, %v; want acquired", res, err)
+	}
+	return res.Token
+}
+
+var result = durable.Result{StatusCode: 201, Body: []byte(`{"id":1}`), Version: 1, ResourceID: "ord_1",
+	Headers: map[string][]string{"Content-Type": {"application/json"}}}
+
+// secondStore opens another store on f's schema with its own pool and
+// statement counter (and f's application_name, so f.lockWaiters sees it).
+func secondStore(t testing.TB, f *fixture, opts ...postgres.Option) (*postgres.Store, *counter) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(f.schema.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.ConfigurePool(cfg, opts...); err != nil {
+		t.Fatal(err)
+	}
+	c := &counter{}
+	cfg.ConnConfig.Tracer = c
+	cfg.ConnConfig.RuntimeParams["application_name"] = f.app
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := postgres.New(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
+func waitLockWaiter(t testing.TB, f *fixture) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for f.lockWaiters() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no session ever waited for the row lock")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestNew_RejectsInvalidOptions(t *testing.T) {
+	if _, err := postgres.New(nil); !errors.Is(err, postgres.ErrConfig) {
+		t.Fatalf("New(nil) = %v; want ErrConfig", err)
+	}
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for name, opt := range map[string]postgres.Option{
+		"table with capitals":   postgres.WithTable("Bad"),
+		"table with a dash":     postgres.WithTable("a-b"),
+		"table too long":        postgres.WithTable(strings.Repeat("a", 51)),
+		"table named as a type": postgres.WithTable("idempotency_state"),
+		"table with a quote":    postgres.WithTable(`x"; DROP TABLE y; --`),
+		"empty schema":          postgres.WithSchema(""),
+		"schema with a space":   postgres.WithSchema("a b"),
+		"empty secret":          postgres.WithKeySecret(nil),
+		"zero lock timeout":     postgres.WithLockTimeout(0),
+		"tiny idle timeout":     postgres.WithIdleInTxTimeout(time.Microsecond),
+	} {
+		if _, err := postgres.New(pool, opt); !errors.Is(err, postgres.ErrConfig) {
+			t.Errorf("New with %s = %v; want ErrConfig", name, err)
+		}
+	}
+	s, err := postgres.New(pool, postgres.WithSchema("app"), postgres.WithTable("keys"))
+	if err != nil || s.Table() != "app.keys" {
+		t.Fatalf("New = %v, table %q; want app.keys", err, s.Table())
+	}
+}
+
+func TestConfigurePool_SetsSessionTimeouts(t *testing.T) {
+	if err := postgres.ConfigurePool(nil); !errors.Is(err, postgres.ErrConfig) {
+		t.Fatalf("ConfigurePool(nil) = %v; want ErrConfig", err)
+	}
+	sch := testenv.Postgres(t)
+	cfg, err := pgxpool.ParseConfig(sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.ConfigurePool(cfg, postgres.WithLockTimeout(250*time.Millisecond), postgres.WithIdleInTxTimeout(7*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.ConnConfig.RuntimeParams["lock_timeout"]; got != "250" {
+		t.Fatalf("lock_timeout param %q; want 250", got)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var lock, idle string
+	if err := pool.QueryRow(ctxOf(t), "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')").Scan(&lock, &idle); err != nil {
+		t.Fatal(err)
+	}
+	if lock != "250ms" || idle != "7s" {
+		t.Fatalf("session lock_timeout %q, idle_in_transaction_session_timeout %q; want 250ms and 7s", lock, idle)
+	}
+
+	// A parameter already set is the caller's choice and stays.
+	cfg2, _ := pgxpool.ParseConfig(sch.URL + "&lock_timeout=900")
+	if err := postgres.ConfigurePool(cfg2); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg2.ConnConfig.RuntimeParams["lock_timeout"]; got != "900" {
+		t.Fatalf("ConfigurePool overwrote lock_timeout=900 with %q", got)
+	}
+}
+
+func TestStore_InTxSetsTimeoutsLocally(t *testing.T) {
+	f := newFixture(t, fixtureOpts{unconfigured: true,
+		opts: []postgres.Option{postgres.WithLockTimeout(1234 * time.Millisecond), postgres.WithIdleInTxTimeout(4321 * time.Millisecond)}})
+	var lock, idle, iso string
+	err := f.s.InTx(ctxOf(t), func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout'), current_setting('transaction_isolation')").Scan(&lock, &idle, &iso)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lock != "1234ms" || idle != "4321ms" || iso != "read committed" {
+		t.Fatalf("in InTx: lock_timeout %q, idle %q, isolation %q", lock, idle, iso)
+	}
+	// SET LOCAL: the session itself is unchanged afterwards.
+	if err := f.pool.QueryRow(ctxOf(t), "SELECT current_setting('lock_timeout')").Scan(&lock); err != nil || lock != "0" {
+		t.Fatalf("session lock_timeout after InTx = %q, %v; want the server default 0", lock, err)
+	}
+}
+
+// A paused worker holding a row lock in an open transaction blocks a new
+// claimer for at most lock_timeout per attempt (ErrUnavailable, SQLSTATE
+// 55P03), and only until idle_in_transaction_session_timeout ends the
+// paused session; then a new owner acquires.
+func TestStore_PausedTransactionDoesNotBlockForever(t *testing.T) {
+	opts := []postgres.Option{postgres.WithLockTimeout(100 * time.Millisecond), postgres.WithIdleInTxTimeout(600 * time.Millisecond)}
+	for _, tc := range []struct {
+		name         string
+		unconfigured bool
+		ownTx        bool // the caller's own pool.Begin instead of InTx
+	}{
+		{"ConfiguredPoolCallerTx", false, true},
+		{"ConfiguredPoolInTx", false, false},
+		{"UnconfiguredPoolInTx", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, fixtureOpts{unconfigured: tc.unconfigured, opts: opts})
+			ctx := ctxOf(t)
+			sc := scope()
+			held := make(chan error, 1)
+			resume := make(chan struct{})
+			var once sync.Once
+			wake := func() { once.Do(func() { close(resume) }) }
+			t.Cleanup(wake) // before the pool closes, even when the test fails
+			pause := func(ctx context.Context, tx pgx.Tx) error {
+				res, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+				if err != nil || !res.Acquired {
+					return fmt.Errorf("ClaimTx = %+v, %v", res, err)
+				}
+				held <- nil
+				<-resume // the worker pauses with the row locked
+				return nil
+			}
+			finished := make(chan error, 1)
+			if tc.ownTx {
+				tx, err := f.pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					err := pause(ctx, tx)
+					if err == nil {
+						err = tx.Commit(ctx)
+					}
+					finished <- err
+				}()
+			} else {
+				go func() { finished <- f.s.InTx(ctx, pause) }()
+			}
+			if err := <-held; err != nil {
+				t.Fatal(err)
+			}
+
+			// While the paused transaction lives: bounded by lock_timeout.
+			_, err := f.s.Claim(ctx, claimParams(sc, time.Hour))
+			var pgErr *pgconn.PgError
+			if !errors.Is(err, durable.ErrUnavailable) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+				t.Fatalf("claim behind a paused transaction = %v; want ErrUnavailable wrapping lock_timeout (55P03)", err)
+			}
+			// Then the server ends the idle session and a new owner acquires.
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				res, err := f.s.Claim(ctx, claimParams(sc, time.Hour))
+				if err == nil && res.Acquired {
+					break
+				}
+				if err != nil && !errors.Is(err, durable.ErrUnavailable) {
+					t.Fatalf("claim = %v; want ErrUnavailable while blocked", err)
+				}
+				if err == nil {
+					t.Fatalf("claim saw %+v; the paused claim must never commit", res.Record)
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the paused transaction blocked the key for good")
+				}
+			}
+			wake()
+			if err := <-finished; err == nil {
+				t.Fatal("the paused transaction committed after its session was ended")
+			}
+		})
+	}
+}
+
+// A claim that waited on a row updated by a concurrent transaction reports
+// the version that transaction committed (FOR SHARE), not the statement's
+// snapshot, in one statement; one that waited on a row inserted after its
+// snapshot reads it again (two statements).
+func TestStore_ClaimAfterWaitingSeesTheCommittedVersion(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	other, stmts := secondStore(t, f)
+	ctx := ctxOf(t)
+
+	run := func(prepare func(tx pgx.Tx) fence.Token, sc durable.Scope) (durable.ClaimResult, fence.Token, int64) {
+		t.Helper()
+		tx, err := f.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		tok := prepare(tx)
+		type out struct {
+			res durable.ClaimResult
+			err error
+			n   int64
+		}
+		done := make(chan out, 1)
+		go func() {
+			before := stmts.n.Load()
+			res, err := other.Claim(ctx, claimParams(sc, time.Hour))
+			done <- out{res, err, stmts.n.Load() - before}
+		}()
+		waitLockWaiter(t, f)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		o := <-done
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		return o.res, tok, o.n
+	}
+
+	// The row exists and a transaction completes it while the claim waits.
+	sc := scope()
+	ref, _ := f.s.Ref(sc)
+	first := acquire(t, f.s, claimParams(sc, time.Hour))
+	res, tok, n := run(func(tx pgx.Tx) fence.Token {
+		if err := f.s.CompleteTx(ctx, tx, ref, first, result); err != nil {
+			t.Fatal(err)
+		}
+		return first
+	}, sc)
+	if res.Acquired || res.Record == nil || res.Record.State != durable.Completed || !res.Record.Token.Equal(tok) || n != 1 {
+		t.Fatalf("claim after waiting on an update = %+v (%d statements); want the completed record in 1 statement", res, n)
+	}
+
+	// The row is inserted by a transaction that commits while the claim waits.
+	sc = scope()
+	res, tok, n = run(func(tx pgx.Tx) fence.Token {
+		r, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+		if err != nil || !r.Acquired {
+			t.Fatalf("ClaimTx = %+v, %v", r, err)
+		}
+		return r.Token
+	}, sc)
+	if res.Acquired || res.Record == nil || res.Record.State != durable.Processing || !res.Record.Token.Equal(tok) || n != 2 {
+		t.Fatalf("claim after waiting on an insert = %+v (%d statements); want the processing record, read again (2 statements)", res, n)
+	}
+}
+
+// When the connection is lost after a write was sent and the server applied
+// it, the store re-reads the record and reports the truth.
+func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
+	for _, unconfigured := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unconfigured=%v", unconfigured), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, fixtureOpts{proxy: true, unconfigured: unconfigured})
+			s, ctx := f.s, ctxOf(t)
+			cuts := int64(0)
+			lost := func(what string) {
+				t.Helper()
+				cuts++
+				if got := f.proxy.cuts.Load(); got != cuts {
+					t.Fatalf("%s: the proxy lost %d replies; want %d (the test did not cut)", what, got, cuts)
+				}
+			}
+
+			sc := scope()
+			ref, _ := s.Ref(sc)
+			p := claimParams(sc, time.Hour)
+			f.proxy.arm(cutExec)
+			res, err := s.Claim(ctx, p)
+			lost("Claim")
+			if err != nil || !res.Acquired || res.Token.Owner != p.Owner {
+				t.Fatalf("Claim with a lost reply = %+v, %v; want acquired by re-reading", res, err)
+			}
+			tok := res.Token
+
+			f.proxy.arm(cutExec)
+			err = s.Renew(ctx, ref, tok, time.Hour)
+			lost("Renew")
+			if !errors.Is(err, durable.ErrUnavailable) {
+				t.Fatalf("Renew with a lost reply = %v; want ErrUnavailable (a renewal cannot be inferred)", err)
+			}
+			if err := s.Renew(ctx, ref, tok, time.Hour); err != nil {
+				t.Fatalf("retried Renew = %v", err)
+			}
+
+			f.proxy.arm(cutExec)
+			err = s.Complete(ctx, ref, tok, result)
+			lost("Complete")
+			if err != nil {
+				t.Fatalf("Complete with a lost reply = %v; want success by re-reading", err)
+			}
+			if rec, err := s.Get(ctx, ref); err != nil || rec.State != durable.Completed {
+				t.Fatalf("Get = %+v, %v", rec, err)
+			}
+
+			// A fenced write whose reply is lost stays fenced.
+			stale := fence.Token{Generation: tok.Generation, Owner: uuid.New()}
+			f.proxy.arm(cutExec)
+			err = s.Complete(ctx, ref, stale, result)
+			lost("stale Complete")
+			if !errors.Is(err, durable.ErrFenced) {
+				t.Fatalf("stale Complete with a lost reply = %v; want ErrFenced", err)
+			}
+
+			sc = scope()
+			ref, _ = s.Ref(sc)
+			tok = acquire(t, s, claimParams(sc, time.Hour))
+			f.proxy.arm(cutExec)
+			err = s.MarkUncertain(ctx, ref, tok)
+			lost("MarkUncertain")
+			if err != nil {
+				t.Fatalf("MarkUncertain with a lost reply = %v", err)
+			}
+			r := uuid.New()
+			f.proxy.arm(cutExec)
+			adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: r, Lease: time.Hour})
+			lost("Adopt")
+			if err != nil || adopted.Owner != r || adopted.Generation != tok.Generation+1 {
+				t.Fatalf("Adopt with a lost reply = %v, %v", adopted, err)
+			}
+			f.proxy.arm(cutExec)
+			err = s.Fail(ctx, ref, adopted, result)
+			lost("Fail")
+			if err != nil {
+				t.Fatalf("Fail with a lost reply = %v", err)
+			}
+
+			sc = scope()
+			ref, _ = s.Ref(sc)
+			tok = acquire(t, s, claimParams(sc, time.Hour))
+			f.proxy.arm(cutExec)
+			err = s.Release(ctx, ref, tok)
+			lost("Release")
+			if err != nil {
+				t.Fatalf("Release with a lost reply = %v", err)
+			}
+			if rec, err := s.Get(ctx, ref); err != nil || !rec.Released {
+				t.Fatalf("Get after Release = %+v, %v", rec, err)
+			}
+		})
+	}
+}
+
+func TestStore_ClosedPoolIsUnavailable(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	sc := scope()
+	ref, _ := f.s.Ref(sc)
+	tok := acquire(t, f.s, claimParams(sc, time.Hour))
+	f.pool.Close()
+	ctx := ctxOf(t)
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, durable.ErrUnavailable) || !errors.Is(err, puddle.ErrClosedPool) {
+			t.Errorf("%s on a closed pool = %v; want ErrUnavailable wrapping the closed pool", what, err)
+		}
+	}
+	_, err := f.s.Claim(ctx, claimParams(sc, time.Hour))
+	check("Claim", err)
+	check("Complete", f.s.Complete(ctx, ref, tok, result))
+	check("Fail", f.s.Fail(ctx, ref, tok, result))
+	check("Renew", f.s.Renew(ctx, ref, tok, time.Hour))
+	check("MarkUncertain", f.s.MarkUncertain(ctx, ref, tok))
+	check("Release", f.s.Release(ctx, ref, tok))
+	_, err = f.s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: time.Hour})
+	check("Adopt", err)
+	_, err = f.s.Get(ctx, ref)
+	check("Get", err)
+	_, err = f.s.Pending(ctx, durable.PendingParams{Limit: 1})
+	check("Pending", err)
+	_, err = f.s.Sweep(ctx, 1)
+	check("Sweep", err)
+	_, err = f.s.Stats(ctx)
+	check("Stats", err)
+	check("InTx", f.s.InTx(ctx, func(context.Context, pgx.Tx) error { return nil }))
+	check("Migrate", f.s.Migrate(ctx))
+}
+
+func TestStore_RefusedConnectionWrapsTheCause(t *testing.T) {
+	s := unreachable(t)
+	_, err := s.Get(ctxOf(t), durable.Ref{})
+	var connErr *pgconn.ConnectError
+	if !errors.Is(err, durable.ErrUnavailable) || !errors.As(err, &connErr) {
+		t.Fatalf("Get on a refused connection = %v; want ErrUnavailable wrapping *pgconn.ConnectError", err)
+	}
+}
+
+// The raw key is never written: the row holds SHA-256(key), or
+// HMAC-SHA-256(secret, key) with WithKeySecret.
+func TestStore_KeyIsStoredOnlyAsItsHash(t *testing.T) {
+	secret := []byte("a secret of the deployment")
+	f := newFixture(t, fixtureOpts{opts: []postgres.Option{postgres.WithKeySecret(secret)}})
+	ctx := ctxOf(t)
+	sc := durable.Scope{Tenant: "tenant", Operation: "POST /orders", Key: "raw-client-key-8c1d2e"}
+	tok := acquire(t, f.s, claimParams(sc, time.Hour))
+	ref, _ := f.s.Ref(sc)
+	if err := f.s.Complete(ctx, ref, tok, result); err != nil {
+		t.Fatal(err)
+	}
+	var dump string
+	var keyHash []byte
+	if err := f.pool.QueryRow(ctx, "SELECT t::text, key_hash FROM idempotency_requests t").Scan(&dump, &keyHash); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(dump, sc.Key) || strings.Contains(strings.ToLower(dump), fmt.Sprintf("%x", sc.Key)) {
+		t.Fatalf("the raw key is in the row: %s", dump)
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(sc.Key))
+	if !hmac.Equal(keyHash, m.Sum(nil)) {
+		t.Fatalf("key_hash %x; want HMAC-SHA-256(secret, key)", keyHash)
+	}
+	// A store without the secret addresses another record.
+	plain, err := postgres.New(f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pref, _ := plain.Ref(sc)
+	if sum := sha256.Sum256([]byte(sc.Key)); pref.KeyHash != sum {
+		t.Fatal("without a secret the key hash is not SHA-256(key)")
+	}
+	if _, err := plain.Get(ctx, pref); !errors.Is(err, durable.ErrNotFound) {
+		t.Fatalf("Get without the secret = %v; want ErrNotFound", err)
+	}
+}
+
+// A restart past retention clears every stored result column, not only what
+// Get shows.
+func TestStore_RestartClearsTheStoredResult(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	ctx := ctxOf(t)
+	sc := scope()
+	ref, _ := f.s.Ref(sc)
+	p := claimParams(sc, time.Hour)
+	p.Retention = 20 * time.Millisecond
+	tok := acquire(t, f.s, p)
+	if err := f.s.Complete(ctx, ref, tok, result); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		rec, err := f.s.Get(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Expired() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("retention never passed")
+		}
+	}
+	res, err := f.s.Claim(ctx, claimParams(sc, time.Hour))
+	if err != nil || !res.Restarted {
+		t.Fatalf("Claim = %+v, %v; want a restart", res, err)
+	}
+	var cleared bool
+	err = f.pool.QueryRow(ctx, `SELECT status_code IS NULL AND response_headers IS NULL AND response_body IS NULL
+		AND response_version IS NULL AND resource_id IS NULL AND completed_at IS NULL FROM idempotency_requests`).Scan(&cleared)
+	if err != nil || !cleared {
+		t.Fatalf("result columns cleared = %v, %v; want true", cleared, err)
+	}
+}
+
+// Claim + Complete inside the caller's transaction is one transaction:
+// BEGIN, claim, complete, COMMIT.
+func TestStore_ClaimCompleteInTxIsOneTransaction(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	sc := scope()
+	before := f.stmts.n.Load()
+	err := f.s.InTx(ctxOf(t), func(ctx context.Context, tx pgx.Tx) error {
+		res, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+		if err != nil {
+			return err
+		}
+		return f.s.CompleteTx(ctx, tx, res.Ref, res.Token, result)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := f.stmts.n.Load() - before; n != 4 {
+		t.Fatalf("InTx(ClaimTx, CompleteTx) took %d statements; want 4 (BEGIN, claim, complete, COMMIT)", n)
+	}
+}
+
+func TestStore_NilTx(t *testing.T) {
+	f := newFixture(t, fixtureOpts{noMigrate: true})
+	ctx := ctxOf(t)
+	if _, err := f.s.ClaimTx(ctx, nil, claimParams(scope(), time.Hour)); !errors.Is(err, postgres.ErrNilTx) {
+		t.Fatalf("ClaimTx(nil) = %v", err)
+	}
+	if err := f.s.CompleteTx(ctx, nil, durable.Ref{}, fence.Token{}, result); !errors.Is(err, postgres.ErrNilTx) {
+		t.Fatalf("CompleteTx(nil) = %v", err)
+	}
+}
+
+// Many instances start at once: 8 concurrent Migrate calls on a fresh schema
+// all succeed (the advisory lock serializes them), and the result works.
+func TestMigrate_ConcurrentInstances(t *testing.T) {
+	sch := testenv.Postgres(t)
+	cfg, err := pgxpool.ParseConfig(sch.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 10
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := ctxOf(t)
+	named := testenv.Name("m_") // a schema that does not exist yet
+	t.Cleanup(func() { _, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+named+" CASCADE") })
+	for _, opts := range [][]postgres.Option{nil, {postgres.WithSchema(named), postgres.WithTable("keys")}} {
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Go(func() {
+				s, err := postgres.New(pool, opts...)
+				if err == nil {
+					err = s.Migrate(ctx)
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("Migrate #%d with %d options: %v", i, len(opts), err)
+			}
+		}
+		s, _ := postgres.New(pool, opts...)
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate again: %v", err)
+		}
+		acquire(t, s, claimParams(scope(), time.Hour))
+	}
+	var reg *string
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", named+".keys").Scan(&reg); err != nil || reg == nil {
+		t.Fatalf("table %s.keys = %v, %v; want it created in the schema", named, reg, err)
+	}
+}
+
+// The embedded files are plain SQL: down drops what up created, and up runs
+// again after it.
+func TestMigrate_DownThenUp(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	ctx := ctxOf(t)
+	down, err := fs.ReadFile(postgres.Migrations(), "001_create_idempotency_requests.down.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.ReadFile(postgres.Migrations(), "001_create_idempotency_requests.up.sql"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, string(down)); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	var table, typ *string
+	if err := f.pool.QueryRow(ctx, "SELECT to_regclass('idempotency_requests')::text, to_regtype('idempotency_state')::text").Scan(&table, &typ); err != nil {
+		t.Fatal(err)
+	}
+	if table != nil || typ != nil {
+		t.Fatalf("after down: table %v, type %v; want both gone", table, typ)
+	}
+	if err := f.s.Migrate(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	acquire(t, f.s, claimParams(scope(), time.Hour))
+}

@@ -1,0 +1,225 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+)
+
+// fencedWrite is one UPDATE matching the record's owner AND generation AND
+// expected state.
+type fencedWrite struct {
+	op   string
+	sql  string
+	args []any
+	// applied reports whether rec shows this write in effect for tok: a
+	// repeated write, or one whose acknowledgement was lost, then succeeds.
+	applied func(rec durable.Record) bool
+}
+
+// run executes w and resolves every outcome to the truth:
+//
+//   - one row updated: success;
+//   - zero rows: the record is read; if it shows the write already in
+//     effect for tok, success (the same write repeated), else ErrFenced;
+//   - a failure that may have applied (connection lost after sending, on the
+//     pool): the record is re-read; in effect: success; still held by tok and
+//     unfinished: ErrUnavailable (not in effect; retry); anything
+//     else: ErrFenced. If the re-read fails too: ErrUnavailable.
+func (s *Store) run(ctx context.Context, q querier, ref durable.Ref, tok fence.Token, w fencedWrite) error {
+	n, err := s.exec(ctx, q, w.sql, w.args)
+	switch {
+	case err == nil && n == 1:
+		return nil
+	case err == nil:
+		rec, gerr := s.get(ctx, q, ref)
+		if errors.Is(gerr, durable.ErrNotFound) {
+			return fencedErr(w.op)
+		}
+		if gerr != nil {
+			return translate(w.op, gerr)
+		}
+		if w.applied(rec) {
+			return nil
+		}
+		return fencedErr(w.op)
+	case !s.onPool(q) || !isAmbiguous(err):
+		return translate(w.op, err)
+	}
+	rec, gerr := s.get(ctx, s.pool, ref)
+	switch {
+	case gerr == nil && w.applied(rec):
+		return nil
+	case gerr == nil && rec.Token.Equal(tok) && !rec.State.Finished():
+		return unavailable(w.op+" (not in effect after a lost reply; retry)", err)
+	case gerr == nil || errors.Is(gerr, durable.ErrNotFound):
+		return fencedErr(w.op)
+	}
+	return unavailable(w.op+" (outcome unknown)", err)
+}
+
+func fenceArgs(ref durable.Ref, tok fence.Token, more ...any) []any {
+	return append(append(refArgs(ref), int64(tok.Generation), pgUUID(tok.Owner)), more...)
+}
+
+func (s *Store) finish(ctx context.Context, q querier, op string, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	headers, body, err := encodeResult(res)
+	if err != nil {
+		return fmt.Errorf("durable/postgres: %s: %w", op, err)
+	}
+	sql := s.q.complete
+	if state == durable.Failed {
+		sql = s.q.fail
+	}
+	return s.run(ctx, q, ref, tok, fencedWrite{
+		op:   op,
+		sql:  sql,
+		args: fenceArgs(ref, tok, res.StatusCode, headers, body, res.Version, res.ResourceID),
+		applied: func(rec durable.Record) bool {
+			return rec.State == state && rec.Token.Equal(tok) && sameResult(rec.Result, res)
+		},
+	})
+}
+
+// Complete stores res and moves the record to completed, fenced by tok: it
+// applies only while tok is the record's token and the record is processing
+// or uncertain. Completing again with the same token and result succeeds;
+// otherwise a write that no longer holds the record returns an error
+// matching [durable.ErrFenced] and changes nothing. When the connection is
+// lost after the UPDATE was sent, Complete re-reads the record and reports
+// the truth (see the package documentation). One round trip.
+func (s *Store) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	return s.finish(ctx, s.pool, "complete", durable.Completed, ref, tok, res)
+}
+
+// CompleteTx is [Store.Complete] inside tx: it commits with tx.
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx == nil {
+		return ErrNilTx
+	}
+	return s.finish(ctx, tx, "complete", durable.Completed, ref, tok, res)
+}
+
+// Fail stores res as a final business rejection (state failed), fenced
+// like [Store.Complete].
+func (s *Store) Fail(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	return s.finish(ctx, s.pool, "fail", durable.Failed, ref, tok, res)
+}
+
+// FailTx is [Store.Fail] inside tx.
+func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx == nil {
+		return ErrNilTx
+	}
+	return s.finish(ctx, tx, "fail", durable.Failed, ref, tok, res)
+}
+
+// MarkUncertain moves a processing record held by tok to uncertain and
+// clears its lease, so the reconciler can [Store.Adopt] it. The token stays
+// the record's until then (its owner may still Complete or Fail it).
+// Marking again with the same token succeeds; [durable.ErrFenced] otherwise.
+func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+	return s.run(ctx, s.pool, ref, tok, fencedWrite{
+		op:   "mark uncertain",
+		sql:  s.q.markUncertain,
+		args: fenceArgs(ref, tok),
+		applied: func(rec durable.Record) bool {
+			return rec.State == durable.Uncertain && rec.Token.Equal(tok)
+		},
+	})
+}
+
+// Renew sets the lease of the record held by tok to lease from now by the
+// database's clock. Only a processing record, or an uncertain one adopted
+// by tok, is renewed; [durable.ErrFenced] otherwise. A lease that expired
+// is renewed too as long as nobody took the record over: the token, not
+// the clock, decides who may write. lease must be at least 1ms
+// ([durable.ErrInvalidScope]).
+func (s *Store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+	if lease < time.Millisecond {
+		return fmt.Errorf("durable/postgres: renew: %w", &durable.ScopeError{Field: "lease", Reason: "shorter than 1ms"})
+	}
+	return s.run(ctx, s.pool, ref, tok, fencedWrite{
+		op:      "renew",
+		sql:     s.q.renew,
+		args:    fenceArgs(ref, tok, lease.Microseconds()),
+		applied: func(durable.Record) bool { return false }, // a renewal is repeated, not inferred
+	})
+}
+
+// Release frees a processing record held by tok for any new claim: the row
+// stays (processing, no owner, no lease) so its generation survives, and
+// the next claim, with any fingerprint, starts a new operation above it.
+// Releasing again with the same token succeeds while nobody claimed the
+// record since; [durable.ErrFenced] otherwise.
+func (s *Store) Release(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+	return s.release(ctx, s.pool, ref, tok)
+}
+
+// ReleaseTx is [Store.Release] inside tx.
+func (s *Store) ReleaseTx(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token) error {
+	if tx == nil {
+		return ErrNilTx
+	}
+	return s.release(ctx, tx, ref, tok)
+}
+
+func (s *Store) release(ctx context.Context, q querier, ref durable.Ref, tok fence.Token) error {
+	return s.run(ctx, q, ref, tok, fencedWrite{
+		op:   "release",
+		sql:  s.q.release,
+		args: fenceArgs(ref, tok),
+		applied: func(rec durable.Record) bool {
+			// The database issues each generation of a row once, so a
+			// released row at tok's generation was released by tok.
+			return rec.Released && rec.Token.Generation == tok.Generation
+		},
+	})
+}
+
+// Adopt takes over, for the reconciler, a record that is uncertain with its
+// lease free (never adopted, or the adopter's lease expired) or processing
+// with an expired lease, under p.Owner with a lease of p.Lease. The state is
+// kept; the generation becomes GREATEST(p.Proposed, stored+1) and the
+// record's takeovers count rises. It returns the new token, an error
+// matching [durable.ErrNotFound] when there is no record, [durable.ErrBusy]
+// when it is held by a live lease, released or finished, and
+// [durable.ErrInvalidScope] for a nil owner, a lease under 1ms or a proposal
+// out of range. A lost connection is resolved by re-reading, as for Claim.
+func (s *Store) Adopt(ctx context.Context, p durable.AdoptParams) (fence.Token, error) {
+	switch {
+	case p.Owner == uuid.Nil:
+		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", &durable.ScopeError{Field: "owner", Reason: "nil UUID"})
+	case p.Lease < time.Millisecond:
+		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", &durable.ScopeError{Field: "lease", Reason: "shorter than 1ms"})
+	case p.Proposed > 1<<62:
+		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", &durable.ScopeError{Field: "proposed", Reason: "generation out of range"})
+	}
+	var (
+		gen   *int64
+		exist bool
+	)
+	args := append(refArgs(p.Ref), int64(p.Proposed), pgUUID(p.Owner), p.Lease.Microseconds())
+	if err := s.queryRow(ctx, s.pool, s.q.adopt, args, &gen, &exist); err != nil {
+		if isAmbiguous(err) {
+			if rec, gerr := s.get(ctx, s.pool, p.Ref); gerr == nil && rec.Token.Owner == p.Owner && !rec.Released {
+				return rec.Token, nil
+			}
+		}
+		return fence.Token{}, translate("adopt", err)
+	}
+	switch {
+	case gen != nil:
+		return fence.Token{Generation: uint64(*gen), Owner: p.Owner}, nil
+	case !exist:
+		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", durable.ErrNotFound)
+	}
+	return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", durable.ErrBusy)
+}

@@ -1,0 +1,97 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+)
+
+// claimAttempts bounds how often a claim is tried again when the record
+// changed between the claim statement and the read that classifies it (only
+// another process writing the file, or a lease expiring in between, can do
+// that).
+const claimAttempts = 4
+
+// Claim atomically inserts or takes over the record of p.Scope (see the
+// durable package documentation for the rule), by the database's clock, in
+// one statement. When the rule refuses, that statement writes nothing and a
+// second one reads the existing record to return. It returns ErrMismatch for a record
+// with another fingerprint, ErrInvalidScope for bad parameters (nothing
+// written) and ErrUnavailable when the database cannot be used.
+func (s *Store) Claim(ctx context.Context, p durable.ClaimParams) (durable.ClaimResult, error) {
+	ref, err := s.claimRef(p)
+	if err != nil {
+		return durable.ClaimResult{}, err
+	}
+	unlock, err := s.lockWrites(ctx)
+	if err != nil {
+		return durable.ClaimResult{}, unavailable("claim", err)
+	}
+	defer unlock()
+	return s.claim(ctx, s.db, ref, p)
+}
+
+// ClaimTx is Claim inside tx. Its statement takes the database's write lock
+// if tx does not hold it yet, so a concurrent claimer of any scope waits
+// (up to the busy timeout) until tx ends, and then sees what tx committed.
+func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
+	ref, err := s.claimRef(p)
+	if err != nil {
+		return durable.ClaimResult{}, err
+	}
+	if tx == nil {
+		return durable.ClaimResult{}, &durable.ScopeError{Field: "tx", Reason: "nil transaction"}
+	}
+	return s.claim(ctx, tx, ref, p)
+}
+
+func (s *Store) claimRef(p durable.ClaimParams) (durable.Ref, error) {
+	if err := p.Validate(); err != nil {
+		return durable.Ref{}, err
+	}
+	return p.Scope.Ref(s.cfg.secret), nil
+}
+
+func (s *Store) claim(ctx context.Context, q querier, ref durable.Ref, p durable.ClaimParams) (durable.ClaimResult, error) {
+	for range claimAttempts {
+		var (
+			gen int64
+			via string
+		)
+		err := s.queryRow(ctx, q, s.q.claim, ref.Tenant, ref.Operation, ref.KeyHash[:], p.Fingerprint,
+			int64(p.Proposed), p.Owner.String(), p.Lease.Microseconds(), p.Retention.Microseconds()).Scan(&gen, &via)
+		if err == nil {
+			return durable.ClaimResult{
+				Acquired:  true,
+				Token:     fence.Token{Generation: uint64(gen), Owner: p.Owner},
+				Ref:       ref,
+				Takeover:  via == "takeover",
+				Restarted: via == "restart",
+			}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return durable.ClaimResult{}, translate("claim", err)
+		}
+		// The record exists and the rule refused it (nothing was written):
+		// read it to classify. Between the two statements this Store writes
+		// nothing (the caller holds its write lock or tx); another process
+		// could, so a record that the rule would now accept, or that is
+		// gone, is claimed again.
+		var claimable bool
+		rec, err := scanRecord(s.queryRow(ctx, q, s.q.claimRead, ref.Tenant, ref.Operation, ref.KeyHash[:], p.Fingerprint), &claimable)
+		switch {
+		case errors.Is(err, sql.ErrNoRows), err == nil && claimable:
+			continue
+		case err != nil:
+			return durable.ClaimResult{}, translate("claim", err)
+		case rec.Fingerprint != p.Fingerprint:
+			return durable.ClaimResult{Ref: ref}, fmt.Errorf("durable/sqlite: claim: %w", durable.ErrMismatch)
+		}
+		return durable.ClaimResult{Ref: ref, Record: &rec}, nil
+	}
+	return durable.ClaimResult{}, unavailable("claim", errors.New("the record kept changing under the claim"))
+}

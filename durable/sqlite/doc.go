@@ -1,0 +1,82 @@
+// Package sqlite is the embedded, single-node backend of the durable store
+// contract (package durable), on a SQLite database file through the pure-Go
+// driver modernc.org/sqlite (no cgo). It is the default when no PostgreSQL
+// is named: nothing to install, one file on disk.
+//
+//	s, err := sqlite.Open(ctx, filepath.Join(dir, "oncekey.db"))
+//	...
+//	defer s.Close()
+//	if err := s.Migrate(ctx); err != nil { ... }
+//
+// It passes the same contract suite (package durabletest) as the PostgreSQL
+// backend, unchanged.
+//
+// # What it guarantees, on one node
+//
+//   - Claim is one INSERT ... ON CONFLICT ... DO UPDATE ... WHERE ... RETURNING
+//     statement: the database alone decides who owns a key; never
+//     check-then-insert. Generations become max(proposed, stored+1). When
+//     the rule refuses, that statement writes nothing and a second one
+//     reads the record to return (replay, in progress, mismatch), still
+//     under the Store's write lock (if another process changed the record in
+//     between, the claim is tried again); a fresh claim, a Complete and a Get are one statement
+//     each. Statements are prepared once per Store.
+//   - Complete, Fail, MarkUncertain, Renew and Release are each one UPDATE
+//     matching owner, generation and state; zero rows is [durable.ErrFenced].
+//   - Lease and retention decisions use the database's clock
+//     (unixepoch('subsec'), millisecond resolution, stored as integer
+//     microseconds). On one node the database's clock is the host's clock:
+//     every process on the host reads the same one, so worker clock skew
+//     does not exist here; a host clock step (NTP, a VM resume) moves every
+//     lease at once, as it would move PostgreSQL's.
+//   - The file is in WAL mode, so reads ([Store.Get], [Store.Stats],
+//     [Store.Pending]) never wait for the writer, and synchronous=FULL, so a
+//     commit is on disk when it returns: a completion survives a power loss
+//     as well as a crash. (NORMAL would be faster but, in WAL mode, may lose
+//     the last commits on power loss, which would let a retried request run
+//     its effect a second time.)
+//   - Writes are serialized: SQLite has one writer at a time. Within a Store
+//     they queue on a Go lock; across Stores and processes on SQLite's lock
+//     with a busy timeout ([WithBusyTimeout], default 5 s;
+//     [Store.WriteWaiters] is the queue's length). Every write
+//     transaction takes the write lock at its start (BEGIN IMMEDIATE), so
+//     none fails later upgrading a read lock: concurrent claims in one
+//     process neither fail spuriously nor deadlock. A write that still waits
+//     longer than the busy timeout fails with [durable.ErrUnavailable].
+//   - Same-transaction mode: [Store.InTx] gives a *sql.Tx on which
+//     [Store.ClaimTx], the caller's own statements (on its tables in the same
+//     file, see [Store.DB]) and [Store.CompleteTx] commit together. While it
+//     is open every other writer waits, so a concurrent claimer of the same
+//     key then sees the committed outcome, never a second acquisition. Keep
+//     such transactions short: they stop every writer of the file.
+//   - A commit cannot be ambiguous in-process: SQLite either applied it or
+//     rolled it back before returning, and reports which. Fenced writes are
+//     still verified by re-reading after an error or zero rows, so a
+//     repeated Complete with the same token and result succeeds.
+//   - Keys are stored only as SHA-256, or HMAC-SHA-256 with [WithKeySecret].
+//     No key, tenant or body is logged; errors never contain them.
+//   - A closed database, a file that cannot be opened, an I/O error or a
+//     lock held past the busy timeout surface as [durable.ErrUnavailable]
+//     wrapping the cause.
+//
+// # What it does not do
+//
+//   - It is not shared between hosts. A SQLite file on a network file
+//     system (NFS, SMB) does not get working locks or WAL shared memory;
+//     use the PostgreSQL backend for more than one host, or for more than
+//     one process on more than one host.
+//   - Several processes on one host may share the file when its file system
+//     supports POSIX locks and shared memory (a local disk: ext4, xfs, apfs,
+//     ntfs). The tests run several processes claiming the same keys of one
+//     file on ext4 and check that each key is acquired once; nothing else
+//     was tested.
+//   - Throughput is that of one writer with an fsync per commit. Stats reads
+//     the whole table.
+//
+// # Schema and migrations
+//
+// [Store.Migrate] runs the embedded migration/001_create_idempotency_requests.up.sql
+// (see [Migrations]): a STRICT, WITHOUT ROWID table keyed by (tenant_id,
+// operation, key_hash), with partial indexes for the sweeper and the
+// reconciler. [WithTable] renames the table and its indexes.
+package sqlite

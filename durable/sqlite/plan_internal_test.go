@@ -1,0 +1,74 @@
+package sqlite
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestQueryPlans checks that Sweep and Pending read their partial indexes
+// instead of the whole table.
+func TestQueryPlans(t *testing.T) {
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "plan.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		query, index string
+		args         []any
+	}{
+		"sweep":   {s.q.sweep, "idempotency_requests_sweep_idx", []any{10}},
+		"pending": {s.q.pending, "idempotency_requests_pending_idx", []any{0, 10}},
+	} {
+		rows, err := s.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, tc.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if !strings.Contains(strings.Join(plan, "\n"), tc.index) {
+			t.Errorf("%s does not use %s:\n%s", name, tc.index, strings.Join(plan, "\n"))
+		}
+		t.Logf("%s:\n%s", name, strings.Join(plan, "\n"))
+	}
+}
+
+// TestMigrationDown checks that the down migration undoes the up one and
+// that both are idempotent.
+func TestMigrationDown(t *testing.T) {
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "down.db"), WithTable("custom_requests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	objects := func() int {
+		var n int
+		if err := s.db.QueryRowContext(t.Context(), `SELECT count(*) FROM sqlite_schema WHERE name LIKE 'custom_requests%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, step := range []struct {
+		suffix string
+		want   int
+	}{{".up.sql", 3}, {".up.sql", 3}, {".down.sql", 0}, {".down.sql", 0}, {".up.sql", 3}} {
+		if err := s.migrate(t.Context(), step.suffix); err != nil {
+			t.Fatalf("%s: %v", step.suffix, err)
+		}
+		if n := objects(); n != step.want {
+			t.Fatalf("after %s: %d schema objects, want %d", step.suffix, n, step.want)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+)
+
+// Get reads a record; ErrNotFound when there is none. LeaseRemaining and
+// ExpiresIn are measured by the database's clock. It reads the last commit
+// and does not wait for a writer.
+func (s *Store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error) {
+	if err := validRef(ref); err != nil {
+		return durable.Record{}, err
+	}
+	rec, err := s.get(ctx, s.db, ref)
+	return rec, translate("get", err)
+}
+
+// get returns database/sql's errors untranslated (sql.ErrNoRows included).
+func (s *Store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Record, error) {
+	return scanRecord(s.queryRow(ctx, q, s.q.get, ref.Tenant, ref.Operation, ref.KeyHash[:]))
+}
+
+// Adopt takes over, for the reconciler, a record that is uncertain (its
+// lease free or expired) or processing with an expired lease, both by the
+// database's clock. The state is kept; the generation becomes
+// max(Proposed, stored+1) and the owner and lease are the caller's.
+// It returns ErrNotFound when there is no record and ErrBusy when the record
+// is held by a live lease, released or finished.
+func (s *Store) Adopt(ctx context.Context, p durable.AdoptParams) (fence.Token, error) {
+	if err := validRef(p.Ref); err != nil {
+		return fence.Token{}, err
+	}
+	if p.Owner == uuid.Nil {
+		return fence.Token{}, &durable.ScopeError{Field: "owner", Reason: "nil UUID"}
+	}
+	if err := validLease(p.Lease); err != nil {
+		return fence.Token{}, err
+	}
+	if p.Proposed > 1<<62 {
+		return fence.Token{}, &durable.ScopeError{Field: "proposed", Reason: "generation out of range"}
+	}
+	unlock, err := s.lockWrites(ctx)
+	if err != nil {
+		return fence.Token{}, unavailable("adopt", err)
+	}
+	defer unlock()
+	ref := p.Ref
+	var gen int64
+	err = s.queryRow(ctx, s.db, s.q.adopt, ref.Tenant, ref.Operation, ref.KeyHash[:],
+		p.Owner.String(), int64(p.Proposed), p.Lease.Microseconds()).Scan(&gen)
+	if err == nil {
+		return fence.Token{Generation: uint64(gen), Owner: p.Owner}, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return fence.Token{}, translate("adopt", err)
+	}
+	var n int
+	if err := s.queryRow(ctx, s.db, s.q.adoptable, ref.Tenant, ref.Operation, ref.KeyHash[:]).Scan(&n); err != nil {
+		return fence.Token{}, translate("adopt", err)
+	}
+	if n == 0 {
+		return fence.Token{}, fmt.Errorf("durable/sqlite: adopt: %w", durable.ErrNotFound)
+	}
+	return fence.Token{}, fmt.Errorf("durable/sqlite: adopt: %w", durable.ErrBusy)
+}
+
+// Pending lists, oldest first, the records the reconciler should look at:
+// uncertain records whose lease is free, and processing records whose lease
+// expired at least p.StaleFor ago by the database's clock. Released records
+// are not listed.
+func (s *Store) Pending(ctx context.Context, p durable.PendingParams) ([]durable.Record, error) {
+	if p.Limit < 1 {
+		return nil, &durable.ScopeError{Field: "limit", Reason: "less than 1"}
+	}
+	if p.StaleFor < 0 {
+		return nil, &durable.ScopeError{Field: "stale for", Reason: "negative"}
+	}
+	rows, err := s.query(ctx, s.db, s.q.pending, p.StaleFor.Microseconds(), p.Limit)
+	if err != nil {
+		return nil, translate("pending", err)
+	}
+	defer rows.Close()
+	var out []durable.Record
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, translate("pending", err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("pending", err)
+	}
+	return out, nil
+}
+
+// Sweep deletes at most batch finished or released records past their
+// retention, oldest expiry first, and returns how many it deleted.
+// Processing and uncertain records are never deleted. One call is one
+// bounded DELETE, so it holds the write lock only briefly; call it in a loop
+// until it returns less than batch. batch must be at least 1.
+func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
+	if batch < 1 {
+		return 0, &durable.ScopeError{Field: "batch", Reason: "less than 1"}
+	}
+	unlock, err := s.lockWrites(ctx)
+	if err != nil {
+		return 0, unavailable("sweep", err)
+	}
+	defer unlock()
+	n, err := s.rowsAffected(s.exec(ctx, s.db, s.q.sweep, batch))
+	if err != nil {
+		return 0, translate("sweep", err)
+	}
+	return int(n), nil
+}
+
+// Stats summarizes the store in one read of the whole table (SQLite keeps
+// no counters), by the database's clock.
+func (s *Store) Stats(ctx context.Context) (durable.Stats, error) {
+	var (
+		st                                    durable.Stats
+		processing, completed, failed, uncrtn int64
+		oldest                                int64
+	)
+	err := s.queryRow(ctx, s.db, s.q.stats).Scan(&processing, &completed, &failed, &uncrtn,
+		&st.Released, &oldest, &st.StaleProcessing, &st.ExpiredUnswept, &st.ExpiredStuck, &st.Takeovers)
+	if err != nil {
+		return durable.Stats{}, translate("stats", err)
+	}
+	st.ByState = map[durable.State]int64{
+		durable.Processing: processing,
+		durable.Completed:  completed,
+		durable.Failed:     failed,
+		durable.Uncertain:  uncrtn,
+	}
+	st.OldestUnexpiredAge = time.Duration(oldest) * time.Microsecond
+	return st, nil
+}

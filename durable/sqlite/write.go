@@ -1,0 +1,175 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+)
+
+// Complete stores res and moves the record to completed, fenced by tok: one
+// UPDATE that matches the record's owner, generation and state (processing,
+// or uncertain after Adopt). Completing again with the same token and result
+// succeeds. It returns ErrFenced when tok no longer holds the record.
+func (s *Store) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	return s.finishOn(ctx, nil, "complete", durable.Completed, ref, tok, res)
+}
+
+// CompleteTx is Complete inside tx.
+func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx == nil {
+		return &durable.ScopeError{Field: "tx", Reason: "nil transaction"}
+	}
+	return s.finishOn(ctx, tx, "complete", durable.Completed, ref, tok, res)
+}
+
+// Fail stores res as a final business rejection (state failed), fenced like
+// Complete. Failing again with the same token and result succeeds.
+func (s *Store) Fail(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	return s.finishOn(ctx, nil, "fail", durable.Failed, ref, tok, res)
+}
+
+// FailTx is Fail inside tx.
+func (s *Store) FailTx(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx == nil {
+		return &durable.ScopeError{Field: "tx", Reason: "nil transaction"}
+	}
+	return s.finishOn(ctx, tx, "fail", durable.Failed, ref, tok, res)
+}
+
+func (s *Store) finishOn(ctx context.Context, tx *sql.Tx, op string, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if err := validWrite(op, ref, tok); err != nil {
+		return err
+	}
+	headers, err := encodeHeaders(res.Headers)
+	if err != nil {
+		return &durable.ScopeError{Field: "result", Reason: "headers cannot be encoded: " + err.Error()}
+	}
+	body := res.Body
+	if body == nil {
+		body = []byte{} // a stored result always has a body, maybe empty
+	}
+	var resource sql.NullString
+	if res.ResourceID != "" {
+		resource = sql.NullString{String: res.ResourceID, Valid: true}
+	}
+	// A finished record with this token and this result: the write applied
+	// (now or by an earlier call with the same token).
+	applied := func(rec durable.Record) bool {
+		return rec.State == state && heldBy(rec, tok) && sameResult(rec.Result, res)
+	}
+	return s.fencedWrite(ctx, tx, op, ref, applied, s.q.complete,
+		ref.Tenant, ref.Operation, ref.KeyHash[:], tok.Owner.String(), int64(tok.Generation),
+		string(state), int64(res.StatusCode), headers, body, int64(res.Version), resource)
+}
+
+// MarkUncertain moves a processing record to uncertain and frees its lease
+// for the reconciler, fenced. Marking again with the same token succeeds
+// while the record is still uncertain under it.
+func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+	if err := validWrite("mark uncertain", ref, tok); err != nil {
+		return err
+	}
+	applied := func(rec durable.Record) bool {
+		return rec.State == durable.Uncertain && heldBy(rec, tok)
+	}
+	return s.fencedWrite(ctx, nil, "mark uncertain", ref, applied, s.q.markUncertain,
+		ref.Tenant, ref.Operation, ref.KeyHash[:], tok.Owner.String(), int64(tok.Generation))
+}
+
+// Renew extends the lease to lease from now by the database's clock,
+// fenced; only a processing record, or an uncertain one adopted by tok, is
+// renewed. Renewing an expired lease that no one took over succeeds: the
+// token still holds the record.
+func (s *Store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+	if err := validWrite("renew", ref, tok); err != nil {
+		return err
+	}
+	if err := validLease(lease); err != nil {
+		return err
+	}
+	return s.fencedWrite(ctx, nil, "renew", ref, nil, s.q.renew,
+		ref.Tenant, ref.Operation, ref.KeyHash[:], tok.Owner.String(), int64(tok.Generation), lease.Microseconds())
+}
+
+// Release frees a processing record for any new claim, fenced; the row and
+// its generation are kept, so the next claim gets a higher generation.
+// Releasing again with the same token succeeds while no one claimed it since.
+func (s *Store) Release(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+	return s.releaseOn(ctx, nil, ref, tok)
+}
+
+// ReleaseTx is Release inside tx.
+func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token) error {
+	if tx == nil {
+		return &durable.ScopeError{Field: "tx", Reason: "nil transaction"}
+	}
+	return s.releaseOn(ctx, tx, ref, tok)
+}
+
+func (s *Store) releaseOn(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token) error {
+	if err := validWrite("release", ref, tok); err != nil {
+		return err
+	}
+	// Released under this generation: only this token can have done it,
+	// since any later claim raises the generation.
+	applied := func(rec durable.Record) bool {
+		return rec.Released && rec.Token.Generation == tok.Generation
+	}
+	return s.fencedWrite(ctx, tx, "release", ref, applied, s.q.release,
+		ref.Tenant, ref.Operation, ref.KeyHash[:], tok.Owner.String(), int64(tok.Generation))
+}
+
+// fencedWrite runs one fenced UPDATE on tx, or on the database under the
+// Store's write lock when tx is nil. When it matches no row, or fails, the
+// record is re-read: applied(record) true means the write is in place (a
+// retried call, or an outcome that applied although an error came back) and
+// is success. Otherwise zero rows is ErrFenced and an error is returned as
+// it is. applied nil means the write cannot be recognized afterwards.
+func (s *Store) fencedWrite(ctx context.Context, tx *sql.Tx, op string, ref durable.Ref,
+	applied func(durable.Record) bool, query string, args ...any) error {
+	var q querier = tx
+	if tx == nil {
+		unlock, err := s.lockWrites(ctx)
+		if err != nil {
+			return unavailable(op, err)
+		}
+		defer unlock()
+		q = s.db
+	}
+	n, werr := s.rowsAffected(s.exec(ctx, q, query, args...))
+	if werr == nil && n == 1 {
+		return nil
+	}
+	if applied != nil {
+		rec, err := s.get(ctx, q, ref)
+		if err == nil && applied(rec) {
+			return nil
+		}
+		if werr == nil && err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return translate(op, err) // cannot tell: report that, not a guess
+		}
+	}
+	if werr != nil {
+		return translate(op, werr)
+	}
+	return fmt.Errorf("durable/sqlite: %s: %w", op, durable.ErrFenced)
+}
+
+func (s *Store) rowsAffected(r sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+func validWrite(op string, ref durable.Ref, tok fence.Token) error {
+	if err := validRef(ref); err != nil {
+		return err
+	}
+	return validToken(op, tok)
+}
