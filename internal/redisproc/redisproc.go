@@ -1,0 +1,329 @@
+package redisproc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a server may take to answer PING.
+const startTimeout = 15 * time.Second
+
+// Options configure one server.
+type Options struct {
+	// Args are extra redis-server arguments, for example
+	// []string{"--maxmemory-policy", "allkeys-lru"}.
+	Args []string
+	// ReplicaOf, when set, makes the server a replica of that address
+	// ("127.0.0.1:port").
+	ReplicaOf string
+	// Cluster starts the server with cluster-enabled yes. Use [Cluster] or
+	// [StartCluster] to build a working cluster.
+	Cluster bool
+}
+
+// Server is one redis-server process on a loopback port.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	opts Options
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when cmd exits
+	paused bool
+}
+
+// Binary returns the path of the redis-server binary. It fails the test with
+// CI=true and skips it otherwise when there is none.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("REDIS_SERVER"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		msg := fmt.Sprintf("redisproc: redis-server not found (%v); install redis-server or set REDIS_SERVER", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg + " [CI=true: a missing binary fails the test]")
+		}
+		t.Skip(msg)
+	}
+	return p
+}
+
+// Start starts a server on a free loopback port and waits until it answers
+// PING. The server is killed when the test ends.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), opts: opts}
+	t.Cleanup(s.stop)
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		s.port, err = freePort()
+		if err != nil {
+			t.Fatalf("redisproc: %v", err)
+		}
+		if err = s.start(); err == nil {
+			return s
+		}
+		if !errors.Is(err, errAddrInUse) {
+			break
+		}
+	}
+	t.Fatalf("redisproc: start: %v", err)
+	return nil
+}
+
+// Addr returns "127.0.0.1:port".
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Port returns the server's port. It stays the same across [Server.Restart].
+func (s *Server) Port() int { return s.port }
+
+// Kill stops the server with SIGKILL and waits for it to exit. Its data is
+// gone; connections to its port are refused until [Server.Restart].
+func (s *Server) Kill() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killLocked()
+}
+
+// Restart starts the server again, empty, on the same port (killing it first
+// if it runs) and waits until it answers PING. A cluster node keeps its
+// nodes.conf, so it rejoins its cluster with its slots but no keys.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.mu.Lock()
+	s.killLocked()
+	s.mu.Unlock()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("redisproc: restart %s: %v", s.Addr(), err)
+	}
+}
+
+// Pause stops the process with SIGSTOP: connections are accepted by the
+// kernel but nothing is answered, like a server stalled by swapping or a
+// long fork. Resume undoes it; cleanup resumes a paused server first.
+func (s *Server) Pause() {
+	s.t.Helper()
+	s.signal(syscall.SIGSTOP, true)
+}
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() {
+	s.t.Helper()
+	s.signal(syscall.SIGCONT, false)
+}
+
+// Running reports whether the process is running (paused counts as running).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Log returns the server's log so far, for failure messages.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	return string(b)
+}
+
+func (s *Server) signal(sig syscall.Signal, paused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		s.t.Fatalf("redisproc: %s is not running", s.Addr())
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redisproc: signal %v to %s: %v", sig, s.Addr(), err)
+	}
+	s.paused = paused
+}
+
+func (s *Server) killLocked() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd, s.done, s.paused = nil, nil, false
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	s.killLocked()
+}
+
+var errAddrInUse = errors.New("address already in use")
+
+func (s *Server) args() []string {
+	a := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--protected-mode", "no",
+		"--daemonize", "no",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+		// A replica attaching to this server is served at once, not after
+		// the default 5s wait for more replicas.
+		"--repl-diskless-sync-delay", "0",
+	}
+	if s.opts.Cluster {
+		a = append(a, "--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000")
+	}
+	if s.opts.ReplicaOf != "" {
+		host, port, err := net.SplitHostPort(s.opts.ReplicaOf)
+		if err != nil {
+			s.t.Fatalf("redisproc: ReplicaOf %q: %v", s.opts.ReplicaOf, err)
+		}
+		a = append(a, "--replicaof", host, port)
+	}
+	return append(a, s.opts.Args...)
+}
+
+func (s *Server) start() error {
+	// The log is appended to across restarts; remember where this run starts.
+	logPath := filepath.Join(s.dir, "redis.log")
+	var offset int64
+	if fi, err := os.Stat(logPath); err == nil {
+		offset = fi.Size()
+	}
+	cmd := exec.Command(s.bin, s.args()...)
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = sysProcAttr()
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if ping(s.Addr(), cmd.Process.Pid) == nil {
+			break
+		}
+		select {
+		case <-done:
+			log := s.Log()
+			if int64(len(log)) >= offset {
+				log = log[offset:]
+			}
+			if strings.Contains(log, "Address already in use") {
+				return errAddrInUse
+			}
+			return fmt.Errorf("redis-server exited: %s%s", stderr.String(), log)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-done
+			return fmt.Errorf("no PONG from %s within %v: %s", s.Addr(), startTimeout, s.Log())
+		}
+	}
+	s.mu.Lock()
+	s.cmd, s.done, s.paused = cmd, done, false
+	s.mu.Unlock()
+	return nil
+}
+
+// ping sends PING and INFO server over a raw connection and expects +PONG
+// (a server still loading answers -LOADING) from process pid: another
+// process may hold the port when ours failed to bind it.
+func ping(addr string, pid int) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\nINFO server\r\n")); err != nil {
+		return err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING: %q", strings.TrimSpace(line))
+	}
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return fmt.Errorf("INFO: %q", strings.TrimSpace(head))
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return err
+	}
+	if !strings.Contains(string(body), "\nprocess_id:"+strconv.Itoa(pid)+"\r") {
+		return fmt.Errorf("%s is answered by another process than pid %d", addr, pid)
+	}
+	return nil
+}
+
+// freePort asks the kernel for a free loopback port. Another process may
+// take it before the server binds it; Start then retries with another.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitFor polls cond every 20ms until it returns nil or timeout passes, and
+// returns its last error.
+func waitFor(ctx context.Context, timeout time.Duration, cond func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		err := cond(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package lua_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// BenchmarkClaim compares, on the same client and the same real Redis, a
+// Claim through the wrapper (breaker, per-call timeout, typed reply) with a
+// bare EVALSHA of the same script, at 1 and 50 concurrent callers. Every
+// iteration claims a new scope (the INCR, HSET and PEXPIRE branch).
+//
+//	go test -run '^$' -bench BenchmarkClaim -benchtime 20000x ./lua/
+func BenchmarkClaim(b *testing.B) {
+	_, prefix := testenv.Redis(b) // deletes prefix:* at the end
+	newClient := func(ctxTimeouts bool) *redis.Client {
+		opt := testenv.RedisOptions(b)
+		opt.PoolSize = 64
+		opt.ContextTimeoutEnabled = ctxTimeouts
+		c := redis.NewClient(opt)
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	ctxClient, defaultClient := newClient(true), newClient(false)
+	ctx := context.Background()
+	sha, err := ctxClient.ScriptLoad(ctx, lua.ClaimSource()).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var seq atomic.Int64
+	nextRef := func() durable.Ref {
+		return durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: strconv.FormatInt(seq.Add(1), 10)}.Ref(nil)
+	}
+	const leaseMS, retentionMS = 10_000, 60_000
+
+	wrapper := func(c *redis.Client) func(b *testing.B, owner uuid.UUID) {
+		s, err := lua.New(c, lua.Options{Prefix: prefix, Timeout: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(b *testing.B, owner uuid.UUID) {
+			r, err := s.Claim(ctx, nextRef(), lua.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: leaseMS * time.Millisecond, Retention: retentionMS * time.Millisecond})
+			if err != nil || r.Outcome != lua.Acquired {
+				b.Fatalf("Claim = %+v, %v", r, err)
+			}
+		}
+	}
+	bare := func(b *testing.B, owner uuid.UUID) {
+		k := lua.KeysFor(prefix, nextRef())
+		if err := ctxClient.EvalSha(ctx, sha, []string{k.Lease, k.Gen, k.Result}, fp, owner.String(), leaseMS, retentionMS).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	variants := []struct {
+		name string
+		run  func(b *testing.B, owner uuid.UUID)
+	}{
+		{"wrapper", wrapper(ctxClient)},
+		{"wrapper-detached", wrapper(defaultClient)},
+		{"bare-evalsha", bare},
+	}
+	for _, callers := range []int{1, 50} {
+		for _, v := range variants {
+			b.Run("callers="+strconv.Itoa(callers)+"/"+v.name, func(b *testing.B) {
+				if callers == 1 {
+					owner := uuid.New()
+					for b.Loop() {
+						v.run(b, owner)
+					}
+					return
+				}
+				// RunParallel starts parallelism × GOMAXPROCS goroutines.
+				b.SetParallelism(max(1, (callers+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) {
+					owner := uuid.New()
+					for pb.Next() {
+						v.run(b, owner)
+					}
+				})
+			})
+		}
+	}
+}
+
+// cannedScripter answers every script with the same reply, without a
+// network: it isolates the wrapper's own cost.
+type cannedScripter struct {
+	redis.Scripter
+	reply any
+}
+
+func (c cannedScripter) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetVal(c.reply)
+	return cmd
+}
+
+// BenchmarkClaimOverhead is the wrapper's CPU cost per Claim on top of the
+// client call (key names, breaker, timeout context, reply parsing), against
+// a canned reply.
+func BenchmarkClaimOverhead(b *testing.B) {
+	ref := durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: "k"}.Ref(nil)
+	a := lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: time.Second, Retention: time.Minute}
+	for _, direct := range []bool{true, false} {
+		// A long timeout: this measures CPU, and 50 spinning callers on few
+		// cores delay goroutines past 50ms.
+		s, err := lua.New(cannedScripter{reply: []any{"acquired", "1"}}, lua.Options{Timeout: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lua.SetDirect(s, direct)
+		mode := "direct"
+		if !direct {
+			mode = "detached"
+		}
+		b.Run(mode+"/callers=1", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Claim(context.Background(), ref, a); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(mode+"/callers=50", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.Claim(context.Background(), ref, a); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,42 @@
+-- claim.lua: take the lease of one idempotency key, or say why not.
+-- KEYS[1]=lease KEYS[2]=gen KEYS[3]=result (one hash tag: one slot)
+-- ARGV[1]=fingerprint ARGV[2]=owner ARGV[3]=lease_ms ARGV[4]=retention_ms
+-- Returns one of:
+--   {"cached", fingerprint, generation, blob}  a result with this fingerprint is cached
+--   {"mismatch"}                                a result with another fingerprint is cached
+--   {"acquired", generation}                    this owner holds the lease now
+--   {"busy", generation, owner, pttl_ms, same}  another owner holds a live lease;
+--                                               same is 1 when it is for this fingerprint
+-- Safe to re-run: a second run by the lease holder finds its own lease and
+-- returns the same generation without another INCR.
+local res = redis.call('HMGET', KEYS[3], 'f', 'g', 'd')
+if res[1] then
+  if res[1] == ARGV[1] then
+    return {'cached', res[1], res[2], res[3]}
+  end
+  return {'mismatch'}
+end
+
+local lease = redis.call('HMGET', KEYS[1], 'o', 'g', 'f')
+if lease[1] then
+  if lease[1] == ARGV[2] and lease[3] == ARGV[1] then
+    return {'acquired', lease[2]}
+  end
+  local same = 0
+  if lease[3] == ARGV[1] then same = 1 end
+  return {'busy', lease[2], lease[1], redis.call('PTTL', KEYS[1]), same}
+end
+
+redis.call('INCR', KEYS[2])
+-- Read the counter back as a string: a Lua number is a double and would
+-- round a generation above 2^53.
+local gen = redis.call('GET', KEYS[2])
+-- Keep the counter at least for the retention; never shorten it (PTTL is -1
+-- for a counter INCR just created).
+local retention = tonumber(ARGV[4])
+if redis.call('PTTL', KEYS[2]) < retention then
+  redis.call('PEXPIRE', KEYS[2], retention)
+end
+redis.call('HSET', KEYS[1], 'o', ARGV[2], 'g', gen, 'f', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'acquired', gen}

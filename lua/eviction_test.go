@@ -1,0 +1,48 @@
+package lua_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/lua"
+)
+
+func TestCheckEviction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, policy := range []string{"noeviction", "allkeys-lru", "volatile-ttl"} {
+		t.Run("Reports/"+policy, func(t *testing.T) {
+			t.Parallel()
+			srv := redisproc.Start(t, redisproc.Options{Args: []string{"--maxmemory-policy", policy}})
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			t.Cleanup(func() { c.Close() })
+			if got, err := lua.CheckEviction(ctx, c); err != nil || got != policy {
+				t.Fatalf("CheckEviction = %q, %v; want %q", got, err, policy)
+			}
+		})
+	}
+	t.Run("ConfigUnavailableIsErrPolicyUnknown", func(t *testing.T) {
+		t.Parallel()
+		// miniredis has no CONFIG, like a managed Redis that disables it.
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		if got, err := lua.CheckEviction(ctx, c); !errors.Is(err, lua.ErrPolicyUnknown) {
+			t.Fatalf("CheckEviction = %q, %v; want ErrPolicyUnknown", got, err)
+		}
+	})
+	t.Run("RenamedConfigIsErrPolicyUnknown", func(t *testing.T) {
+		t.Parallel()
+		srv := redisproc.Start(t, redisproc.Options{Args: []string{"--rename-command", "CONFIG", ""}})
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { c.Close() })
+		if got, err := lua.CheckEviction(ctx, c); !errors.Is(err, lua.ErrPolicyUnknown) {
+			t.Fatalf("CheckEviction = %q, %v; want ErrPolicyUnknown", got, err)
+		}
+	})
+}

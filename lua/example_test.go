@@ -1,0 +1,61 @@
+package lua_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// The fast path around one operation: claim, (durable claim and the
+// handler, not shown), complete, and a retry answered from the cache.
+func Example() {
+	m, _ := miniredis.Run() // any Redis: standalone, Sentinel or Cluster
+	defer m.Close()
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	s, err := lua.New(c, lua.Options{Prefix: "shop"})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	ref := durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "7d3f-{user}"}.Ref(nil)
+	fmt.Println(s.Keys(ref).Lease[:14] + "...}:lease")
+
+	owner := uuid.New()
+	r, err := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: "v1:abc", Owner: owner, Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	if errors.Is(err, lua.ErrUnavailable) {
+		// Redis is down or the breaker is open: claim in the durable store
+		// alone, with proposed generation 0.
+		fmt.Println("durable store only:", err)
+		return
+	}
+	fmt.Println(r.Outcome, r.Generation)
+
+	// The durable claim ran with Proposed = r.Generation and returned the
+	// token; the handler ran; the durable store committed the result.
+	tok := fence.Token{Generation: r.Generation, Owner: owner}
+	res := durable.Result{StatusCode: 201, Headers: map[string][]string{"Location": {"/orders/1"}}, Body: []byte(`{"id":1}`)}
+	cached, _ := s.Complete(ctx, ref, tok, "v1:abc", durable.Completed, res, 24*time.Hour)
+	fmt.Println("cached:", cached)
+
+	retry, _ := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: "v1:abc", Owner: uuid.New(), Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	fmt.Println(retry.Outcome, retry.Cached.Result.StatusCode, string(retry.Cached.Result.Body))
+
+	other, _ := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: "v1:other", Owner: uuid.New(), Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	fmt.Println(other.Outcome)
+	// Output:
+	// shop:{1e7268a2...}:lease
+	// acquired 1
+	// cached: true
+	// cached 201 {"id":1}
+	// mismatch
+}

@@ -1,0 +1,715 @@
+package lua_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/lua"
+)
+
+const (
+	fp        = "v1:fingerprint-a"
+	otherFP   = "v1:fingerprint-b"
+	lease     = 30 * time.Second
+	retention = time.Hour
+)
+
+func sampleResult() durable.Result {
+	return durable.Result{
+		StatusCode: 201,
+		Headers: map[string][]string{
+			"Content-Type": {"application/json"},
+			"Set-Cookie":   {"a=1", "b=2", ""},
+			"X-Empty":      {},
+		},
+		Body:       []byte{0, 1, 2, 0xff, 0xfe, '\r', '\n', 0},
+		Version:    3,
+		ResourceID: "ord_123",
+	}
+}
+
+// scriptCase is one branch of one script, run on every backend.
+type scriptCase struct {
+	name string
+	opts lua.Options
+	run  func(t *testing.T, e env, s *lua.Scripts)
+}
+
+func TestScripts(t *testing.T) {
+	t.Parallel()
+	cases := append(append(append(append(claimCases(), renewCases()...), completeCases()...), releaseCases()...), syncGenCases()...)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					e := b.new(t)
+					c.run(t, e, e.scripts(t, c.opts))
+				})
+			}
+		})
+	}
+}
+
+func mustClaim(t *testing.T, s *lua.Scripts, ref durable.Ref, a lua.ClaimArgs) lua.ClaimReply {
+	t.Helper()
+	r, err := s.Claim(context.Background(), ref, a)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	return r
+}
+
+func acquire(t *testing.T, s *lua.Scripts, ref durable.Ref, owner uuid.UUID, wantGen uint64) {
+	t.Helper()
+	r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease, Retention: retention})
+	if r.Outcome != lua.Acquired || r.Generation != wantGen {
+		t.Fatalf("Claim = %+v, want Acquired generation %d", r, wantGen)
+	}
+}
+
+func claimCases() []scriptCase {
+	return []scriptCase{
+		{name: "ClaimFirstAcquiresGenerationOne", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			k := s.Keys(ref)
+			if got := hget(t, e.raw, k.Lease, "o"); got != o.String() {
+				t.Errorf("lease owner = %q, want %s", got, o)
+			}
+			if got := hget(t, e.raw, k.Lease, "g"); got != "1" {
+				t.Errorf("lease generation = %q, want 1", got)
+			}
+			if got := hget(t, e.raw, k.Lease, "f"); got != fp {
+				t.Errorf("lease fingerprint = %q", got)
+			}
+			if d := pttl(t, e.raw, k.Lease); d <= 0 || d > lease {
+				t.Errorf("lease PTTL = %v, want in (0, %v]", d, lease)
+			}
+			if got := get(t, e.raw, k.Gen); got != "1" {
+				t.Errorf("counter = %q, want 1", got)
+			}
+			if d := pttl(t, e.raw, k.Gen); d <= lease || d > retention {
+				t.Errorf("counter PTTL = %v, want in (%v, %v]", d, lease, retention)
+			}
+			if exists(t, e.raw, k.Result) {
+				t.Error("result key exists after a claim")
+			}
+		}},
+		{name: "ClaimRerunBySameOwnerReturnsSameGenerationWithoutIncrement", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			acquire(t, s, ref, o, 1)
+			acquire(t, s, ref, o, 1)
+			if got := get(t, e.raw, s.Keys(ref).Gen); got != "1" {
+				t.Errorf("counter = %q after three runs by one owner, want 1", got)
+			}
+		}},
+		{name: "ClaimByOtherOwnerSeesBusyWithHolder", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
+			if r.Outcome != lua.Busy || r.Generation != 1 || r.Owner != o[0] || !r.SameRequest {
+				t.Fatalf("Claim = %+v, want Busy by %s at generation 1 for the same request", r, o[0])
+			}
+			if r.PTTL <= 0 || r.PTTL > lease {
+				t.Errorf("PTTL = %v, want in (0, %v]", r.PTTL, lease)
+			}
+			if got := get(t, e.raw, s.Keys(ref).Gen); got != "1" {
+				t.Errorf("counter = %q, want 1", got)
+			}
+		}},
+		{name: "ClaimWithOtherFingerprintOnLiveLeaseIsBusyNotMismatch", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			for _, owner := range o { // the holder itself with another fingerprint, too
+				r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: otherFP, Owner: owner, Lease: lease, Retention: retention})
+				if r.Outcome != lua.Busy || r.Owner != o[0] || r.SameRequest {
+					t.Fatalf("Claim by %s = %+v, want Busy for another request", owner, r)
+				}
+			}
+		}},
+		{name: "ClaimAfterLeaseExpiryTakesNextGeneration", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			e.expire(t, s.Keys(ref).Lease)
+			acquire(t, s, ref, o[1], 2)
+			if got := hget(t, e.raw, s.Keys(ref).Lease, "o"); got != o[1].String() {
+				t.Errorf("lease owner = %q, want %s", got, o[1])
+			}
+		}},
+		{name: "ClaimReplaysCachedResultExactly", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			want := sampleResult()
+			if cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]}, fp, durable.Completed, want, time.Hour); err != nil || !cached {
+				t.Fatalf("Complete = %v, %v", cached, err)
+			}
+			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
+			if r.Outcome != lua.Cached || r.Cached == nil {
+				t.Fatalf("Claim = %+v, want Cached", r)
+			}
+			c := r.Cached
+			if c.Fingerprint != fp || c.State != durable.Completed || c.Generation != 1 {
+				t.Errorf("cached = %q %q %d", c.Fingerprint, c.State, c.Generation)
+			}
+			if !reflect.DeepEqual(c.Result, want) {
+				t.Errorf("cached result = %#v\nwant %#v", c.Result, want)
+			}
+			if got := get(t, e.raw, s.Keys(ref).Gen); got != "1" {
+				t.Errorf("counter = %q after a replay, want 1", got)
+			}
+		}},
+		{name: "ClaimReplaysCachedFailure", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			want := durable.Result{StatusCode: 402, Body: []byte{}}
+			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Failed, want, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+			if r.Outcome != lua.Cached || r.Cached.State != durable.Failed || !reflect.DeepEqual(r.Cached.Result, want) {
+				t.Fatalf("Claim = %+v", r)
+			}
+		}},
+		{name: "ClaimWithOtherFingerprintOnCachedResultIsMismatch", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: otherFP, Owner: uuid.New(), Lease: lease, Retention: retention})
+			if r.Outcome != lua.Mismatch || r.Cached != nil {
+				t.Fatalf("Claim = %+v, want Mismatch", r)
+			}
+			if exists(t, e.raw, s.Keys(ref).Lease) {
+				t.Error("a mismatch took a lease")
+			}
+		}},
+		{name: "ClaimNeverShortensCounterRetention", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			k := s.Keys(ref)
+			e.expire(t, k.Lease)
+			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: 2 * time.Second})
+			if r.Outcome != lua.Acquired || r.Generation != 2 {
+				t.Fatalf("Claim = %+v", r)
+			}
+			if d := pttl(t, e.raw, k.Gen); d <= 2*time.Second {
+				t.Errorf("counter PTTL = %v after a shorter retention, want it kept near %v", d, retention)
+			}
+		}},
+		{name: "ClaimAfterCounterLossProposesOneAgain", run: func(t *testing.T, e env, s *lua.Scripts) {
+			// Redis lost the key (restart, eviction): the proposal repeats;
+			// the durable store's GREATEST(proposed, stored+1) and SyncGen
+			// answer that.
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			k := s.Keys(ref)
+			if err := e.raw.Del(context.Background(), k.Lease, k.Gen).Err(); err != nil {
+				t.Fatal(err)
+			}
+			acquire(t, s, ref, o[1], 1)
+		}},
+	}
+}
+
+func renewCases() []scriptCase {
+	return []scriptCase{
+		{name: "RenewByHolderExtendsLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o, Lease: time.Second, Retention: retention})
+			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: r.Generation, Owner: o}, 10*time.Minute)
+			if err != nil || !held {
+				t.Fatalf("Renew = %v, %v; want held", held, err)
+			}
+			if d := pttl(t, e.raw, s.Keys(ref).Lease); d <= time.Second || d > 10*time.Minute {
+				t.Errorf("lease PTTL = %v after renew, want in (1s, 10m]", d)
+			}
+		}},
+		{name: "RenewByStaleOwnerAfterTakeoverFails", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			k := s.Keys(ref)
+			e.expire(t, k.Lease)
+			mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: retention})
+			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]}, 10*time.Minute)
+			if err != nil || held {
+				t.Fatalf("stale Renew = %v, %v; want not held", held, err)
+			}
+			if d := pttl(t, e.raw, k.Lease); d > time.Second {
+				t.Errorf("new owner's lease PTTL = %v: the stale renew extended it", d)
+			}
+			if got := hget(t, e.raw, k.Lease, "o"); got != o[1].String() {
+				t.Errorf("lease owner = %q, want %s", got, o[1])
+			}
+		}},
+		{name: "RenewAfterExpiryDoesNotBringLeaseBack", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			e.expire(t, s.Keys(ref).Lease)
+			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, lease)
+			if err != nil || held {
+				t.Fatalf("Renew = %v, %v; want not held", held, err)
+			}
+			if exists(t, e.raw, s.Keys(ref).Lease) {
+				t.Error("renew recreated an expired lease")
+			}
+		}},
+		{name: "RenewIgnoresLeaseGenerationNotYetSynced", run: func(t *testing.T, e env, s *lua.Scripts) {
+			// Redis proposed 1, the database said 7, SyncGen did not run:
+			// the owner still holds the Redis lease.
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: 7, Owner: o}, lease)
+			if err != nil || !held {
+				t.Fatalf("Renew = %v, %v; want held", held, err)
+			}
+		}},
+	}
+}
+
+func completeCases() []scriptCase {
+	return []scriptCase{
+		{name: "CompleteByHolderCachesAndDropsLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), 10*time.Minute)
+			if err != nil || !cached {
+				t.Fatalf("Complete = %v, %v", cached, err)
+			}
+			k := s.Keys(ref)
+			if exists(t, e.raw, k.Lease) {
+				t.Error("lease still there after the holder completed")
+			}
+			if d := pttl(t, e.raw, k.Result); d <= 9*time.Minute || d > 10*time.Minute {
+				t.Errorf("result PTTL = %v, want about 10m", d)
+			}
+			if got := get(t, e.raw, k.Gen); got != "1" {
+				t.Errorf("counter = %q, want kept at 1", got)
+			}
+		}},
+		{name: "CompleteCachesForAtMostCacheTTL", opts: lua.Options{CacheTTL: time.Hour}, run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), 48*time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if d := pttl(t, e.raw, s.Keys(ref).Result); d <= 59*time.Minute || d > time.Hour {
+				t.Errorf("result PTTL = %v, want about the 1h cache TTL", d)
+			}
+		}},
+		{name: "CompleteByStaleOwnerAfterTakeoverKeepsNewLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			k := s.Keys(ref)
+			e.expire(t, k.Lease)
+			acquire(t, s, ref, o[1], 2)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]}, fp, durable.Completed, sampleResult(), time.Hour)
+			if err != nil || cached {
+				t.Fatalf("stale Complete = %v, %v; want nothing cached", cached, err)
+			}
+			if got := hget(t, e.raw, k.Lease, "o"); got != o[1].String() {
+				t.Errorf("lease owner = %q, want the new owner %s", got, o[1])
+			}
+			if exists(t, e.raw, k.Result) {
+				t.Error("a stale completion was cached")
+			}
+		}},
+		{name: "CompleteAfterOwnLeaseExpiredStillCaches", run: func(t *testing.T, e env, s *lua.Scripts) {
+			// The durable store accepted the completion; the Redis lease had
+			// simply run out first.
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			e.expire(t, s.Keys(ref).Lease)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), time.Hour)
+			if err != nil || !cached {
+				t.Fatalf("Complete = %v, %v; want cached", cached, err)
+			}
+		}},
+		{name: "CompleteRerunChangesNothing", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			tok := fence.Token{Generation: 1, Owner: o}
+			if _, err := s.Complete(context.Background(), ref, tok, fp, durable.Completed, sampleResult(), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			k := s.Keys(ref)
+			// Let time pass for the cached copy (by its effect), then re-run.
+			if err := e.raw.PExpire(context.Background(), k.Result, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			cached, err := s.Complete(context.Background(), ref, tok, fp, durable.Completed, sampleResult(), time.Hour)
+			if err != nil || !cached {
+				t.Fatalf("re-run Complete = %v, %v", cached, err)
+			}
+			if d := pttl(t, e.raw, k.Result); d > time.Minute {
+				t.Errorf("result PTTL = %v after a re-run: the re-run extended the cached copy", d)
+			}
+		}},
+		{name: "CompleteWithLargeBodyCachesNothingButDropsLease", opts: lua.Options{MaxCachedBody: 16}, run: func(t *testing.T, e env, s *lua.Scripts) {
+			for _, c := range []struct {
+				size   int
+				cached bool
+			}{{16, true}, {17, false}} {
+				ref, o := refFor(t, "k"+genOf(uint64(c.size))), uuid.New()
+				acquire(t, s, ref, o, 1)
+				res := durable.Result{StatusCode: 200, Body: bytes.Repeat([]byte("x"), c.size)}
+				cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, res, time.Hour)
+				if err != nil || cached != c.cached {
+					t.Fatalf("Complete with a %d-byte body = %v, %v; want cached %v", c.size, cached, err, c.cached)
+				}
+				k := s.Keys(ref)
+				if exists(t, e.raw, k.Result) != c.cached {
+					t.Errorf("%d-byte body: result key exists = %v", c.size, !c.cached)
+				}
+				if exists(t, e.raw, k.Lease) {
+					t.Errorf("%d-byte body: lease not dropped", c.size)
+				}
+			}
+		}},
+		{name: "CompleteWithShortTTLCachesNothingButDropsLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), 0)
+			if err != nil || cached {
+				t.Fatalf("Complete = %v, %v", cached, err)
+			}
+			k := s.Keys(ref)
+			if exists(t, e.raw, k.Result) || exists(t, e.raw, k.Lease) {
+				t.Error("result cached or lease kept")
+			}
+		}},
+		{name: "CompleteRefillWithoutOwnerLeavesLeases", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1}, fp, durable.Completed, sampleResult(), time.Hour)
+			if err != nil || !cached {
+				t.Fatalf("refill = %v, %v", cached, err)
+			}
+			if got := hget(t, e.raw, s.Keys(ref).Lease, "o"); got != o.String() {
+				t.Errorf("lease owner = %q after a refill, want %s", got, o)
+			}
+		}},
+		{name: "CompleteKeepsResultOfHigherGeneration", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref := refFor(t, "k")
+			newer := durable.Result{StatusCode: 200, Body: []byte("newer")}
+			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: 3}, fp, durable.Completed, newer, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 2}, fp, durable.Completed, sampleResult(), time.Hour)
+			if err != nil || cached {
+				t.Fatalf("older Complete = %v, %v; want not cached", cached, err)
+			}
+			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+			if r.Outcome != lua.Cached || r.Cached.Generation != 3 || string(r.Cached.Result.Body) != "newer" {
+				t.Fatalf("Claim = %+v, want the generation 3 result", r)
+			}
+		}},
+		{name: "CompleteWithoutOwnerOrCacheMakesNoCall", opts: lua.Options{MaxCachedBody: -1}, run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref := refFor(t, "k")
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1}, fp, durable.Completed, sampleResult(), time.Hour)
+			if err != nil || cached {
+				t.Fatalf("Complete = %v, %v", cached, err)
+			}
+			if exists(t, e.raw, s.Keys(ref).Result) {
+				t.Error("cached with MaxCachedBody < 0")
+			}
+		}},
+	}
+}
+
+func releaseCases() []scriptCase {
+	return []scriptCase{
+		{name: "ReleaseByHolderDropsLeaseKeepsCounter", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			held, err := s.Release(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]})
+			if err != nil || !held {
+				t.Fatalf("Release = %v, %v", held, err)
+			}
+			k := s.Keys(ref)
+			if exists(t, e.raw, k.Lease) {
+				t.Error("lease kept after release")
+			}
+			acquire(t, s, ref, o[1], 2)
+		}},
+		{name: "ReleaseByStaleOwnerKeepsNewLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			k := s.Keys(ref)
+			e.expire(t, k.Lease)
+			acquire(t, s, ref, o[1], 2)
+			held, err := s.Release(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]})
+			if err != nil || held {
+				t.Fatalf("stale Release = %v, %v", held, err)
+			}
+			if got := hget(t, e.raw, k.Lease, "o"); got != o[1].String() {
+				t.Errorf("lease owner = %q, want %s", got, o[1])
+			}
+		}},
+		{name: "ReleaseRerunIsNoOp", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			tok := fence.Token{Generation: 1, Owner: o[0]}
+			if held, err := s.Release(context.Background(), ref, tok); err != nil || !held {
+				t.Fatalf("Release = %v, %v", held, err)
+			}
+			acquire(t, s, ref, o[1], 2)
+			if held, err := s.Release(context.Background(), ref, tok); err != nil || held {
+				t.Fatalf("re-run Release = %v, %v; want no-op", held, err)
+			}
+			if got := hget(t, e.raw, s.Keys(ref).Lease, "o"); got != o[1].String() {
+				t.Errorf("lease owner = %q, want %s", got, o[1])
+			}
+		}},
+	}
+}
+
+func syncGenCases() []scriptCase {
+	return []scriptCase{
+		{name: "SyncGenRaisesCounterAndHoldersLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 7, Owner: o[0]}, retention); err != nil {
+				t.Fatal(err)
+			}
+			k := s.Keys(ref)
+			if got := get(t, e.raw, k.Gen); got != "7" {
+				t.Errorf("counter = %q, want 7", got)
+			}
+			if got := hget(t, e.raw, k.Lease, "g"); got != "7" {
+				t.Errorf("lease generation = %q, want 7", got)
+			}
+			// A re-run by the holder now reports the synced generation.
+			acquire(t, s, ref, o[0], 7)
+			e.expire(t, k.Lease)
+			acquire(t, s, ref, o[1], 8)
+		}},
+		{name: "SyncGenNeverLowersCounter", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			k := s.Keys(ref)
+			for _, c := range []struct{ sync, want uint64 }{{9, 9}, {10, 10}, {9, 10}, {3, 10}, {10, 10}, {100, 100}, {99, 100}} {
+				if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: c.sync, Owner: o}, retention); err != nil {
+					t.Fatal(err)
+				}
+				if got := get(t, e.raw, k.Gen); got != genOf(c.want) {
+					t.Fatalf("counter = %q after SyncGen(%d), want %d", got, c.sync, c.want)
+				}
+			}
+		}},
+		{name: "SyncGenLeavesOtherOwnersLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0], 1)
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 5, Owner: o[1]}, retention); err != nil {
+				t.Fatal(err)
+			}
+			k := s.Keys(ref)
+			if got := hget(t, e.raw, k.Lease, "g"); got != "1" {
+				t.Errorf("other owner's lease generation = %q, want 1", got)
+			}
+			if got := get(t, e.raw, k.Gen); got != "5" {
+				t.Errorf("counter = %q, want 5", got)
+			}
+		}},
+		{name: "SyncGenCreatesLostCounterWithRetention", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref := refFor(t, "k")
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 4}, 10*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			k := s.Keys(ref)
+			if got := get(t, e.raw, k.Gen); got != "4" {
+				t.Errorf("counter = %q, want 4", got)
+			}
+			if d := pttl(t, e.raw, k.Gen); d <= 9*time.Minute || d > 10*time.Minute {
+				t.Errorf("counter PTTL = %v, want about 10m", d)
+			}
+			if exists(t, e.raw, k.Lease) {
+				t.Error("SyncGen without owner created a lease")
+			}
+			acquire(t, s, ref, uuid.New(), 5)
+		}},
+		{name: "SyncGenKeepsLongerCounterTTL", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			acquire(t, s, ref, o, 1)
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 2}, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if d := pttl(t, e.raw, s.Keys(ref).Gen); d <= time.Second {
+				t.Errorf("counter PTTL = %v, want the 1h retention kept", d)
+			}
+		}},
+		{name: "SyncGenKeepsGenerationsAbove2To53Exact", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			const big = 1<<62 + 1
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: big}, retention); err != nil {
+				t.Fatal(err)
+			}
+			acquire(t, s, ref, o, big+1)
+			if got := get(t, e.raw, s.Keys(ref).Gen); got != "4611686018427387906" {
+				t.Errorf("counter = %q", got)
+			}
+		}},
+	}
+}
+
+func TestScripts_Errors(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("CorruptCachedResultIsErrCorruptAndKeepsBreakerClosed", func(t *testing.T) {
+				t.Parallel()
+				e := b.new(t)
+				s := e.scripts(t, lua.Options{Breaker: lua.BreakerOptions{Failures: 1}})
+				ref := refFor(t, "k")
+				if err := e.raw.HSet(context.Background(), s.Keys(ref).Result, "f", fp, "g", "1", "d", "\x02garbage").Err(); err != nil {
+					t.Fatal(err)
+				}
+				for range 3 {
+					_, err := s.Claim(context.Background(), ref, lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+					if !errors.Is(err, lua.ErrCorrupt) || !errors.Is(err, lua.ErrUnavailable) {
+						t.Fatalf("Claim on a corrupt result: %v, want ErrCorrupt", err)
+					}
+				}
+				if st := s.Breaker(); st != lua.Closed {
+					t.Errorf("breaker = %v, want closed: Redis answered", st)
+				}
+			})
+			t.Run("WrongTypeIsErrUnavailable", func(t *testing.T) {
+				t.Parallel()
+				e := b.new(t)
+				s := e.scripts(t, lua.Options{})
+				ref := refFor(t, "k")
+				if err := e.raw.Set(context.Background(), s.Keys(ref).Lease, "x", time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+				_, err := s.Claim(context.Background(), ref, lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+				if !errors.Is(err, lua.ErrUnavailable) || !strings.Contains(strings.ToUpper(err.Error()), "WRONGTYPE") {
+					t.Fatalf("Claim on a string lease: %v, want ErrUnavailable with WRONGTYPE", err)
+				}
+			})
+		})
+	}
+}
+
+func TestScripts_InvalidArguments(t *testing.T) {
+	t.Parallel()
+	// Nothing listens here: a call that reached Redis would fail with
+	// ErrUnavailable, not ErrInvalidArgument; the counter proves no call.
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	cs := &countingScripter{Scripter: c}
+	s, err := lua.New(cs, lua.Options{Breaker: lua.BreakerOptions{Failures: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ref := refFor(t, "k")
+	o := uuid.New()
+	good := lua.ClaimArgs{Fingerprint: fp, Owner: o, Lease: lease, Retention: retention}
+	with := func(f func(*lua.ClaimArgs)) lua.ClaimArgs { a := good; f(&a); return a }
+	calls := map[string]func() error{
+		"ClaimEmptyFingerprint": func() error {
+			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Fingerprint = "" }))
+			return err
+		},
+		"ClaimLongFingerprint": func() error {
+			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Fingerprint = strings.Repeat("f", 257) }))
+			return err
+		},
+		"ClaimNilOwner": func() error {
+			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Owner = uuid.Nil }))
+			return err
+		},
+		"ClaimShortLease": func() error {
+			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Lease = time.Microsecond }))
+			return err
+		},
+		"ClaimNoRetention": func() error {
+			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Retention = 0 }))
+			return err
+		},
+		"RenewNilOwner":   func() error { _, err := s.Renew(ctx, ref, fence.Token{Generation: 1}, lease); return err },
+		"RenewShortLease": func() error { _, err := s.Renew(ctx, ref, fence.Token{Generation: 1, Owner: o}, 0); return err },
+		"ReleaseNilOwner": func() error { _, err := s.Release(ctx, ref, fence.Token{Generation: 1}); return err },
+		"CompleteGeneration0": func() error {
+			_, err := s.Complete(ctx, ref, fence.Token{Owner: o}, fp, durable.Completed, durable.Result{}, time.Hour)
+			return err
+		},
+		"CompleteEmptyFingerprint": func() error {
+			_, err := s.Complete(ctx, ref, fence.Token{Generation: 1, Owner: o}, "", durable.Completed, durable.Result{}, time.Hour)
+			return err
+		},
+		"CompleteUnfinishedState": func() error {
+			_, err := s.Complete(ctx, ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Uncertain, durable.Result{}, time.Hour)
+			return err
+		},
+		"SyncGenGeneration0":    func() error { return s.SyncGen(ctx, ref, fence.Token{Owner: o}, retention) },
+		"SyncGenShortRetention": func() error { return s.SyncGen(ctx, ref, fence.Token{Generation: 1, Owner: o}, 0) },
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			if err := call(); !errors.Is(err, lua.ErrInvalidArgument) {
+				t.Fatalf("err = %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+	if n := cs.n.Load(); n != 0 {
+		t.Errorf("%d script calls reached the client, want 0", n)
+	}
+	if st := s.Breaker(); st != lua.Closed {
+		t.Errorf("breaker = %v after invalid calls, want closed", st)
+	}
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { c.Close() })
+	bad := map[string]lua.Options{
+		"PrefixWithOpenBrace":  {Prefix: "a{b"},
+		"PrefixWithCloseBrace": {Prefix: "a}"},
+		"NegativeTimeout":      {Timeout: -1},
+		"NegativeCacheTTL":     {CacheTTL: -1},
+		"NegativeFailures":     {Breaker: lua.BreakerOptions{Failures: -1}},
+		"NegativeCoolDown":     {Breaker: lua.BreakerOptions{CoolDown: -1}},
+	}
+	for name, opts := range bad {
+		t.Run(name, func(t *testing.T) {
+			if _, err := lua.New(c, opts); !errors.Is(err, lua.ErrInvalidArgument) {
+				t.Fatalf("New = %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+	t.Run("NilClient", func(t *testing.T) {
+		if _, err := lua.New(nil, lua.Options{}); !errors.Is(err, lua.ErrInvalidArgument) {
+			t.Fatalf("New(nil) = %v", err)
+		}
+	})
+	t.Run("ZeroOptionsTakeDefaults", func(t *testing.T) {
+		s, err := lua.New(c, lua.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := refFor(t, "k")
+		if got, want := s.Keys(ref), lua.KeysFor(lua.DefaultPrefix, ref); got != want {
+			t.Errorf("Keys = %+v, want %+v", got, want)
+		}
+		if st := s.Breaker(); st != lua.Closed {
+			t.Errorf("breaker = %v", st)
+		}
+	})
+}
