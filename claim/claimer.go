@@ -1,0 +1,591 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// Defaults of a [Claimer].
+const (
+	DefaultLease     = 30 * time.Second
+	DefaultRetention = 24 * time.Hour
+)
+
+// Policy says what [Claimer.Claim] and [Claimer.Do] do with a duplicate that
+// arrives while the first request is still processing.
+type Policy struct {
+	kind    policyKind
+	maxWait time.Duration
+}
+
+type policyKind int
+
+const (
+	policyFailFast policyKind = iota
+	policyWait
+	policyPoll
+)
+
+// FailFast answers a duplicate at once with [InProgress] and a retry-after
+// hint (HTTP: 409 with Retry-After). It is the default.
+func FailFast() Policy { return Policy{kind: policyFailFast} }
+
+// Wait makes a duplicate wait, up to max and within the caller's context, for
+// the first request to finish, then replays its result; past the bound it
+// answers [InProgress] like FailFast.
+func Wait(max time.Duration) Policy { return Policy{kind: policyWait, maxWait: max} }
+
+// Poll answers a duplicate at once with [InProgress] and the operation
+// identity to poll (HTTP: 202 with the Location of an operation resource).
+func Poll() Policy { return Policy{kind: policyPoll} }
+
+// Polls reports whether the policy is Poll.
+func (p Policy) Polls() bool { return p.kind == policyPoll }
+
+// Option configures a [Claimer].
+type Option func(*config) error
+
+type config struct {
+	redis       redis.Scripter
+	luaOpts     lua.Options
+	lease       time.Duration
+	retention   time.Duration
+	perOp       map[string]time.Duration
+	policy      Policy
+	margin      time.Duration
+	marginSet   bool
+	meter       metric.MeterProvider
+	logger      *slog.Logger
+	statsMaxAge time.Duration
+}
+
+// WithRedis puts Redis in front of the durable store, through the scripts of
+// package lua configured by opts. Without it the Claimer runs on the durable
+// store alone, with the same guarantees. c may be any go-redis client
+// (standalone, Sentinel, Cluster); when it is a [redis.UniversalClient], the
+// Claimer checks its maxmemory-policy at start and logs a warning for any
+// policy but noeviction.
+func WithRedis(c redis.Scripter, opts lua.Options) Option {
+	return func(cfg *config) error {
+		if c == nil {
+			return errors.New("claim: WithRedis: nil client")
+		}
+		cfg.redis, cfg.luaOpts = c, opts
+		return nil
+	}
+}
+
+// WithLease sets the default lease of a claim. Defaults to 30s. At least 1ms.
+func WithLease(d time.Duration) Option {
+	return func(cfg *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("claim: lease must be at least 1ms, got %v", d)
+		}
+		cfg.lease = d
+		return nil
+	}
+}
+
+// WithRetention sets how long a record, and so the guarantee, lasts after a
+// request is first accepted. After it a retried key is a new operation.
+// Defaults to 24h. At least 1ms.
+func WithRetention(d time.Duration) Option {
+	return func(cfg *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("claim: retention must be at least 1ms, got %v", d)
+		}
+		cfg.retention = d
+		return nil
+	}
+}
+
+// WithOperationRetention overrides the retention for one operation name.
+func WithOperationRetention(operation string, d time.Duration) Option {
+	return func(cfg *config) error {
+		if operation == "" || d < time.Millisecond {
+			return fmt.Errorf("claim: operation retention needs an operation and at least 1ms")
+		}
+		if cfg.perOp == nil {
+			cfg.perOp = map[string]time.Duration{}
+		}
+		cfg.perOp[operation] = d
+		return nil
+	}
+}
+
+// WithPolicy sets the policy for duplicates of a request in progress.
+// Defaults to [FailFast].
+func WithPolicy(p Policy) Option {
+	return func(cfg *config) error {
+		if p.kind == policyWait && p.maxWait <= 0 {
+			return errors.New("claim: Wait policy needs a positive bound")
+		}
+		cfg.policy = p
+		return nil
+	}
+}
+
+// WithStartMargin sets the least lease that must remain, measured from when
+// the claim was sent, for work to start: a claim that comes back with less
+// is released and returns [ErrLeaseExpired]. Defaults to a tenth of the lease.
+func WithStartMargin(d time.Duration) Option {
+	return func(cfg *config) error {
+		if d < 0 {
+			return errors.New("claim: start margin must not be negative")
+		}
+		cfg.margin, cfg.marginSet = d, true
+		return nil
+	}
+}
+
+// WithMeterProvider records metrics (names under "oncekey.") with mp.
+// Defaults to no metrics.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(cfg *config) error {
+		if mp == nil {
+			return errors.New("claim: nil MeterProvider")
+		}
+		cfg.meter = mp
+		return nil
+	}
+}
+
+// WithLogger logs with l. Defaults to discarding logs. Log lines never hold
+// a raw key, tenant or body: records are named by their operation identity.
+func WithLogger(l *slog.Logger) Option {
+	return func(cfg *config) error {
+		if l == nil {
+			return errors.New("claim: nil logger")
+		}
+		cfg.logger = l
+		return nil
+	}
+}
+
+// Claimer runs the claim protocol: Redis in front (optional), the durable
+// store arbitrating every claim and fencing every completion. It is safe for
+// concurrent use.
+type Claimer[TTx any] struct {
+	store   durable.Store[TTx]
+	scripts *lua.Scripts // nil without Redis
+	cfg     config
+	log     *slog.Logger
+	m       *meters
+}
+
+// New returns a Claimer over store. It checks every option and returns an
+// error naming the bad one.
+func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], error) {
+	if store == nil {
+		return nil, errors.New("claim: nil store")
+	}
+	cfg := config{lease: DefaultLease, retention: DefaultRetention, policy: FailFast(), statsMaxAge: 10 * time.Second}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if !cfg.marginSet {
+		cfg.margin = cfg.lease / 10
+	}
+	if cfg.margin >= cfg.lease {
+		return nil, fmt.Errorf("claim: start margin %v must be shorter than the lease %v", cfg.margin, cfg.lease)
+	}
+	c := &Claimer[TTx]{store: store, cfg: cfg, log: cfg.logger}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.redis != nil {
+		lo := cfg.luaOpts
+		prev := lo.OnStateChange
+		lo.OnStateChange = func(s lua.BreakerState) {
+			c.log.Warn("oncekey: redis breaker", "state", s.String())
+			if prev != nil {
+				prev(s)
+			}
+		}
+		s, err := lua.New(cfg.redis, lo)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		c.scripts = s
+	}
+	m, err := newMeters(c)
+	if err != nil {
+		return nil, err
+	}
+	c.m = m
+	if u, ok := cfg.redis.(redis.UniversalClient); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		policy, err := lua.CheckEviction(ctx, u)
+		cancel()
+		switch {
+		case err != nil:
+			c.log.Warn("oncekey: could not read redis maxmemory-policy", "err", err)
+		case policy != "noeviction":
+			c.m.evictionPolicy(policy)
+			c.log.Warn("oncekey: redis maxmemory-policy is not noeviction; evictions degrade the fast path (the database still arbitrates)", "policy", policy)
+		}
+	}
+	return c, nil
+}
+
+// Store returns the durable store the Claimer arbitrates with.
+func (c *Claimer[TTx]) Store() durable.Store[TTx] { return c.store }
+
+// RetentionFor returns the retention of an operation.
+func (c *Claimer[TTx]) RetentionFor(operation string) time.Duration {
+	if d, ok := c.cfg.perOp[operation]; ok {
+		return d
+	}
+	return c.cfg.retention
+}
+
+// Policy returns the duplicate policy the Claimer was configured with.
+func (c *Claimer[TTx]) Policy() Policy { return c.cfg.policy }
+
+// Request is one request to claim: its scope and its canonical fingerprint
+// (see package canon).
+type Request struct {
+	Scope       durable.Scope
+	Fingerprint string
+	// Lease overrides the Claimer's default lease for this claim when set.
+	Lease time.Duration
+}
+
+// Kind is the kind of an [Outcome].
+type Kind int
+
+const (
+	// Acquired: this caller holds the key; run the work under Outcome.Lease.
+	Acquired Kind = iota + 1
+	// Executed: [Claimer.Do] ran the function and committed its result.
+	Executed
+	// Replayed: the operation finished before; Outcome.Result is its stored
+	// result (Outcome.State says completed or failed). Nothing ran.
+	Replayed
+	// InProgress: another request of the same operation holds the key.
+	// Retry after Outcome.RetryAfter, or poll Outcome.OperationID.
+	InProgress
+	// Uncertain: the outcome of the first request is unknown and being
+	// reconciled. Nothing ran; poll Outcome.OperationID.
+	Uncertain
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Acquired:
+		return "acquired"
+	case Executed:
+		return "executed"
+	case Replayed:
+		return "replayed"
+	case InProgress:
+		return "in_progress"
+	case Uncertain:
+		return "uncertain"
+	}
+	return "unknown"
+}
+
+// Outcome is what a claim came to.
+type Outcome[TTx any] struct {
+	Kind Kind
+	// OperationID is the stable identity of the logical operation (the
+	// same for every retry and takeover), to pass downstream as that
+	// system's idempotency key and to poll.
+	OperationID string
+	// Lease is set when Kind is Acquired.
+	Lease *Lease[TTx]
+	// State and Result are set when Kind is Executed or Replayed.
+	State  durable.State
+	Result *durable.Result
+	// RetryAfter hints when to retry an InProgress outcome: the remaining
+	// lease of the holder, at least 1s.
+	RetryAfter time.Duration
+	// FromCache reports a replay answered by Redis without touching the
+	// durable store.
+	FromCache bool
+}
+
+func (c *Claimer[TTx]) leaseFor(r Request) time.Duration {
+	if r.Lease > 0 {
+		return r.Lease
+	}
+	return c.cfg.lease
+}
+
+// prepare validates the request and returns the store's reference.
+func (c *Claimer[TTx]) prepare(r Request) (durable.Ref, durable.ClaimParams, error) {
+	p := durable.ClaimParams{
+		Scope:       r.Scope,
+		Fingerprint: r.Fingerprint,
+		Owner:       uuid.New(),
+		Lease:       c.leaseFor(r),
+		Retention:   c.RetentionFor(r.Scope.Operation),
+	}
+	if err := p.Validate(); err != nil {
+		return durable.Ref{}, p, wrap("claim", err)
+	}
+	ref, err := c.store.Ref(r.Scope)
+	if err != nil {
+		return durable.Ref{}, p, wrap("claim", err)
+	}
+	return ref, p, nil
+}
+
+// fast is the outcome of the Redis step of a claim.
+type fast struct {
+	used     bool   // Redis answered
+	proposed uint64 // Acquired: the generation Redis proposed; our owner holds the Redis lease
+	done     bool   // the answer is final (replay, in progress, mismatch)
+	out      Kind
+	result   *durable.Result
+	state    durable.State
+	retry    time.Duration
+	err      error
+}
+
+// redisClaim runs claim.lua. Any Redis failure degrades to the durable
+// store alone.
+func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p durable.ClaimParams) fast {
+	if c.scripts == nil {
+		return fast{}
+	}
+	rep, err := c.scripts.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention})
+	if err != nil {
+		c.m.fallback(ctx)
+		c.log.Debug("oncekey: redis claim failed; using the durable store alone", "op", ref, "err", err)
+		return fast{}
+	}
+	switch rep.Outcome {
+	case lua.Acquired:
+		return fast{used: true, proposed: rep.Generation}
+	case lua.Cached:
+		res := rep.Cached.Result
+		return fast{used: true, done: true, out: Replayed, result: &res, state: rep.Cached.State}
+	case lua.Mismatch:
+		return fast{used: true, done: true, err: fmt.Errorf("%w (cached result)", ErrMismatch)}
+	case lua.Busy:
+		if !rep.SameRequest {
+			// A lease for another payload: a mismatch, or a lease left by a
+			// request that never reached the durable store. Only the store
+			// can tell; ask it, proposing no generation.
+			return fast{}
+		}
+		return fast{used: true, done: true, out: InProgress, retry: rep.PTTL}
+	}
+	return fast{}
+}
+
+func retryAfter(d time.Duration) time.Duration {
+	if d < time.Second {
+		return time.Second
+	}
+	return d
+}
+
+// Claim claims the request's key. It returns:
+//
+//   - Acquired with a [Lease]: this caller runs the work, then completes,
+//     fails, releases or marks the lease uncertain. The lease is already
+//     durable; a crash leaves a processing record that a retry takes over
+//     once the lease expires.
+//   - Replayed with the stored result of a finished operation.
+//   - InProgress with a retry-after hint (after waiting, with the [Wait]
+//     policy).
+//   - Uncertain for an operation whose outcome is being reconciled.
+//
+// Errors: [ErrMismatch], [ErrInvalidScope] (nothing reserved),
+// [ErrUnavailable] (the durable store is down: fail closed, do not run the
+// work), [ErrLeaseExpired]. ctx bounds the round trips and any wait; the lease
+// is governed by its duration.
+func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome[TTx], error) {
+	start := time.Now()
+	out, err := c.withPolicy(ctx, r, c.claimOnce)
+	c.m.claimDone(ctx, start, out.Kind, err)
+	return out, err
+}
+
+// withPolicy runs one claim attempt and, under the Wait policy, repeats it
+// while the operation is in progress.
+func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(context.Context, Request) (Outcome[TTx], error)) (Outcome[TTx], error) {
+	out, err := once(ctx, r)
+	if err != nil || out.Kind != InProgress || c.cfg.policy.kind != policyWait {
+		return out, err
+	}
+	deadline := time.Now().Add(c.cfg.policy.maxWait)
+	backoff := 5 * time.Millisecond
+	for out.Kind == InProgress {
+		wait := min(backoff, time.Until(deadline))
+		if wait <= 0 {
+			return out, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out, nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 250*time.Millisecond)
+		next, err := once(ctx, r)
+		if err != nil {
+			return next, err
+		}
+		out = next
+	}
+	return out, nil
+}
+
+func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome[TTx], error) {
+	ref, p, err := c.prepare(r)
+	if err != nil {
+		return Outcome[TTx]{}, err
+	}
+	opID := ref.OperationID()
+	sent := time.Now() // the lease is measured from here, on the monotonic clock
+	f := c.redisClaim(ctx, ref, p)
+	if f.done {
+		return c.fastOutcome(ctx, opID, f)
+	}
+	p.Proposed = f.proposed
+	res, err := c.store.Claim(ctx, p)
+	if err != nil {
+		c.dropRedisLease(ctx, f, ref, p)
+		return Outcome[TTx]{OperationID: opID}, c.claimErr(ctx, err)
+	}
+	if !res.Acquired {
+		return c.existing(ctx, opID, ref, p, f, res.Record), nil
+	}
+	c.acquired(ctx, ref, p, f, res)
+	l := newLease(c, ref, res.Token, p, sent)
+	if l.Remaining() < c.cfg.margin {
+		// The claim took so long that too little lease is left to work
+		// safely: give the key back rather than start work that could
+		// outlive its lease.
+		_ = l.Release(context.WithoutCancel(ctx))
+		return Outcome[TTx]{OperationID: opID}, ErrLeaseExpired
+	}
+	return Outcome[TTx]{Kind: Acquired, OperationID: opID, Lease: l}, nil
+}
+
+func (c *Claimer[TTx]) claimErr(ctx context.Context, err error) error {
+	if errors.Is(err, durable.ErrMismatch) {
+		c.m.mismatch(ctx)
+	}
+	return wrap("claim", err)
+}
+
+func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Outcome[TTx], error) {
+	if f.err != nil {
+		c.m.mismatch(ctx)
+		return Outcome[TTx]{OperationID: opID}, f.err
+	}
+	o := Outcome[TTx]{Kind: f.out, OperationID: opID, State: f.state, Result: f.result, FromCache: f.out == Replayed}
+	if f.out == InProgress {
+		o.RetryAfter = retryAfter(f.retry)
+	}
+	if f.out == Replayed {
+		c.m.replay(ctx, true)
+	}
+	return o, nil
+}
+
+// acquired finishes the Redis side of a durable acquisition: when the
+// database's generation differs from Redis's proposal (Redis lost data or
+// was bypassed), Redis is raised to it.
+func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p durable.ClaimParams, f fast, res durable.ClaimResult) {
+	if res.Takeover {
+		c.m.takeover(ctx)
+		c.log.Info("oncekey: took over an expired lease", "op", ref, "generation", res.Token.Generation)
+	}
+	if f.used && res.Token.Generation != f.proposed {
+		if err := c.scripts.SyncGen(ctx, ref, res.Token, p.Retention); err != nil {
+			c.log.Debug("oncekey: redis syncgen failed", "op", ref, "err", err)
+		}
+	}
+}
+
+// dropRedisLease gives back a Redis lease that the durable store did not
+// confirm, so it blocks no one.
+func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.Ref, p durable.ClaimParams) {
+	if !f.used || f.proposed == 0 {
+		return
+	}
+	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
+	if _, err := c.scripts.Release(context.WithoutCancel(ctx), ref, tok); err != nil {
+		c.log.Debug("oncekey: redis release failed", "op", ref, "err", err)
+	}
+}
+
+// existing classifies a record the durable claim did not take, and refills
+// Redis from it when Redis lost it.
+func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Ref, p durable.ClaimParams, f fast, rec *durable.Record) Outcome[TTx] {
+	if rec == nil { // a store bug; fail safe
+		c.dropRedisLease(ctx, f, ref, p)
+		return Outcome[TTx]{Kind: InProgress, OperationID: opID, RetryAfter: time.Second}
+	}
+	switch {
+	case rec.State.Finished() && rec.Result != nil:
+		c.m.replay(ctx, false)
+		c.refill(ctx, f, ref, p, rec)
+		res := *rec.Result
+		return Outcome[TTx]{Kind: Replayed, OperationID: opID, State: rec.State, Result: &res}
+	case rec.State == durable.Uncertain:
+		c.dropRedisLease(ctx, f, ref, p)
+		return Outcome[TTx]{Kind: Uncertain, OperationID: opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
+	default:
+		c.dropRedisLease(ctx, f, ref, p)
+		return Outcome[TTx]{Kind: InProgress, OperationID: opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
+	}
+}
+
+// refill caches a finished record in Redis (which had lost it) for no longer
+// than the record's remaining retention, and drops our Redis lease if we
+// took one.
+func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p durable.ClaimParams, rec *durable.Record) {
+	if c.scripts == nil || rec.ExpiresIn <= 0 {
+		c.dropRedisLease(ctx, f, ref, p)
+		return
+	}
+	// The cached copy carries the record's durable generation; with our
+	// owner, complete.lua also drops the Redis lease we took, if any.
+	tok := fence.Token{Generation: rec.Token.Generation}
+	if f.used && f.proposed != 0 {
+		tok.Owner = p.Owner
+	}
+	if _, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, rec.Fingerprint, rec.State, *rec.Result, rec.ExpiresIn); err != nil {
+		c.log.Debug("oncekey: redis refill failed", "op", ref, "err", err)
+	}
+}
+
+// cacheResult publishes a committed result to Redis, for no longer than the
+// record's retention measured from when the claim was sent (which is before
+// the database set expires_at, so the cache never outlives the record).
+func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
+	if c.scripts == nil {
+		return
+	}
+	ttl := retention - time.Since(sent)
+	if ttl <= 0 {
+		if _, err := c.scripts.Release(context.WithoutCancel(ctx), ref, tok); err != nil {
+			c.log.Debug("oncekey: redis release failed", "op", ref, "err", err)
+		}
+		return
+	}
+	if _, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, fp, state, res, ttl); err != nil {
+		c.log.Debug("oncekey: redis complete failed; the result is durable and replays from the store", "op", ref, "err", err)
+	}
+}

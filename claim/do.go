@@ -1,0 +1,145 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+)
+
+// Op describes the operation to the function run by [Claimer.Do].
+type Op struct {
+	// ID is the stable identity of the logical operation: use it as the
+	// idempotency key of any downstream call.
+	ID string
+	// Token is the fencing token of this execution.
+	Token fence.Token
+}
+
+// Func is the business effect run by [Claimer.Do] inside the transaction
+// that also holds the claim. It returns the result to store, or:
+//
+//   - an error made by [Reject]: a final business rejection, stored as failed
+//     and replayed;
+//   - any other error: transient; the transaction rolls back, nothing is
+//     stored, the key is free, and Do returns the error;
+//   - a panic: the transaction rolls back, the key is free, Do re-panics.
+//
+// It must not make long external calls: the transaction holds a row lock
+// that concurrent duplicates wait on. Use [Claimer.Claim] and a [Lease] for
+// work that calls other systems.
+type Func[TTx any] func(ctx context.Context, tx TTx, op Op) (durable.Result, error)
+
+// Do claims the request's key, runs fn, and stores its result, all in one
+// transaction of the durable store: a crash before the commit leaves
+// nothing (the retry runs again), after it everything (the retry replays).
+// Then it caches the result in Redis.
+//
+// It returns Executed (fn ran and its result committed), Replayed,
+// InProgress or Uncertain (fn did not run), with the same errors as
+// [Claimer.Claim], plus fn's own transient error. When the COMMIT itself
+// fails ambiguously, Do re-reads the record and returns the committed result
+// if it is there, so the caller never retries into a replay it cannot tell
+// from a first execution.
+func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn Func[TTx]) (Outcome[TTx], error) {
+	if fn == nil {
+		return Outcome[TTx]{}, errors.New("claim: Do: nil function")
+	}
+	start := time.Now()
+	out, err := c.withPolicy(ctx, r, func(ctx context.Context, r Request) (Outcome[TTx], error) {
+		return c.doOnce(ctx, r, fn)
+	})
+	c.m.claimDone(ctx, start, out.Kind, err)
+	return out, err
+}
+
+func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out Outcome[TTx], err error) {
+	ref, p, err := c.prepare(r)
+	if err != nil {
+		return Outcome[TTx]{}, err
+	}
+	opID := ref.OperationID()
+	sent := time.Now()
+	f := c.redisClaim(ctx, ref, p)
+	if f.done {
+		return c.fastOutcome(ctx, opID, f)
+	}
+	p.Proposed = f.proposed
+
+	var (
+		claimed   durable.ClaimResult
+		tok       fence.Token
+		state     durable.State
+		result    durable.Result
+		committed bool // fn and the completion succeeded inside the transaction
+		fnErr     error
+	)
+	defer func() {
+		if v := recover(); v != nil {
+			c.dropRedisLease(ctx, f, ref, p)
+			panic(v)
+		}
+	}()
+	txErr := c.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		res, err := c.store.ClaimTx(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		claimed = res
+		if !res.Acquired {
+			return nil // commit nothing; classify below
+		}
+		tok = res.Token
+		if time.Until(sent.Add(p.Lease)) < c.cfg.margin {
+			return ErrLeaseExpired
+		}
+		result, fnErr = fn(ctx, tx, Op{ID: opID, Token: tok})
+		var rej *RejectError
+		switch {
+		case fnErr == nil:
+			state = durable.Completed
+			err = c.store.CompleteTx(ctx, tx, ref, tok, result)
+		case errors.As(fnErr, &rej):
+			state, result = durable.Failed, rej.Result
+			err = c.store.FailTx(ctx, tx, ref, tok, result)
+		default:
+			return fnErr
+		}
+		if err != nil {
+			return err
+		}
+		committed = true
+		return nil
+	})
+	if txErr != nil {
+		if committed && errors.Is(txErr, durable.ErrUnavailable) {
+			// COMMIT was sent and failed: it may have applied. Read the truth.
+			if rec, err := c.store.Get(context.WithoutCancel(ctx), ref); err == nil &&
+				rec.State == state && rec.Token.Equal(tok) && rec.Result != nil {
+				c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", ref)
+				c.acquired(ctx, ref, p, f, claimed)
+				return c.executed(ctx, opID, ref, tok, p, state, *rec.Result, sent), nil
+			}
+			c.dropRedisLease(ctx, f, ref, p)
+			return Outcome[TTx]{OperationID: opID}, fmt.Errorf("%w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
+		}
+		c.dropRedisLease(ctx, f, ref, p)
+		if fnErr != nil && errors.Is(txErr, fnErr) {
+			return Outcome[TTx]{OperationID: opID}, fnErr
+		}
+		return Outcome[TTx]{OperationID: opID}, c.claimErr(ctx, txErr)
+	}
+	if !claimed.Acquired {
+		return c.existing(ctx, opID, ref, p, f, claimed.Record), nil
+	}
+	c.acquired(ctx, ref, p, f, claimed)
+	return c.executed(ctx, opID, ref, tok, p, state, result, sent), nil
+}
+
+func (c *Claimer[TTx]) executed(ctx context.Context, opID string, ref durable.Ref, tok fence.Token, p durable.ClaimParams, state durable.State, res durable.Result, sent time.Time) Outcome[TTx] {
+	c.cacheResult(ctx, ref, tok, p.Fingerprint, state, res, p.Retention, sent)
+	return Outcome[TTx]{Kind: Executed, OperationID: opID, State: state, Result: &res}
+}

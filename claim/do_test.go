@@ -1,0 +1,185 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+)
+
+// orders makes the business table the Do tests write to, deliberately
+// without a unique constraint: a duplicate effect would show as a second row.
+func (e *env) orders() {
+	e.t.Helper()
+	if _, err := e.pool.Exec(e.t.Context(), `CREATE TABLE `+e.schema.Name+`.orders (op text NOT NULL, n int NOT NULL)`); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) orderCount(op string) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.schema.Name+`.orders WHERE op = $1`, op).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) insertOrder(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+e.schema.Name+`.orders (op, n) VALUES ($1, 1)`, op.ID); err != nil {
+		return durable.Result{}, err
+	}
+	return result(`{"order":"` + op.ID + `"}`), nil
+}
+
+func TestClaimer_Do(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, mode)
+			e.orders()
+
+			t.Run("ExecutesOnceAndReplays", func(t *testing.T) {
+				r := req("d-once", "v1:a")
+				out, err := e.c.Do(t.Context(), r, e.insertOrder)
+				if err != nil || out.Kind != claim.Executed || out.State != durable.Completed {
+					t.Fatalf("Do = %v %v, %v", out.Kind, out.State, err)
+				}
+				body := string(out.Result.Body)
+				for range 3 {
+					rep, err := e.c.Do(t.Context(), r, e.insertOrder)
+					if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != body {
+						t.Fatalf("retry = %v %q, %v", rep.Kind, rep.Result.Body, err)
+					}
+				}
+				if n := e.orderCount(out.OperationID); n != 1 {
+					t.Fatalf("orders = %d, want 1", n)
+				}
+			})
+
+			t.Run("TransientErrorStoresNothingAndFreesTheKey", func(t *testing.T) {
+				r := req("d-transient", "v1:a")
+				boom := errors.New("dependency down")
+				_, err := e.c.Do(t.Context(), r, func(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
+					if _, err := e.insertOrder(ctx, tx, op); err != nil {
+						return durable.Result{}, err
+					}
+					return durable.Result{}, boom
+				})
+				if !errors.Is(err, boom) {
+					t.Fatalf("Do err = %v, want the function's error", err)
+				}
+				if _, err := e.store.Get(t.Context(), e.ref(r)); !errors.Is(err, durable.ErrNotFound) {
+					t.Fatalf("record after rollback: %v, want ErrNotFound", err)
+				}
+				out, err := e.c.Do(t.Context(), r, e.insertOrder)
+				if err != nil || out.Kind != claim.Executed {
+					t.Fatalf("retry after transient error = %v, %v", out.Kind, err)
+				}
+				if n := e.orderCount(out.OperationID); n != 1 {
+					t.Fatalf("orders = %d, want 1 (the rolled back insert must not count)", n)
+				}
+			})
+
+			t.Run("RejectIsStoredAsFailedAndReplayed", func(t *testing.T) {
+				r := req("d-reject", "v1:a")
+				declined := durable.Result{StatusCode: 402, Body: []byte(`{"error":"declined"}`)}
+				out, err := e.c.Do(t.Context(), r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+					return durable.Result{}, claim.Reject(declined)
+				})
+				if err != nil || out.Kind != claim.Executed || out.State != durable.Failed || out.Result.StatusCode != 402 {
+					t.Fatalf("Do = %v %v %+v, %v", out.Kind, out.State, out.Result, err)
+				}
+				rep, err := e.c.Do(t.Context(), r, e.insertOrder)
+				if err != nil || rep.Kind != claim.Replayed || rep.State != durable.Failed || string(rep.Result.Body) != `{"error":"declined"}` {
+					t.Fatalf("retry = %v %v %q, %v", rep.Kind, rep.State, rep.Result.Body, err)
+				}
+			})
+
+			t.Run("PanicReleasesTheKeyAndRePanics", func(t *testing.T) {
+				r := req("d-panic", "v1:a")
+				func() {
+					defer func() {
+						if v := recover(); v != "handler bug" {
+							t.Fatalf("recovered %v, want the function's panic", v)
+						}
+					}()
+					_, _ = e.c.Do(t.Context(), r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+						panic("handler bug")
+					})
+				}()
+				out, err := e.c.Do(t.Context(), r, e.insertOrder)
+				if err != nil || out.Kind != claim.Executed {
+					t.Fatalf("retry after panic = %v, %v", out.Kind, err)
+				}
+			})
+
+			t.Run("ConcurrentDuplicatesExecuteOnce", func(t *testing.T) {
+				r := req("d-concurrent", "v1:a")
+				var wg sync.WaitGroup
+				var executed, failed atomic.Int64
+				for range 20 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						out, err := e.c.Do(context.Background(), r, e.insertOrder)
+						if err != nil {
+							failed.Add(1)
+							t.Errorf("Do: %v", err)
+							return
+						}
+						if out.Kind == claim.Executed {
+							executed.Add(1)
+						}
+					}()
+				}
+				wg.Wait()
+				if executed.Load() != 1 {
+					t.Fatalf("executed = %d, want 1", executed.Load())
+				}
+				ref := e.ref(r)
+				if n := e.orderCount(ref.OperationID()); n != 1 {
+					t.Fatalf("orders = %d, want 1", n)
+				}
+			})
+		})
+	}
+}
+
+func TestClaimer_DoConnectionCutBeforeCommit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withRedis)
+	e.orders()
+	r := req("d-cut", "v1:a")
+	_, err := e.c.Do(t.Context(), r, func(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
+		if _, err := e.insertOrder(ctx, tx, op); err != nil {
+			return durable.Result{}, err
+		}
+		var pid int
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			return durable.Result{}, err
+		}
+		// Another session kills this transaction's connection before COMMIT.
+		if _, err := e.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Fatal(err)
+		}
+		return result("never committed"), nil
+	})
+	if err == nil {
+		t.Fatal("Do succeeded although its connection was killed before COMMIT")
+	}
+	out, err := e.c.Do(t.Context(), r, e.insertOrder)
+	if err != nil || out.Kind != claim.Executed {
+		t.Fatalf("retry = %v, %v; want Executed", out.Kind, err)
+	}
+	if n := e.orderCount(out.OperationID); n != 1 {
+		t.Fatalf("orders = %d, want exactly 1", n)
+	}
+}

@@ -1,0 +1,47 @@
+// Package claim is the public API of oncekey: it makes a retried request
+// execute once and return the same answer.
+//
+// A [Claimer] runs the claim protocol. Redis (optional, through package lua)
+// answers duplicates of in-flight and finished operations without touching
+// the database and proposes generations; the durable store (package
+// durable: PostgreSQL in production, SQLite embedded) arbitrates every claim
+// and fences every completion. If Redis loses data, fails over, or is down,
+// nothing executes twice; if the durable store is down, the claim fails
+// closed with [ErrUnavailable] and nothing executes.
+//
+// # Two modes
+//
+// [Claimer.Do] claims the key, runs the business write and stores its result
+// in ONE transaction of the durable store: a crash before the commit leaves
+// nothing, after it everything. Use it when the effect is a database write.
+//
+// [Claimer.Claim] returns a [Lease] for workflow work that calls other
+// systems: the claim commits on its own, the worker keeps the lease alive
+// ([Lease.KeepAlive]), passes [Lease.OperationID] downstream as that system's
+// idempotency key, and completes with [Lease.Complete], fenced. A worker
+// whose lease expired and was taken over gets [ErrFenced] and must not
+// publish its result.
+//
+// # What a retry gets
+//
+//   - [Replayed]: the stored result, completed or failed, byte for byte.
+//   - [InProgress]: the first request still runs; retry after
+//     [Outcome.RetryAfter] (or wait, with the [Wait] policy).
+//   - [Uncertain]: the first request's outcome is unknown; a [Reconciler]
+//     resolves it. Nothing runs again on its own.
+//   - [ErrMismatch]: the key was used for a different request.
+//
+// # Retention
+//
+// Each record lasts the retention (default 24h, per operation with
+// [WithOperationRetention]) from when it was first accepted. After it the
+// guarantee is gone: a retried key is a new operation. Redis never caches a
+// result past the record's retention.
+//
+// # Clocks
+//
+// Lease expiry is decided by the database's clock and Redis's TTLs, never a
+// worker's clock. A worker measures its own deadline from when it sent the
+// claim, on the monotonic clock, and does not start work with less than the
+// start margin left ([WithStartMargin]).
+package claim

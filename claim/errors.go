@@ -1,0 +1,65 @@
+package claim
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/oncekey/oncekey/durable"
+)
+
+var (
+	// ErrMismatch is returned when the idempotency key was already used for
+	// a request with another fingerprint. Nothing ran and nothing was
+	// reserved. It matches [durable.ErrMismatch] too.
+	ErrMismatch = fmt.Errorf("claim: %w", durable.ErrMismatch)
+
+	// ErrInvalidScope is returned, before anything is reserved, for an
+	// invalid scope or fingerprint. It matches [durable.ErrInvalidScope].
+	ErrInvalidScope = fmt.Errorf("claim: %w", durable.ErrInvalidScope)
+
+	// ErrUnavailable is returned when the durable store cannot be reached.
+	// The claim failed closed: the caller's code did not run and must not
+	// run. It matches [durable.ErrUnavailable].
+	ErrUnavailable = fmt.Errorf("claim: %w", durable.ErrUnavailable)
+
+	// ErrFenced is returned by a [Lease] method whose lease was lost: it
+	// expired and another worker took the key over, or it was released.
+	// The caller must not publish its result. It matches [durable.ErrFenced].
+	ErrFenced = fmt.Errorf("claim: %w", durable.ErrFenced)
+
+	// ErrLeaseExpired is returned when a lease ran out before the work could
+	// start or continue: the claim round trip took longer than the lease
+	// minus the start margin, or KeepAlive could not renew it in time. The
+	// key was released when possible; the retry is safe.
+	ErrLeaseExpired = errors.New("claim: lease expired")
+)
+
+// RejectError is a business rejection returned by the function given to
+// [Claimer.Do]: its Result is stored as the operation's final, failed
+// outcome and replayed to every retry. Build one with [Reject].
+type RejectError struct {
+	Result durable.Result
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("claim: rejected with status %d", e.Result.StatusCode)
+}
+
+// Reject returns an error that makes [Claimer.Do] store res as a failed
+// result instead of rolling back: use it for final business rejections
+// (insufficient funds, a declined card), not for transient failures.
+func Reject(res durable.Result) error { return &RejectError{Result: res} }
+
+// wrap maps a durable error to this package's sentinel while keeping the
+// cause: errors.Is matches both the claim and the durable sentinel.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range []error{ErrMismatch, ErrInvalidScope, ErrUnavailable, ErrFenced} {
+		if errors.Is(err, errors.Unwrap(s)) && !errors.Is(err, s) {
+			return fmt.Errorf("%w: %s: %w", s, op, err)
+		}
+	}
+	return fmt.Errorf("claim: %s: %w", op, err)
+}

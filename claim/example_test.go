@@ -1,0 +1,179 @@
+package claim_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/sqlite"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// embedded returns a SQLite store in a temporary folder and an in-process
+// Redis: the embedded default, so the examples run with nothing installed.
+// In production use durable/postgres and a real Redis.
+func embedded() (*sqlite.Store, *redis.Client, func()) {
+	dir, err := os.MkdirTemp("", "oncekey-example")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(dir, "oncekey.db"))
+	if err != nil {
+		panic(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	return store, rdb, func() {
+		rdb.Close()
+		mr.Close()
+		store.Close()
+		os.RemoveAll(dir)
+	}
+}
+
+// Do claims the key, runs the business write and stores its result in one
+// transaction. The retry replays the stored result instead of running again.
+func ExampleClaimer_Do() {
+	store, rdb, cleanup := embedded()
+	defer cleanup()
+	ctx := context.Background()
+	if _, err := store.DB().ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, item TEXT)`); err != nil {
+		panic(err)
+	}
+
+	c, err := claim.New[*sql.Tx](store, claim.WithRedis(rdb, lua.Options{}))
+	if err != nil {
+		panic(err)
+	}
+	req := claim.Request{
+		Scope:       durable.Scope{Tenant: "tenant-42", Operation: "POST /orders", Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"},
+		Fingerprint: "v1:request-fingerprint-from-package-canon",
+	}
+	placeOrder := func(ctx context.Context, tx *sql.Tx, op claim.Op) (durable.Result, error) {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, item) VALUES (?, ?)`, "ord_1", "book"); err != nil {
+			return durable.Result{}, err // transient: rolled back, key freed
+		}
+		return durable.Result{StatusCode: 201, Body: []byte(`{"id":"ord_1"}`)}, nil
+	}
+	for range 2 {
+		out, err := c.Do(ctx, req, placeOrder)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(out.Kind, out.Result.StatusCode, string(out.Result.Body))
+	}
+	var n int
+	_ = store.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
+	fmt.Println("orders:", n)
+	// Output:
+	// executed 201 {"id":"ord_1"}
+	// replayed 201 {"id":"ord_1"}
+	// orders: 1
+}
+
+// Claim returns a lease for work that calls other systems. The operation
+// identity goes downstream as that system's idempotency key; the completion
+// is fenced by the lease's token.
+func ExampleClaimer_Claim() {
+	store, rdb, cleanup := embedded()
+	defer cleanup()
+	ctx := context.Background()
+	c, err := claim.New[*sql.Tx](store, claim.WithRedis(rdb, lua.Options{}), claim.WithLease(10*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	req := claim.Request{
+		Scope:       durable.Scope{Tenant: "tenant-42", Operation: "POST /deploys", Key: "deploy-2026-12-02"},
+		Fingerprint: "v1:deploy-fingerprint",
+	}
+
+	out, err := c.Claim(ctx, req)
+	if err != nil {
+		panic(err)
+	}
+	if out.Kind == claim.Acquired {
+		work, stop := out.Lease.KeepAlive(ctx)
+		_ = work // run the deploy under work; pass out.Lease.OperationID() downstream
+		if err := stop(); err != nil {
+			panic(err) // the lease was lost: do not publish
+		}
+		if err := out.Lease.Complete(ctx, durable.Result{StatusCode: 202, Body: []byte("deployed")}); err != nil {
+			panic(err)
+		}
+		fmt.Println("first:", out.Kind)
+	}
+
+	dup, _ := c.Claim(ctx, req)
+	fmt.Println("retry:", dup.Kind, string(dup.Result.Body))
+
+	_, err = c.Claim(ctx, claim.Request{Scope: req.Scope, Fingerprint: "v1:another-payload"})
+	fmt.Println("reuse with another payload is a mismatch:", errors.Is(err, claim.ErrMismatch))
+	// Output:
+	// first: acquired
+	// retry: replayed deployed
+	// reuse with another payload is a mismatch: true
+}
+
+// A Reconciler resolves operations whose outcome was unknown by asking the
+// downstream system with the operation identity.
+func ExampleReconciler() {
+	store, _, cleanup := embedded()
+	defer cleanup()
+	ctx := context.Background()
+	c, err := claim.New[*sql.Tx](store)
+	if err != nil {
+		panic(err)
+	}
+	req := claim.Request{
+		Scope:       durable.Scope{Tenant: "tenant-42", Operation: "POST /payments", Key: "pay-1"},
+		Fingerprint: "v1:payment-fingerprint",
+	}
+	out, err := c.Claim(ctx, req)
+	if err != nil {
+		panic(err)
+	}
+	// The gateway timed out after it may have charged: do not guess.
+	if err := out.Lease.MarkUncertain(ctx); err != nil {
+		panic(err)
+	}
+	retry, _ := c.Claim(ctx, req)
+	fmt.Println("retry while unknown:", retry.Kind)
+
+	gatewayCharged := map[string]bool{out.OperationID: true} // what the gateway would answer
+	rec, err := claim.NewReconciler(c, func(ctx context.Context, p claim.Pending) (claim.Resolution, error) {
+		if gatewayCharged[p.OperationID] {
+			return claim.Resolution{State: durable.Completed, Result: durable.Result{StatusCode: 201, Body: []byte("charged")}}, nil
+		}
+		return claim.Unknown, nil
+	}, claim.ReconcilerOptions{})
+	if err != nil {
+		panic(err)
+	}
+	report, err := rec.RunOnce(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("resolved:", report.Completed)
+	after, _ := c.Claim(ctx, req)
+	fmt.Println("retry after reconciling:", after.Kind, string(after.Result.Body))
+	// Output:
+	// retry while unknown: uncertain
+	// resolved: 1
+	// retry after reconciling: replayed charged
+}

@@ -1,0 +1,212 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+)
+
+// Lease is a durable claim held by this worker (workflow mode: [Claimer.Claim]
+// then a Lease method). Every method is fenced by the lease's token: once
+// another worker took the key over, each returns [ErrFenced] and writes
+// nothing.
+//
+// A Lease is safe for concurrent use, so [Lease.KeepAlive] may renew it while
+// the work calls Complete.
+type Lease[TTx any] struct {
+	c         *Claimer[TTx]
+	ref       durable.Ref
+	tok       fence.Token
+	fp        string
+	lease     time.Duration
+	retention time.Duration
+	sent      time.Time // when the claim was sent; the result cache is bounded from it
+
+	mu       sync.Mutex
+	deadline time.Time // conservative local end of the lease, on the monotonic clock
+}
+
+func newLease[TTx any](c *Claimer[TTx], ref durable.Ref, tok fence.Token, p durable.ClaimParams, sent time.Time) *Lease[TTx] {
+	return &Lease[TTx]{c: c, ref: ref, tok: tok, fp: p.Fingerprint, lease: p.Lease, retention: p.Retention, sent: sent, deadline: sent.Add(p.Lease)}
+}
+
+// Token returns the fencing token of the lease. Pass its generation to
+// downstream systems that can reject stale writers (see package fence).
+func (l *Lease[TTx]) Token() fence.Token { return l.tok }
+
+// OperationID returns the stable identity of the logical operation, the same
+// for every retry and takeover: use it as the idempotency key of downstream
+// calls, so a takeover that repeats a call is deduplicated there.
+func (l *Lease[TTx]) OperationID() string { return l.ref.OperationID() }
+
+// Ref returns the stored identity of the record.
+func (l *Lease[TTx]) Ref() durable.Ref { return l.ref }
+
+// Deadline returns when the lease ends at the latest, by this process's
+// monotonic clock, measured from when the claim or the last renewal was
+// sent (so it errs early, never late).
+func (l *Lease[TTx]) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Remaining returns how much of the lease is left by [Lease.Deadline].
+func (l *Lease[TTx]) Remaining() time.Duration { return time.Until(l.Deadline()) }
+
+// Renew extends the lease by its full length from now by the database's
+// clock. Errors: [ErrFenced] when the lease was lost, [ErrUnavailable].
+func (l *Lease[TTx]) Renew(ctx context.Context) error {
+	sent := time.Now()
+	if err := l.c.store.Renew(ctx, l.ref, l.tok, l.lease); err != nil {
+		if errors.Is(err, durable.ErrFenced) {
+			l.c.m.fenced(ctx)
+		}
+		return wrap("renew", err)
+	}
+	l.mu.Lock()
+	l.deadline = sent.Add(l.lease)
+	l.mu.Unlock()
+	if l.c.scripts != nil {
+		if _, err := l.c.scripts.Renew(ctx, l.ref, l.tok, l.lease); err != nil {
+			l.c.log.Debug("oncekey: redis renew failed", "op", l.ref, "err", err)
+		}
+	}
+	return nil
+}
+
+// Complete stores res as the operation's result (state completed), fenced,
+// then caches it in Redis. Completing again with the same result succeeds.
+// Errors: [ErrFenced] (the result must not be published), [ErrUnavailable]
+// (unknown whether it was stored; retry Complete).
+func (l *Lease[TTx]) Complete(ctx context.Context, res durable.Result) error {
+	return l.finish(ctx, durable.Completed, res)
+}
+
+// Fail stores res as a final business rejection (state failed), fenced, and
+// replays it to every retry. For a transient failure before any effect use
+// [Lease.Release] instead.
+func (l *Lease[TTx]) Fail(ctx context.Context, res durable.Result) error {
+	return l.finish(ctx, durable.Failed, res)
+}
+
+func (l *Lease[TTx]) finish(ctx context.Context, state durable.State, res durable.Result) error {
+	var err error
+	if state == durable.Completed {
+		err = l.c.store.Complete(ctx, l.ref, l.tok, res)
+	} else {
+		err = l.c.store.Fail(ctx, l.ref, l.tok, res)
+	}
+	if err != nil {
+		if errors.Is(err, durable.ErrFenced) {
+			l.c.m.fenced(ctx)
+			l.c.log.Warn("oncekey: fenced completion rejected", "op", l.ref, "generation", l.tok.Generation)
+		}
+		return wrap(string(state), err)
+	}
+	l.c.cacheResult(ctx, l.ref, l.tok, l.fp, state, res, l.retention, l.sent)
+	return nil
+}
+
+// Release gives the key back after a transient failure before any effect:
+// the next request with the key (any payload) runs as a new operation.
+func (l *Lease[TTx]) Release(ctx context.Context) error {
+	if err := l.c.store.Release(ctx, l.ref, l.tok); err != nil {
+		return wrap("release", err)
+	}
+	l.releaseRedis(ctx)
+	return nil
+}
+
+func (l *Lease[TTx]) releaseRedis(ctx context.Context) {
+	if l.c.scripts == nil {
+		return
+	}
+	if _, err := l.c.scripts.Release(context.WithoutCancel(ctx), l.ref, l.tok); err != nil {
+		l.c.log.Debug("oncekey: redis release failed", "op", l.ref, "err", err)
+	}
+}
+
+// MarkUncertain records that the external outcome is unknown (a downstream
+// call timed out after it may have applied). Retries then get [Uncertain]
+// until a [Reconciler] resolves the record; nothing is re-executed.
+func (l *Lease[TTx]) MarkUncertain(ctx context.Context) error {
+	if err := l.c.store.MarkUncertain(ctx, l.ref, l.tok); err != nil {
+		return wrap("mark uncertain", err)
+	}
+	l.c.m.uncertain(ctx)
+	l.releaseRedis(ctx)
+	return nil
+}
+
+// KeepAlive renews the lease in the background every third of its length
+// and returns a context for the work, derived from ctx. That context is
+// cancelled, with the reason as its cause (context.Cause), when a renewal is
+// fenced ([ErrFenced]) or when the lease runs out without a successful
+// renewal because the store is unreachable ([ErrLeaseExpired]). Stop renewing
+// by calling stop, which returns that reason or nil; call it before
+// Complete, Fail or Release.
+func (l *Lease[TTx]) KeepAlive(ctx context.Context) (work context.Context, stop func() error) {
+	work, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var (
+		once   sync.Once
+		reason error
+		mu     sync.Mutex
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if reason == nil {
+			reason = err
+		}
+		mu.Unlock()
+		cancel(err)
+	}
+	go func() {
+		defer close(done)
+		interval := max(l.lease/3, time.Millisecond)
+		t := time.NewTimer(interval)
+		defer t.Stop()
+		for {
+			if rem := l.Remaining(); rem <= 0 {
+				fail(fmt.Errorf("%w: not renewed in time", ErrLeaseExpired))
+				return
+			}
+			select {
+			case <-work.Done():
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(work, max(l.Remaining(), time.Millisecond))
+			err := l.Renew(rctx)
+			rcancel()
+			switch {
+			case err == nil:
+				t.Reset(interval)
+			case errors.Is(err, ErrFenced):
+				fail(err)
+				return
+			default: // unreachable for now: retry soon, until the lease runs out
+				if work.Err() != nil {
+					return
+				}
+				t.Reset(max(interval/4, time.Millisecond))
+			}
+		}
+	}()
+	stop = func() error {
+		once.Do(func() {
+			cancel(context.Canceled)
+			<-done
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return reason
+	}
+	return work, stop
+}

@@ -1,0 +1,194 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// Metric names. Attributes are low-cardinality words only: never a tenant,
+// key, operation identity or body.
+const (
+	MetricClaims          = "oncekey.claims"             // counter; attribute outcome
+	MetricClaimDuration   = "oncekey.claim.duration"     // histogram, seconds; attribute outcome
+	MetricMismatches      = "oncekey.mismatches"         // counter
+	MetricReplays         = "oncekey.replays"            // counter; attribute source=redis|durable
+	MetricTakeovers       = "oncekey.takeovers"          // counter
+	MetricFenced          = "oncekey.fenced"             // counter: completions or renewals rejected by the fence
+	MetricUncertain       = "oncekey.uncertain"          // counter: leases marked uncertain
+	MetricRedisFallbacks  = "oncekey.redis.fallbacks"    // counter: claims that went to the durable store alone
+	MetricBreakerState    = "oncekey.redis.breaker"      // gauge: 0 closed, 1 half-open, 2 open
+	MetricEvictionPolicy  = "oncekey.redis.eviction"     // gauge: 1 when maxmemory-policy is not noeviction
+	MetricRecords         = "oncekey.records"            // gauge; attribute state
+	MetricOldestAge       = "oncekey.records.oldest_age" // gauge, seconds
+	MetricStaleProcessing = "oncekey.records.stale_processing"
+	MetricExpiredUnswept  = "oncekey.records.expired_unswept"
+	MetricExpiredStuck    = "oncekey.records.expired_stuck"
+	MetricReconciled      = "oncekey.reconciled" // counter; attribute result
+)
+
+type meters struct {
+	claims, mismatches, replays, takeovers, fenceds, uncertains, fallbacks, reconcile metric.Int64Counter
+	duration                                                                          metric.Float64Histogram
+	evicting                                                                          atomic.Bool
+
+	statsMu sync.Mutex
+	statsAt time.Time
+	stats   durable.Stats
+	statsOK bool
+}
+
+func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
+	mp := c.cfg.meter
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	mt := mp.Meter("github.com/oncekey/oncekey/claim")
+	m := &meters{}
+	var errs []error
+	counter := func(name, desc string) metric.Int64Counter {
+		ctr, err := mt.Int64Counter(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return ctr
+	}
+	m.claims = counter(MetricClaims, "Claims by outcome.")
+	m.mismatches = counter(MetricMismatches, "Keys reused with a different request.")
+	m.replays = counter(MetricReplays, "Stored results replayed, by source.")
+	m.takeovers = counter(MetricTakeovers, "Expired leases taken over, including reconciler adoptions.")
+	m.fenceds = counter(MetricFenced, "Writes rejected because the lease was lost.")
+	m.uncertains = counter(MetricUncertain, "Operations marked uncertain.")
+	m.fallbacks = counter(MetricRedisFallbacks, "Claims that went to the durable store without Redis.")
+	m.reconcile = counter(MetricReconciled, "Records handled by the reconciler, by result.")
+	var err error
+	m.duration, err = mt.Float64Histogram(MetricClaimDuration, metric.WithUnit("s"), metric.WithDescription("Claim latency."))
+	errs = append(errs, err)
+
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := mt.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	breaker := gauge(MetricBreakerState, "1", "Redis breaker: 0 closed, 1 half-open, 2 open.")
+	eviction := gauge(MetricEvictionPolicy, "1", "1 when Redis may evict keys (maxmemory-policy is not noeviction).")
+	records := gauge(MetricRecords, "1", "Records by state.")
+	oldest := gauge(MetricOldestAge, "s", "Age of the oldest record still within retention.")
+	stale := gauge(MetricStaleProcessing, "1", "Processing records whose lease expired.")
+	unswept := gauge(MetricExpiredUnswept, "1", "Finished records past retention not swept yet.")
+	stuck := gauge(MetricExpiredStuck, "1", "Processing or uncertain records past retention (never deleted).")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	_, err = mt.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if c.scripts != nil {
+			var v int64
+			switch c.scripts.Breaker() {
+			case lua.HalfOpen:
+				v = 1
+			case lua.Open:
+				v = 2
+			}
+			o.ObserveInt64(breaker, v)
+			ev := int64(0)
+			if m.evicting.Load() {
+				ev = 1
+			}
+			o.ObserveInt64(eviction, ev)
+		}
+		st, ok := m.storeStats(ctx, c.store, c.cfg.statsMaxAge)
+		if !ok {
+			return nil
+		}
+		for _, s := range []durable.State{durable.Processing, durable.Completed, durable.Failed, durable.Uncertain} {
+			o.ObserveInt64(records, st.ByState[s], metric.WithAttributes(attribute.String("state", string(s))))
+		}
+		o.ObserveInt64(oldest, int64(st.OldestUnexpiredAge/time.Second))
+		o.ObserveInt64(stale, st.StaleProcessing)
+		o.ObserveInt64(unswept, st.ExpiredUnswept)
+		o.ObserveInt64(stuck, st.ExpiredStuck)
+		return nil
+	}, breaker, eviction, records, oldest, stale, unswept, stuck)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// storeStats returns the store's stats, read at most once per maxAge so a
+// busy metrics scraper costs the database little.
+func (m *meters) storeStats(ctx context.Context, s interface {
+	Stats(context.Context) (durable.Stats, error)
+}, maxAge time.Duration) (durable.Stats, bool) {
+	m.statsMu.Lock()
+	defer m.statsMu.Unlock()
+	if m.statsOK && time.Since(m.statsAt) < maxAge {
+		return m.stats, true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := s.Stats(ctx)
+	if err != nil {
+		return m.stats, m.statsOK
+	}
+	m.stats, m.statsAt, m.statsOK = st, time.Now(), true
+	return st, true
+}
+
+func outcomeAttr(k Kind, err error) attribute.KeyValue {
+	var v string
+	switch {
+	case err == nil:
+		v = k.String()
+	case errors.Is(err, ErrMismatch):
+		v = "mismatch"
+	case errors.Is(err, ErrInvalidScope):
+		v = "invalid"
+	case errors.Is(err, ErrUnavailable):
+		v = "unavailable"
+	case errors.Is(err, ErrLeaseExpired):
+		v = "lease_expired"
+	default:
+		v = "error"
+	}
+	return attribute.String("outcome", v)
+}
+
+func (m *meters) claimDone(ctx context.Context, start time.Time, k Kind, err error) {
+	a := metric.WithAttributes(outcomeAttr(k, err))
+	m.claims.Add(ctx, 1, a)
+	m.duration.Record(ctx, time.Since(start).Seconds(), a)
+}
+
+func (m *meters) mismatch(ctx context.Context)  { m.mismatches.Add(ctx, 1) }
+func (m *meters) takeover(ctx context.Context)  { m.takeovers.Add(ctx, 1) }
+func (m *meters) fenced(ctx context.Context)    { m.fenceds.Add(ctx, 1) }
+func (m *meters) uncertain(ctx context.Context) { m.uncertains.Add(ctx, 1) }
+func (m *meters) fallback(ctx context.Context)  { m.fallbacks.Add(ctx, 1) }
+func (m *meters) evictionPolicy(string)         { m.evicting.Store(true) }
+
+func (m *meters) replay(ctx context.Context, fromRedis bool) {
+	src := "durable"
+	if fromRedis {
+		src = "redis"
+	}
+	m.replays.Add(ctx, 1, metric.WithAttributes(attribute.String("source", src)))
+}
+
+func (m *meters) reconciled(ctx context.Context, r Report) {
+	for _, kv := range []struct {
+		name string
+		n    int
+	}{{"completed", r.Completed}, {"failed", r.Failed}, {"unknown", r.Unknown}, {"skipped", r.Skipped}, {"error", r.Errors}} {
+		if kv.n > 0 {
+			m.reconcile.Add(ctx, int64(kv.n), metric.WithAttributes(attribute.String("result", kv.name)))
+		}
+	}
+}

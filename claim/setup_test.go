@@ -1,0 +1,151 @@
+package claim_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// Redis modes every outcome is tested in.
+const (
+	withRedis   = "WithRedis"
+	withoutRed  = "WithoutRedis"
+	breakerOpen = "BreakerOpen"
+)
+
+var modes = []string{withRedis, withoutRed, breakerOpen}
+
+// counter is a pgx tracer counting statements sent to PostgreSQL.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+type env struct {
+	t      *testing.T
+	schema testenv.Schema
+	pool   *pgxpool.Pool
+	store  *postgres.Store
+	rdb    *redis.Client // nil without Redis
+	prefix string
+	c      *claim.Claimer[pgx.Tx]
+	stmts  *counter
+}
+
+// setup returns a Claimer on a fresh schema, in the given Redis mode.
+func setup(t *testing.T, mode string, opts ...claim.Option) *env {
+	t.Helper()
+	ctx := t.Context()
+	s := testenv.Postgres(t)
+	cfg, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := &counter{}
+	cfg.ConnConfig.Tracer = ctr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := postgres.New(pool, postgres.WithSchema(s.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, schema: s, pool: pool, store: st, stmts: ctr}
+	switch mode {
+	case withRedis:
+		e.rdb, e.prefix = testenv.Redis(t)
+		opts = append([]claim.Option{claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second})}, opts...)
+	case breakerOpen:
+		// Nothing listens on port 1: every Redis call fails at once and the
+		// breaker opens after the first failure.
+		dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
+		t.Cleanup(func() { dead.Close() })
+		opts = append([]claim.Option{claim.WithRedis(dead, lua.Options{Prefix: "dead", Breaker: lua.BreakerOptions{Failures: 1, CoolDown: time.Hour}})}, opts...)
+	}
+	c, err := claim.New[pgx.Tx](st, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c = c
+	ctr.n.Store(0)
+	return e
+}
+
+func req(key, fp string) claim.Request {
+	return claim.Request{Scope: durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: key}, Fingerprint: fp}
+}
+
+func (e *env) ref(r claim.Request) durable.Ref {
+	e.t.Helper()
+	ref, err := e.store.Ref(r.Scope)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ref
+}
+
+// expireLease ends the current lease of r's record now, by the database's
+// clock, as if its worker had paused past it.
+func (e *env) expireLease(r claim.Request) {
+	e.t.Helper()
+	ref := e.ref(r)
+	_, err := e.pool.Exec(e.t.Context(),
+		`UPDATE `+e.schema.Name+`.idempotency_requests SET lease_expires_at = clock_timestamp() - interval '1 second'
+		 WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3`, ref.Tenant, ref.Operation, ref.KeyHash[:])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if e.rdb != nil {
+		e.rdb.Del(e.t.Context(), lua.KeysFor(e.prefix, ref).Lease)
+	}
+}
+
+func (e *env) flushRedis() {
+	e.t.Helper()
+	if e.rdb == nil {
+		return
+	}
+	ctx := e.t.Context()
+	iter := e.rdb.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		e.rdb.Del(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func result(body string) durable.Result {
+	return durable.Result{StatusCode: 201, Headers: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(body), Version: 1}
+}
+
+func mustClaim(t *testing.T, c *claim.Claimer[pgx.Tx], r claim.Request, want claim.Kind) claim.Outcome[pgx.Tx] {
+	t.Helper()
+	out, err := c.Claim(t.Context(), r)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if out.Kind != want {
+		t.Fatalf("Claim kind = %v, want %v", out.Kind, want)
+	}
+	return out
+}
