@@ -1,0 +1,79 @@
+package claimhttp
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/oncekey/oncekey/fence"
+)
+
+type ctxKey int
+
+const opKey ctxKey = 0
+
+// txKey is the context key of the transaction; one type per TTx.
+type txKey[TTx any] struct{}
+
+// opInfo is what a guarded handler can learn about its operation.
+type opInfo struct {
+	id        string
+	token     fence.Token
+	workflow  bool
+	uncertain atomic.Bool
+}
+
+func withOp(ctx context.Context, op *opInfo) context.Context {
+	return context.WithValue(ctx, opKey, op)
+}
+
+func opFrom(ctx context.Context) *opInfo {
+	op, _ := ctx.Value(opKey).(*opInfo)
+	return op
+}
+
+// OperationID returns the stable identity of the operation a guarded
+// handler runs: the same for every retry and takeover of the tenant,
+// operation and key, and revealing none of them ("op_" and 43 base64url
+// characters). Pass it downstream as that system's idempotency key. It
+// returns "" outside a guarded handler.
+func OperationID(ctx context.Context) string {
+	if op := opFrom(ctx); op != nil {
+		return op.id
+	}
+	return ""
+}
+
+// Token returns the fencing token of the execution a guarded handler runs
+// (see package fence), for downstream systems that reject stale writers.
+func Token(ctx context.Context) (fence.Token, bool) {
+	if op := opFrom(ctx); op != nil {
+		return op.token, true
+	}
+	return fence.Token{}, false
+}
+
+// Tx returns the transaction of a handler guarded in transaction mode
+// (Options.InTransaction): the one that holds the claim and will store the
+// result, so the handler's business write commits with it, or not at all.
+// It reports false outside such a handler or for another TTx.
+func Tx[TTx any](ctx context.Context) (TTx, bool) {
+	tx, ok := ctx.Value(txKey[TTx]{}).(TTx)
+	return tx, ok
+}
+
+// MarkUncertain records, from a handler guarded in workflow mode, that the
+// outcome of its work is unknown (a downstream call timed out after it may
+// have applied). When the handler returns, the middleware marks the record
+// uncertain instead of storing the response, and answers 202
+// (ProblemUncertain) like every retry until a [claim.Reconciler] resolves
+// it; nothing runs again on its own. The handler's own response is
+// discarded. Errors: [ErrNotGuarded] outside a workflow-mode handler
+// (transaction-mode handlers make no external calls).
+func MarkUncertain(ctx context.Context) error {
+	op := opFrom(ctx)
+	if op == nil || !op.workflow {
+		return ErrNotGuarded
+	}
+	op.uncertain.Store(true)
+	return nil
+}

@@ -1,0 +1,119 @@
+// Package claimhttp puts the claim protocol of package claim in front of
+// net/http handlers ([Middleware]), following the IETF httpapi
+// Idempotency-Key draft, and gives clients a retrying transport that sends
+// keys and retries safely ([Transport]).
+//
+//	claimer, _ := claim.New[pgx.Tx](store, claim.WithRedis(rdb, lua.Options{}))
+//	guard, err := claimhttp.Middleware(claimer, claimhttp.Options{
+//		TenantFunc:    tenantFromPrincipal, // from your authentication
+//		InTransaction: true,
+//	})
+//	mux.Handle("POST /orders", guard(http.HandlerFunc(createOrder)))
+//
+// # What the middleware does with a guarded request
+//
+// Guarded requests are those with a guarded method (POST and PATCH by
+// default). In order, and before anything is reserved:
+//
+//  1. The key is parsed from the Idempotency-Key field ([ParseKey]): the
+//     draft's sf-string `"..."` or a bare key, on exactly one field line, 1
+//     to 255 printable ASCII characters. Missing: 400 (unless optional);
+//     malformed: 400.
+//  2. The tenant comes from Options.TenantFunc (authentication, never a
+//     client header); the operation from Options.OperationFunc, by default
+//     the method and the matched route pattern, so the same key on two
+//     endpoints never collides.
+//  3. The request is fingerprinted by package canon (method, operation,
+//     path, query, chosen headers, canonical body minus excluded members).
+//     An invalid body is 400, one over the limit 413.
+//  4. The key is claimed. Only with a durable claim does the handler run:
+//     if the durable store is down the answer is 503 and the handler never
+//     runs.
+//  5. The handler's response is buffered and published only after its
+//     result is durable. Options.StatusFunc decides by status whether it is
+//     stored as completed, stored as failed, or released
+//     ([DefaultStatusFunc]: 2xx and 3xx completed, 4xx failed except 408,
+//     409, 425 and 429, which release like 5xx).
+//
+// # Two modes
+//
+// With Options.InTransaction the handler runs inside [claim.Claimer.Do]:
+// [Tx] gives it the transaction that holds the claim, so its business row
+// and the stored result commit together or not at all. A released response
+// (a 5xx, say) rolls the transaction back. The handler must not make long
+// external calls.
+//
+// Without it (workflow mode) the claim commits on its own with a lease that
+// is renewed while the handler runs ([claim.Lease.KeepAlive]); the handler
+// passes [OperationID] downstream as that system's idempotency key, may call
+// [MarkUncertain] when a downstream outcome is unknown, and the response is
+// stored fenced. A handler whose lease was lost (taken over after it
+// expired) never publishes its response: the client gets 409 in progress
+// (the new owner's result is what a retry will see), or 503 when the lease
+// ran out because the store could not be reached.
+//
+// A panicking handler releases the key (transaction mode: the rollback
+// removes the claim) and the panic continues.
+//
+// # Answers
+//
+//	situation                                 status  problem type
+//	key missing where required                400     ProblemKeyMissing
+//	key malformed, too long, not ASCII, twice 400     ProblemKeyInvalid
+//	body not canonicalizable                  400     ProblemBodyInvalid
+//	body over Canon.MaxBody                   413     ProblemBodyTooLarge
+//	no tenant                                 401     ProblemUnidentified
+//	same key, different request               422     ProblemKeyReused
+//	first request still processing            409     ProblemInProgress, Retry-After
+//	  ... under the claim.Poll policy         202     ProblemInProgress, Location
+//	outcome unknown, being reconciled         202     ProblemUncertain, Location
+//	durable store down                        503     ProblemUnavailable, Retry-After
+//	completed or failed before                the stored status, headers, body,
+//	                                                  plus Idempotent-Replayed: true
+//
+// Problems are RFC 9457 application/problem+json with stable type URIs and
+// titles (see [Problem]); none quotes the key, the tenant or the body.
+// Location is Options.OperationPath followed by the operation identity,
+// "/operations/op_..."; re-sending the request with the same key is always
+// a valid way to poll.
+//
+// # Retention
+//
+// A key is remembered for the retention of its operation
+// ([claim.Claimer.RetentionFor], 24 hours by default) from when its first
+// request was accepted. Every response to a guarded request says so in
+// whole seconds: "Idempotency-Retention: 86400". After the window the
+// record is gone and the same key starts a new operation.
+//
+// # Replays and their limits
+//
+// A replay carries the stored status, the stored headers (Options.
+// StoredHeaders, by default the representation and location headers, never
+// Set-Cookie) and the stored body byte for byte, plus
+// "Idempotent-Replayed: true". The first response carries every header the
+// handler set.
+//
+// Bodies up to Options.MaxStoredBody (1 MiB) are stored. A larger body
+// reaches the first client in full, but the result is stored without it:
+// status, stored headers less Content-Type, and the resource id (the
+// Location header); its replays carry an empty body and
+// "Idempotent-Body-Omitted: true", never a truncated body passed off as
+// complete. A handler that writes more than Options.MaxResponseBody (16
+// MiB) gets [ErrResponseTooLarge] from Write, its key is released and the
+// client gets 500.
+//
+// Streaming is not supported on guarded routes: nothing may reach the
+// client before the result is durable, so the handler's writer implements
+// neither http.Flusher nor http.Hijacker (http.ResponseController reports
+// http.ErrNotSupported) and informational 1xx responses are dropped.
+// Trailers are not stored.
+//
+// # The client side
+//
+// [Transport] adds a fresh 128-bit key in the quoted form to requests with
+// unsafe methods, keeps it across its retries, and retries connection
+// errors, 5xx, 429 and in-progress 409s with capped exponential backoff and
+// full jitter, honouring Retry-After and the request's deadline, within a
+// [RetryBudget] so that a fleet of clients adds a bounded fraction of load
+// during an incident. It never retries 400 or 422.
+package claimhttp

@@ -1,0 +1,140 @@
+package claimhttp_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/durable/sqlite"
+)
+
+// The middleware guards POST /orders: the handler inserts the order in the
+// transaction that holds the claim, so a retry replays the stored response
+// instead of creating a second order. The example runs on the embedded
+// SQLite store; in production use durable/postgres (pgx.Tx) and Redis.
+func ExampleMiddleware() {
+	dir, _ := os.MkdirTemp("", "claimhttp-example")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(dir, "oncekey.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		panic(err)
+	}
+	if _, err := store.DB().ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)`); err != nil {
+		panic(err)
+	}
+
+	claimer, err := claim.New[*sql.Tx](store)
+	if err != nil {
+		panic(err)
+	}
+	guard, err := claimhttp.Middleware(claimer, claimhttp.Options{
+		// The tenant comes from authentication; here a fixed one.
+		TenantFunc:    func(r *http.Request) (string, error) { return "tenant-42", nil },
+		InTransaction: true,
+	})
+	if err != nil {
+		panic(err)
+	}
+	createOrder := func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := claimhttp.Tx[*sql.Tx](r.Context())
+		var in struct{ Item string }
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		res, err := tx.ExecContext(r.Context(), `INSERT INTO orders (item) VALUES (?)`, in.Item)
+		if err != nil {
+			http.Error(w, "try again", http.StatusServiceUnavailable) // released and rolled back
+			return
+		}
+		id, _ := res.LastInsertId()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", fmt.Sprintf("/orders/%d", id))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%d,"item":%q}`, id, in.Item)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", guard(http.HandlerFunc(createOrder)))
+
+	send := func(body string) {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Idempotency-Key", `"8e03978e-40d5-43e8-bc93-6894a57f9324"`)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("Idempotent-Replayed"), w.Header().Get("Idempotency-Retention"), strings.TrimSpace(w.Body.String()))
+	}
+	send(`{"item":"book"}`)
+	send(`{ "item": "book" }`) // the same request, spelled differently: replayed
+	send(`{"item":"lamp"}`)    // the same key for another request: 422
+
+	var n int
+	_ = store.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
+	fmt.Println("orders:", n)
+	// Output:
+	// 201  86400 {"id":1,"item":"book"}
+	// 201 true 86400 {"id":1,"item":"book"}
+	// 422  86400 {"type":"https://oncekey.dev/problems/key-reused","title":"Idempotency key reused","status":422,"detail":"This key was already used for a different request."}
+	// orders: 1
+}
+
+// The transport adds a key to the POST, retries the 503 with the same key
+// and a jittered backoff, and returns the success.
+func ExampleTransport() {
+	var attempts atomic.Int32
+	keys := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys <- r.Header.Get("Idempotency-Key")
+		if attempts.Add(1) == 1 {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "created")
+	}))
+	defer srv.Close()
+
+	tr, err := claimhttp.NewTransport(nil, claimhttp.TransportOptions{BaseDelay: time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	resp, err := client.Post(srv.URL, "application/json", strings.NewReader(`{"item":"book"}`))
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	first, second := <-keys, <-keys
+	fmt.Println(resp.StatusCode, string(body), "after", attempts.Load(), "attempts")
+	fmt.Println("quoted key:", strings.HasPrefix(first, `"`), "same key on the retry:", first == second)
+	// Output:
+	// 201 created after 2 attempts
+	// quoted key: true same key on the retry: true
+}
+
+// ParseKey accepts the draft's quoted form and the bare form.
+func ExampleParseKey() {
+	for _, v := range []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `order-42`, `"a \"quoted\" key"`, `"unterminated`} {
+		key, err := claimhttp.ParseKey(http.Header{"Idempotency-Key": {v}}, "")
+		fmt.Printf("%q %v\n", key, err)
+	}
+	// Output:
+	// "8e03978e-40d5-43e8-bc93-6894a57f9324" <nil>
+	// "order-42" <nil>
+	// "a \"quoted\" key" <nil>
+	// "" claimhttp: idempotency key invalid: unterminated string
+}

@@ -1,0 +1,632 @@
+package claimhttp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekey/oncekey/canon"
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/postgres"
+)
+
+// modes are the two ways the middleware runs a handler.
+var modes = []struct {
+	name string
+	tx   bool
+}{{"InTransaction", true}, {"Workflow", false}}
+
+func TestMiddleware_Protocol(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		for _, withRedis := range []bool{true, false} {
+			name := mode.name + map[bool]string{true: "/WithRedis", false: "/WithoutRedis"}[withRedis]
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				f := setup(t, config{redis: withRedis, options: claimhttp.Options{InTransaction: mode.tx}})
+
+				t.Run("SameKeyTwiceReplaysByteForByte", func(t *testing.T) {
+					first := f.post("acme", "k-same", `{"item":"book"}`)
+					if first.Code != http.StatusCreated {
+						t.Fatalf("first = %d %s", first.Code, first.Body)
+					}
+					if first.Header().Get(claimhttp.HeaderReplayed) != "" {
+						t.Fatal("first response marked as replayed")
+					}
+					if first.Header().Get("Set-Cookie") == "" || first.Header().Get("X-Trace") == "" {
+						t.Fatal("first response lost a header the handler set")
+					}
+					for range 2 {
+						again := f.post("acme", "k-same", `{ "item" : "book" }`) // same intent, other spelling
+						if again.Code != first.Code || again.Body.String() != first.Body.String() {
+							t.Fatalf("replay = %d %q, want %d %q", again.Code, again.Body, first.Code, first.Body)
+						}
+						if again.Header().Get(claimhttp.HeaderReplayed) != "true" {
+							t.Fatalf("replay lacks %s: true", claimhttp.HeaderReplayed)
+						}
+						for _, h := range []string{"Content-Type", "Location"} {
+							if again.Header().Get(h) != first.Header().Get(h) {
+								t.Fatalf("replayed %s = %q, want %q", h, again.Header().Get(h), first.Header().Get(h))
+							}
+						}
+						if again.Header().Get("Set-Cookie") != "" || again.Header().Get("X-Trace") != "" {
+							t.Fatal("replay carries a header outside the stored allowlist")
+						}
+					}
+					if n := f.rows("acme"); n != 1 {
+						t.Fatalf("orders = %d, want 1", n)
+					}
+				})
+
+				t.Run("KeyReusedWithAnotherBodyIs422", func(t *testing.T) {
+					if w := f.post("acme", "k-reuse", `{"item":"book"}`); w.Code != http.StatusCreated {
+						t.Fatalf("first = %d", w.Code)
+					}
+					before := f.runs.Load()
+					w := f.post("acme", "k-reuse", `{"item":"lamp"}`)
+					wantProblem(t, w, http.StatusUnprocessableEntity, claimhttp.ProblemKeyReused, "k-reuse")
+					if f.runs.Load() != before {
+						t.Fatal("handler ran for a reused key")
+					}
+				})
+
+				t.Run("TwoTenantsOneKeyAreTwoOperations", func(t *testing.T) {
+					a := f.post("tenant-a", "k-shared", `{"item":"book"}`)
+					b := f.post("tenant-b", "k-shared", `{"item":"book"}`)
+					if a.Code != http.StatusCreated || b.Code != http.StatusCreated || b.Header().Get(claimhttp.HeaderReplayed) != "" {
+						t.Fatalf("a = %d, b = %d %q", a.Code, b.Code, b.Header().Get(claimhttp.HeaderReplayed))
+					}
+					if a.Body.String() == b.Body.String() {
+						t.Fatal("two tenants got the same order")
+					}
+					if f.rows("tenant-a") != 1 || f.rows("tenant-b") != 1 {
+						t.Fatalf("rows a=%d b=%d, want 1 each", f.rows("tenant-a"), f.rows("tenant-b"))
+					}
+				})
+
+				t.Run("SameKeyOnTwoRoutesNeverCollides", func(t *testing.T) {
+					a := f.post("routes", "k-route", `{"item":"book"}`)
+					b := f.serve(newRequest("routes", http.MethodPost, "/refunds", "k-route", `{"item":"book"}`))
+					if a.Code != http.StatusCreated || b.Code != http.StatusCreated || b.Header().Get(claimhttp.HeaderReplayed) != "" {
+						t.Fatalf("orders = %d, refunds = %d", a.Code, b.Code)
+					}
+				})
+
+				t.Run("HandlerPanicFreesTheKey", func(t *testing.T) {
+					f.hook(func(n int64, r *http.Request) {
+						if r.Header.Get("X-Panic") != "" {
+							panic("handler exploded")
+						}
+					})
+					defer f.onRun.Store(nil)
+					r := newRequest("acme", http.MethodPost, "/orders", "k-panic", `{"item":"book"}`)
+					r.Header.Set("X-Panic", "1")
+					func() {
+						defer func() {
+							if v := recover(); v != "handler exploded" {
+								t.Fatalf("recovered %v, want the handler's panic", v)
+							}
+						}()
+						f.serve(r)
+						t.Fatal("the panic did not propagate")
+					}()
+					rec, err := f.record("acme", "k-panic")
+					switch {
+					case errors.Is(err, durable.ErrNotFound): // transaction mode: rolled back
+					case err == nil && rec.Released: // workflow mode: released
+					default:
+						t.Fatalf("record after panic = %+v, %v; want none or released", rec, err)
+					}
+					// The key is free: even another payload runs now.
+					if w := f.post("acme", "k-panic", `{"item":"other"}`); w.Code != http.StatusCreated {
+						t.Fatalf("after panic = %d %s", w.Code, w.Body)
+					}
+				})
+
+				t.Run("ServerErrorReleasesAndRollsBack", func(t *testing.T) {
+					before := f.rows("s5xx")
+					w := f.post("s5xx", "k-5xx", `{"item":"book","status":503}`)
+					if w.Code != http.StatusServiceUnavailable || w.Header().Get("Content-Type") == claimhttp.ProblemContentType {
+						t.Fatalf("5xx = %d %s", w.Code, w.Body)
+					}
+					if _, err := f.record("s5xx", "k-5xx"); err == nil {
+						rec, _ := f.record("s5xx", "k-5xx")
+						if !rec.Released {
+							t.Fatalf("record after 5xx = %+v, want released", rec)
+						}
+					} else if !errors.Is(err, durable.ErrNotFound) {
+						t.Fatal(err)
+					}
+					want := before + 1 // workflow mode: the insert committed on its own
+					if mode.tx {
+						want = before // rolled back with the claim
+					}
+					if n := f.rows("s5xx"); n != want {
+						t.Fatalf("rows = %d, want %d", n, want)
+					}
+					// The key runs again.
+					if w := f.post("s5xx", "k-5xx", `{"item":"book","status":503}`); w.Header().Get(claimhttp.HeaderReplayed) != "" {
+						t.Fatal("a released 5xx was replayed")
+					}
+				})
+
+				t.Run("BusinessRejectionIsStoredAndReplayed", func(t *testing.T) {
+					first := f.post("s4xx", "k-402", `{"item":"book","status":402}`)
+					if first.Code != http.StatusPaymentRequired {
+						t.Fatalf("first = %d", first.Code)
+					}
+					rec, err := f.record("s4xx", "k-402")
+					if err != nil || rec.State != durable.Failed {
+						t.Fatalf("record = %v, %v; want failed", rec.State, err)
+					}
+					runs := f.runs.Load()
+					again := f.post("s4xx", "k-402", `{"item":"book","status":402}`)
+					if again.Code != http.StatusPaymentRequired || again.Body.String() != first.Body.String() || again.Header().Get(claimhttp.HeaderReplayed) != "true" {
+						t.Fatalf("replay = %d %s", again.Code, again.Body)
+					}
+					if f.runs.Load() != runs {
+						t.Fatal("handler ran again for a stored rejection")
+					}
+				})
+
+				t.Run("ConflictStatusReleases", func(t *testing.T) {
+					f.post("s409", "k-409", `{"item":"book","status":409}`)
+					if _, err := f.record("s409", "k-409"); err == nil {
+						if rec, _ := f.record("s409", "k-409"); !rec.Released {
+							t.Fatalf("record after 409 = %v, want released", rec.State)
+						}
+					}
+					runs := f.runs.Load()
+					f.post("s409", "k-409", `{"item":"book","status":409}`)
+					if f.runs.Load() != runs+1 {
+						t.Fatal("a released 409 did not run again")
+					}
+				})
+
+				t.Run("SniffedContentTypeIsStored", func(t *testing.T) {
+					first := f.post("sniff", "k-sniff", `{"item":"book","sniff":true}`)
+					again := f.post("sniff", "k-sniff", `{"item":"book","sniff":true}`)
+					ct := first.Header().Get("Content-Type")
+					if ct == "" || again.Header().Get("Content-Type") != ct {
+						t.Fatalf("Content-Type first %q, replay %q", ct, again.Header().Get("Content-Type"))
+					}
+				})
+			})
+		}
+	}
+}
+
+func TestMiddleware_RejectsBeforeClaiming(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{redis: true, options: claimhttp.Options{InTransaction: true, Canon: canon.Options{MaxBody: 64}}})
+
+	notClaimed := func(t *testing.T, tenant, key string) {
+		t.Helper()
+		if _, err := f.record(tenant, key); !errors.Is(err, durable.ErrNotFound) {
+			t.Fatalf("a record exists: %v", err)
+		}
+		if f.runs.Load() != 0 {
+			t.Fatalf("handler ran %d times", f.runs.Load())
+		}
+	}
+
+	t.Run("MissingKeyIs400", func(t *testing.T) {
+		w := f.post("acme", "", `{"item":"book"}`)
+		wantProblem(t, w, http.StatusBadRequest, claimhttp.ProblemKeyMissing, "")
+		if w.Header().Get(claimhttp.HeaderRetention) != "86400" {
+			t.Fatalf("retention header = %q", w.Header().Get(claimhttp.HeaderRetention))
+		}
+		if f.runs.Load() != 0 {
+			t.Fatal("handler ran")
+		}
+	})
+
+	t.Run("BadKeyFormsAre400", func(t *testing.T) {
+		forms := map[string][]string{
+			"TwoLines":      {`"k-a"`, `"k-a"`},
+			"Unterminated":  {`"k-unterminated`},
+			"BadEscape":     {`"k\-bad"`},
+			"Empty":         {`""`},
+			"TooLong":       {`"` + strings.Repeat("k", 256) + `"`},
+			"NotASCII":      {"\"k-caf\xc3\xa9\""},
+			"List":          {`"k-1", "k-2"`},
+			"Parameterized": {`"k-p";x=1`},
+			"BareWithSpace": {`k with space`},
+		}
+		for name, lines := range forms {
+			t.Run(name, func(t *testing.T) {
+				r := newRequest("acme", http.MethodPost, "/orders", "", `{"item":"book"}`)
+				for _, l := range lines {
+					r.Header.Add("Idempotency-Key", l)
+				}
+				wantProblem(t, f.serve(r), http.StatusBadRequest, claimhttp.ProblemKeyInvalid, strings.Trim(lines[0], `"`))
+				if f.runs.Load() != 0 {
+					t.Fatal("handler ran")
+				}
+			})
+		}
+	})
+
+	t.Run("BareKeyIsAccepted", func(t *testing.T) {
+		r := newRequest("bare", http.MethodPost, "/orders", "", `{"item":"book"}`)
+		r.Header.Set("Idempotency-Key", "k-bare")
+		quoted := f.post("bare", "k-bare", `{"item":"book"}`) // the same key, quoted
+		first := f.serve(r)
+		if quoted.Code != http.StatusCreated || first.Header().Get(claimhttp.HeaderReplayed) != "true" {
+			t.Fatalf("quoted %d, bare %d replayed=%q: the two forms name different keys", quoted.Code, first.Code, first.Header().Get(claimhttp.HeaderReplayed))
+		}
+		f.runs.Store(0)
+	})
+
+	t.Run("BodyOverTheLimitIs413", func(t *testing.T) {
+		big := `{"item":"` + strings.Repeat("b", 100) + `"}`
+		wantProblem(t, f.post("acme", "k-big", big), http.StatusRequestEntityTooLarge, claimhttp.ProblemBodyTooLarge, "k-big")
+		notClaimed(t, "acme", "k-big")
+	})
+
+	t.Run("InvalidBodyIs400", func(t *testing.T) {
+		for i, body := range []string{`{"item":`, `{"item":"a","item":"b"}`, `{"n":9007199254740993}`} {
+			key := fmt.Sprintf("k-invalid-%d", i)
+			wantProblem(t, f.post("acme", key, body), http.StatusBadRequest, claimhttp.ProblemBodyInvalid, key)
+			notClaimed(t, "acme", key)
+		}
+	})
+
+	t.Run("NoTenantIs401", func(t *testing.T) {
+		wantProblem(t, f.post("", "k-anon", `{"item":"book"}`), http.StatusUnauthorized, claimhttp.ProblemUnidentified, "k-anon")
+		if f.runs.Load() != 0 {
+			t.Fatal("handler ran")
+		}
+	})
+
+	t.Run("UnguardedMethodPassesThrough", func(t *testing.T) {
+		w := f.serve(newRequest("acme", http.MethodGet, "/orders", "", ""))
+		if w.Code != http.StatusOK || w.Body.String() != "listing" || w.Header().Get(claimhttp.HeaderRetention) != "" {
+			t.Fatalf("GET = %d %q retention=%q", w.Code, w.Body, w.Header().Get(claimhttp.HeaderRetention))
+		}
+	})
+}
+
+func TestMiddleware_OptionalKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{options: claimhttp.Options{
+		InTransaction: true,
+		OptionalFunc:  func(r *http.Request) bool { return r.URL.Query().Has("optional") },
+	}})
+	r := newRequest("acme", http.MethodPost, "/orders?optional", "", `{"item":"book"}`)
+	w := f.serve(r)
+	if w.Code != http.StatusInternalServerError { // the handler runs unguarded: no transaction
+		t.Fatalf("optional without key = %d %s", w.Code, w.Body)
+	}
+	if w.Header().Get(claimhttp.HeaderRetention) != "" {
+		t.Fatal("unguarded request advertises retention")
+	}
+	wantProblem(t, f.post("acme", "", `{"item":"book"}`), http.StatusBadRequest, claimhttp.ProblemKeyMissing, "")
+	// With a key the route is guarded as usual.
+	r = newRequest("acme", http.MethodPost, "/orders?optional", "k-opt", `{"item":"book"}`)
+	if w := f.serve(r); w.Code != http.StatusCreated {
+		t.Fatalf("optional with key = %d", w.Code)
+	}
+}
+
+func TestMiddleware_RetentionHeader(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{redis: true,
+		claim:   []claim.Option{claim.WithOperationRetention("POST /refunds", 2*time.Hour)},
+		options: claimhttp.Options{InTransaction: true}})
+	for _, tc := range []struct {
+		path, want string
+	}{{"/orders", "86400"}, {"/refunds", "7200"}} {
+		first := f.serve(newRequest("acme", http.MethodPost, tc.path, "k-ret", `{"item":"book"}`))
+		replay := f.serve(newRequest("acme", http.MethodPost, tc.path, "k-ret", `{"item":"book"}`))
+		reused := f.serve(newRequest("acme", http.MethodPost, tc.path, "k-ret", `{"item":"other"}`))
+		if first.Code != http.StatusCreated || replay.Header().Get(claimhttp.HeaderReplayed) != "true" || reused.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("%s: %d, %d, %d", tc.path, first.Code, replay.Code, reused.Code)
+		}
+		for i, w := range []http.Header{first.Header(), replay.Header(), reused.Header()} {
+			if got := w.Get(claimhttp.HeaderRetention); got != tc.want {
+				t.Fatalf("%s response %d: %s = %q, want %s", tc.path, i, claimhttp.HeaderRetention, got, tc.want)
+			}
+		}
+	}
+}
+
+func TestMiddleware_StoreDownIs503(t *testing.T) {
+	t.Parallel()
+	for _, withRedis := range []bool{true, false} {
+		t.Run(map[bool]string{true: "WithRedis", false: "WithoutRedis"}[withRedis], func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, config{redis: withRedis, options: claimhttp.Options{InTransaction: true}})
+			// A second store on a pool that is closed: every statement fails
+			// as unreachable.
+			pool, err := pgxpool.New(t.Context(), f.schema.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool.Close()
+			st, err := postgres.New(pool, postgres.WithSchema(f.schema.Name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var opts []claim.Option
+			if withRedis {
+				opts = f.redisOption()
+			}
+			c, err := claim.New[pgx.Tx](st, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tx := range []bool{true, false} {
+				ran := false
+				guard, err := claimhttp.Middleware(c, claimhttp.Options{TenantFunc: tenantOf, InTransaction: tx})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := authenticate(guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true })))
+				w := httptestServe(h, newRequest("acme", http.MethodPost, "/orders", "k-down", `{"item":"book"}`))
+				wantProblem(t, w, http.StatusServiceUnavailable, claimhttp.ProblemUnavailable, "k-down")
+				if w.Header().Get("Retry-After") == "" {
+					t.Fatal("503 without Retry-After")
+				}
+				if ran {
+					t.Fatal("handler ran without a durable claim")
+				}
+			}
+		})
+	}
+}
+
+func TestMiddleware_InProgress(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		policy claim.Policy
+		status int
+	}{{"FailFastIs409", claim.FailFast(), http.StatusConflict}, {"PollIs202", claim.Poll(), http.StatusAccepted}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, config{redis: true, claim: []claim.Option{claim.WithPolicy(tc.policy)}})
+			entered, gate := make(chan struct{}), make(chan struct{})
+			f.hook(func(n int64, r *http.Request) {
+				if n == 1 {
+					close(entered)
+					<-gate
+				}
+			})
+			var first *httptestRecorder
+			var wg sync.WaitGroup
+			wg.Go(func() { first = f.post("acme", "k-busy", `{"item":"book"}`) })
+			<-entered
+			dup := f.post("acme", "k-busy", `{"item":"book"}`)
+			close(gate)
+			wg.Wait()
+			p := wantProblem(t, dup, tc.status, claimhttp.ProblemInProgress, "k-busy")
+			if ra, err := strconv.Atoi(dup.Header().Get("Retry-After")); err != nil || ra < 1 {
+				t.Fatalf("Retry-After = %q", dup.Header().Get("Retry-After"))
+			}
+			if !strings.HasPrefix(p.OperationID, "op_") {
+				t.Fatalf("operation_id = %q", p.OperationID)
+			}
+			loc := dup.Header().Get("Location")
+			if tc.status == http.StatusAccepted && loc != claimhttp.DefaultOperationPath+p.OperationID {
+				t.Fatalf("Location = %q, want the operation resource", loc)
+			}
+			if tc.status == http.StatusConflict && loc != "" {
+				t.Fatalf("409 with Location %q", loc)
+			}
+			if first.Code != http.StatusCreated {
+				t.Fatalf("first = %d", first.Code)
+			}
+			var out orderOut
+			decodeJSON(t, first.Body.Bytes(), &out)
+			if out.Op != p.OperationID {
+				t.Fatalf("handler saw operation %q, problem names %q", out.Op, p.OperationID)
+			}
+			if again := f.post("acme", "k-busy", `{"item":"book"}`); again.Body.String() != first.Body.String() {
+				t.Fatal("the retry after completion is not the replay")
+			}
+		})
+	}
+}
+
+func TestMiddleware_Uncertain(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{redis: true})
+	w := f.post("acme", "k-unsure", `{"item":"book","uncertain":true}`)
+	p := wantProblem(t, w, http.StatusAccepted, claimhttp.ProblemUncertain, "k-unsure")
+	if w.Header().Get("Location") != claimhttp.DefaultOperationPath+p.OperationID {
+		t.Fatalf("Location = %q", w.Header().Get("Location"))
+	}
+	rec, err := f.record("acme", "k-unsure")
+	if err != nil || rec.State != durable.Uncertain {
+		t.Fatalf("record = %v, %v", rec.State, err)
+	}
+	runs := f.runs.Load()
+	again := f.post("acme", "k-unsure", `{"item":"book","uncertain":true}`)
+	wantProblem(t, again, http.StatusAccepted, claimhttp.ProblemUncertain, "k-unsure")
+	if f.runs.Load() != runs {
+		t.Fatal("an uncertain operation ran again")
+	}
+	// Transaction-mode handlers cannot mark uncertain.
+	if err := claimhttp.MarkUncertain(context.Background()); !errors.Is(err, claimhttp.ErrNotGuarded) {
+		t.Fatalf("MarkUncertain outside = %v", err)
+	}
+}
+
+// A worker whose lease expired and was taken over must not publish its
+// response: the new owner's result is the operation's.
+func TestMiddleware_FencedCompletionIsNotPublished(t *testing.T) {
+	t.Parallel()
+	for _, withRedis := range []bool{true, false} {
+		t.Run(map[bool]string{true: "WithRedis", false: "WithoutRedis"}[withRedis], func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, config{redis: withRedis})
+			entered, gate := make(chan struct{}), make(chan struct{})
+			f.hook(func(n int64, r *http.Request) {
+				if n == 1 {
+					close(entered)
+					<-gate
+				}
+			})
+			var stale *httptestRecorder
+			var wg sync.WaitGroup
+			wg.Go(func() { stale = f.post("acme", "k-stale", `{"item":"book"}`) })
+			<-entered
+			f.expireLease("acme", "k-stale")
+			fresh := f.post("acme", "k-stale", `{"item":"book"}`) // takes over
+			if fresh.Code != http.StatusCreated || fresh.Header().Get(claimhttp.HeaderReplayed) != "" {
+				t.Fatalf("takeover = %d %s", fresh.Code, fresh.Body)
+			}
+			close(gate)
+			wg.Wait()
+			wantProblem(t, stale, http.StatusConflict, claimhttp.ProblemInProgress, "k-stale")
+			replay := f.post("acme", "k-stale", `{"item":"book"}`)
+			if replay.Body.String() != fresh.Body.String() || replay.Header().Get(claimhttp.HeaderReplayed) != "true" {
+				t.Fatalf("replay = %s, want the new owner's %s", replay.Body, fresh.Body)
+			}
+		})
+	}
+}
+
+func TestMiddleware_LargeResponses(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, config{redis: true, options: claimhttp.Options{InTransaction: mode.tx, MaxStoredBody: 1024, MaxResponseBody: 8192}})
+
+			t.Run("BodyOverMaxStoredBodyIsOmittedFromReplays", func(t *testing.T) {
+				first := f.post("acme", "k-large", `{"item":"book","size":2000}`)
+				if first.Code != http.StatusCreated || first.Body.Len() < 2000 || first.Header().Get(claimhttp.HeaderBodyOmitted) != "" {
+					t.Fatalf("first = %d, %d bytes", first.Code, first.Body.Len())
+				}
+				again := f.post("acme", "k-large", `{"item":"book","size":2000}`)
+				h := again.Header()
+				if again.Code != http.StatusCreated || again.Body.Len() != 0 ||
+					h.Get(claimhttp.HeaderBodyOmitted) != "true" || h.Get(claimhttp.HeaderReplayed) != "true" ||
+					h.Get("Location") != first.Header().Get("Location") || h.Get("Content-Type") != "" {
+					t.Fatalf("replay = %d %q %v", again.Code, again.Body, h)
+				}
+				rec, err := f.record("acme", "k-large")
+				if err != nil || rec.Result.ResourceID != first.Header().Get("Location") {
+					t.Fatalf("stored resource id = %q, %v", rec.Result.ResourceID, err)
+				}
+				if f.rows("acme") != 1 {
+					t.Fatal("the large response ran twice")
+				}
+			})
+
+			t.Run("BodyOverMaxResponseBodyIs500AndReleases", func(t *testing.T) {
+				w := f.post("huge", "k-huge", `{"item":"book","size":9000}`)
+				wantProblem(t, w, http.StatusInternalServerError, claimhttp.ProblemInternal, "k-huge")
+				if rec, err := f.record("huge", "k-huge"); err == nil && !rec.Released {
+					t.Fatalf("record = %v, want released or absent", rec.State)
+				}
+			})
+		})
+	}
+}
+
+func TestMiddleware_StreamingIsRefused(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{})
+	var flushErr, hijackErr error
+	guard, err := claimhttp.Middleware(f.c, claimhttp.Options{TenantFunc: tenantOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := authenticate(guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		flushErr = rc.Flush()
+		_, _, hijackErr = rc.Hijack()
+		w.WriteHeader(http.StatusCreated)
+	})))
+	w := httptestServe(h, newRequest("acme", http.MethodPost, "/stream", "k-stream", `{}`))
+	if w.Code != http.StatusCreated || !errors.Is(flushErr, http.ErrNotSupported) || !errors.Is(hijackErr, http.ErrNotSupported) {
+		t.Fatalf("status %d, Flush %v, Hijack %v", w.Code, flushErr, hijackErr)
+	}
+}
+
+func TestMiddleware_OperationFromPattern(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{options: claimhttp.Options{InTransaction: true}})
+	w := f.post("acme", "k-op", `{"item":"book"}`)
+	var out orderOut
+	decodeJSON(t, w.Body.Bytes(), &out)
+	ref, err := f.store.Ref(durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "k-op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Op != ref.OperationID() {
+		t.Fatalf("operation id %q, want that of \"POST /orders\" %q", out.Op, ref.OperationID())
+	}
+}
+
+func TestMiddleware_RejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	store, err := postgres.New(testenvPoolless(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := claim.New[pgx.Tx](store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := claimhttp.Options{TenantFunc: tenantOf}
+	for name, tc := range map[string]struct {
+		mutate func(*claimhttp.Options)
+		names  string
+	}{
+		"NoTenantFunc":       {func(o *claimhttp.Options) { o.TenantFunc = nil }, "TenantFunc"},
+		"BadHeader":          {func(o *claimhttp.Options) { o.Header = "Idem Key" }, "Header"},
+		"EmptyMethods":       {func(o *claimhttp.Options) { o.Methods = []string{} }, "Methods"},
+		"BadMethod":          {func(o *claimhttp.Options) { o.Methods = []string{"PO ST"} }, "Methods"},
+		"CanonOperation":     {func(o *claimhttp.Options) { o.Canon.Operation = "x" }, "Canon.Operation"},
+		"CanonBadPointer":    {func(o *claimhttp.Options) { o.Canon.Exclude = []string{"no-slash"} }, "Canon"},
+		"CanonNegativeBody":  {func(o *claimhttp.Options) { o.Canon.MaxBody = -1 }, "Canon"},
+		"StoredContentLen":   {func(o *claimhttp.Options) { o.StoredHeaders = []string{"content-length"} }, "StoredHeaders"},
+		"StoredReplayMarker": {func(o *claimhttp.Options) { o.StoredHeaders = []string{claimhttp.HeaderReplayed} }, "StoredHeaders"},
+		"NegativeStored":     {func(o *claimhttp.Options) { o.MaxStoredBody = -1 }, "MaxStoredBody"},
+		"ResponseUnderStore": {func(o *claimhttp.Options) { o.MaxStoredBody, o.MaxResponseBody = 10, 5 }, "MaxResponseBody"},
+		"NegativeRetry":      {func(o *claimhttp.Options) { o.RetryAfter = -time.Second }, "RetryAfter"},
+		"NegativeFinish":     {func(o *claimhttp.Options) { o.FinishTimeout = -time.Second }, "FinishTimeout"},
+	} {
+		o := ok
+		tc.mutate(&o)
+		_, err := claimhttp.Middleware(c, o)
+		if !errors.Is(err, claimhttp.ErrConfig) || !strings.Contains(err.Error(), tc.names) {
+			t.Errorf("%s: err = %v, want ErrConfig naming %s", name, err, tc.names)
+		}
+	}
+	if _, err := claimhttp.Middleware[pgx.Tx](nil, ok); !errors.Is(err, claimhttp.ErrConfig) {
+		t.Errorf("nil Claimer: %v", err)
+	}
+	if _, err := claimhttp.Middleware(c, ok); err != nil {
+		t.Errorf("valid options: %v", err)
+	}
+}
+
+func TestDefaultStatusFunc(t *testing.T) {
+	t.Parallel()
+	for status, want := range map[int]claimhttp.Disposition{
+		200: claimhttp.StoreCompleted, 201: claimhttp.StoreCompleted, 204: claimhttp.StoreCompleted, 303: claimhttp.StoreCompleted,
+		400: claimhttp.StoreFailed, 402: claimhttp.StoreFailed, 404: claimhttp.StoreFailed, 422: claimhttp.StoreFailed,
+		408: claimhttp.Release, 409: claimhttp.Release, 425: claimhttp.Release, 429: claimhttp.Release,
+		500: claimhttp.Release, 502: claimhttp.Release, 503: claimhttp.Release, 504: claimhttp.Release,
+	} {
+		if got := claimhttp.DefaultStatusFunc(status); got != want {
+			t.Errorf("DefaultStatusFunc(%d) = %v, want %v", status, got, want)
+		}
+	}
+}

@@ -1,0 +1,328 @@
+package claimhttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of [TransportOptions].
+const (
+	DefaultMaxAttempts   = 4
+	DefaultBaseDelay     = 100 * time.Millisecond
+	DefaultMaxDelay      = 5 * time.Second
+	DefaultMaxRetryAfter = 30 * time.Second
+)
+
+// TransportOptions configure a [Transport]. The zero value is usable.
+type TransportOptions struct {
+	// Header is the field carrying the key. Defaults to [DefaultHeader].
+	Header string
+
+	// MaxAttempts bounds the attempts per request, the first included.
+	// Defaults to 4; 1 turns retries off.
+	MaxAttempts int
+
+	// BaseDelay and MaxDelay shape the backoff: before retry n (1, 2, ...)
+	// the transport sleeps a uniformly random duration in
+	// [0, min(MaxDelay, BaseDelay×2^(n-1))) ("full jitter"). Default 100ms
+	// and 5s.
+	BaseDelay, MaxDelay time.Duration
+
+	// MaxRetryAfter is the longest Retry-After the transport waits out;
+	// a response asking for longer is returned to the caller. Defaults to
+	// 30s.
+	MaxRetryAfter time.Duration
+
+	// Budget limits retries across requests. Defaults to a budget of its
+	// own with the [BudgetOptions] defaults (10% of requests plus 10 per
+	// 10s window) on the transport's clock. Share one budget between
+	// transports to bound them together.
+	Budget *RetryBudget
+
+	// NewKey makes the key added to requests that lack one. Defaults to
+	// [NewKey] (128 bits from crypto/rand).
+	NewKey func() (string, error)
+
+	// Now, Sleep and Jitter are the clock, the sleep (which must return
+	// early with an error when ctx is done) and the randomness (a uniform
+	// duration in [0, n)), injected for tests. Default: time.Now, a timer,
+	// math/rand/v2.
+	Now    func() time.Time
+	Sleep  func(ctx context.Context, d time.Duration) error
+	Jitter func(n time.Duration) time.Duration
+}
+
+// Transport is an http.RoundTripper that makes unsafe requests safe to
+// retry and retries them:
+//
+//   - It adds a fresh key, in the draft's quoted form
+//     (`Idempotency-Key: "3f0c..."`), to every request whose method is not
+//     safe (anything but GET, HEAD, OPTIONS, TRACE) and that has none, and
+//     sends the same key on every retry of the request. A key the caller
+//     set is kept as it is.
+//   - It retries connection errors (the server may have committed and lost
+//     the response: the retry gets the stored result), 5xx but 501 and 505,
+//     429, and 409 whose body is a problem of type [ProblemInProgress]
+//     (never any other 409, nor 400, 422 or another 4xx).
+//   - Between attempts it sleeps a capped exponential backoff with full
+//     jitter, and at least the response's Retry-After (seconds or an
+//     HTTP-date). It never sleeps past the request context's deadline: when
+//     the next attempt could not start in time, it returns what it has.
+//   - It rewinds the body with Request.GetBody; a request with a body and
+//     no GetBody is sent once.
+//   - Every retry is paid from a [RetryBudget]; when it is spent the last
+//     response (or error) is returned as it is.
+//
+// When it gives up it returns the last response, or the last error, as the
+// base transport produced it. It is safe for concurrent use.
+type Transport struct {
+	base   http.RoundTripper
+	o      TransportOptions
+	header string
+}
+
+// NewTransport returns a Transport over base (http.DefaultTransport when
+// nil). Errors: [ErrConfig] naming the bad option.
+func NewTransport(base http.RoundTripper, o TransportOptions) (*Transport, error) {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if o.Header == "" {
+		o.Header = DefaultHeader
+	}
+	if !isToken(o.Header) {
+		return nil, configErr("TransportOptions.Header %q is not a field name", o.Header)
+	}
+	switch {
+	case o.MaxAttempts < 0:
+		return nil, configErr("TransportOptions.MaxAttempts must not be negative")
+	case o.MaxAttempts == 0:
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	for name, d := range map[string]time.Duration{"BaseDelay": o.BaseDelay, "MaxDelay": o.MaxDelay, "MaxRetryAfter": o.MaxRetryAfter} {
+		if d < 0 {
+			return nil, configErr("TransportOptions.%s must not be negative", name)
+		}
+	}
+	if o.BaseDelay == 0 {
+		o.BaseDelay = DefaultBaseDelay
+	}
+	if o.MaxDelay == 0 {
+		o.MaxDelay = max(DefaultMaxDelay, o.BaseDelay)
+	}
+	if o.MaxDelay < o.BaseDelay {
+		return nil, configErr("TransportOptions.MaxDelay must be at least BaseDelay")
+	}
+	if o.MaxRetryAfter == 0 {
+		o.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleep
+	}
+	if o.Jitter == nil {
+		o.Jitter = func(n time.Duration) time.Duration {
+			if n <= 0 {
+				return 0
+			}
+			return rand.N(n)
+		}
+	}
+	if o.NewKey == nil {
+		o.NewKey = NewKey
+	}
+	if o.Budget == nil {
+		b, err := NewRetryBudget(BudgetOptions{Now: o.Now})
+		if err != nil {
+			return nil, err
+		}
+		o.Budget = b
+	}
+	return &Transport{base: base, o: o, header: http.CanonicalHeaderKey(o.Header)}, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+func safeMethod(m string) bool {
+	switch m {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// RoundTrip sends req, retrying as the type's documentation says.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	out := req
+	if !safeMethod(req.Method) && len(req.Header.Values(t.header)) == 0 {
+		key, err := t.o.NewKey()
+		var v string
+		if err == nil {
+			v, err = FormatKey(key)
+		}
+		if err != nil {
+			closeBody(req)
+			return nil, fmt.Errorf("claimhttp: transport: new key: %w", err)
+		}
+		out = req.Clone(ctx) // shares the body; the caller's request is left alone
+		out.Header.Set(t.header, v)
+	}
+	rewindable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	t.o.Budget.Request()
+	for attempt := 1; ; attempt++ {
+		resp, err := t.base.RoundTrip(out)
+		retry, after := t.retryable(ctx, resp, err)
+		if !retry || !rewindable || attempt >= t.o.MaxAttempts || after > t.o.MaxRetryAfter {
+			return resp, err
+		}
+		ceiling := t.o.BaseDelay << min(attempt-1, 30)
+		if ceiling <= 0 || ceiling > t.o.MaxDelay {
+			ceiling = t.o.MaxDelay
+		}
+		delay := after + t.o.Jitter(ceiling)
+		if dl, ok := ctx.Deadline(); ok && !t.o.Now().Add(delay).Before(dl) {
+			return resp, err // the next attempt could not start in time
+		}
+		next, rerr := rewind(out)
+		if rerr != nil {
+			return resp, err
+		}
+		if !t.o.Budget.TryRetry() {
+			closeBody(next)
+			return resp, err
+		}
+		discard(resp)
+		if serr := t.o.Sleep(ctx, delay); serr != nil {
+			closeBody(next)
+			return nil, serr
+		}
+		out = next
+	}
+}
+
+// retryable classifies one attempt and returns the Retry-After it asked
+// for (zero when none).
+func (t *Transport) retryable(ctx context.Context, resp *http.Response, err error) (bool, time.Duration) {
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, 0
+		}
+		var cve *tls.CertificateVerificationError
+		var uae x509.UnknownAuthorityError
+		var hne x509.HostnameError
+		var cie x509.CertificateInvalidError
+		if errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) {
+			return false, 0 // retrying cannot fix a certificate
+		}
+		return true, 0
+	}
+	switch s := resp.StatusCode; {
+	case s == http.StatusTooManyRequests,
+		s >= 500 && s != http.StatusNotImplemented && s != http.StatusHTTPVersionNotSupported,
+		s == http.StatusConflict && inProgress(resp):
+		return true, t.retryAfter(resp)
+	}
+	return false, 0
+}
+
+// retryAfter parses Retry-After: delay-seconds or an HTTP-date.
+func (t *Transport) retryAfter(resp *http.Response) time.Duration {
+	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		if n > int64(time.Duration(1<<62)/time.Second) {
+			return time.Duration(1 << 62)
+		}
+		return time.Duration(n) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(at.Sub(t.o.Now()), 0)
+	}
+	return 0
+}
+
+// maxProblem bounds how much of a 409 body is read to find its type.
+const maxProblem = 64 << 10
+
+// inProgress reports whether a 409 response is the middleware's "request
+// in progress" problem. It reads at most maxProblem bytes of the body and
+// leaves the body readable from the start.
+func inProgress(resp *http.Response) bool {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if mt != ProblemContentType || resp.Body == nil {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(resp.Body, maxProblem))
+	resp.Body = &rebody{Reader: io.MultiReader(bytes.NewReader(head), resp.Body), Closer: resp.Body}
+	if err != nil {
+		return false
+	}
+	var p struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(head, &p) == nil && p.Type == ProblemInProgress
+}
+
+type rebody struct {
+	io.Reader
+	io.Closer
+}
+
+// rewind returns a copy of req with a fresh body for the next attempt.
+func rewind(req *http.Request) (*http.Request, error) {
+	next := req.Clone(req.Context())
+	if req.Body == nil || req.Body == http.NoBody {
+		return next, nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, err
+	}
+	next.Body = body
+	return next, nil
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// discard drains a little of a response body, so the connection can be
+// reused, and closes it.
+func discard(resp *http.Response) {
+	if resp == nil || resp.Body == nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+	_ = resp.Body.Close()
+}
