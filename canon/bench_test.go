@@ -1,8 +1,11 @@
 package canon_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/gowebpki/jcs"

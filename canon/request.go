@@ -148,6 +148,8 @@ func Request(r *http.Request, opts Options) (Fingerprint, error) {
 		b = appendField(b, "none")
 	} else {
 		kind, mediaType := bodyKind(r.Header.Get("Content-Type"))
+		// Canonical JSON is rarely much longer than its input.
+		b = slices.Grow(b, len(body)+len(body)/8+len(mediaType)+16)
 		b = appendField(b, kind)
 		b = appendField(b, mediaType)
 		switch kind {
