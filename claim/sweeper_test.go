@@ -1,0 +1,61 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+)
+
+func TestClaimer_Sweep(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withoutRed, claim.WithRetention(50*time.Millisecond))
+	ctx := t.Context()
+	for i := range 25 {
+		out := mustClaim(t, e.c, req(fmt.Sprintf("s-%d", i), "v1:a"), claim.Acquired)
+		if err := out.Lease.Complete(ctx, result("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stuck := mustClaim(t, e.c, req("s-stuck", "v1:a"), claim.Acquired)
+	if err := stuck.Lease.MarkUncertain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until every record is past its retention by the database's clock.
+	for {
+		rec, err := e.store.Get(ctx, e.ref(req("s-stuck", "v1:a")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Expired() {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n, err := e.c.Sweep(ctx, claim.SweeperOptions{Batch: 10})
+	if err != nil || n != 25 {
+		t.Fatalf("Sweep = %d, %v; want the 25 finished records in batches of 10", n, err)
+	}
+	if _, err := e.store.Get(ctx, e.ref(req("s-3", "v1:a"))); !errors.Is(err, durable.ErrNotFound) {
+		t.Fatalf("swept record still there: %v", err)
+	}
+	st, err := e.store.Stats(ctx)
+	if err != nil || st.ExpiredStuck != 1 || st.ByState[durable.Uncertain] != 1 {
+		t.Fatalf("Stats = %+v, %v; the uncertain record must stay and be reported", st, err)
+	}
+	if _, err := e.c.Sweep(ctx, claim.SweeperOptions{Batch: -1}); err == nil {
+		t.Fatal("Sweep accepted a negative batch")
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.c.RunSweeper(runCtx, claim.SweeperOptions{Interval: 10 * time.Millisecond}) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("RunSweeper = %v", err)
+	}
+}
