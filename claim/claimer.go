@@ -585,7 +585,13 @@ func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, tok fen
 		}
 		return
 	}
-	if _, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, fp, state, res, ttl); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	if _, err := c.scripts.Complete(ctx, ref, tok, fp, state, res, ttl); err != nil {
+		// The result is durable, but a Redis lease left behind would answer
+		// duplicates "in progress" until it expires: try once more to drop it.
 		c.log.Debug("oncekey: redis complete failed; the result is durable and replays from the store", "op", ref, "err", err)
+		if _, err := c.scripts.Release(ctx, ref, tok); err != nil {
+			c.log.Debug("oncekey: redis release after a failed complete failed too; duplicates see in-progress until the Redis lease expires", "op", ref, "err", err)
+		}
 	}
 }
