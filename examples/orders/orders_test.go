@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncekey/oncekey/claim/claimhttp"
+)
+
+const book = `{"item":"book","quantity":1}`
+
+// The first command of the README: with no service named, the demo runs
+// on the embedded default, exits 0, shows one order for the duplicated
+// requests, and removes its temporary database.
+func TestDemo_NoServicesNamed(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions([]string{"-demo"}, emptyEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.backend.DatabaseURL != "" || o.backend.RedisURL != "" || o.backend.DataDir != "" {
+		t.Fatalf("options name services: %+v", o.backend)
+	}
+	o.backend.RedisTimeout = testRedisTimeout
+	var out bytes.Buffer
+	if err := run(t.Context(), o, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, &out)
+	}
+	wantStory(t, out.String())
+	for _, want := range []string{"durable store: SQLite ", "(embedded default: no -postgres or DATABASE_URL", "redis: in-process miniredis"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, &out)
+		}
+	}
+	m := regexp.MustCompile(`SQLite (\S+) `).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no SQLite path in the output:\n%s", &out)
+	}
+	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the temporary database %s is still there after the demo (stat: %v)", m[1], err)
+	}
+}
+
+// The README's second demo command: the same story on PostgreSQL and Redis.
+func TestDemo_OnPostgresAndRedis(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := run(t.Context(), options{demo: true, backend: realServers(t)}, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, &out)
+	}
+	wantStory(t, out.String())
+	if !strings.Contains(out.String(), "durable store: PostgreSQL at ") {
+		t.Errorf("output does not name PostgreSQL:\n%s", &out)
+	}
+}
+
+func wantStory(t *testing.T, out string) {
+	t.Helper()
+	for _, want := range []string{
+		"1. 20 concurrent POST /orders with one key: 20 × 201",
+		"; 1 executed, 19 replayed",
+		"2. the same key for another item: 422 Idempotency key reused",
+		"3. no key: 400 Idempotency key missing",
+		"got 201 (Idempotent-Replayed: true) for order ord_",
+		"(the service saw 2 requests)",
+		"has 2 (step 1's 20 requests made one, step 4 one)",
+		"demo: every expectation held",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "FAILED") {
+		t.Errorf("demo output reports a failure:\n%s", out)
+	}
+}
+
+// The demo's expectations can fail: against a service that creates an
+// order for every request, it reports the failures and returns errDemo.
+func TestDemo_FailsAgainstAServiceWithoutIdempotency(t *testing.T) {
+	t.Parallel()
+	naive := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodGet {
+			fmt.Fprint(w, `{"orders":[]}`)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q,"item":"book","quantity":1}`, newID("ord_"))
+	})
+	cut := &cutter{next: naive}
+	srv := httptest.NewServer(cut)
+	defer srv.Close()
+	var out bytes.Buffer
+	err := runDemo(t.Context(), srv.URL, cut, &out)
+	if !errors.Is(err, errDemo) {
+		t.Fatalf("demo against a naive service: err = %v, want errDemo\n%s", err, &out)
+	}
+	for _, want := range []string{"FAILED: 20 requests executed, want exactly 1", "FAILED: reused key: 201"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, &out)
+		}
+	}
+}
+
+// Fifty clients send the same order with one key at once, each with its
+// own retrying transport: exactly one order row, and every client ends
+// with the same 201.
+func TestOrders_FiftyConcurrentIdenticalRequests(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		const clients = 50
+		key := mustKey()
+		replies := make([]response, clients)
+		var wg sync.WaitGroup
+		for i := range clients {
+			wg.Go(func() {
+				replies[i] = f.post(f.transport(claimhttp.TransportOptions{MaxAttempts: 20}), "acme", key, book)
+			})
+		}
+		wg.Wait()
+		executed := 0
+		for i, r := range replies {
+			if r.status != http.StatusCreated || r.body != replies[0].body {
+				t.Fatalf("client %d: %d %s; client 0: %d %s", i, r.status, r.body, replies[0].status, replies[0].body)
+			}
+			if !r.replayed() {
+				executed++
+			}
+		}
+		if executed != 1 {
+			t.Errorf("%d answers were not replays, want 1", executed)
+		}
+		if n := f.orders("acme"); n != 1 {
+			t.Fatalf("orders = %d, want exactly 1", n)
+		}
+	})
+}
+
+// The same key for another request is 422 and changes nothing; the
+// original request still replays byte for byte.
+func TestOrders_SameKeyAnotherRequestIs422(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		key := mustKey()
+		first := f.post(nil, "acme", key, book)
+		wantStatus(t, "first", first, http.StatusCreated, "")
+		wantStatus(t, "another item", f.post(nil, "acme", key, `{"item":"lamp","quantity":1}`), http.StatusUnprocessableEntity, claimhttp.ProblemKeyReused)
+		wantStatus(t, "another quantity", f.post(nil, "acme", key, `{"item":"book","quantity":2}`), http.StatusUnprocessableEntity, claimhttp.ProblemKeyReused)
+		again := f.post(nil, "acme", key, `{ "quantity": 1, "item": "book" }`) // the same request, spelled differently
+		if again.status != http.StatusCreated || !again.replayed() || again.body != first.body {
+			t.Fatalf("retry: %d replayed=%v %s; want the replay of %s", again.status, again.replayed(), again.body, first.body)
+		}
+		if loc := again.header.Get("Location"); loc != "/orders/"+first.order.ID {
+			t.Errorf("replayed Location = %q, want /orders/%s", loc, first.order.ID)
+		}
+		if n := f.orders("acme"); n != 1 {
+			t.Fatalf("orders = %d, want 1", n)
+		}
+	})
+}
+
+// Keys are per tenant: two tenants with one key get two orders, and
+// neither sees the other's.
+func TestOrders_TwoTenantsOneKeyAreTwoOrders(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		key := mustKey()
+		a := f.post(nil, "acme", key, book)
+		b := f.post(nil, "globex", key, book)
+		if a.status != http.StatusCreated || b.status != http.StatusCreated || a.replayed() || b.replayed() || a.order.ID == b.order.ID {
+			t.Fatalf("acme: %d %s; globex: %d %s; want two new orders", a.status, a.body, b.status, b.body)
+		}
+		if na, nb := f.orders("acme"), f.orders("globex"); na != 1 || nb != 1 {
+			t.Fatalf("orders: acme %d, globex %d; want 1 and 1", na, nb)
+		}
+		if got := f.get("acme", "/orders/"+a.order.ID); got.status != http.StatusOK || got.order != a.order {
+			t.Errorf("GET own order: %d %s", got.status, got.body)
+		}
+		wantStatus(t, "GET another tenant's order", f.get("globex", "/orders/"+a.order.ID), http.StatusNotFound, problemNotFound)
+	})
+}
+
+// Requests that are refused before the claim reserve nothing: a missing
+// key, a missing credential, an invalid order. The corrected request then
+// runs with the same key.
+func TestOrders_RefusedRequestsReserveNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		wantStatus(t, "no key", f.post(nil, "acme", "", book), http.StatusBadRequest, claimhttp.ProblemKeyMissing)
+		key := mustKey()
+		wantStatus(t, "no credential", f.post(nil, "", key, book), http.StatusUnauthorized, claimhttp.ProblemUnidentified)
+		wantStatus(t, "quantity 0", f.post(nil, "acme", key, `{"item":"book","quantity":0}`), http.StatusBadRequest, problemInvalidOrder)
+		wantStatus(t, "unknown field", f.post(nil, "acme", key, `{"item":"book","quantity":1,"price":0}`), http.StatusBadRequest, problemInvalidOrder)
+		if n := f.orders("acme"); n != 0 {
+			t.Fatalf("orders = %d after refused requests, want 0", n)
+		}
+		r := f.post(nil, "acme", key, book)
+		if r.status != http.StatusCreated || r.replayed() {
+			t.Fatalf("corrected request with the same key: %d replayed=%v %s; want a new 201", r.status, r.replayed(), r.body)
+		}
+	})
+}
+
+// The service commits, the connection is cut before the answer, and the
+// client transport's retry with the same key gets the stored 201: one
+// order.
+func TestOrders_CutResponseIsRetriedAndReplayed(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		key := mustKey()
+		f.cut.arm(key)
+		fresh := &http.Transport{} // a new connection, which net/http does not retry on its own
+		defer fresh.CloseIdleConnections()
+		tr, err := claimhttp.NewTransport(fresh, claimhttp.TransportOptions{BaseDelay: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := f.post(tr, "acme", key, book)
+		if r.status != http.StatusCreated || !r.replayed() {
+			t.Fatalf("after the cut: %d replayed=%v %s; want the replayed 201", r.status, r.replayed(), r.body)
+		}
+		if n := f.cut.requests(); n != 2 {
+			t.Errorf("the service saw %d requests with the key, want 2", n)
+		}
+		if n := f.orders("acme"); n != 1 {
+			t.Fatalf("orders = %d, want 1", n)
+		}
+	})
+}
+
+func TestParseOptions(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": "postgres://db.example/x", "REDIS_URL": "redis://cache.example/0"}
+	o, err := parseOptions(nil, emptyEnv, io.Discard)
+	if err != nil || o.backend.DatabaseURL != "" || o.backend.RedisURL != "" || o.demo {
+		t.Errorf("no env, no flags: %+v, %v; want the embedded default", o, err)
+	}
+	o, err = parseOptions(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || o.backend.DatabaseURL != env["DATABASE_URL"] || o.backend.RedisURL != env["REDIS_URL"] {
+		t.Errorf("env: %+v, %v; want the URLs from the environment", o, err)
+	}
+	o, err = parseOptions([]string{"-postgres", "postgres://flag.example/y", "-redis", "", "-data", "d", "-demo"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || o.backend.DatabaseURL != "postgres://flag.example/y" || o.backend.RedisURL != "" || o.backend.DataDir != "d" || !o.demo {
+		t.Errorf("flags: %+v, %v; want the flags to win", o, err)
+	}
+	if _, err := parseOptions([]string{"extra"}, emptyEnv, io.Discard); err == nil {
+		t.Error("a stray argument was accepted")
+	}
+}

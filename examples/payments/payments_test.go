@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncekey/oncekey/claim/claimhttp"
+)
+
+const pay = `{"amount":1299,"currency":"EUR"}`
+
+// With no service named, the demo runs on the embedded default, exits 0,
+// and shows one charge for the duplicated requests and the 202 uncertain
+// path resolved by the reconciler.
+func TestDemo_NoServicesNamed(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions([]string{"-demo"}, emptyEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.backend.DatabaseURL != "" || o.backend.RedisURL != "" || o.backend.DataDir != "" {
+		t.Fatalf("options name services: %+v", o.backend)
+	}
+	o.backend.RedisTimeout = testRedisTimeout
+	var out bytes.Buffer
+	if err := run(t.Context(), o, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, &out)
+	}
+	wantStory(t, out.String())
+	if !strings.Contains(out.String(), "redis: in-process miniredis") {
+		t.Errorf("output does not say it runs on the embedded default:\n%s", &out)
+	}
+}
+
+func TestDemo_OnPostgresAndRedis(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions([]string{"-demo"}, emptyEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.backend = realServers(t)
+	var out bytes.Buffer
+	if err := run(t.Context(), o, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, &out)
+	}
+	wantStory(t, out.String())
+	if !strings.Contains(out.String(), "durable store: PostgreSQL at ") {
+		t.Errorf("output does not name PostgreSQL:\n%s", &out)
+	}
+}
+
+func wantStory(t *testing.T, out string) {
+	t.Helper()
+	for _, want := range []string{
+		"1. 20 concurrent POST /payments with one key: 20 × 201, all for charge ch_0001; 1 executed, 19 replayed",
+		"the gateway was asked once",
+		"2. the same key for another amount: 422 Idempotency key reused",
+		"3. the gateway made charge ch_0002, then timed out: 202 Outcome being reconciled, Location /operations/op_",
+		"got 201 (Idempotent-Replayed: true) for charge ch_0002; the gateway was asked to charge once",
+		"gateway: 2 charges from 2 charge requests, for the 2 payments",
+		"demo: every expectation held",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "FAILED") {
+		t.Errorf("demo output reports a failure:\n%s", out)
+	}
+}
+
+// The gateway charges, then times out: 202 uncertain, to the request and
+// to a retry, nothing charged twice; the reconciler asks the gateway and
+// stores the answer the handler would have given, which the next retry
+// gets, replayed.
+func TestPayments_UncertainIsReconciledThenReplayed(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		key := mustKey()
+		f.gw.setMode(modeTimeoutAfterCharge)
+		r := f.post(nil, "acme", key, pay)
+		f.gw.setMode(modeNormal)
+		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimhttp.ProblemUncertain)
+		op := r.problem.OperationID
+		if loc := r.header.Get("Location"); op == "" || loc != "/operations/"+op {
+			t.Errorf("Location = %q, operation_id %q", loc, op)
+		}
+		ch, posts, charged := f.gw.chargeFor(op)
+		if !charged || posts != 1 {
+			t.Fatalf("gateway: charged=%v after %d requests with the operation id; want one charge", charged, posts)
+		}
+		wantStatus(t, "retry while uncertain", f.post(nil, "acme", key, pay), http.StatusAccepted, claimhttp.ProblemUncertain)
+
+		rep, err := f.app.reconcileOnce(t.Context())
+		if err != nil || rep.Completed != 1 {
+			t.Fatalf("reconcile: %+v, %v; want 1 completed", rep, err)
+		}
+		again := f.post(nil, "acme", key, pay)
+		_, want := resultFor(ch)
+		if again.status != http.StatusCreated || !again.replayed() || again.body != string(want.Body) || again.payment.ChargeID != ch.ID {
+			t.Fatalf("after reconciling: %d replayed=%v %s; want the replayed 201 %s", again.status, again.replayed(), again.body, want.Body)
+		}
+		if _, posts, _ := f.gw.chargeFor(op); posts != 1 {
+			t.Errorf("the gateway got %d charge requests for the payment, want 1", posts)
+		}
+		if charges, requests := f.gw.totals(); charges != 1 || requests != 1 {
+			t.Errorf("gateway: %d charges from %d requests, want 1 and 1", charges, requests)
+		}
+		if rep, err := f.app.reconcileOnce(t.Context()); err != nil || rep.Scanned != 0 {
+			t.Errorf("second pass: %+v, %v; want nothing left", rep, err)
+		}
+	})
+}
+
+// The gateway times out without charging: the reconciler finds no charge
+// and stores a final "not charged" answer; nothing is ever charged.
+func TestPayments_UncertainWithoutChargeIsReconciledAsNotCharged(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		key := mustKey()
+		f.gw.setMode(modeTimeoutBeforeCharge)
+		r := f.post(nil, "acme", key, pay)
+		f.gw.setMode(modeNormal)
+		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimhttp.ProblemUncertain)
+		rep, err := f.app.reconcileOnce(t.Context())
+		if err != nil || rep.Failed != 1 {
+			t.Fatalf("reconcile: %+v, %v; want 1 failed", rep, err)
+		}
+		again := f.post(nil, "acme", key, pay)
+		wantStatus(t, "after reconciling", again, http.StatusFailedDependency, problemNotCharged)
+		if !again.replayed() {
+			t.Error("the not-charged answer is not a replay")
+		}
+		if charges, _ := f.gw.totals(); charges != 0 {
+			t.Errorf("gateway made %d charges, want 0", charges)
+		}
+	})
+}
+
+// Fifty clients send one payment with one key at once: the gateway is
+// asked once, and every client ends with the same 201.
+func TestPayments_FiftyConcurrentDuplicatesChargeOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		const clients = 50
+		key := mustKey()
+		replies := make([]response, clients)
+		var wg sync.WaitGroup
+		for i := range clients {
+			wg.Go(func() {
+				replies[i] = f.post(f.transport(claimhttp.TransportOptions{MaxAttempts: 20}), "acme", key, pay)
+			})
+		}
+		wg.Wait()
+		for i, r := range replies {
+			if r.status != http.StatusCreated || r.body != replies[0].body {
+				t.Fatalf("client %d: %d %s; client 0: %d %s", i, r.status, r.body, replies[0].status, replies[0].body)
+			}
+		}
+		if charges, requests := f.gw.totals(); charges != 1 || requests != 1 {
+			t.Fatalf("gateway: %d charges from %d requests, want 1 and 1", charges, requests)
+		}
+	})
+}
+
+// A declined charge is a final answer: stored as failed and replayed,
+// never sent to the gateway again. The same key for another amount is
+// 422, and the gateway hears nothing of it.
+func TestPayments_DeclineIsReplayedAndReuseIs422(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		key := mustKey()
+		big := `{"amount":200000,"currency":"EUR"}`
+		first := f.post(nil, "acme", key, big)
+		if first.status != http.StatusPaymentRequired || first.payment.Status != "declined" || first.replayed() {
+			t.Fatalf("large amount: %d %s; want 402 declined", first.status, first.body)
+		}
+		again := f.post(nil, "acme", key, big)
+		if again.status != http.StatusPaymentRequired || !again.replayed() || again.body != first.body {
+			t.Fatalf("retry: %d replayed=%v %s; want the replayed 402", again.status, again.replayed(), again.body)
+		}
+		wantStatus(t, "another amount", f.post(nil, "acme", key, pay), http.StatusUnprocessableEntity, claimhttp.ProblemKeyReused)
+		if _, requests := f.gw.totals(); requests != 1 {
+			t.Errorf("gateway got %d charge requests, want 1", requests)
+		}
+	})
+}
+
+// When the gateway cannot be reached nothing was charged: 503, and the key
+// is released, so the same key then runs again, even with another amount
+// (a record still held would answer 422).
+func TestPayments_UnreachableGatewayReleasesTheKey(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		f.gw.close()
+		key := mustKey()
+		wantStatus(t, "gateway down", f.post(nil, "acme", key, pay), http.StatusServiceUnavailable, problemUnavailable)
+		wantStatus(t, "same key, another amount", f.post(nil, "acme", key, `{"amount":1,"currency":"EUR"}`), http.StatusServiceUnavailable, problemUnavailable)
+		if rep, err := f.app.reconcileOnce(t.Context()); err != nil || rep.Scanned != 0 {
+			t.Errorf("reconcile: %+v, %v; want nothing to reconcile", rep, err)
+		}
+	})
+}
+
+func TestParseOptions(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions([]string{"-gateway-mode", "timeout-after-charge", "-gateway-timeout", "1s", "-reconcile-every", "3s"}, emptyEnv, io.Discard)
+	if err != nil || o.gatewayMode != modeTimeoutAfterCharge || o.gatewayTimeout != time.Second || o.reconcileEvery != 3*time.Second {
+		t.Errorf("flags: %+v, %v", o, err)
+	}
+	if o.backend.DatabaseURL != "" || o.backend.RedisURL != "" {
+		t.Errorf("no env: %+v; want the embedded default", o.backend)
+	}
+	env := map[string]string{"DATABASE_URL": "postgres://db.example/x", "REDIS_URL": "redis://cache.example/0"}
+	o, err = parseOptions(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || o.backend.DatabaseURL != env["DATABASE_URL"] || o.backend.RedisURL != env["REDIS_URL"] {
+		t.Errorf("env: %+v, %v", o.backend, err)
+	}
+	for _, bad := range [][]string{{"-gateway-mode", "flaky"}, {"-gateway-timeout", "0s"}, {"-reconcile-every", "-1s"}, {"stray"}} {
+		if _, err := parseOptions(bad, emptyEnv, io.Discard); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+}
