@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// counts is a snapshot of the statement and command counters.
+type counts struct {
+	sql    int64 // statements (round trips) to PostgreSQL, sweeps excluded
+	claims int64 // of which durable claims (INSERT ... ON CONFLICT)
+	sweeps int64 // Sweep statements
+	redis  int64 // Redis commands
+	opens  int64 // times the Redis breaker of the Redis Claimer opened
+}
+
+func (c counts) sub(o counts) counts {
+	return counts{sql: c.sql - o.sql, claims: c.claims - o.claims, sweeps: c.sweeps - o.sweeps, redis: c.redis - o.redis,
+		opens: c.opens - o.opens}
+}
+
+func (c counts) add(o counts) counts {
+	return counts{sql: c.sql + o.sql, claims: c.claims + o.claims, sweeps: c.sweeps + o.sweeps, redis: c.redis + o.redis,
+		opens: c.opens + o.opens}
+}
+
+// sqlCounter is a pgx tracer counting statements: one per Query, QueryRow
+// or Exec (BEGIN and COMMIT included), one per batch. While capturing, it
+// also records each statement's text and arguments.
+type sqlCounter struct {
+	sql, claims, sweeps atomic.Int64
+
+	capturing atomic.Bool
+	mu        sync.Mutex
+	captured  []pgx.TraceQueryStartData
+}
+
+var (
+	_ pgx.QueryTracer = (*sqlCounter)(nil)
+	_ pgx.BatchTracer = (*sqlCounter)(nil)
+)
+
+// isClaimSQL tells the durable claim apart from other statements.
+func isClaimSQL(sql string) bool { return strings.Contains(sql, "ON CONFLICT") }
+
+// isSweepSQL tells a Sweep (a DELETE of expired rows) apart.
+func isSweepSQL(sql string) bool {
+	return strings.HasPrefix(sql, "WITH v AS") && strings.Contains(sql, "DELETE FROM")
+}
+
+func (c *sqlCounter) count(sql string) {
+	switch {
+	case isSweepSQL(sql):
+		c.sweeps.Add(1)
+		return
+	case isClaimSQL(sql):
+		c.claims.Add(1)
+	}
+	c.sql.Add(1)
+}
+
+// TraceQueryStart counts a statement.
+func (c *sqlCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.count(d.SQL)
+	if c.capturing.Load() {
+		c.mu.Lock()
+		c.captured = append(c.captured, pgx.TraceQueryStartData{SQL: d.SQL, Args: append([]any(nil), d.Args...)})
+		c.mu.Unlock()
+	}
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (c *sqlCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TraceBatchStart counts a batch as one round trip.
+func (c *sqlCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.sql.Add(1)
+	return ctx
+}
+
+// TraceBatchQuery counts a claim sent in a batch.
+func (c *sqlCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if isClaimSQL(d.SQL) {
+		c.claims.Add(1)
+	}
+}
+
+// TraceBatchEnd does nothing.
+func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// capture records the statements fn sends.
+func (c *sqlCounter) capture(fn func() error) ([]pgx.TraceQueryStartData, error) {
+	c.mu.Lock()
+	c.captured = nil
+	c.mu.Unlock()
+	c.capturing.Store(true)
+	err := fn()
+	c.capturing.Store(false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.captured, err
+}
+
+// redisCounter is a go-redis hook counting commands (each command of a
+// pipeline counts). While capturing, it records each command's arguments.
+type redisCounter struct {
+	n atomic.Int64
+
+	capturing atomic.Bool
+	mu        sync.Mutex
+	captured  [][]any
+}
+
+var _ redis.Hook = (*redisCounter)(nil)
+
+// DialHook passes dials through.
+func (c *redisCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+// ProcessHook counts one command.
+func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		if c.capturing.Load() {
+			c.mu.Lock()
+			c.captured = append(c.captured, append([]any(nil), cmd.Args()...))
+			c.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook counts every command of the pipeline.
+func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// capture records the commands fn sends.
+func (c *redisCounter) capture(fn func() error) ([][]any, error) {
+	c.mu.Lock()
+	c.captured = nil
+	c.mu.Unlock()
+	c.capturing.Store(true)
+	err := fn()
+	c.capturing.Store(false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.captured, err
+}

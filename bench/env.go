@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// The request every workload claims: one tenant and operation, a realistic
+// fingerprint and a small stored result.
+const (
+	tenant      = "bench"
+	operation   = "POST /orders"
+	fingerprint = "v1:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+)
+
+var result = durable.Result{
+	StatusCode: 201,
+	Headers:    map[string][]string{"Content-Type": {"application/json"}},
+	Body:       []byte(`{"id":"ord_1","status":"created"}`),
+	Version:    1,
+}
+
+// env is the shared setup of a run: one pool and one Redis client (both
+// counted), a schema and a key prefix of its own, and the Claimers.
+type env struct {
+	cfg    config
+	pool   *pgxpool.Pool
+	store  *postgres.Store
+	rdb    *redis.Client
+	schema string
+	prefix string
+	sql    *sqlCounter
+	rc     *redisCounter
+	opens  atomic.Int64 // times the breaker of withRedis opened
+
+	withRedis *claim.Claimer[pgx.Tx] // Redis in front
+	noRedis   *claim.Claimer[pgx.Tx] // PostgreSQL only
+	// setup is withRedis with a Redis timeout of at least a second, for
+	// untimed preparation that must not degrade on a loaded machine.
+	setup *claim.Claimer[pgx.Tx]
+
+	closers []func()
+}
+
+func randName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// newEnv connects, creates the schema and the Claimers. Call close at the
+// end, also after an error.
+func newEnv(ctx context.Context, cfg config) (*env, error) {
+	e := &env{cfg: cfg, sql: &sqlCounter{}, rc: &redisCounter{}, schema: randName("bench_"), prefix: randName("bench")}
+	pcfg, err := pgxpool.ParseConfig(cfg.postgres)
+	if err != nil {
+		return e, fmt.Errorf("%w: -postgres: %w", ErrConfig, err)
+	}
+	if err := postgres.ConfigurePool(pcfg); err != nil {
+		return e, err
+	}
+	pcfg.MaxConns = int32(cfg.pgConns)
+	pcfg.MinConns = int32(cfg.pgConns)
+	pcfg.ConnConfig.Tracer = e.sql
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "oncekey-bench"
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	e.pool, err = pgxpool.NewWithConfig(cctx, pcfg)
+	if err != nil {
+		return e, fmt.Errorf("bench: postgres: %w", err)
+	}
+	e.closers = append(e.closers, e.pool.Close)
+	if err := e.pool.Ping(cctx); err != nil {
+		return e, fmt.Errorf("bench: postgres: %w", err)
+	}
+
+	ropt, err := redis.ParseURL(cfg.redis)
+	if err != nil {
+		return e, fmt.Errorf("%w: -redis: %w", ErrConfig, err)
+	}
+	ropt.PoolSize = cfg.concurrency + 8
+	ropt.ContextTimeoutEnabled = true // as package lua asks: the per-call timeout ends a stalled read
+	e.rdb = redis.NewClient(ropt)
+	e.rdb.AddHook(e.rc)
+	e.closers = append(e.closers, func() { e.rdb.Close() })
+	if err := e.rdb.Ping(cctx).Err(); err != nil {
+		return e, fmt.Errorf("bench: redis: %w", err)
+	}
+
+	e.store, err = postgres.New(e.pool, postgres.WithSchema(e.schema))
+	if err != nil {
+		return e, err
+	}
+	// Registered before Migrate: a half-made schema is dropped too.
+	e.closers = append(e.closers, e.dropSchema)
+	if err := e.store.Migrate(cctx); err != nil {
+		return e, err
+	}
+	e.withRedis, err = e.claimer(e.rdb, func(s lua.BreakerState) {
+		if s == lua.Open {
+			e.opens.Add(1)
+		}
+	})
+	if err != nil {
+		return e, err
+	}
+	if e.noRedis, err = e.claimer(nil); err != nil {
+		return e, err
+	}
+	e.setup, err = claim.New[pgx.Tx](e.store, claim.WithRedis(e.rdb,
+		lua.Options{Prefix: e.prefix, Timeout: max(time.Second, cfg.redisTimeout)}))
+	return e, err
+}
+
+// claimer returns a Claimer over the env's store, with Redis client c in
+// front (none when nil). onChange, when set, sees the breaker's states.
+func (e *env) claimer(c *redis.Client, onChange ...func(lua.BreakerState)) (*claim.Claimer[pgx.Tx], error) {
+	var opts []claim.Option
+	if c != nil {
+		lo := lua.Options{Prefix: e.prefix, Timeout: e.cfg.redisTimeout}
+		if len(onChange) > 0 {
+			lo.OnStateChange = onChange[0]
+		}
+		opts = append(opts, claim.WithRedis(c, lo))
+	}
+	return claim.New[pgx.Tx](e.store, opts...)
+}
+
+// counts returns the counters now.
+func (e *env) counts() counts {
+	return counts{sql: e.sql.sql.Load(), claims: e.sql.claims.Load(), sweeps: e.sql.sweeps.Load(), redis: e.rc.n.Load(), opens: e.opens.Load()}
+}
+
+// close drops the schema, deletes the key prefix and closes the clients,
+// in reverse order of creation.
+func (e *env) close() {
+	if e.rdb != nil {
+		e.deletePrefix()
+	}
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
+func (e *env) dropSchema() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := e.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+e.schema+" CASCADE"); err != nil {
+		logf("drop schema %s: %v", e.schema, err)
+	}
+}
+
+func (e *env) deletePrefix() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	iter := e.rdb.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
+	var keys []string
+	flush := func() {
+		if len(keys) > 0 {
+			e.rdb.Unlink(ctx, keys...)
+			keys = keys[:0]
+		}
+	}
+	for iter.Next(ctx) {
+		if keys = append(keys, iter.Val()); len(keys) == 500 {
+			flush()
+		}
+	}
+	flush()
+	if err := iter.Err(); err != nil {
+		logf("delete redis prefix %s: %v", e.prefix, err)
+	}
+}
+
+// scope returns the scope of key.
+func scope(key string) durable.Scope {
+	return durable.Scope{Tenant: tenant, Operation: operation, Key: key}
+}
+
+// request returns the claim request of key.
+func request(key string) claim.Request {
+	return claim.Request{Scope: scope(key), Fingerprint: fingerprint}
+}
+
+// deadRedis is a Redis that does not answer: a refused port, or a black
+// hole that accepts connections and never replies.
+type deadRedis struct {
+	client *redis.Client
+	ln     net.Listener
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+// newDeadRedis returns a client of a Redis that refuses connections
+// (blackhole false) or swallows every command (blackhole true). Its
+// commands are counted by rc.
+func newDeadRedis(blackhole bool, timeout time.Duration, poolSize int, rc *redisCounter) (*deadRedis, error) {
+	d := &deadRedis{}
+	addr := "127.0.0.1:1" // nothing listens on port 1: connect is refused at once
+	if blackhole {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("bench: black hole: %w", err)
+		}
+		d.ln, addr = ln, ln.Addr().String()
+		d.wg.Add(1)
+		go d.accept()
+	}
+	redisLog.add(addr)
+	d.client = redis.NewClient(&redis.Options{
+		Addr: addr, PoolSize: poolSize, ContextTimeoutEnabled: true,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+	})
+	d.client.AddHook(rc)
+	return d, nil
+}
+
+func (d *deadRedis) accept() {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		d.mu.Lock()
+		d.conns = append(d.conns, c)
+		d.mu.Unlock()
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			_, _ = io.Copy(io.Discard, c) // read everything, answer nothing
+		}()
+	}
+}
+
+func (d *deadRedis) close() {
+	d.client.Close()
+	if d.ln != nil {
+		d.ln.Close()
+		d.mu.Lock()
+		for _, c := range d.conns {
+			c.Close()
+		}
+		d.mu.Unlock()
+		d.wg.Wait()
+	}
+}
+
+// quietDead is go-redis's logger for the run: it drops the dial failures
+// of the dead Redis addresses (each refused dial is logged otherwise) and
+// passes everything else to the tool's log.
+type quietDead struct {
+	mu   sync.Mutex
+	dead map[string]bool
+}
+
+var redisLog = &quietDead{dead: map[string]bool{}}
+
+func (q *quietDead) add(addr string) {
+	q.mu.Lock()
+	q.dead[addr] = true
+	q.mu.Unlock()
+}
+
+// Printf logs a go-redis message unless it is about a dead address.
+func (q *quietDead) Printf(_ context.Context, format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for addr := range q.dead {
+		if strings.Contains(msg, addr) {
+			return
+		}
+	}
+	logf("redis: %s", msg)
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// config is the run's configuration, from the flags.
+type config struct {
+	redis, postgres string
+	workloads       []string
+	concurrency     int
+	duration        time.Duration // measured time per workload, shared by its variants
+	round           time.Duration // length of one round of one variant
+	jsonPath        string
+	smoke           bool
+	dups, keys      int // storm: duplicates per key, keys per variant
+	replayKeys      int
+	backlog         int // sweep: expired records per round
+	sweepBatch      int
+	pgConns         int
+	redisTimeout    time.Duration
+	cpuProfile      string
+	memProfile      string
+}
+
+var allWorkloads = []string{"fresh", "storm", "replay", "redis-down", "sweep"}
+
+func (c config) describe() map[string]any {
+	return map[string]any{
+		"workloads": c.workloads, "concurrency": c.concurrency, "duration": c.duration.String(),
+		"round": c.round.String(), "smoke": c.smoke, "dups": c.dups, "keys": c.keys, "replay_keys": c.replayKeys,
+		"backlog": c.backlog, "sweep_batch": c.sweepBatch, "pg_conns": c.pgConns, "redis_timeout": c.redisTimeout.String(),
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// parseFlags reads the command line. -smoke changes the defaults of the
+// sizing flags not given explicitly.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.redis, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (default $REDIS_URL, else the local server)")
+	fs.StringVar(&c.postgres, "postgres", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL (default $DATABASE_URL, else the local server)")
+	workloads := fs.String("workload", "all", "workloads to run, comma-separated: all or "+strings.Join(allWorkloads, ","))
+	fs.IntVar(&c.concurrency, "concurrency", 32, "concurrent workers")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per workload, shared by its variants")
+	fs.DurationVar(&c.round, "round", 250*time.Millisecond, "length of one round of one variant")
+	fs.StringVar(&c.jsonPath, "json", "", "write a JSON report to this file")
+	fs.BoolVar(&c.smoke, "smoke", false, "short run of every workload (about 2s each) that checks correctness, not speed")
+	fs.IntVar(&c.dups, "dups", 100, "storm: duplicates per key")
+	fs.IntVar(&c.keys, "keys", 1000, "storm: keys per variant at most")
+	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "replay: completed keys retried")
+	fs.IntVar(&c.backlog, "backlog", 100000, "sweep: expired records inserted before each sweep round")
+	fs.IntVar(&c.sweepBatch, "sweep-batch", 1000, "sweep: rows per Sweep call")
+	fs.IntVar(&c.pgConns, "pg-conns", 16, "PostgreSQL pool size")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", 50*time.Millisecond, "per-call Redis timeout of the library (lua.Options.Timeout)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile at the end to this file")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("%w: unexpected arguments %q", ErrConfig, fs.Args())
+	}
+	if c.smoke {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range map[string]string{"duration": "2s", "round": "100ms", "keys": "200", "replay-keys": "200", "backlog": "20000"} {
+			if !set[name] {
+				_ = fs.Set(name, v)
+			}
+		}
+	}
+	if *workloads == "all" {
+		c.workloads = allWorkloads
+	} else {
+		for _, w := range strings.Split(*workloads, ",") {
+			if w = strings.TrimSpace(w); !slices.Contains(allWorkloads, w) {
+				return c, fmt.Errorf("%w: unknown workload %q (have %s)", ErrConfig, w, strings.Join(allWorkloads, ", "))
+			}
+			c.workloads = append(c.workloads, w)
+		}
+	}
+	switch {
+	case c.concurrency < 1:
+		return c, fmt.Errorf("%w: -concurrency must be at least 1", ErrConfig)
+	case c.duration < 10*time.Millisecond || c.round < time.Millisecond:
+		return c, fmt.Errorf("%w: -duration must be at least 10ms and -round at least 1ms", ErrConfig)
+	case c.dups < 1 || c.keys < 1 || c.replayKeys < 1 || c.backlog < 1 || c.sweepBatch < 1:
+		return c, fmt.Errorf("%w: -dups, -keys, -replay-keys, -backlog and -sweep-batch must be at least 1", ErrConfig)
+	case c.pgConns < 1:
+		return c, fmt.Errorf("%w: -pg-conns must be at least 1", ErrConfig)
+	case c.redisTimeout < time.Millisecond:
+		return c, fmt.Errorf("%w: -redis-timeout must be at least 1ms", ErrConfig)
+	}
+	return c, nil
+}
+
+var (
+	logMu  sync.Mutex
+	logOut io.Writer = os.Stderr
+)
+
+// setLog sends the progress log to w.
+func setLog(w io.Writer) {
+	logMu.Lock()
+	logOut = w
+	logMu.Unlock()
+}
+
+func logf(format string, args ...any) {
+	logMu.Lock()
+	defer logMu.Unlock()
+	fmt.Fprintf(logOut, "bench: "+format+"\n", args...)
+}
+
+// run runs the configured workloads and returns the report. A correctness
+// failure is in the report (Failures) and returned as ErrCheck.
+func run(ctx context.Context, cfg config) (*report, error) {
+	rep := newReport(cfg)
+	e, err := newEnv(ctx, cfg)
+	defer e.close()
+	rep.Schema, rep.Prefix = e.schema, e.prefix
+	if err != nil {
+		return rep, err
+	}
+	f, err := newFloors(ctx, e)
+	if err != nil {
+		return rep, err
+	}
+	build := map[string]func() *workload{
+		"fresh":      func() *workload { return freshWorkload(e, f) },
+		"storm":      func() *workload { return stormWorkload(e, f) },
+		"replay":     func() *workload { return replayWorkload(e, f) },
+		"redis-down": func() *workload { return redisDownWorkload(e) },
+		"sweep":      func() *workload { return sweepWorkload(e) },
+	}
+	for _, name := range cfg.workloads {
+		w := build[name]()
+		rounds, length := plan(cfg, len(w.variants))
+		logf("%s: %d variants × %d rounds of %s, %d workers: %s", w.name, len(w.variants), rounds, fmtDur(length), cfg.concurrency, w.about)
+		start := time.Now()
+		if w.prepare != nil {
+			if err := w.prepare(ctx); err != nil {
+				return rep, err
+			}
+		}
+		if err := runRounds(ctx, e, w.variants); err != nil {
+			return rep, fmt.Errorf("bench: %s: %w", w.name, err)
+		}
+		var extras []extra
+		if w.finish != nil {
+			if extras, err = w.finish(ctx); err != nil {
+				return rep, err
+			}
+		}
+		rep.add(w, extras)
+		logf("%s: done in %s: %s", w.name, fmtDur(time.Since(start)), summary(rep.Workloads[len(rep.Workloads)-1]))
+	}
+	rep.Seconds = time.Since(rep.Started).Seconds()
+	rep.LoadAvg[1] = loadAvg()
+	if len(rep.Failures) > 0 {
+		return rep, fmt.Errorf("%w: %s", ErrCheck, strings.Join(rep.Failures, "; "))
+	}
+	return rep, nil
+}
+
+// summary is the progress line of a finished workload.
+func summary(wr workloadReport) string {
+	var parts []string
+	for _, v := range wr.Variants {
+		s := fmt.Sprintf("%s %.0f/s p99 %s", v.Name, v.PerSecond, fmtUs(v.P99us))
+		if v.Vs != "" {
+			s += fmt.Sprintf(" (%.2f of %s)", v.Ratio, v.Vs)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	setLog(stderr)
+	redis.SetLogger(redisLog)
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if cfg.cpuProfile != "" {
+		pf, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, cfg)
+	if len(rep.Workloads) > 0 {
+		fmt.Fprintln(stdout)
+		rep.table(stdout)
+	}
+	if cfg.jsonPath != "" {
+		if werr := writeJSON(cfg.jsonPath, rep); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if cfg.memProfile != "" {
+		if werr := writeHeap(cfg.memProfile); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func writeJSON(path string, rep *report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func writeHeap(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("allocs").WriteTo(f, 0)
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// replayWorkload: completed keys retried, answered from Redis or from the
+// database, against a bare EVALSHA and a bare SELECT.
+func replayWorkload(e *env, f *floors) *workload {
+	keys := make([]string, e.cfg.replayKeys)
+	for i := range keys {
+		keys[i] = "replay-" + strconv.Itoa(i)
+	}
+	key := func(i int64) string { return keys[i%int64(len(keys))] }
+	// replay retries a completed key. Any replay is fine; so is "in
+	// progress" (a Redis lease left behind by a Redis call that timed out
+	// holds the key until it expires): both are legal answers, counted in
+	// the outcomes. Only an error fails the request.
+	replay := func(c *claim.Claimer[pgx.Tx], useDo bool) func(ctx context.Context, _ *round, i int64) (outcome, error) {
+		return func(ctx context.Context, _ *round, i int64) (outcome, error) {
+			var (
+				out claim.Outcome[pgx.Tx]
+				err error
+			)
+			if useDo {
+				out, err = c.Do(ctx, request(key(i)), emptyWrite)
+			} else {
+				out, err = c.Claim(ctx, request(key(i)))
+			}
+			switch {
+			case err != nil:
+				return oOther, err
+			case out.Kind == claim.Replayed && out.FromCache:
+				return oReplayRedis, nil
+			case out.Kind == claim.Replayed:
+				return oReplayDB, nil
+			case out.Kind == claim.InProgress:
+				return oInProgress, nil
+			}
+			return oOther, fmt.Errorf("%w: a completed key answered %v", ErrUnexpected, out.Kind)
+		}
+	}
+	w := &workload{
+		name: "replay",
+		about: fmt.Sprintf("%d completed keys retried round-robin; floors: bare EVALSHA of claim.lua (cached result), "+
+			"the library's claim statement alone on the pool, a bare SELECT of the stored result", len(keys)),
+		variants: []*variant{
+			{name: "library", vs: "floor-evalsha", target: 0.85, op: replay(e.withRedis, true)},
+			{name: "floor-evalsha", floor: true,
+				op: func(ctx context.Context, _ *round, i int64) (outcome, error) { return f.evalsha(ctx, key(i)) }},
+			{name: "library-db-do", vs: "floor-select", op: replay(e.noRedis, true)},
+			{name: "library-db-claim", vs: "floor-claim-sql", op: replay(e.noRedis, false)},
+			{name: "floor-claim-sql", floor: true, vs: "floor-select",
+				op: func(ctx context.Context, _ *round, i int64) (outcome, error) { return f.claimRow(ctx, key(i)) }},
+			{name: "floor-select", floor: true,
+				op: func(ctx context.Context, _ *round, i int64) (outcome, error) { return f.selectRow(ctx, key(i)) }},
+		},
+	}
+	// prepare completes every key once, through Redis (with the setup
+	// Claimer's long timeout), so each is cached there and durable.
+	w.prepare = func(ctx context.Context) error {
+		var (
+			next     atomic.Int64
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			firstErr error
+		)
+		for range e.cfg.concurrency {
+			wg.Go(func() {
+				for {
+					i := next.Add(1) - 1
+					if i >= int64(len(keys)) || ctx.Err() != nil {
+						return
+					}
+					if _, err := doFresh(ctx, e.setup, keys[i]); err != nil {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if firstErr != nil {
+			return fmt.Errorf("bench: replay: completing the keys: %w", firstErr)
+		}
+		return ensureCached(ctx, e, keys)
+	}
+	return w
+}
+
+// ensureCached makes sure every key's result is in the Redis cache: a
+// completion whose Redis call timed out (on a loaded machine) leaves it
+// uncached, and maybe a lease behind. The lease is dropped and the library
+// refills the cache from the database. It uses the setup Claimer, whose
+// Redis timeout is long.
+func ensureCached(ctx context.Context, e *env, keys []string) error {
+	for _, k := range keys {
+		rk := lua.KeysFor(e.prefix, scope(k).Ref(nil))
+		for attempt := 0; ; attempt++ {
+			n, err := e.rdb.Exists(ctx, rk.Result).Result()
+			if err != nil {
+				return fmt.Errorf("bench: replay: %w", err)
+			}
+			if n == 1 {
+				break
+			}
+			if attempt == 3 {
+				return fmt.Errorf("bench: replay: a completed key's result could not be cached in Redis")
+			}
+			if err := e.rdb.Del(ctx, rk.Lease).Err(); err != nil {
+				return fmt.Errorf("bench: replay: %w", err)
+			}
+			if _, err := e.setup.Claim(ctx, request(k)); err != nil { // a durable replay refills the cache
+				return fmt.Errorf("bench: replay: refill: %w", err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// report is the -json report of a run.
+type report struct {
+	Started    time.Time        `json:"started"`
+	Seconds    float64          `json:"seconds"`
+	GoVersion  string           `json:"go_version"`
+	GOMAXPROCS int              `json:"gomaxprocs"`
+	NumCPU     int              `json:"num_cpu"`
+	LoadAvg    [2]string        `json:"load_avg"` // /proc/loadavg at start and end
+	Config     map[string]any   `json:"config"`
+	Schema     string           `json:"schema"`     // the PostgreSQL schema of the run, dropped at exit
+	Prefix     string           `json:"key_prefix"` // the Redis key prefix of the run, deleted at exit
+	Workloads  []workloadReport `json:"workloads"`
+	Failures   []string         `json:"failures,omitempty"`
+
+	cfg config
+}
+
+type workloadReport struct {
+	Name     string          `json:"name"`
+	About    string          `json:"about"`
+	Rounds   int             `json:"rounds"`
+	Variants []variantReport `json:"variants"`
+	Extras   []extra         `json:"extras,omitempty"`
+}
+
+type variantReport struct {
+	Name        string  `json:"name"`
+	Floor       bool    `json:"floor"`
+	Rounds      int     `json:"rounds"`
+	Requests    int64   `json:"requests"`
+	Errors      int64   `json:"errors"`
+	FirstError  string  `json:"first_error,omitempty"`
+	Seconds     float64 `json:"seconds"`
+	PerSecond   float64 `json:"per_second"`
+	P50us       float64 `json:"p50_us"`
+	P99us       float64 `json:"p99_us"`
+	P999us      float64 `json:"p999_us"`
+	MaxUs       float64 `json:"max_us"`
+	RedisPerReq float64 `json:"redis_per_request"`
+	SQLPerReq   float64 `json:"sql_per_request"`
+	ClaimsPer   float64 `json:"durable_claims_per_request"`
+	AllocsPer   float64 `json:"allocs_per_request"`
+	// CPUus is this process's CPU time per request (user and system, the
+	// harness included; the servers' CPU is not): on a shared machine the
+	// figure least disturbed by other load.
+	CPUus float64 `json:"cpu_us_per_request"`
+	// BreakerOpened counts how often the Redis breaker of the library's
+	// Claimer opened during the variant's rounds (Redis calls timing out
+	// on a loaded machine): its requests then skipped Redis.
+	BreakerOpened int64            `json:"breaker_opened,omitempty"`
+	Outcomes      map[string]int64 `json:"outcomes"`
+	Vs            string           `json:"vs,omitempty"`
+	Ratio         float64          `json:"ratio,omitempty"` // PerSecond / the PerSecond of Vs
+	Target        float64          `json:"target,omitempty"`
+	Meets         *bool            `json:"meets,omitempty"`
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func newReport(cfg config) *report {
+	return &report{
+		Started: time.Now(), GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(),
+		LoadAvg: [2]string{loadAvg()}, Config: cfg.describe(), cfg: cfg,
+	}
+}
+
+// add records a finished workload.
+func (rep *report) add(w *workload, extras []extra) {
+	rounds, _ := plan(rep.cfg, len(w.variants))
+	wr := workloadReport{Name: w.name, About: w.about, Rounds: rounds, Extras: extras}
+	rate := map[string]float64{}
+	for _, v := range w.variants {
+		s := &v.st
+		vr := variantReport{Name: v.name, Floor: v.floor, Rounds: s.rounds, Requests: s.ops, Errors: s.errs,
+			Seconds: s.elapsed.Seconds(), Vs: v.vs, Target: v.target, Outcomes: map[string]int64{},
+			BreakerOpened: s.counts.opens}
+		if s.firstErr != nil {
+			vr.FirstError = s.firstErr.Error()
+		}
+		if s.elapsed > 0 {
+			vr.PerSecond = float64(s.ops) / s.elapsed.Seconds()
+		}
+		if s.ops > 0 {
+			n := float64(s.ops)
+			vr.RedisPerReq = float64(s.counts.redis) / n
+			vr.SQLPerReq = float64(s.counts.sql) / n
+			vr.ClaimsPer = float64(s.counts.claims) / n
+			vr.AllocsPer = float64(s.mallocs) / n
+			vr.CPUus = us(s.cpu) / n
+		}
+		vr.P50us, vr.P99us, vr.P999us = us(s.h.quantile(0.5)), us(s.h.quantile(0.99)), us(s.h.quantile(0.999))
+		vr.MaxUs = us(time.Duration(s.h.max))
+		for k, c := range s.outcomes {
+			if c > 0 {
+				vr.Outcomes[outcomeNames[k]] = c
+			}
+		}
+		rate[v.name] = vr.PerSecond
+		wr.Variants = append(wr.Variants, vr)
+	}
+	for i := range wr.Variants {
+		vr := &wr.Variants[i]
+		if base := rate[vr.Vs]; vr.Vs != "" && base > 0 {
+			vr.Ratio = vr.PerSecond / base
+			if vr.Target > 0 {
+				vr.Meets = boolp(vr.Ratio >= vr.Target)
+			}
+		}
+		if vr.Errors > 0 {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s/%s: %d of %d requests failed; first: %s",
+				w.name, vr.Name, vr.Errors, vr.Requests, vr.FirstError))
+		}
+		if vr.Requests == 0 {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s/%s: no request ran", w.name, vr.Name))
+		}
+	}
+	for _, x := range extras {
+		if x.Check && x.Failed {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: check failed: %s = %g (want %s) %s", w.name, x.Name, x.Value, x.Target, x.Note))
+		}
+	}
+	rep.Workloads = append(rep.Workloads, wr)
+}
+
+// fmtDur prints a duration with three significant digits.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", us(d))
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2fms", us(d)/1000)
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", us(d)/1000)
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+func fmtUs(v float64) string { return fmtDur(time.Duration(v * float64(time.Microsecond))) }
+
+// table writes the report as a markdown table, then each workload's own
+// figures and checks.
+func (rep *report) table(w io.Writer) {
+	fmt.Fprintf(w, "| workload | variant | req/s | p50 | p99 | p99.9 | redis/req | sql/req | allocs/req | cpu/req | ratio | target |\n")
+	fmt.Fprintf(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
+	for _, wr := range rep.Workloads {
+		for _, v := range wr.Variants {
+			name := v.Name
+			if v.Floor {
+				name += " (floor)"
+			}
+			ratio, target := "", ""
+			if v.Vs != "" {
+				ratio = fmt.Sprintf("%.2f of %s", v.Ratio, v.Vs)
+			}
+			if v.Meets != nil {
+				mark := "met"
+				if !*v.Meets {
+					mark = "MISSED"
+				}
+				target = fmt.Sprintf("≥ %.2f %s", v.Target, mark)
+			}
+			errs := ""
+			if v.Errors > 0 {
+				errs = fmt.Sprintf(" [%d errors]", v.Errors)
+			}
+			if v.BreakerOpened > 0 {
+				errs += fmt.Sprintf(" [breaker opened %d×]", v.BreakerOpened)
+			}
+			fmt.Fprintf(w, "| %s | %s%s | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %.0fµs | %s | %s |\n",
+				wr.Name, name, errs, v.PerSecond, fmtUs(v.P50us), fmtUs(v.P99us), fmtUs(v.P999us),
+				v.RedisPerReq, v.SQLPerReq, v.AllocsPer, v.CPUus, ratio, target)
+		}
+	}
+	fmt.Fprintln(w)
+	for _, wr := range rep.Workloads {
+		for _, x := range wr.Extras {
+			val := fmt.Sprintf("%.3g", x.Value)
+			if x.Unit == "µs" {
+				val = fmtUs(x.Value)
+			} else if x.Unit != "" {
+				val += " " + x.Unit
+			}
+			mark := ""
+			switch {
+			case x.Check && x.Failed:
+				mark = " FAILED"
+			case x.Meets != nil && *x.Meets:
+				mark = " (target " + x.Target + " met)"
+			case x.Meets != nil:
+				mark = " (target " + x.Target + " MISSED)"
+			case x.Check:
+				mark = " ok"
+			}
+			note := ""
+			if x.Note != "" {
+				note = "; " + x.Note
+			}
+			fmt.Fprintf(w, "- %s, %s: %s%s%s\n", wr.Name, x.Name, val, mark, note)
+		}
+	}
+	for _, f := range rep.Failures {
+		fmt.Fprintf(w, "- FAILURE: %s\n", f)
+	}
+}

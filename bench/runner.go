@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// outcome classifies one request, for the report.
+type outcome int
+
+const (
+	oExecuted    outcome = iota // the library ran the function
+	oReplayRedis                // the library replayed from Redis
+	oReplayDB                   // the library replayed from the durable store
+	oInProgress                 // the library answered in progress
+	oAcquired                   // a floor claimed the key
+	oBusy                       // a floor found the key held
+	oCached                     // a floor found the cached result
+	oRead                       // a floor read the row
+	oOther
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"executed", "replayed_redis", "replayed_db", "in_progress",
+	"acquired", "busy", "cached", "read", "other"}
+
+// errRoundDone ends a round early (a key budget reached); it is not a
+// failure.
+var errRoundDone = errors.New("bench: round done")
+
+// round is what an operation knows of its round.
+type round struct {
+	n      int    // round number; -1 for the warm-up
+	prefix string // key prefix unique to the variant and the round
+	stop   atomic.Bool
+}
+
+// key returns the key of index i in this round. It allocates once.
+func (r *round) key(i int64) string {
+	var b [64]byte
+	return string(strconv.AppendInt(append(b[:0], r.prefix...), i, 10))
+}
+
+// variant is one way of doing a workload's request: the library in some
+// configuration, or a floor.
+type variant struct {
+	name  string
+	floor bool
+	// vs names the variant of the same workload whose throughput this one
+	// is compared to; target is the least ratio the project aims at (0:
+	// none).
+	vs     string
+	target float64
+	// op runs request i of round r.
+	op func(ctx context.Context, r *round, i int64) (outcome, error)
+	// before runs, untimed, before each round (and the warm-up).
+	before func(ctx context.Context, r *round) error
+	// background, when set, runs during each timed round; the round ends
+	// when it returns (or at its deadline, whichever is first).
+	background func(ctx context.Context, r *round)
+	// after runs, untimed, after each round with the number of requests
+	// the round ran.
+	after func(ctx context.Context, r *round, n int64) error
+
+	st stats
+}
+
+// stats accumulate over the timed rounds of a variant.
+type stats struct {
+	h        hist
+	ops      int64
+	errs     int64
+	firstErr error
+	elapsed  time.Duration
+	counts   counts
+	mallocs  uint64
+	cpu      time.Duration // this process's CPU time (the servers' is not counted)
+	outcomes [numOutcomes]int64
+	rounds   int
+}
+
+type worker struct {
+	h        hist
+	ops      int64
+	errs     int64
+	firstErr error
+	outcomes [numOutcomes]int64
+}
+
+// runRounds runs the variants of a workload in alternation: each gets one
+// untimed warm-up, then rounds of cfg.round, the order rotating each round,
+// until each has had its share of cfg.duration.
+func runRounds(ctx context.Context, e *env, vs []*variant) error {
+	rounds, length := plan(e.cfg, len(vs))
+	warm := min(length, 300*time.Millisecond)
+	for _, v := range vs {
+		if err := runRound(ctx, e, v, -1, warm); err != nil {
+			return err
+		}
+	}
+	for r := range rounds {
+		for j := range vs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := runRound(ctx, e, vs[(j+r)%len(vs)], r, length); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+var roundSeq atomic.Int64
+
+// runRound runs one round of v with cfg.concurrency workers for d.
+func runRound(ctx context.Context, e *env, v *variant, n int, d time.Duration) error {
+	r := &round{n: n, prefix: "r" + strconv.FormatInt(roundSeq.Add(1), 10) + "-"}
+	if v.before != nil {
+		if err := v.before(ctx, r); err != nil {
+			return err
+		}
+	}
+	workers := make([]*worker, e.cfg.concurrency)
+	for i := range workers {
+		workers[i] = &worker{}
+	}
+	var next atomic.Int64
+	runtime.GC() // so one variant's garbage is not collected on another's time
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	c0 := e.counts()
+	cpu0 := processCPU()
+	start := time.Now()
+	timer := time.AfterFunc(d, func() { r.stop.Store(true) })
+	var bg sync.WaitGroup
+	if v.background != nil && n >= 0 {
+		bg.Go(func() {
+			v.background(ctx, r)
+			r.stop.Store(true)
+		})
+	}
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() {
+			for !r.stop.Load() && ctx.Err() == nil {
+				i := next.Add(1) - 1
+				t0 := time.Now()
+				o, err := v.op(ctx, r, i)
+				lat := time.Since(t0)
+				if errors.Is(err, errRoundDone) {
+					r.stop.Store(true)
+					return
+				}
+				w.h.record(lat)
+				w.ops++
+				if err != nil {
+					w.errs++
+					if w.firstErr == nil {
+						w.firstErr = err
+					}
+					continue
+				}
+				w.outcomes[o]++
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	timer.Stop()
+	r.stop.Store(true)
+	bg.Wait()
+	cpu1 := processCPU()
+	c1 := e.counts()
+	runtime.ReadMemStats(&ms1)
+
+	var ran int64
+	for _, w := range workers {
+		ran += w.ops
+	}
+	if v.after != nil {
+		if err := v.after(ctx, r, ran); err != nil {
+			return err
+		}
+	}
+	if n < 0 {
+		for _, w := range workers {
+			if w.firstErr != nil {
+				// A variant that fails its warm-up would fail every round.
+				return fmt.Errorf("%s: warm-up: %w", v.name, w.firstErr)
+			}
+		}
+		return nil
+	}
+	s := &v.st
+	s.rounds++
+	s.elapsed += elapsed
+	s.mallocs += ms1.Mallocs - ms0.Mallocs
+	s.cpu += cpu1 - cpu0
+	s.counts = s.counts.add(c1.sub(c0))
+	for _, w := range workers {
+		s.h.merge(&w.h)
+		s.ops += w.ops
+		s.errs += w.errs
+		if s.firstErr == nil && w.firstErr != nil {
+			s.firstErr = w.firstErr
+		}
+		for k, c := range w.outcomes {
+			s.outcomes[k] += c
+		}
+	}
+	return nil
+}

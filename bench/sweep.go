@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// sweeper tracks the sweeps of the sweep workload.
+type sweeper struct {
+	e      *env
+	mu     sync.Mutex
+	swept  int64
+	active time.Duration
+	rounds int
+	done   int // rounds whose whole backlog was swept
+	err    error
+}
+
+// fill tops the expired backlog (finished records past retention) up to
+// cfg.backlog rows with one statement, then analyzes the table as a
+// long-running one would be.
+func (s *sweeper) fill(ctx context.Context, r *round) error {
+	if r.n < 0 {
+		return nil // the warm-up round does not sweep
+	}
+	e := s.e
+	var left int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.store.Table()+` WHERE expires_at <= clock_timestamp()`).Scan(&left); err != nil {
+		return fmt.Errorf("bench: sweep: backlog: %w", err)
+	}
+	if left >= e.cfg.backlog {
+		return nil
+	}
+	_, err := e.pool.Exec(ctx, `INSERT INTO `+e.store.Table()+` (tenant_id, operation, key_hash, request_hash, state,
+		generation, owner_token, status_code, response_headers, response_body, response_version, resource_id,
+		created_at, completed_at, expires_at)
+	SELECT $1::text, $2::text, sha256(convert_to($3::text || g::text, 'UTF8')), $4::text, 'completed',
+		1, gen_random_uuid(), 201, $5::jsonb, $6::bytea, 1, '',
+		now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour'
+	FROM generate_series(1, $7::integer) g`,
+		tenant, operation, "backlog-"+r.prefix, fingerprint, `{"Content-Type":["application/json"]}`, result.Body, e.cfg.backlog-left)
+	if err != nil {
+		return fmt.Errorf("bench: sweep: backlog: %w", err)
+	}
+	if _, err := e.pool.Exec(ctx, `ANALYZE `+e.store.Table()); err != nil {
+		return fmt.Errorf("bench: sweep: analyze: %w", err)
+	}
+	return nil
+}
+
+// run sweeps in batches until the backlog is gone or the round ends.
+func (s *sweeper) run(ctx context.Context, r *round) {
+	start := time.Now()
+	var swept int64
+	var err error
+	done := false
+	for !r.stop.Load() && ctx.Err() == nil {
+		var n int
+		n, err = s.e.store.Sweep(ctx, s.e.cfg.sweepBatch)
+		swept += int64(n)
+		if err != nil {
+			break
+		}
+		if n < s.e.cfg.sweepBatch {
+			done = true
+			break
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.swept += swept
+	s.active += time.Since(start)
+	s.rounds++
+	if done {
+		s.done++
+	}
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+}
+
+// sweepWorkload: fresh claims while Sweep deletes a large expired backlog,
+// against the same claims with no sweep.
+func sweepWorkload(e *env) *workload {
+	s := &sweeper{e: e}
+	op := func(ctx context.Context, r *round, i int64) (outcome, error) {
+		return doFresh(ctx, e.withRedis, r.key(i))
+	}
+	plain := &variant{name: "claims", floor: true, op: op}
+	swept := &variant{name: "claims+sweep", vs: "claims", op: op, before: s.fill, background: s.run}
+	w := &workload{
+		name: "sweep",
+		about: fmt.Sprintf("fresh keys through Do (Redis on) alone, and while Sweep(batch %d) deletes a backlog of %d "+
+			"expired records inserted before each round (the round ends when the backlog is gone)", e.cfg.sweepBatch, e.cfg.backlog),
+		variants: []*variant{plain, swept},
+	}
+	w.finish = func(context.Context) ([]extra, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.err != nil {
+			return nil, fmt.Errorf("bench: sweep: %w", s.err)
+		}
+		rate := 0.0
+		if s.active > 0 {
+			rate = float64(s.swept) / s.active.Seconds()
+		}
+		return []extra{
+			{Name: "claim p99 without sweep", Value: us(plain.st.h.quantile(0.99)), Unit: "µs"},
+			{Name: "claim p99 with sweep", Value: us(swept.st.h.quantile(0.99)), Unit: "µs",
+				Note: fmt.Sprintf("%.2f× the p99 without", ratio(swept.st.h.quantile(0.99), plain.st.h.quantile(0.99)))},
+			{Name: "rows swept per second", Value: rate, Unit: "rows/s",
+				Note: fmt.Sprintf("%d rows in %s of sweeping over %d rounds; backlog fully swept in %d of them",
+					s.swept, fmtDur(s.active), s.rounds, s.done)},
+		}, nil
+	}
+	return w
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}

@@ -1,0 +1,201 @@
+package claim_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// The claim path's benchmarks, on the real servers, one caller at a time:
+// allocations, SQL statements and Redis commands per operation. The
+// concurrent figures, side by side with their floors, come from the bench
+// tool (go run ./bench).
+//
+//	go test -run '^$' -bench BenchmarkClaimer -benchtime 2000x ./claim/
+
+// benchStmts counts statements sent to PostgreSQL (BEGIN and COMMIT
+// included).
+type benchStmts struct{ n atomic.Int64 }
+
+func (c *benchStmts) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *benchStmts) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// benchCmds counts Redis commands.
+type benchCmds struct{ n atomic.Int64 }
+
+func (c *benchCmds) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *benchCmds) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *benchCmds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+type benchFixture struct {
+	c     *claim.Claimer[pgx.Tx]
+	stmts *benchStmts
+	cmds  *benchCmds
+}
+
+// newBenchFixture returns a Claimer on a fresh schema; with Redis when
+// luaOpts is not nil.
+func newBenchFixture(b *testing.B, luaOpts *lua.Options) *benchFixture {
+	b.Helper()
+	s := testenv.Postgres(b)
+	cfg, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := postgres.ConfigurePool(cfg); err != nil {
+		b.Fatal(err)
+	}
+	f := &benchFixture{stmts: &benchStmts{}, cmds: &benchCmds{}}
+	cfg.ConnConfig.Tracer = f.stmts
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	st, err := postgres.New(pool, postgres.WithSchema(s.Name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	var opts []claim.Option
+	if luaOpts != nil {
+		opt := testenv.RedisOptions(b)
+		opt.ContextTimeoutEnabled = true
+		rdb := redis.NewClient(opt)
+		b.Cleanup(func() { rdb.Close() })
+		_, prefix := testenv.Redis(b) // deletes prefix:* at the end
+		lo := *luaOpts
+		lo.Prefix = prefix
+		rdb.AddHook(f.cmds)
+		opts = append(opts, claim.WithRedis(rdb, lo))
+	}
+	f.c, err = claim.New[pgx.Tx](st, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+var benchResult = durable.Result{StatusCode: 201, Headers: map[string][]string{"Content-Type": {"application/json"}},
+	Body: []byte(`{"id":"ord_1"}`), Version: 1}
+
+const benchFP = "v1:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+func benchReq(key string) claim.Request {
+	return claim.Request{Scope: durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: key}, Fingerprint: benchFP}
+}
+
+func emptyWrite(context.Context, pgx.Tx, claim.Op) (durable.Result, error) { return benchResult, nil }
+
+// loop runs op b.N times and reports statements and commands per operation.
+func (f *benchFixture) loop(b *testing.B, op func(i int)) {
+	b.ReportAllocs()
+	s0, c0 := f.stmts.n.Load(), f.cmds.n.Load()
+	i := 0
+	for b.Loop() {
+		op(i)
+		i++
+	}
+	b.ReportMetric(float64(f.stmts.n.Load()-s0)/float64(i), "stmts/op")
+	b.ReportMetric(float64(f.cmds.n.Load()-c0)/float64(i), "redis/op")
+}
+
+var benchModes = []struct {
+	name string
+	lua  *lua.Options
+}{{"WithRedis", &lua.Options{}}, {"WithoutRedis", nil}}
+
+// BenchmarkClaimer_ClaimComplete: a fresh key claimed, then its lease
+// completed (workflow mode: two durable statements, each its own
+// transaction).
+func BenchmarkClaimer_ClaimComplete(b *testing.B) {
+	for _, m := range benchModes {
+		b.Run(m.name, func(b *testing.B) {
+			f := newBenchFixture(b, m.lua)
+			ctx, prefix := context.Background(), testenv.Name("k")
+			f.loop(b, func(i int) {
+				out, err := f.c.Claim(ctx, benchReq(prefix+strconv.Itoa(i)))
+				if err != nil || out.Kind != claim.Acquired {
+					b.Fatalf("Claim = %v, %v", out.Kind, err)
+				}
+				if err := out.Lease.Complete(ctx, benchResult); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkClaimer_DoFresh: a fresh key through Do with an empty business
+// write (claim and completion in one transaction).
+func BenchmarkClaimer_DoFresh(b *testing.B) {
+	for _, m := range benchModes {
+		b.Run(m.name, func(b *testing.B) {
+			f := newBenchFixture(b, m.lua)
+			ctx, prefix := context.Background(), testenv.Name("k")
+			f.loop(b, func(i int) {
+				out, err := f.c.Do(ctx, benchReq(prefix+strconv.Itoa(i)), emptyWrite)
+				if err != nil || out.Kind != claim.Executed {
+					b.Fatalf("Do = %v, %v", out.Kind, err)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkClaimer_Replay: a completed key claimed again. FromRedis is
+// answered by the Redis cache alone; FromDatabase by the durable claim,
+// with Redis in front but caching no result (MaxCachedBody < 0), or with
+// no Redis at all.
+func BenchmarkClaimer_Replay(b *testing.B) {
+	for _, m := range []struct {
+		name      string
+		lua       *lua.Options
+		fromCache bool
+	}{
+		{"FromRedis", &lua.Options{}, true},
+		{"FromDatabase/WithRedis", &lua.Options{MaxCachedBody: -1}, false},
+		{"FromDatabase/WithoutRedis", nil, false},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			f := newBenchFixture(b, m.lua)
+			ctx := context.Background()
+			r := benchReq(testenv.Name("k"))
+			if out, err := f.c.Do(ctx, r, emptyWrite); err != nil || out.Kind != claim.Executed {
+				b.Fatalf("Do = %v, %v", out.Kind, err)
+			}
+			f.loop(b, func(int) {
+				out, err := f.c.Claim(ctx, r)
+				if err != nil || out.Kind != claim.Replayed || out.FromCache != m.fromCache {
+					b.Fatalf("Claim = %v (from cache %v), %v", out.Kind, out.FromCache, err)
+				}
+			})
+		})
+	}
+}
