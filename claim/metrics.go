@@ -142,7 +142,22 @@ func (m *meters) storeStats(ctx context.Context, s interface {
 	return st, true
 }
 
-func outcomeAttr(k Kind, err error) attribute.KeyValue {
+// Attribute sets are built once: metric.WithAttributes allocates on every
+// call, even with the no-op provider, and this is the hot path.
+var (
+	outcomeOpts = map[string]metric.MeasurementOption{}
+	sourceRedis = metric.WithAttributes(attribute.String("source", "redis"))
+	sourceStore = metric.WithAttributes(attribute.String("source", "durable"))
+)
+
+func init() {
+	for _, v := range []string{"acquired", "executed", "replayed", "in_progress", "uncertain", "unknown",
+		"mismatch", "invalid", "unavailable", "lease_expired", "error"} {
+		outcomeOpts[v] = metric.WithAttributes(attribute.String("outcome", v))
+	}
+}
+
+func outcomeAttr(k Kind, err error) string {
 	var v string
 	switch {
 	case err == nil:
@@ -158,11 +173,11 @@ func outcomeAttr(k Kind, err error) attribute.KeyValue {
 	default:
 		v = "error"
 	}
-	return attribute.String("outcome", v)
+	return v
 }
 
 func (m *meters) claimDone(ctx context.Context, start time.Time, k Kind, err error) {
-	a := metric.WithAttributes(outcomeAttr(k, err))
+	a := outcomeOpts[outcomeAttr(k, err)]
 	m.claims.Add(ctx, 1, a)
 	m.duration.Record(ctx, time.Since(start).Seconds(), a)
 }
@@ -175,11 +190,11 @@ func (m *meters) fallback(ctx context.Context)  { m.fallbacks.Add(ctx, 1) }
 func (m *meters) evictionPolicy(string)         { m.evicting.Store(true) }
 
 func (m *meters) replay(ctx context.Context, fromRedis bool) {
-	src := "durable"
+	src := sourceStore
 	if fromRedis {
-		src = "redis"
+		src = sourceRedis
 	}
-	m.replays.Add(ctx, 1, metric.WithAttributes(attribute.String("source", src)))
+	m.replays.Add(ctx, 1, src)
 }
 
 func (m *meters) reconciled(ctx context.Context, r Report) {
