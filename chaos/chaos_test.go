@@ -1,0 +1,138 @@
+package chaos_test
+
+import (
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncekey/oncekey/chaos"
+	"github.com/oncekey/oncekey/internal/testenv"
+)
+
+// ciIterations is the number of logical operations per scenario in CI:
+// all scenarios together stay well within a few minutes on two cores.
+const ciIterations = 20
+
+// config returns a run on the test services with a CI-sized budget.
+func config(t *testing.T, scenarios ...string) chaos.Config {
+	t.Helper()
+	cfg := chaos.Config{
+		RedisURL:    testenv.RedisURL(t),
+		PostgresURL: testenv.DatabaseURL(t),
+		Scenarios:   scenarios,
+		Iterations:  ciIterations,
+		Lease:       300 * time.Millisecond,
+		Seed:        7,
+		Progress:    testWriter{t},
+	}
+	if os.Getenv("CHAOS_LOG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return cfg
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// TestScenarios runs every scenario and requires zero violations and that
+// every kind of fault each scenario injects actually fired. Set
+// CHAOS_SCENARIOS=a,b to run some.
+func TestScenarios(t *testing.T) {
+	var names []string
+	if s := os.Getenv("CHAOS_SCENARIOS"); s != "" {
+		names = strings.Split(s, ",")
+	}
+	rep, err := chaos.Run(t.Context(), config(t, names...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(chaos.Scenarios())
+	if len(names) > 0 {
+		want = len(names)
+	}
+	if len(rep.Results) != want {
+		t.Fatalf("%d scenarios ran, want %d", len(rep.Results), want)
+	}
+	for _, r := range rep.Results {
+		t.Run(r.Scenario, func(t *testing.T) {
+			switch {
+			case r.Skipped != "" && testenv.CI():
+				t.Fatalf("skipped under CI=true: %s", r.Skipped)
+			case r.Skipped != "":
+				t.Skip(r.Skipped)
+			case r.Error != "":
+				t.Fatalf("did not run to the end: %s", r.Error)
+			}
+			for _, v := range r.Violations {
+				t.Errorf("violation: %s", v)
+			}
+			if u := r.Unfired(); len(u) > 0 {
+				t.Errorf("faults that never fired: %v (fired: %v)", u, r.Faults)
+			}
+			if r.Acknowledged == 0 {
+				t.Errorf("no operation was acknowledged: the workload did nothing")
+			}
+			t.Logf("faults %v; observed %v", r.Faults, r.Observed)
+		})
+	}
+}
+
+// TestRun_SameSeedSameSchedule checks that the fault schedule is drawn
+// from the seed alone.
+func TestRun_SameSeedSameSchedule(t *testing.T) {
+	digests := map[int64][]string{}
+	for _, seed := range []int64{11, 11, 12} {
+		cfg := config(t, "crash-before-commit", "downstream-incident")
+		cfg.Seed, cfg.Iterations = seed, 6
+		rep, err := chaos.Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d []string
+		for _, r := range rep.Results {
+			d = append(d, r.Schedule)
+		}
+		if prev, ok := digests[seed]; ok && strings.Join(prev, ",") != strings.Join(d, ",") {
+			t.Fatalf("seed %d drew schedules %v, then %v", seed, prev, d)
+		}
+		digests[seed] = d
+	}
+	if strings.Join(digests[11], ",") == strings.Join(digests[12], ",") {
+		t.Fatalf("seeds 11 and 12 drew the same schedules %v", digests[11])
+	}
+}
+
+func TestRun_Config(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  chaos.Config
+	}{
+		{"NoRedis", chaos.Config{PostgresURL: "postgres://x"}},
+		{"NoPostgres", chaos.Config{RedisURL: "redis://x"}},
+		{"ShortLease", chaos.Config{RedisURL: "redis://x", PostgresURL: "postgres://x", Lease: time.Millisecond}},
+		{"OneClient", chaos.Config{RedisURL: "redis://x", PostgresURL: "postgres://x", Clients: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := chaos.Run(t.Context(), c.cfg); err == nil || !strings.Contains(err.Error(), "invalid config") {
+				t.Fatalf("Run = %v, want a config error", err)
+			}
+		})
+	}
+	t.Run("UnknownScenario", func(t *testing.T) {
+		_, err := chaos.Run(t.Context(), chaos.Config{RedisURL: "redis://x", PostgresURL: "postgres://x", Scenarios: []string{"nope"}})
+		if err == nil || !strings.Contains(err.Error(), "unknown scenario") {
+			t.Fatalf("Run = %v, want ErrUnknownScenario", err)
+		}
+	})
+	t.Run("UnknownNegativeMode", func(t *testing.T) {
+		if _, err := chaos.NegativeControl(chaos.Config{}, "nope"); err == nil {
+			t.Fatal("NegativeControl accepted an unknown mode")
+		}
+	})
+}

@@ -1,0 +1,171 @@
+package check_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/oncekey/oncekey/chaos/check"
+	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/fence"
+)
+
+var (
+	ownerA = uuid.MustParse("aaaaaaaa-0000-4000-8000-000000000001")
+	ownerB = uuid.MustParse("bbbbbbbb-0000-4000-8000-000000000002")
+	bodyA  = history.Hash([]byte(`{"by":"a"}`))
+	bodyB  = history.Hash([]byte(`{"by":"b"}`))
+)
+
+func tok(gen uint64, o uuid.UUID) fence.Token { return fence.Token{Generation: gen, Owner: o} }
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func call(kind history.Kind, client int, t fence.Token, body string, start, end int) history.Call {
+	return history.Call{Key: "k", Epoch: 1, Client: client, Kind: kind, Token: t, Fingerprint: "fp", Body: body, Status: 200,
+		Start: ms(start), End: ms(end)}
+}
+
+func effect(t fence.Token, body string) history.Effect {
+	return history.Effect{Key: "k", Epoch: 1, Owner: t.Owner, Generation: t.Generation, Body: body, Via: "test"}
+}
+
+func record(state string, gen uint64, o uuid.UUID, body string) history.Record {
+	return history.Record{Key: "k", State: state, Generation: gen, Owner: o, Body: body, Status: 200}
+}
+
+// good is a correct history: owner A claims, is paused past its lease, B
+// takes over and completes, A's completion is fenced, and a client replays.
+func good() check.Input {
+	return check.Input{
+		Calls: []history.Call{
+			call(history.Acquire, 0, tok(1, ownerA), "", 0, 5),
+			call(history.Acquire, 1, tok(2, ownerB), "", 400, 405),
+			call(history.Complete, 1, tok(2, ownerB), bodyB, 410, 415),
+			call(history.Fenced, 0, tok(1, ownerA), bodyA, 900, 905),
+			call(history.Replay, 2, fence.Token{}, bodyB, 950, 955),
+		},
+		Effects: []history.Effect{effect(tok(2, ownerB), bodyB)},
+		Records: []history.Record{record("completed", 2, ownerB, bodyB)},
+		Samples: []history.Sample{{Key: "k", At: ms(10), Generation: 1}, {Key: "k", At: ms(500), Generation: 2}},
+	}
+}
+
+func invariants(r check.Report) []string {
+	var out []string
+	for _, v := range r.Violations {
+		out = append(out, v.Invariant)
+	}
+	return out
+}
+
+func TestCheck_GoodHistoryPasses(t *testing.T) {
+	r := check.Check(good(), check.Options{})
+	if !r.OK() {
+		t.Fatalf("violations on a correct history: %v", r.Violations)
+	}
+	if r.Operations != 1 || r.Acknowledged != 1 || r.Linearized != 1 {
+		t.Fatalf("report = %+v", r)
+	}
+}
+
+// Each broken history must be reported under the named invariant.
+func TestCheck_EveryInvariantCanFail(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		want   string
+		mutate func(in *check.Input)
+	}{
+		{"SecondEffect", check.AtMostOneEffect, func(in *check.Input) {
+			in.Effects = append(in.Effects, effect(tok(1, ownerA), bodyA))
+		}},
+		{"AckedWithoutEffect", check.AckedOneEffect, func(in *check.Input) { in.Effects = nil }},
+		{"EffectOfAnotherResult", check.AckedOneEffect, func(in *check.Input) {
+			in.Effects = []history.Effect{effect(tok(2, ownerB), bodyA)}
+		}},
+		{"DifferentReplay", check.ReplaysIdentical, func(in *check.Input) { in.Calls[4].Body = bodyA }},
+		{"GenerationWentBack", check.GenerationMonotonic, func(in *check.Input) {
+			in.Samples = append(in.Samples, history.Sample{Key: "k", At: ms(800), Generation: 1})
+		}},
+		{"TwoOwnersOneGeneration", check.OneOwnerPerGeneration, func(in *check.Input) {
+			in.Calls[1].Token, in.Calls[2].Token = tok(1, ownerB), tok(1, ownerB)
+		}},
+		{"DownstreamSawTwoOwners", check.OneOwnerPerGeneration, func(in *check.Input) {
+			in.DownstreamConflicts = []string{"op: generation 2 presented by two owners"}
+		}},
+		{"StaleCompletionAccepted", check.NoStaleCompletion, func(in *check.Input) {
+			in.Calls[3].Kind = history.Complete
+		}},
+		{"ReplayBeforeAnyCompletion", check.Linearizable, func(in *check.Input) {
+			in.Calls[4].Start, in.Calls[4].End = ms(100), ms(105)
+		}},
+		{"ResultLost", check.AckedDurable, func(in *check.Input) { in.Records = nil }},
+		{"RecordStillProcessing", check.AckedDurable, func(in *check.Input) {
+			in.Records = []history.Record{record("processing", 3, ownerA, "")}
+		}},
+		{"StuckDeleted", check.StuckReported, func(in *check.Input) {
+			in.Stuck = &check.Stuck{Found: []string{"s"}, Reported: 1}
+		}},
+		{"StuckNotReported", check.StuckReported, func(in *check.Input) {
+			in.Stuck = &check.Stuck{Found: []string{"s"}, Reported: 0, Left: []string{"s"}}
+		}},
+		{"OldResultAfterRetention", check.RetentionNewOperation, func(in *check.Input) {
+			c := call(history.Replay, 3, fence.Token{}, bodyB, 2000, 2005)
+			c.Epoch = 2
+			in.Calls = append(in.Calls, c)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := good()
+			c.mutate(&in)
+			r := check.Check(in, check.Options{})
+			got := invariants(r)
+			for _, g := range got {
+				if g == c.want {
+					return
+				}
+			}
+			t.Fatalf("violations %v, want one of %s", got, c.want)
+		})
+	}
+}
+
+// An ambiguous call has an open end: the model explores both outcomes.
+func TestCheck_AmbiguousCallExploresBothOutcomes(t *testing.T) {
+	in := check.Input{
+		Calls: []history.Call{
+			// Do timed out after its function ran: did it commit?
+			{Key: "k", Epoch: 1, Kind: history.Execute, Ambiguous: true, Token: tok(1, ownerA), Fingerprint: "fp", Body: bodyA, Status: 201, Start: ms(0), End: ms(50)},
+			// A retry much later replays A's result: it did.
+			{Key: "k", Epoch: 1, Client: 1, Kind: history.Replay, Body: bodyA, Status: 201, Start: ms(500), End: ms(505)},
+		},
+		Effects: []history.Effect{effect(tok(1, ownerA), bodyA)},
+		Records: []history.Record{record("completed", 1, ownerA, bodyA)},
+	}
+	in.Records[0].Status = 201
+	if r := check.Check(in, check.Options{}); !r.OK() {
+		t.Fatalf("violations: %v", r.Violations)
+	}
+	// Had it not committed, B could run; both executing is impossible.
+	in.Calls = append(in.Calls, history.Call{Key: "k", Epoch: 1, Client: 2, Kind: history.Execute, Token: tok(2, ownerB),
+		Fingerprint: "fp", Body: bodyB, Status: 201, Start: ms(100), End: ms(110)})
+	r := check.Check(in, check.Options{})
+	if !strings.Contains(strings.Join(invariants(r), ","), check.Linearizable) {
+		t.Fatalf("violations %v, want %s", invariants(r), check.Linearizable)
+	}
+}
+
+func TestCheck_MismatchNeedsAnotherFingerprint(t *testing.T) {
+	in := good()
+	m := call(history.Mismatch, 3, fence.Token{}, "", 960, 965)
+	in.Calls = append(in.Calls, m)
+	if r := check.Check(in, check.Options{}); strings.Join(invariants(r), ",") != check.Linearizable {
+		t.Fatalf("a mismatch for the winning fingerprint: violations %v, want %s", invariants(r), check.Linearizable)
+	}
+	in.Calls[len(in.Calls)-1].Fingerprint = "other"
+	if r := check.Check(in, check.Options{}); !r.OK() {
+		t.Fatalf("a mismatch for another fingerprint: violations %v", r.Violations)
+	}
+}

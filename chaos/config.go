@@ -1,0 +1,211 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/oncekey/oncekey/chaos/check"
+	"github.com/oncekey/oncekey/chaos/internal/broken"
+)
+
+// Defaults of a [Config].
+const (
+	DefaultIterations = 40
+	DefaultClients    = 3
+	DefaultParallel   = 6
+	DefaultLease      = 300 * time.Millisecond
+	DefaultSeed       = 1
+)
+
+// Config configures [Run].
+type Config struct {
+	// RedisURL is the Redis the scenarios use (redis://host:port/db).
+	// Required. Keys go under a prefix of the run's own, deleted at the
+	// end. Scenarios that restart, fail over, split or evict Redis start
+	// redis-server processes of their own instead.
+	RedisURL string
+	// PostgresURL is the PostgreSQL database. Required. The run creates a
+	// schema of its own and drops it at the end.
+	PostgresURL string
+	// Scenarios selects scenarios by name ([Scenarios] lists them). Empty
+	// runs every one.
+	Scenarios []string
+	// Iterations is the number of logical operations per scenario, each
+	// retried concurrently by Clients clients. Defaults to 40.
+	Iterations int
+	// Clients is how many clients retry each operation concurrently, each
+	// with a Claimer (and Redis client) of its own, like instances of one
+	// service. Defaults to 3; at least 2.
+	Clients int
+	// Parallel is how many operations run at once. Defaults to 6.
+	Parallel int
+	// Seed draws the fault schedule: the same seed gives the same schedule.
+	// Defaults to 1.
+	Seed int64
+	// Lease is the lease of every claim. Operators use it to try the lease
+	// length they mean to run with; the pauses and timeouts of the
+	// scenarios scale with it. Defaults to 300ms; at least 50ms.
+	Lease time.Duration
+	// Progress, when set, gets a line per scenario as it finishes.
+	Progress io.Writer
+	// Logger, when set, gets the library's logs. Defaults to none.
+	Logger *slog.Logger
+	// KeepSchema leaves the run's PostgreSQL schema in place, to look at.
+	KeepSchema bool
+
+	// negative is the deliberately broken store of the negative control;
+	// only the suite sets it (see negative_test.go and the runner's
+	// -negative flag, through NegativeControl).
+	negative broken.Mode
+}
+
+// NegativeControl returns cfg set up to run against a deliberately broken
+// store: mode "complete-without-fence" accepts completions from stale
+// tokens, "claim-trusts-redis" overwrites records on every claim. The
+// checker must then report violations; a run that finds none means the
+// suite cannot see the bug. It returns an error for an unknown mode.
+func NegativeControl(cfg Config, mode string) (Config, error) {
+	for _, m := range broken.Modes() {
+		if string(m) == mode {
+			cfg.negative = m
+			return cfg, nil
+		}
+	}
+	return cfg, fmt.Errorf("%w: negative control %q (want one of %v)", ErrConfig, mode, broken.Modes())
+}
+
+// NegativeModes lists the negative-control modes and the scenarios whose
+// faults expose each.
+func NegativeModes() map[string][]string {
+	return map[string][]string{
+		string(broken.CompleteWithoutFence): {"paused-owner", "clock-skew"},
+		string(broken.ClaimTrustsRedis):     {"redis-restart", "redis-down"},
+	}
+}
+
+func (c Config) normalized() (Config, error) {
+	if c.RedisURL == "" {
+		return c, fmt.Errorf("%w: RedisURL is required", ErrConfig)
+	}
+	if c.PostgresURL == "" {
+		return c, fmt.Errorf("%w: PostgresURL is required", ErrConfig)
+	}
+	if c.Iterations == 0 {
+		c.Iterations = DefaultIterations
+	}
+	if c.Clients == 0 {
+		c.Clients = DefaultClients
+	}
+	if c.Parallel == 0 {
+		c.Parallel = DefaultParallel
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Seed == 0 {
+		c.Seed = DefaultSeed
+	}
+	switch {
+	case c.Iterations < 1:
+		return c, fmt.Errorf("%w: Iterations must be at least 1, got %d", ErrConfig, c.Iterations)
+	case c.Clients < 2 || c.Clients > 16:
+		return c, fmt.Errorf("%w: Clients must be 2 to 16, got %d", ErrConfig, c.Clients)
+	case c.Parallel < 1 || c.Parallel > 64:
+		return c, fmt.Errorf("%w: Parallel must be 1 to 64, got %d", ErrConfig, c.Parallel)
+	case c.Lease < 50*time.Millisecond:
+		return c, fmt.Errorf("%w: Lease must be at least 50ms, got %v", ErrConfig, c.Lease)
+	}
+	known := map[string]bool{}
+	for _, s := range registry() {
+		known[s.name] = true
+	}
+	for _, n := range c.Scenarios {
+		if !known[n] {
+			return c, fmt.Errorf("%w: %q", ErrUnknownScenario, n)
+		}
+	}
+	return c, nil
+}
+
+// Result is what one scenario came to.
+type Result struct {
+	Scenario string `json:"scenario"`
+	// Forces is what the scenario forces, in a sentence.
+	Forces string `json:"forces"`
+	// Iterations is the number of logical operations.
+	Iterations int `json:"iterations"`
+	// Operations is the number of calls the clients made (claims, Do,
+	// completions, replays), all recorded in the history.
+	Operations int `json:"operations"`
+	// Faults counts the faults that fired, by kind.
+	Faults map[string]int64 `json:"faults"`
+	// FaultsTotal is their sum. Zero means the scenario proved nothing.
+	FaultsTotal int64 `json:"faults_total"`
+	// Observed counts outcomes (replays, fenced completions, takeovers,
+	// mismatches, ...), for reading the run, not for judging it.
+	Observed map[string]int64 `json:"observed"`
+	// Violations are the broken invariants the checker found.
+	Violations []check.Violation `json:"violations"`
+	// Acknowledged is how many operations a client got a result for.
+	Acknowledged int `json:"acknowledged"`
+	// Inconclusive counts operations whose linearizability search timed
+	// out (not counted as violations).
+	Inconclusive int `json:"inconclusive"`
+	// Schedule is the digest of the fault schedule drawn from the seed.
+	Schedule string `json:"schedule"`
+	// Duration is how long the scenario ran.
+	Duration time.Duration `json:"duration_ns"`
+	// Skipped says why the scenario did not run (redis-server missing).
+	Skipped string `json:"skipped,omitempty"`
+	// Error is set when the scenario could not run to the end; it counts
+	// as a failure.
+	Error string `json:"error,omitempty"`
+}
+
+// Failed reports whether the result fails the run: a violation, an error,
+// or a scenario with a kind of fault that never fired (it proved nothing
+// about that fault).
+func (r Result) Failed() bool {
+	return len(r.Violations) > 0 || r.Error != "" || (r.Skipped == "" && len(r.Unfired()) > 0)
+}
+
+// Unfired lists the kinds of fault the scenario injects that never fired;
+// every kind when none did.
+func (r Result) Unfired() []string {
+	var out []string
+	for k, v := range r.Faults {
+		if v == 0 {
+			out = append(out, k)
+		}
+	}
+	if r.FaultsTotal == 0 && len(out) == 0 {
+		out = append(out, "all")
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Report is the result of [Run].
+type Report struct {
+	Seed            int64         `json:"seed"`
+	Lease           time.Duration `json:"lease_ns"`
+	Iterations      int           `json:"iterations"`
+	Clients         int           `json:"clients"`
+	NegativeControl string        `json:"negative_control,omitempty"`
+	Results         []Result      `json:"results"`
+	Violations      int           `json:"violations"`
+	Duration        time.Duration `json:"duration_ns"`
+}
+
+// Failed reports whether any scenario failed.
+func (r Report) Failed() bool {
+	for _, x := range r.Results {
+		if x.Failed() {
+			return true
+		}
+	}
+	return false
+}

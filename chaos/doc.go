@@ -1,0 +1,69 @@
+// Package chaos forces the failure windows of oncekey and proves, with an
+// independent checker, that the guarantee holds through them: at most one
+// effect per logical operation, and every retry answered with the same
+// result. It is a test suite and a product feature: operators run it
+// against their own Redis and PostgreSQL (go run ./chaos/cmd/chaos) before
+// trusting a lease length.
+//
+// # Scenarios
+//
+// [Scenarios] lists them: the ten ambiguity windows of DESIGN.md (two of
+// them again over HTTP, with claim/claimhttp's middleware and retrying
+// Transport), then Redis restarted empty, failed over to a replica that
+// missed writes, split-brained, down, evicting, and re-running scripts
+// after delayed replies; PostgreSQL backends terminated before a commit and
+// commits whose acknowledgement is lost; owners paused past their lease;
+// worker clocks far off.
+//
+// Each scenario runs Iterations logical operations, each retried at once by
+// Clients clients (each with a Claimer and a Redis client of its own, like
+// instances of one service), with capped exponential backoff and full
+// jitter, Parallel operations at a time. Operations run with [claim.Claimer.Do]
+// (the effect written in the claim's transaction), as workflows (Claim, a
+// call to the suite's downstream HTTP service with the operation identity
+// and the fencing token, a fenced Complete), or through HTTP. Faults are
+// injected (package fault) on a schedule drawn from the seed: the same seed
+// draws the same schedule (which operation gets which fault, with which
+// parameters); thread interleavings differ from run to run, which is the
+// point of running many iterations.
+//
+// After the faults healed, every operation is retried once more through a
+// clean Claimer: an acknowledged result must come back byte for byte.
+//
+// # History and checker
+//
+// Every call is recorded (package history) with its start, end, outcome,
+// token and the hash of its result; every business effect goes to a table
+// without a unique constraint, so a duplicate would be visible; a sampler
+// reads the durable generations while the scenario runs. Package check
+// then verifies the invariants, among them linearizability of each
+// operation against a model of the record (porcupine, timed-out calls
+// given an open end). A scenario fails on any violation, and also when a
+// kind of fault it injects never fired: a scenario whose faults did not
+// fire proved nothing.
+//
+// # Negative control
+//
+// [NegativeControl] runs scenarios against a deliberately broken store
+// (completions without the fence; claims that trust Redis and overwrite the
+// record). The checker must report violations; the suite's tests require
+// it. The broken store lives in an internal package: only the suite can
+// build it.
+//
+// # Clocks
+//
+// The library reads no worker clock for any lease decision: leases expire
+// by the database's clock and Redis's TTLs, and a worker measures its own
+// deadline on the monotonic clock. The only clock it accepts is the lua
+// breaker's NowFunc; the clock-skew scenario gives every worker's breaker a
+// clock hours off and jumping, and simulates a Redis clock jump by its
+// effect (PEXPIRE lease 1). Nothing may change, and the checker verifies
+// that nothing did.
+//
+// # Isolation
+//
+// A run creates a PostgreSQL schema of its own (dropped at the end unless
+// Config.KeepSchema) and uses a Redis key prefix of its own (deleted at the
+// end). Scenarios that restart, fail over, split or evict Redis start
+// redis-server processes of their own on loopback ports.
+package chaos

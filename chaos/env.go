@@ -1,0 +1,228 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/chaos/fault"
+	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/broken"
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/lua"
+)
+
+func splitHostPort(addr string) (string, uint16, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %q: %w", ErrSetup, addr, err)
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: port in %q: %w", ErrSetup, addr, err)
+	}
+	return h, uint16(n), nil
+}
+
+// storeOpts are the durable store's settings for a scenario.
+type storeOpts struct {
+	lockTimeout time.Duration // defaults to the lease
+	idleInTx    time.Duration // defaults to 20 leases
+}
+
+// store returns the scenario's durable store on pool (the env's library
+// pool when nil), wrapped in the negative control's bug when one is set.
+func (e *env) store(o storeOpts, pool ...*pgxPool) (durable.Store[pgxTx], error) {
+	p := e.pool
+	if len(pool) > 0 && pool[0] != nil {
+		p = pool[0]
+	}
+	if o.lockTimeout == 0 {
+		o.lockTimeout = e.cfg.Lease
+	}
+	if o.idleInTx == 0 {
+		o.idleInTx = 20 * e.cfg.Lease
+	}
+	st, err := postgres.New(p, postgres.WithSchema(e.schema),
+		postgres.WithLockTimeout(o.lockTimeout), postgres.WithIdleInTxTimeout(o.idleInTx))
+	if err != nil {
+		return nil, fmt.Errorf("%w: store: %w", ErrSetup, err)
+	}
+	if e.cfg.negative == "" {
+		return st, nil
+	}
+	return broken.Wrap(st, p, e.cfg.negative)
+}
+
+// redisUser returns a client for the user's Redis, through addr when set
+// (a fault proxy in front of it).
+func (e *env) redisUser(addr string, tweak func(*redis.Options)) *redis.Client {
+	opt := *e.redisOpt
+	if addr != "" {
+		opt.Addr = addr
+	}
+	return e.redisClient(&opt, tweak)
+}
+
+// redisOwn returns a client for one of the scenario's own servers.
+func (e *env) redisOwn(addr string, tweak func(*redis.Options)) *redis.Client {
+	return e.redisClient(&redis.Options{Addr: addr}, tweak)
+}
+
+func (e *env) redisClient(opt *redis.Options, tweak func(*redis.Options)) *redis.Client {
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = 3 // go-redis's default, spelled out: retries re-run scripts
+	opt.DialTimeout = 250 * time.Millisecond
+	opt.ReadTimeout = 250 * time.Millisecond
+	opt.WriteTimeout = 250 * time.Millisecond
+	opt.PoolSize = e.cfg.Parallel*2 + 4
+	if tweak != nil {
+		tweak(opt)
+	}
+	c := redis.NewClient(opt)
+	e.onClose(func() { c.Close() })
+	return c
+}
+
+// claimerOpts configure one Claimer of a scenario.
+type claimerOpts struct {
+	store     durable.Store[pgxTx]
+	redis     redis.Scripter // nil: durable store alone
+	luaOpts   func(*lua.Options)
+	retention time.Duration
+	policy    claim.Policy
+	hasPolicy bool
+}
+
+func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
+	opts := []claim.Option{claim.WithLease(e.cfg.Lease), claim.WithLogger(e.log)}
+	if o.hasPolicy {
+		opts = append(opts, claim.WithPolicy(o.policy))
+	}
+	if o.retention > 0 {
+		opts = append(opts, claim.WithRetention(o.retention))
+	}
+	if o.redis != nil {
+		lo := lua.Options{
+			Prefix:  e.prefix,
+			Timeout: max(e.cfg.Lease/3, 100*time.Millisecond),
+			Breaker: lua.BreakerOptions{Failures: 3, CoolDown: e.cfg.Lease},
+		}
+		if o.luaOpts != nil {
+			o.luaOpts(&lo)
+		}
+		opts = append(opts, claim.WithRedis(o.redis, lo))
+	}
+	c, err := claim.New[pgxTx](o.store, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: claimer: %w", ErrSetup, err)
+	}
+	return c, nil
+}
+
+// standard builds the usual workload: one Claimer per client, each with a
+// Redis client of its own from newRedis (nil: no Redis), and a verifier on
+// the user's Redis.
+func (e *env) standard(ctx context.Context, st durable.Store[pgxTx], newRedis func(client int) redis.Scripter, co claimerOpts) (*workload, error) {
+	w := &workload{timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
+	for c := 0; c < e.cfg.Clients; c++ {
+		o := co
+		o.store = st
+		if newRedis != nil {
+			o.redis = newRedis(c)
+			warm(ctx, o.redis)
+		}
+		cl, err := e.claimer(o)
+		if err != nil {
+			return nil, err
+		}
+		w.claimers = append(w.claimers, cl)
+	}
+	vo := co
+	vo.store, vo.redis, vo.luaOpts = st, e.redisUser("", nil), nil
+	v, err := e.claimer(vo)
+	if err != nil {
+		return nil, err
+	}
+	w.verifier = v
+	return w, nil
+}
+
+// warm sends a few commands at once on a Redis client, so that its pool
+// holds connections before any toxic is added (go-redis connects lazily,
+// and a command on a new connection through a toxic is never sent).
+func warm(ctx context.Context, c redis.Scripter) {
+	u, ok := c.(redis.UniversalClient)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	done := make(chan struct{}, 4)
+	for i := 0; i < 4; i++ {
+		go func() { u.Ping(ctx); done <- struct{}{} }()
+	}
+	for i := 0; i < 4; i++ {
+		<-done
+	}
+}
+
+// withDownstream adds the suite's downstream to w: its effects go to the
+// effects table, each with the result the operation must replay.
+func (e *env) withDownstream(w *workload, plan func(o *op, n int) (fault.Behavior, time.Duration)) error {
+	d, err := fault.NewDownstream(fault.DownstreamOptions{
+		Apply: func(ctx context.Context, opID string, tok fence.Token) (string, error) {
+			o := e.ops[opID]
+			if o == nil {
+				return "", fmt.Errorf("chaos: downstream call for an unknown operation")
+			}
+			epoch, _, _ := o.get()
+			id := uuid.NewString()
+			eff := history.Effect{Key: o.key, Epoch: epoch, Owner: tok.Owner, Generation: tok.Generation,
+				Body: history.Hash(flowBody(o.key, epoch, id)), Via: "downstream"}
+			// The downstream's own write, made idempotent by the effect's
+			// identity: an insert whose acknowledgement was lost is found
+			// again rather than applied twice.
+			var err error
+			for try := 0; try < 3; try++ {
+				ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err = e.tables.InsertEffect(ictx, e.admin, e.name, eff)
+				if err != nil {
+					var n int
+					if e.admin.QueryRow(ictx, `SELECT count(*) FROM `+e.tables.Effects()+` WHERE scenario = $1 AND body = $2`,
+						e.name, eff.Body).Scan(&n) == nil && n > 0 {
+						err = nil
+					}
+				}
+				cancel()
+				if err == nil {
+					return id, nil
+				}
+			}
+			return "", err
+		},
+		Plan: func(opID string, n int) (fault.Behavior, time.Duration) {
+			if o := e.ops[opID]; o != nil && plan != nil {
+				return plan(o, n)
+			}
+			return fault.Succeed, 0
+		},
+	})
+	if err != nil {
+		return err
+	}
+	e.onClose(d.Close)
+	w.downstream = d
+	return nil
+}
+
+type pgxPool = pgxpool.Pool

@@ -1,0 +1,23 @@
+package chaos
+
+import "errors"
+
+var (
+	// ErrConfig is returned by [Run] for an invalid [Config]; the message
+	// names the field.
+	ErrConfig = errors.New("chaos: invalid config")
+
+	// ErrUnknownScenario is returned by [Run] for a scenario name that
+	// [Scenarios] does not list.
+	ErrUnknownScenario = errors.New("chaos: unknown scenario")
+
+	// ErrSetup is returned when the suite cannot prepare a run: the
+	// database or Redis cannot be reached, the schema cannot be created.
+	ErrSetup = errors.New("chaos: setup")
+)
+
+// skipError makes a scenario skipped rather than failed: something it
+// needs is not there (redis-server, PostgreSQL over TCP).
+type skipError struct{ reason string }
+
+func (e *skipError) Error() string { return "chaos: skipped: " + e.reason }

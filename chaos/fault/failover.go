@@ -1,0 +1,288 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// linkTimeout bounds how long a replica may take to (re)attach.
+const linkTimeout = 20 * time.Second
+
+// Pair is a Redis primary with one replica, both processes of the suite.
+// The replica reaches its primary through a [Proxy] (the replication link),
+// so replication can be paused without touching either process: writes the
+// primary accepts meanwhile never reach the replica, and are lost when the
+// replica is promoted.
+//
+// Clients should reach the pair through proxies of their own whose
+// upstream the scenario switches ([Proxy.SetUpstream]) on a failover.
+type Pair struct {
+	mu      sync.Mutex
+	primary *RedisServer
+	replica *RedisServer
+	link    *Proxy
+	undo    func() // removes the blackhole on the link
+
+	failovers   atomic.Int64
+	splitBrains atomic.Int64
+}
+
+// StartPair starts a primary and a replica of it and waits until the
+// replica has synchronized. Errors match [ErrNoRedisServer] or
+// [ErrRedisProcess].
+func StartPair(ctx context.Context) (*Pair, error) {
+	primary, err := StartRedis(RedisOptions{})
+	if err != nil {
+		return nil, err
+	}
+	link, err := NewProxy(primary.Addr())
+	if err != nil {
+		primary.Close()
+		return nil, err
+	}
+	replica, err := StartRedis(RedisOptions{ReplicaOf: link.Addr()})
+	if err != nil {
+		link.Close()
+		primary.Close()
+		return nil, err
+	}
+	p := &Pair{primary: primary, replica: replica, link: link}
+	if err := p.waitLinked(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Primary returns the current primary.
+func (p *Pair) Primary() *RedisServer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.primary
+}
+
+// Replica returns the current replica.
+func (p *Pair) Replica() *RedisServer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.replica
+}
+
+// Failovers returns how many failovers [Pair.Failover] performed.
+func (p *Pair) Failovers() int64 { return p.failovers.Load() }
+
+// SplitBrains returns how many split brains [Pair.SplitBrain] created.
+func (p *Pair) SplitBrains() int64 { return p.splitBrains.Load() }
+
+// PauseReplication blackholes the replication link: the replica receives
+// nothing more from its primary until [Pair.ResumeReplication] or the next
+// [Pair.Failover].
+func (p *Pair) PauseReplication() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.undo != nil {
+		return nil
+	}
+	u, err := p.link.Blackhole()
+	if err != nil {
+		return err
+	}
+	p.undo = u
+	return nil
+}
+
+// ResumeReplication removes the blackhole of [Pair.PauseReplication].
+func (p *Pair) ResumeReplication() {
+	p.mu.Lock()
+	u := p.undo
+	p.undo = nil
+	p.mu.Unlock()
+	if u != nil {
+		u()
+	}
+}
+
+// Lag returns how many bytes of replication stream the replica is behind
+// its primary (what a promotion now would lose).
+func (p *Pair) Lag(ctx context.Context) (int64, error) {
+	po, err := replOffset(ctx, p.Primary(), "master_repl_offset")
+	if err != nil {
+		return 0, err
+	}
+	ro, err := replOffset(ctx, p.Replica(), "slave_repl_offset")
+	if err != nil {
+		return 0, err
+	}
+	return po - ro, nil
+}
+
+// Failover promotes the replica with REPLICAOF NO ONE (losing every write
+// it had not received), kills the old primary, and brings it back empty as
+// the new primary's replica. It returns the new primary; clients must be
+// pointed at it. lost is the replication lag, in bytes, at the promotion.
+func (p *Pair) Failover(ctx context.Context) (newPrimary *RedisServer, lost int64, err error) {
+	lost, _ = p.Lag(ctx)
+	p.mu.Lock()
+	oldP, oldR := p.primary, p.replica
+	p.mu.Unlock()
+	if err := oldR.ReplicaOf(ctx, ""); err != nil {
+		return nil, 0, err
+	}
+	oldP.Kill()
+	p.mu.Lock()
+	p.primary, p.replica = oldR, oldP
+	p.mu.Unlock()
+	if err := p.relink(ctx); err != nil {
+		return nil, lost, err
+	}
+	p.failovers.Add(1)
+	return oldR, lost, nil
+}
+
+// SplitBrain pauses the primary with SIGSTOP, promotes the replica, and
+// resumes the old primary: two primaries now accept writes, each with its
+// own counters, so both grant the same generations. Clients still pointed
+// at the old primary keep reaching it. heal makes the old primary a
+// replica of the new one again (dropping what it accepted meanwhile) and
+// returns the new primary.
+func (p *Pair) SplitBrain(ctx context.Context) (newPrimary *RedisServer, heal func(context.Context) error, err error) {
+	p.mu.Lock()
+	oldP, oldR := p.primary, p.replica
+	p.mu.Unlock()
+	if err := oldP.Pause(); err != nil {
+		return nil, nil, err
+	}
+	promoteErr := oldR.ReplicaOf(ctx, "")
+	if err := oldP.Resume(); err != nil {
+		return nil, nil, err
+	}
+	if promoteErr != nil {
+		return nil, nil, promoteErr
+	}
+	p.splitBrains.Add(1)
+	heal = func(ctx context.Context) error {
+		p.mu.Lock()
+		p.primary, p.replica = oldR, oldP
+		p.mu.Unlock()
+		return p.relink(ctx)
+	}
+	return oldR, heal, nil
+}
+
+// relink points the replication link at the current primary, makes the
+// current replica (restarted empty when it is not running) replicate
+// through it, and waits until it is attached.
+func (p *Pair) relink(ctx context.Context) error {
+	p.ResumeReplication()
+	p.mu.Lock()
+	primary, replica := p.primary, p.replica
+	p.mu.Unlock()
+	if err := p.link.SetUpstream(primary.Addr()); err != nil {
+		return err
+	}
+	if !replica.running() {
+		if err := replica.Restart(); err != nil {
+			return err
+		}
+	}
+	if err := replica.ReplicaOf(ctx, p.link.Addr()); err != nil {
+		return err
+	}
+	return p.waitLinked(ctx)
+}
+
+func (p *Pair) waitLinked(ctx context.Context) error {
+	c := p.Replica().Client()
+	defer c.Close()
+	err := waitFor(ctx, linkTimeout, func(ctx context.Context) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "master_link_status:up") {
+			return fmt.Errorf("replica link not up")
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: replica of %s: %w", ErrRedisProcess, p.Primary().Addr(), err)
+	}
+	return nil
+}
+
+// Close stops both servers and the link.
+func (p *Pair) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.link.Close()
+	p.primary.Close()
+	p.replica.Close()
+}
+
+func (s *RedisServer) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+func replOffset(ctx context.Context, s *RedisServer, field string) (int64, error) {
+	c := s.Client()
+	defer c.Close()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, fmt.Errorf("%w: info on %s: %w", ErrRedisProcess, s.Addr(), err)
+	}
+	return infoInt(info, field), nil
+}
+
+// infoInt reads "field:<int>" from an INFO reply; 0 when absent.
+func infoInt(info, field string) int64 {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// EvictedKeys returns the evicted_keys counter of c's server (INFO stats).
+func EvictedKeys(ctx context.Context, c redis.Cmdable) (int64, error) {
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("%w: info stats: %w", ErrRedisProcess, err)
+	}
+	return infoInt(info, "evicted_keys"), nil
+}
+
+// Fill writes n keys of size bytes under prefix (named prefix:fill:<i>), to
+// push a server running with --maxmemory and allkeys-lru into evicting
+// other keys: leases, generation counters and cached results. It returns
+// how many keys it wrote.
+func Fill(ctx context.Context, c redis.Cmdable, prefix string, n, size int) (int, error) {
+	val := strings.Repeat("x", size)
+	written := 0
+	for i := 0; i < n; i += 50 {
+		pipe := c.Pipeline()
+		for j := i; j < min(n, i+50); j++ {
+			pipe.Set(ctx, prefix+":fill:"+strconv.Itoa(j), val, 0)
+		}
+		cmds, err := pipe.Exec(ctx)
+		for _, cmd := range cmds {
+			if cmd.Err() == nil {
+				written++
+			}
+		}
+		if err != nil {
+			return written, fmt.Errorf("%w: fill: %w", ErrRedisProcess, err)
+		}
+	}
+	return written, nil
+}

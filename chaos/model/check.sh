@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# chaos/model/check.sh: verify the claim protocol model (claim.pml) with spin.
+#
+# Every configuration of the real model must verify with no error and a
+# complete (not depth-truncated) exhaustive search; every negative control
+# must yield a counterexample, and for the property it exists for. Prints
+# the state counts. Installs nothing: it needs spin and gcc on PATH.
+#
+#   chaos/model/check.sh            everything (two runs at a time)
+#   chaos/model/check.sh NAME...    only these runs (names as in the table)
+set -euo pipefail
+cd "$(dirname "$0")"
+here=$PWD
+
+for tool in spin gcc; do
+	if ! command -v "$tool" >/dev/null 2>&1; then
+		echo "model: $tool not found (Debian: apt-get install -y $tool)" >&2
+		exit 2
+	fi
+done
+
+jobs=${MODEL_JOBS:-2}
+depth=${MODEL_DEPTH:-20000}
+memlim=${MODEL_MEMLIM:-6000} # MB, per run
+
+# NAME  EXPECT  DEFINES
+#   EXPECT: ok, or Pn (a counterexample to property n is required)
+runs='
+r1-all-faults      ok  -DNW=2 -DMAXTRY=1 -DMODES=2 -DRFAULTS=1 -DCRASHES=1 -DDBFAULTS=1
+r2-redis-retry     ok  -DNW=2 -DMAXTRY=2 -DT1=1 -DMODES=0 -DRFAULTS=1 -DCRASHES=0 -DDBFAULTS=0
+r3-db-retry        ok  -DNW=2 -DMAXTRY=2 -DT1=1 -DMODES=2 -DRFAULTS=0 -DCRASHES=1 -DDBFAULTS=1
+r4-three-workers   ok  -DNW=3 -DMAXTRY=1 -DMODES=0 -DNORENEW -DNORECON -DRFAULTS=0 -DCRASHES=0 -DDBFAULTS=0
+r5-recon-proc      ok  -DNW=2 -DMAXTRY=1 -DMODES=2 -DRFAULTS=0 -DCRASHES=1 -DDBFAULTS=1 -DRECON_PROC
+nc1-nofence        P2  -DNC_NOFENCE -DNW=2 -DMAXTRY=1 -DMODES=0 -DRFAULTS=0 -DCRASHES=0 -DDBFAULTS=0
+nc2-trustredis     P3  -DNC_TRUSTREDIS -DNW=2 -DMAXTRY=2 -DT1=1 -DMODES=0 -DRFAULTS=1 -DCRASHES=0 -DDBFAULTS=0
+nc3-workerclock    P6  -DNC_WORKERCLOCK -DNW=2 -DMAXTRY=1 -DMODES=0 -DRFAULTS=0 -DCRASHES=0 -DDBFAULTS=0
+nc4-noreread       P5  -DNC_NOREREAD -DNW=2 -DMAXTRY=1 -DMODES=2 -DRFAULTS=0 -DCRASHES=0 -DDBFAULTS=1
+f1-sweep-resets    P3  -DSWEEP_MONO -DNW=2 -DMAXTRY=2 -DT1=1 -DMODES=0 -DRFAULTS=1 -DCRASHES=0 -DDBFAULTS=0
+'
+
+want=" $* "
+work=$(mktemp -d "${TMPDIR:-/tmp}/model.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# verify NAME EXPECT DEFINES...: one spin run; writes $work/NAME/result
+verify() {
+	local name=$1 expect=$2
+	shift 2
+	local dir=$work/$name
+	mkdir -p "$dir"
+	cp "$here/claim.pml" "$dir/"
+	(
+		cd "$dir"
+		spin -a "$@" claim.pml >spin.log 2>&1 || { echo "FAIL spin -a: $(tail -n 3 spin.log)"; exit 0; }
+		gcc -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o pan pan.c >gcc.log 2>&1 ||
+			{ echo "FAIL gcc: $(tail -n 3 gcc.log)"; exit 0; }
+		./pan -m"$depth" >pan.log 2>&1 || true
+		local errors states depthr secs prop verdict
+		errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.log | tail -n 1)
+		states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' pan.log | tail -n 1)
+		depthr=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' pan.log | tail -n 1)
+		secs=$(sed -n 's/^pan: elapsed time \([0-9.e+]*\) seconds.*/\1/p' pan.log | tail -n 1)
+		prop=$(sed -n 's/.*assertion violated ((\([0-9]\)==\1).*/P\1/p' pan.log | head -n 1)
+		if [ -z "$errors" ]; then
+			verdict="FAIL no result: $(tail -n 2 pan.log | tr '\n' ' ')"
+		elif grep -q 'max search depth too small' pan.log && [ "$expect" = ok ]; then
+			verdict="FAIL search truncated at depth $depth (raise MODEL_DEPTH)"
+		elif grep -qi 'out of memory\|memory limit' pan.log; then
+			verdict="FAIL out of memory (MODEL_MEMLIM=$memlim)"
+		elif [ "$expect" = ok ]; then
+			if [ "$errors" = 0 ]; then verdict="ok   no errors"; else
+				verdict="FAIL $errors error(s): $(grep -m1 'violated\|invalid end\|error' pan.log)"; fi
+		else
+			if [ "$errors" != 0 ] && [ "$prop" = "$expect" ]; then
+				verdict="ok   counterexample to $prop, as required"
+			elif [ "$errors" != 0 ]; then
+				verdict="FAIL counterexample to ${prop:-another check}, not $expect: $(grep -m1 'violated\|invalid end' pan.log)"
+			else
+				verdict="FAIL no counterexample: the negative control passed"
+			fi
+		fi
+		printf '%s states=%s depth=%s seconds=%s\n' "$verdict" "${states:-?}" "${depthr:-?}" "${secs:-?}"
+	) >"$dir/result"
+}
+
+names=()
+while read -r name expect defs; do
+	[ -n "$name" ] || continue
+	if [ "$want" != "  " ] && [[ $want != *" $name "* ]]; then continue; fi
+	names+=("$name")
+	# shellcheck disable=SC2086 # the defines are words on purpose
+	verify "$name" "$expect" $defs &
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+done <<<"$runs"
+wait
+
+if [ ${#names[@]} -eq 0 ]; then
+	echo "model: no run named: $*" >&2
+	exit 2
+fi
+
+status=0
+printf '%-18s %s\n' run result
+for name in "${names[@]}"; do
+	line=$(cat "$work/$name/result" 2>/dev/null || echo "FAIL no result")
+	printf '%-18s %s\n' "$name" "$line"
+	case $line in FAIL*) status=1 ;; esac
+done
+if [ $status -ne 0 ]; then
+	echo "model: FAILED" >&2
+else
+	echo "model: ok"
+fi
+exit $status

@@ -1,0 +1,923 @@
+/*
+ * claim.pml: the oncekey claim protocol for ONE idempotency key, checked by
+ * spin. See README.md beside this file for what each step maps to in the Go
+ * code, what is abstracted away, and the counterexamples behind each rule.
+ *
+ * Time is relative: every deadline is kept as "ticks remaining" and one clock
+ * tick lowers them all (saturating at 0, which means expired). Only the
+ * stores read those counters to decide a lease; a worker keeps its own
+ * conservative deadline (wdl), counted from when it SENT the request.
+ *
+ * Variants (spin -D...):
+ *   NC_NOFENCE      completion without the owner/generation check
+ *   NC_TRUSTREDIS   the claim trusts Redis's generation instead of GREATEST
+ *   NC_WORKERCLOCK  lease decisions on the worker's (skewed) clock
+ *   NC_NOREREAD     an ambiguous COMMIT is taken as applied, not re-read
+ *   SWEEP_MONO      finding F1: "the generation never decreases", even across
+ *                   a Sweep that deleted the row (it does not hold)
+ * Bounds: NW workers, MAXTRY attempts each, NADOPT reconciler adoptions,
+ * RFAULTS Redis faults, CRASHES worker crashes, DBFAULTS ambiguous commits
+ * (T0, T1, T2: attempts of worker 0, 1, 2 when they differ).
+ */
+
+#ifndef NW
+#define NW 2
+#endif
+#ifndef MAXTRY
+#define MAXTRY 2
+#endif
+/* attempts per worker (each at most MAXTRY) */
+#ifndef T0
+#define T0 MAXTRY
+#endif
+#ifndef T1
+#define T1 MAXTRY
+#endif
+#ifndef T2
+#define T2 MAXTRY
+#endif
+#define TRIES(w) (w == 0 -> T0 : (w == 1 -> T1 : T2))
+#ifndef NADOPT
+#define NADOPT 1
+#endif
+#ifndef RFAULTS
+#define RFAULTS 1
+#endif
+#ifndef CRASHES
+#define CRASHES 1
+#endif
+#ifndef DBFAULTS
+#define DBFAULTS 1
+#endif
+
+#ifndef LEASE
+#define LEASE  1	/* lease length, in ticks */
+#endif
+#define MARGIN 1	/* a worker starts only with at least this much lease left */
+#ifndef RETAIN
+#define RETAIN 2	/* retention, in ticks */
+#endif
+/* MODES: which workers may run an attempt in one transaction (Claimer.Do);
+ * bit w set: worker w chooses per attempt; clear: always Claim + Lease */
+#ifndef MODES
+#define MODES 2
+#endif
+#define SKEW   1	/* worker clock error, +-, used by NC_WORKERCLOCK only */
+
+#ifdef NORESTART
+#define RESTARTS 0	/* retention never passes (expires_at far away) */
+#else
+#define RESTARTS 1
+#endif
+
+#define MAXEP  (NW + NADOPT + 2)	/* operations (epochs) one key can see */
+#define RECON_ID(k) (1 + NW * MAXTRY + (k))
+
+/* record states; DONE stands for completed AND failed: Complete and Fail are
+ * one statement with a different state value, and every rule treats them
+ * alike (state IN ('completed', 'failed')). */
+#define PROC 1
+#define DONE 2
+#define UNC  3
+
+/* claim outcomes */
+#define ACQ    1
+#define REPLAY 2
+#define BUSY   3	/* Redis: live lease of another owner; durable: in progress */
+#define UNCERT 4
+
+#define PENDING 255	/* lockby: a commit in flight that no worker waits for */
+
+typedef Row {
+	bool ex;	/* the row exists */
+	byte st;	/* PROC, DONE, UNC */
+	byte gen;	/* generation */
+	byte own;	/* owner_token; 0 is NULL */
+	byte lrem;	/* lease_expires_at, as ticks left; 0: expired or NULL */
+	byte xrem;	/* expires_at (retention), as ticks left */
+	byte res;	/* the stored result: the id of the owner that produced it */
+	byte ep	/* ghost: which logical operation (epoch) the row holds */
+};
+
+/*
+ * The durable store. While a transaction holds the row lock (locked),
+ * "row" is that transaction's uncommitted version and "pre" the committed
+ * one, which is what plain reads see (MVCC). Writers wait for the lock.
+ */
+Row row;
+Row pre;
+bool locked;
+byte lockby;	/* w+1: worker w's open transaction; PENDING: commit in flight */
+
+#define COPYROW(d, s) d.ex = s.ex; d.st = s.st; d.gen = s.gen; d.own = s.own; \
+	d.lrem = s.lrem; d.xrem = s.xrem; d.res = s.res; d.ep = s.ep
+#define CLEARROW(d) d.ex = 0; d.st = 0; d.gen = 0; d.own = 0; d.lrem = 0; \
+	d.xrem = 0; d.res = 0; d.ep = 0
+/* what a plain read (Store.Get) sees */
+#define SEEN(f) (locked -> pre.f : row.f)
+
+/* Redis: the lease hash, the generation counter and the result cache. */
+typedef Rds {
+	byte lown;	/* lease owner; 0: no lease */
+	byte lgen;	/* lease generation */
+	byte lrem;	/* lease PX TTL, as ticks left */
+	byte ctr;	/* generation counter */
+	bool cval;	/* a result is cached */
+	byte cres;	/* the cached result */
+	byte cep	/* ghost: the operation it belongs to */
+};
+Rds rd;
+
+/* XNO...=1 switches one kind of Redis fault off (to measure what each costs) */
+#ifndef XNOFLUSH
+#define XNOFLUSH 0
+#endif
+#ifndef XNOJUMP
+#define XNOJUMP 0
+#endif
+#ifndef XNODOWN
+#define XNODOWN 0
+#endif
+#ifndef XNORERUN
+#define XNORERUN 0
+#endif
+#ifndef XNOCALLFAIL
+#define XNOCALLFAIL 0
+#endif
+/* fault budgets */
+byte rf = RFAULTS;
+byte cr = CRASHES;
+byte dbf = DBFAULTS;
+#define faults_on 1	/* faults are possible at every step (no "calm" phase) */
+
+/* per worker */
+bool crash[NW];		/* a crash is due: the worker's next step is the crash */
+bool working[NW];	/* past the start-of-work check, lease believed held */
+byte wdl[NW];		/* the worker's own deadline, ticks left */
+byte rtmp[NW];		/* the deadline a Renew in flight will give */
+bool waiting[NW];	/* backing off until the next tick */
+byte rerun[NW];		/* a claim.lua run of this owner still queued in Redis */
+bool final[NW];		/* the worker's client got a final answer */
+byte off[NW];		/* clock offset + SKEW (NC_WORKERCLOCK only) */
+byte nfinal;
+
+/* ghosts for the properties */
+byte effects[MAXEP];	/* P1: business effects committed, per operation */
+byte ack[MAXEP];	/* P5: the result a client was told, per operation */
+byte last_gen;		/* P3 */
+bool dn;		/* P4: the row's operation completed with ... */
+byte dn_gen;
+byte dn_own;
+byte dn_res;
+byte dn_ep;
+bool ever;		/* a row was ever committed */
+byte last_ep;		/* the operation of the last committed row */
+
+#define AHEAD(w)  (off[w] > SKEW -> off[w] - SKEW : 0)
+#define BEHIND(w) (off[w] < SKEW -> SKEW - off[w] : 0)
+/* NC_WORKERCLOCK: the deadline from the record's lease_expires_at, read on my clock */
+#define WDL_FROM_DB(w) (row.lrem + BEHIND(w) > AHEAD(w) -> row.lrem + BEHIND(w) - AHEAD(w) : 0)
+
+#ifdef NC_WORKERCLOCK
+/* the claim compares lease_expires_at with the claiming worker's clock */
+#define EXPIRED(w) (row.lrem <= AHEAD(w))
+#else
+#define EXPIRED(w) (row.lrem == 0)
+#endif
+
+#ifdef NC_TRUSTREDIS
+#define NEWGEN(p) row.gen = (p > 0 -> p : row.gen + 1)
+#else
+/* generation = GREATEST(proposed, old.generation + 1) */
+#define NEWGEN(p) row.gen = (p > row.gen + 1 -> p : row.gen + 1)
+#endif
+
+#ifdef NC_NOFENCE
+#define FENCED(me, g) (row.ex)
+#else
+#define FENCED(me, g) (row.ex && row.own == me && row.gen == g)
+#endif
+
+/* PROP(n, c): property Pn (README.md) must hold; "n == n" only labels the
+ * assertion in pan's report, so check.sh can tell which property failed */
+#define PROP(n, c) assert(n == n && (c))
+
+/*
+ * committed: called on every durable change once it is committed; checks
+ * P3 (generation never decreases), P4 (a completed record never changes)
+ * and P5 (the stored result is the one every client was told).
+ */
+inline committed() {
+	if
+	:: row.ex ->
+		assert(row.ep < MAXEP);
+		PROP(3, row.gen >= last_gen);	/* P3 */
+		last_gen = row.gen;
+		if
+		:: dn && row.ep == dn_ep ->	/* P4 */
+			PROP(4, row.st == DONE && row.gen == dn_gen &&
+				row.own == dn_own && row.res == dn_res)
+		:: else ->
+			if
+			:: row.st == DONE ->
+				dn = 1; dn_gen = row.gen; dn_own = row.own;
+				dn_res = row.res; dn_ep = row.ep
+			:: else -> dn = 0; dn_gen = 0; dn_own = 0; dn_res = 0; dn_ep = 0
+			fi
+		fi;
+		if
+		:: row.st == DONE -> PROP(5, ack[row.ep] == 0 || ack[row.ep] == row.res)	/* P5 */
+		:: else
+		fi;
+		ever = 1;
+		last_ep = row.ep
+	:: else ->
+		dn = 0; dn_gen = 0; dn_own = 0; dn_res = 0; dn_ep = 0;
+#ifndef SWEEP_MONO
+		last_gen = 0	/* a deleted row starts again (finding F1) */
+#else
+		skip
+#endif
+	fi
+}
+
+/* acked: a client was told "success, result r" for operation e (P5). */
+inline acked(a_e, a_r) {
+	PROP(5, ack[a_e] == 0 || ack[a_e] == a_r);
+	ack[a_e] = a_r
+}
+
+/* trail printing (spin -t); pan ignores printf */
+#define SHOWROW printf("      row: exists=%d state=%d gen=%d owner=%d lease=%d retain=%d result=%d op=%d | redis: lease=%d/gen %d counter=%d cached=%d\n", \
+	row.ex, row.st, row.gen, row.own, row.lrem, row.xrem, row.res, row.ep, rd.lown, rd.lgen, rd.ctr, rd.cval)
+inline say(o) {
+	if
+	:: o == ACQ -> printf("acquired")
+	:: o == REPLAY -> printf("replay")
+	:: o == BUSY -> printf("in progress")
+	:: o == UNCERT -> printf("uncertain")
+	:: else -> printf("-")
+	fi
+}
+
+/* ---------------- Redis scripts (each runs atomically) ---------------- */
+
+/* the cache may hold a result only while its durable record is retained:
+ * the code bounds the cache TTL by the record's remaining retention */
+#define CACHE_OK(c) (c.cval && row.ex && c.cep == row.ep && row.xrem > 0)
+
+/* claim.lua */
+inline claim_lua(c_me, c_out, c_p, c_cr_, c_ce_) {
+	if
+	:: rd.cval -> c_out = REPLAY; c_cr_ = rd.cres; c_ce_ = rd.cep
+	:: !rd.cval && rd.lown == c_me -> c_out = ACQ; c_p = rd.lgen	/* re-run: same generation */
+	:: !rd.cval && rd.lown != 0 && rd.lown != c_me -> c_out = BUSY
+	:: !rd.cval && rd.lown == 0 ->
+		rd.ctr++; rd.lown = c_me; rd.lgen = rd.ctr; rd.lrem = LEASE;
+		c_out = ACQ; c_p = rd.ctr
+	fi
+}
+
+/* syncgen.lua: counter = max(counter, g); rewrite the lease if mine */
+inline syncgen_lua(s_me, s_g) {
+	if
+	:: rd.ctr < s_g -> rd.ctr = s_g
+	:: else
+	fi;
+	if
+	:: rd.lown == s_me -> rd.lgen = s_g
+	:: else
+	fi
+}
+
+/* complete.lua: cache the result (when the record is still retained) and
+ * drop the lease if this owner holds it; a lease of another owner with a
+ * higher generation means this completion is stale: nothing is written. */
+inline complete_lua(k_me, k_g, k_r, k_e) {
+	if
+	:: rd.lown != 0 && rd.lown != k_me && rd.lgen > k_g -> skip
+	:: else ->
+		if
+		:: row.ex && row.ep == k_e && row.xrem > 0 ->
+			rd.cval = 1; rd.cres = k_r; rd.cep = k_e
+		:: else
+		fi;
+		if
+		:: k_me != 0 && rd.lown == k_me -> rd.lown = 0; rd.lgen = 0; rd.lrem = 0
+		:: else
+		fi
+	fi
+}
+
+/* release.lua */
+inline release_lua(r_me) {
+	if
+	:: rd.lown == r_me -> rd.lown = 0; rd.lgen = 0; rd.lrem = 0
+	:: else
+	fi
+}
+
+/* renew.lua */
+inline renew_lua(n_me) {
+	if
+	:: rd.lown == n_me -> rd.lrem = LEASE
+	:: else
+	fi
+}
+
+/* a Redis write call that may fail (Redis down, reply lost): then skipped */
+#define REDIS_MAY_FAIL (faults_on && rf > 0)
+
+/* ---------------- the durable store ---------------- */
+
+/*
+ * db_claim: Store.Claim / Store.ClaimTx, ONE atomic statement:
+ * INSERT ... ON CONFLICT DO UPDATE ... WHERE (a) takeover | (b) released |
+ * (c) restart after retention; otherwise classify. The model has one
+ * fingerprint, so the fingerprint conditions always hold.
+ */
+inline db_claim(d_me, d_p, d_w, d_out, d_g, d_e, d_r) {
+	if
+	:: !row.ex ->
+		row.ex = 1; row.st = PROC; row.gen = (d_p > 1 -> d_p : 1); row.own = d_me;
+		row.lrem = LEASE; row.xrem = RETAIN; row.res = 0;
+		row.ep = (ever -> last_ep + 1 : 0);
+		d_out = ACQ
+	:: row.ex && row.st == PROC && row.own != 0 && EXPIRED(d_w) ->	/* (a) */
+		NEWGEN(d_p); row.own = d_me; row.lrem = LEASE; row.xrem = RETAIN;
+		d_out = ACQ
+	:: row.ex && row.st == PROC && row.own == 0 ->	/* (b) */
+		NEWGEN(d_p); row.own = d_me; row.lrem = LEASE; row.xrem = RETAIN;
+		d_out = ACQ
+	:: row.ex && row.st == DONE && row.xrem == 0 && RESTARTS ->	/* (c) a new operation */
+		NEWGEN(d_p); row.own = d_me; row.lrem = LEASE; row.xrem = RETAIN;
+		row.st = PROC; row.res = 0; row.ep = row.ep + 1;
+		d_out = ACQ
+	:: else ->
+		if
+		:: row.st == DONE -> d_out = REPLAY; d_r = row.res
+		:: row.st == UNC -> d_out = UNCERT
+		:: else -> d_out = BUSY
+		fi
+	fi;
+	d_g = row.gen;
+	d_e = row.ep
+}
+
+/* stage_complete: the fenced UPDATE of Store.Complete / CompleteTx:
+ * WHERE pk AND owner AND generation AND state IN (processing, uncertain).
+ * The change is staged under the row lock; the commit decides. */
+inline stage_complete(f_me, f_g, f_ok) {
+	if
+	:: FENCED(f_me, f_g) && (row.st == PROC || row.st == UNC) ->
+		printf("   Store.Complete(owner %d, gen %d) accepted; the row's token is (owner %d, gen %d)\n", f_me, f_g, row.own, row.gen);
+		PROP(2, row.own == f_me && row.gen == f_g);	/* P2: no stale writer */
+		row.st = DONE; row.res = f_me; row.lrem = 0;
+		f_ok = 1
+	:: else -> f_ok = 0
+	fi
+}
+
+/* commit_apply: the staged change of the lock holder becomes durable. */
+inline commit_apply() {
+	d_step {
+		effects[row.ep]++;
+		PROP(1, effects[row.ep] <= 1);	/* P1: at most one business effect */
+		locked = 0; lockby = 0;
+		CLEARROW(pre);
+		committed()
+	}
+}
+
+inline commit_abort() {
+	d_step {
+		COPYROW(row, pre);
+		locked = 0; lockby = 0;
+		CLEARROW(pre)
+	}
+}
+
+/* commit: send the COMMIT; its outcome may be ambiguous to the sender. */
+inline commit(m_ok) {
+	if
+	:: commit_apply(); m_ok = 1; printf("   COMMIT ok\n")
+	:: faults_on && dbf > 0 -> dbf--; commit_apply(); m_ok = 0;	/* applied, ack lost */
+		printf("   COMMIT applied, acknowledgement lost\n")
+	:: faults_on && dbf > 0 -> dbf--; commit_abort(); m_ok = 0;	/* cut before it applied */
+		printf("   COMMIT failed before it applied (error)\n")
+	:: faults_on && dbf > 0 -> dbf--; lockby = PENDING; m_ok = 0;	/* still in flight */
+		printf("   COMMIT still in flight (error for the sender)\n")
+	fi
+}
+
+/* reread: after an ambiguous commit, the store (or Do) reads the row:
+ * completed under my owner AND generation with my result means success. */
+inline reread(q_me, q_g, q_ok) {
+#ifdef NC_NOREREAD
+	q_ok = 1
+#else
+	d_step {
+		q_ok = (SEEN(ex) && SEEN(st) == DONE && SEEN(own) == q_me &&
+			SEEN(gen) == q_g && SEEN(res) == q_me)
+	}
+#endif
+}
+
+/* start_work: Claimer.Claim's (and Do's) start-of-work check, atomic with
+ * its decision: a worker starts only with at least MARGIN of its own
+ * deadline left (b_go). P6: when it starts, it holds a live lease in the
+ * durable store, and no other worker believes (by its own deadline) that it
+ * holds one. A pause right after the check is not prevented by any lease;
+ * fencing (P1, P2) covers what follows. */
+inline start_work(b_w, b_me, b_go) {
+	if
+	:: wdl[b_w] < MARGIN -> b_go = 0
+	:: else ->
+		PROP(6, row.ex && row.own == b_me && row.lrem > 0);
+		for (i : 0 .. NW - 1) {
+			PROP(6, i == b_w || !(working[i] && wdl[i] > 0))
+		};
+		i = 0;
+		working[b_w] = 1;
+		b_go = 1
+	fi
+}
+
+/* ---------------- processes ---------------- */
+
+inline wait_tick(t_w) {
+	waiting[t_w] = 1;
+	!waiting[t_w]
+}
+
+inline backoff(o_w) {
+	wait_tick(o_w)
+}
+
+
+/* a Redis call after a durable step: it runs, or fails and is skipped */
+#define REDIS_CALL(stmt) if :: stmt :: REDIS_MAY_FAIL && !XNOCALLFAIL -> rf-- fi
+
+/* Store.Release: processing -> processing with owner and lease NULL */
+inline db_release(l_me, l_g) {
+	if
+	:: row.ex && row.own == l_me && row.gen == l_g && row.st == PROC ->
+		row.own = 0; row.lrem = 0; committed()
+	:: else
+	fi
+}
+
+/*
+ * Worker: one client's logical request, retried (MAXTRY attempts, each
+ * with a fresh owner token) until it gets a final answer. An attempt is
+ * Claimer.Claim followed by Lease.Renew / Complete / Release /
+ * MarkUncertain, or Claimer.Do (claim, effect and completion in one
+ * transaction). A crash may cut an attempt at any step.
+ */
+proctype Worker(byte w) {
+	byte a;		/* attempts made */
+	byte me;	/* this attempt's owner token */
+	byte p;		/* the generation Redis proposed; 0: none */
+	byte out;
+	byte g;		/* the token's generation */
+	byte e;		/* the operation the claim saw */
+	byte r;
+	byte i;
+	bool used;	/* Redis answered the claim */
+	bool ok;
+	bool amb;	/* the commit's outcome is unknown to me */
+	bool dom;	/* this attempt runs in one transaction (Claimer.Do) */
+
+#ifdef NC_WORKERCLOCK
+	if
+	:: off[w] = 0
+	:: off[w] = SKEW
+	:: off[w] = 2 * SKEW
+	fi;
+#else
+	off[w] = SKEW;
+#endif
+end_retry:
+	do
+	:: final[w] -> break
+	:: !final[w] && a < TRIES(w) ->
+		{
+			/* Claimer.Claim / Do: the lease counts from the send;
+			 * then Scripts.Claim (claim.lua) */
+			atomic {
+				me = 1 + w * MAXTRY + a;
+				a++;
+				if
+				:: dom = 0
+				:: (MODES >> w) & 1 -> dom = 1
+				fi;
+				wdl[w] = LEASE;
+				if
+				:: claim_lua(me, out, p, r, e); used = 1;
+					printf("w%d o%d: claim.lua -> ", w, me); say(out); printf(" gen %d\n", p)
+				:: REDIS_MAY_FAIL && !XNODOWN -> rf--; used = 0; p = 0;	/* down: breaker open */
+					printf("w%d o%d: Redis down, straight to the store\n", w, me)
+				:: REDIS_MAY_FAIL && !XNORERUN -> rf--;	/* go-redis retried: one more run queued */
+					claim_lua(me, out, p, r, e); used = 1; rerun[w] = me;
+					printf("w%d o%d: claim.lua (a re-run queued) -> ", w, me); say(out); printf(" gen %d\n", p)
+				:: REDIS_MAY_FAIL && !XNORERUN -> rf--;	/* reply lost; one more run queued */
+					claim_lua(me, out, p, r, e); used = 0; p = 0; rerun[w] = me;
+					printf("w%d o%d: claim.lua ran, reply lost (a re-run queued)\n", w, me)
+				fi;
+				if
+				:: used && out == REPLAY ->
+					acked(e, r); final[w] = 1; nfinal++;
+					printf("w%d o%d: client told: replay from Redis, result %d (op %d)\n", w, me, r, e);
+					goto next
+				:: used && out == BUSY -> goto busy
+				:: else -> out = 0; e = 0; r = 0
+				fi
+			};
+
+			/* Store.Claim (autocommit) or Store.ClaimTx (inside Do) */
+			atomic {
+				!locked;
+				if
+				:: dom -> COPYROW(pre, row); locked = 1; lockby = w + 1
+				:: else
+				fi;
+				db_claim(me, p, w, out, g, e, r);
+				printf("w%d o%d: Store.Claim (in a Do tx: %d, proposed %d) -> ", w, me, dom, p); say(out); printf(" gen %d\n", g); SHOWROW;
+				if
+				:: !dom -> committed()
+				:: else
+				fi;
+				if
+				:: out == ACQ ->
+					if
+					:: !dom && used && g != p -> REDIS_CALL(syncgen_lua(me, g))
+					:: else
+					fi;
+#ifdef NC_WORKERCLOCK
+					wdl[w] = WDL_FROM_DB(w);
+#endif
+					start_work(w, me, ok);
+					printf("w%d o%d: starts work: %d (own deadline %d)\n", w, me, ok, wdl[w]);
+					if
+					:: !ok ->	/* ErrLeaseExpired */
+						if
+						:: dom -> COPYROW(row, pre); locked = 0; lockby = 0; CLEARROW(pre)
+						:: else -> db_release(me, g);	/* Lease.Release */
+							printf("w%d o%d: Store.Release\n", w, me)
+						fi;
+						if
+						:: used -> release_lua(me)
+						:: else
+						fi;
+						goto busy
+					:: else
+					fi
+				:: else ->
+					if
+					:: dom -> CLEARROW(pre); locked = 0; lockby = 0	/* nothing written */
+					:: else
+					fi;
+					if
+					:: out == REPLAY ->
+						acked(e, r); final[w] = 1; nfinal++;
+						printf("w%d o%d: client told: replay, result %d (op %d)\n", w, me, r, e);
+						/* refill the cache (complete.lua), dropping my lease */
+						i = (used -> me : 0);
+						REDIS_CALL(complete_lua(i, 0, r, e));
+						i = 0;
+						goto next
+					:: else ->	/* in progress, or uncertain */
+						if
+						:: used -> release_lua(me)
+						:: else
+						fi;
+						goto busy
+					fi
+				fi
+			};
+
+			if
+			:: dom ->
+				/* the business write and CompleteTx in the claim's
+				 * transaction, then COMMIT */
+				atomic {
+					stage_complete(me, g, ok);
+					assert(ok);	/* my own transaction holds the row */
+					printf("w%d o%d: business write + CompleteTx in the tx\n", w, me);
+					working[w] = 0;
+					commit(ok);
+					amb = !ok
+				}
+			:: !dom ->
+#ifndef NORENEW
+				/* the work; meanwhile the lease may be renewed once */
+				if
+				:: skip
+				:: rtmp[w] = LEASE;	/* Lease.Renew: the deadline counts from here */
+					atomic {
+						!locked;
+						if
+						:: row.ex && row.own == me && row.gen == g && row.st == PROC ->
+							row.lrem = LEASE; committed();
+							printf("w%d o%d: Store.Renew ok\n", w, me);
+#ifdef NC_WORKERCLOCK
+							wdl[w] = WDL_FROM_DB(w);
+#else
+							wdl[w] = rtmp[w];
+#endif
+							rtmp[w] = 0;
+							for (i : 0 .. NW - 1) {	/* P6, again, if I believe I hold it */
+								PROP(6, wdl[w] == 0 || i == w || !(working[i] && wdl[i] > 0))
+							};
+							i = 0;
+							if
+							:: used -> renew_lua(me)
+							:: else
+							fi
+						:: else ->	/* ErrFenced: KeepAlive cancels the work */
+							rtmp[w] = 0; working[w] = 0;
+							goto busy
+						fi
+					}
+				fi;
+#endif
+				if
+				:: atomic {	/* Lease.Complete -> Store.Complete */
+						!locked;
+						COPYROW(pre, row);
+						stage_complete(me, g, ok);
+						working[w] = 0;
+						if
+						:: ok -> locked = 1; lockby = w + 1;
+							commit(ok); amb = !ok
+						:: else -> CLEARROW(pre);	/* ErrFenced */
+							printf("w%d o%d: Store.Complete(gen %d) -> ErrFenced\n", w, me, g)
+						fi
+					}
+				:: atomic {	/* transient failure before any effect: Lease.Release */
+						!locked;
+						db_release(me, g);
+						printf("w%d o%d: Store.Release\n", w, me);
+						working[w] = 0;
+						if
+						:: used -> release_lua(me)
+						:: else
+						fi;
+						goto busy
+					}
+				:: atomic {	/* outcome unknown: Lease.MarkUncertain */
+						!locked;
+						if
+						:: row.ex && row.own == me && row.gen == g && row.st == PROC ->
+							row.st = UNC; row.lrem = 0; committed();
+							printf("w%d o%d: Store.MarkUncertain\n", w, me)
+						:: else
+						fi;
+						working[w] = 0;
+						if
+						:: used -> release_lua(me)
+						:: else
+						fi;
+						goto busy
+					}
+				fi
+			fi;
+
+			if
+			:: amb -> reread(me, g, ok);	/* the ambiguity re-read */
+				printf("w%d o%d: re-read after the ambiguous commit -> success: %d\n", w, me, ok); SHOWROW
+			:: else
+			fi;
+			atomic {
+				if
+				:: ok ->
+					acked(e, me); final[w] = 1; nfinal++;
+					printf("w%d o%d: client told: success, result %d (op %d)\n", w, me, me, e);
+					if
+					:: dom && used && g != p -> REDIS_CALL(syncgen_lua(me, g))
+					:: else
+					fi;
+					/* complete.lua: cache the result, drop my lease */
+					if
+					:: used -> REDIS_CALL(complete_lua(me, g, me, e))
+					:: else
+					fi
+				:: else	/* an error for the client, who retries */
+				fi;
+				goto next
+			};
+busy:
+			wait_tick(w);
+next:
+			skip
+		} unless {
+			d_step {
+				crash[w];
+				crash[w] = 0;
+				if
+				:: locked && lockby == w + 1 ->	/* connection gone: rolled back */
+					COPYROW(row, pre); locked = 0; lockby = 0; CLEARROW(pre)
+				:: else
+				fi;
+				working[w] = 0; waiting[w] = 0; wdl[w] = 0; rtmp[w] = 0
+			}
+		};
+		d_step {
+			p = 0; used = 0; out = 0; g = 0; e = 0; r = 0; ok = 0; amb = 0; dom = 0;
+			me = 0; working[w] = 0; wdl[w] = 0; rtmp[w] = 0; waiting[w] = 0
+		}
+	:: !final[w] && a >= TRIES(w) -> break	/* the client gives up */
+	od;
+	skip;	/* (a break may not jump into a d_step) */
+	d_step { crash[w] = 0; off[w] = 0 }
+}
+
+/* Reconciler.Run: adopts stuck rows (Store.Adopt) and finishes them under
+ * its own token with what the downstream system says happened. */
+#ifdef RECON_PROC
+#define ADOPTABLE (row.ex && ((row.st == UNC && row.lrem == 0) || \
+	(row.st == PROC && row.own != 0 && row.lrem == 0)))
+#else
+/* by default the reconciler adopts only uncertain rows: adopting an expired
+ * processing row is the worker's takeover again, with proposed 0 (checked
+ * with -DRECON_PROC) */
+#define ADOPTABLE (row.ex && row.st == UNC && row.lrem == 0)
+#endif
+
+proctype Reconciler() {
+	byte k;
+	byte me;
+	byte g;
+	bool ok;
+end_rec:
+	do
+	:: k < NADOPT ->
+		atomic {	/* Store.Adopt, waiting until a row needs it */
+			!locked && ADOPTABLE;
+			me = RECON_ID(k);
+			k++;
+			row.gen = row.gen + 1;	/* GREATEST(0, old + 1) */
+			row.own = me; row.lrem = LEASE; g = row.gen;
+			committed();
+			printf("reconciler o%d: Store.Adopt -> gen %d\n", me, g)
+		};
+		if
+		:: /* the outcome is known: Store.Complete under my token */
+			d_step {
+				!locked;
+				stage_complete(me, g, ok);
+				printf("reconciler o%d: Store.Complete -> %d\n", me, ok);
+				if
+				:: ok ->
+					effects[row.ep]++;
+					PROP(1, effects[row.ep] <= 1);	/* P1 */
+					committed()
+				:: else
+				fi;
+				me = 0; g = 0; ok = 0
+			}
+		:: d_step { faults_on; me = 0; g = 0 }	/* unknown yet: left for a later pass */
+		fi
+	:: k >= NADOPT -> break
+	od
+}
+
+/* one clock tick: every deadline comes one tick closer */
+inline tick() {
+	d_step {
+		if
+		:: row.lrem > 0 -> row.lrem--
+		:: else
+		fi;
+		if
+		:: row.xrem > 0 -> row.xrem--
+		:: else
+		fi;
+		if
+		:: pre.lrem > 0 -> pre.lrem--
+		:: else
+		fi;
+		if
+		:: pre.xrem > 0 -> pre.xrem--
+		:: else
+		fi;
+		if
+		:: rd.lrem > 0 -> rd.lrem--;
+			if
+			:: rd.lrem == 0 -> rd.lown = 0; rd.lgen = 0
+			:: else
+			fi
+		:: else
+		fi;
+		/* the cache TTL never outlives the record's retention */
+		if
+		:: rd.cval && !CACHE_OK(rd) -> rd.cval = 0; rd.cres = 0; rd.cep = 0
+		:: else
+		fi;
+		for (j : 0 .. NW - 1) {
+			if
+			:: wdl[j] > 0 -> wdl[j]--
+			:: else
+			fi;
+			if
+			:: rtmp[j] > 0 -> rtmp[j]--
+			:: else
+			fi;
+			waiting[j] = 0
+		};
+		j = 0
+	}
+}
+
+proctype Env() {
+	byte j;
+end_env:
+	do
+	:: atomic { tick(); printf("-- tick\n") }
+	/* Redis loses everything (restart, empty) */
+	:: d_step {
+			faults_on && rf > 0 && !XNOFLUSH;
+			rf--;
+			rd.lown = 0; rd.lgen = 0; rd.lrem = 0; rd.ctr = 0;
+			rd.cval = 0; rd.cres = 0; rd.cep = 0;
+			printf("!! Redis restarts empty\n")
+		}
+	/* failover to a replica that missed the latest writes: the counter
+	 * goes back to an older value, the leases and cached results written
+	 * since are gone (flush above is the extreme case: back to 0) */
+	:: atomic {
+			faults_on && rf > 0 && rd.ctr > 1;
+			rf--;
+			j = 1;
+			do
+			:: j + 1 < rd.ctr -> j++
+			:: break
+			od;
+			rd.ctr = j; j = 0;
+			printf("!! Redis fails over to a lagging replica: counter %d\n", rd.ctr);
+			rd.lown = 0; rd.lgen = 0; rd.lrem = 0;
+			rd.cval = 0; rd.cres = 0; rd.cep = 0
+		}
+	/* Redis's clock jumps: the lease expires early */
+	:: d_step {
+			faults_on && rf > 0 && rd.lown != 0 && !XNOJUMP; rf--; rd.lown = 0; rd.lgen = 0; rd.lrem = 0;
+			printf("!! Redis clock jump: lease gone\n") }
+	/* a queued claim.lua of an earlier request runs now, or never */
+	:: d_step {
+			rerun[0] != 0; printf("!! queued claim.lua of owner %d runs\n", rerun[0]);
+			claim_lua(rerun[0], j, j, j, j); j = 0; rerun[0] = 0 }
+	:: d_step { rerun[0] != 0; rerun[0] = 0 }
+#if NW > 1
+	:: d_step {
+			rerun[1] != 0; printf("!! queued claim.lua of owner %d runs\n", rerun[1]);
+			claim_lua(rerun[1], j, j, j, j); j = 0; rerun[1] = 0 }
+	:: d_step { rerun[1] != 0; rerun[1] = 0 }
+#endif
+#if NW > 2
+	:: d_step {
+			rerun[2] != 0; printf("!! queued claim.lua of owner %d runs\n", rerun[2]);
+			claim_lua(rerun[2], j, j, j, j); j = 0; rerun[2] = 0 }
+	:: d_step { rerun[2] != 0; rerun[2] = 0 }
+#endif
+	/* a worker crashes at its next step */
+	:: d_step {
+			faults_on && cr > 0 && !final[0]; cr--; crash[0] = 1;
+			printf("!! worker 0 crashes\n") }
+#if NW > 1
+	:: d_step {
+			faults_on && cr > 0 && !final[1]; cr--; crash[1] = 1;
+			printf("!! worker 1 crashes\n") }
+#endif
+#if NW > 2
+	:: d_step {
+			faults_on && cr > 0 && !final[2]; cr--; crash[2] = 1;
+			printf("!! worker 2 crashes\n") }
+#endif
+	/* a commit nobody waits for any more lands, or not */
+	:: atomic { locked && lockby == PENDING; commit_apply(); printf("   the in-flight COMMIT lands\n"); SHOWROW }
+	:: atomic { locked && lockby == PENDING; commit_abort(); printf("   the in-flight COMMIT is rolled back\n") }
+	/* Store.Sweep: finished or released rows past retention, skipping locked */
+	:: d_step {
+			RESTARTS && !locked && row.ex && row.xrem == 0 &&
+			(row.st == DONE || (row.st == PROC && row.own == 0));
+			CLEARROW(row);
+			committed();
+			printf("Store.Sweep deletes the row\n")
+		}
+	od
+}
+
+
+init {
+	atomic {
+		byte w;
+		for (w : 0 .. NW - 1) {
+			run Worker(w)
+		};
+		w = 0;
+		run Env();
+#ifndef NORECON
+		run Reconciler();
+#endif
+	}
+}

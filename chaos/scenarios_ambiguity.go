@@ -1,0 +1,550 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/chaos/check"
+	"github.com/oncekey/oncekey/chaos/fault"
+	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+)
+
+// registry lists every scenario in the order Run runs them: the ten
+// ambiguity windows of DESIGN.md, then the infrastructure faults.
+func registry() []scenario {
+	return []scenario{
+		{name: "concurrent", forces: "window 1: the same key from several clients at once (some with Redis, some without): one effect", setup: setupConcurrent},
+		{name: "mismatch", forces: "window 2: the same key with a different payload: rejected, never run", setup: setupMismatch},
+		{name: "lost-response", forces: "window 3: committed, the response lost, the client retries: replayed", setup: setupLostResponse},
+		{name: "crash-before-commit", forces: "window 4: the worker crashes (or fails transiently) before the commit: the retry is safe", setup: setupCrash},
+		{name: "client-timeout", forces: "window 5: the request outlives the client's timeout while the server completes it", setup: setupClientTimeout},
+		{name: "stale-owner", forces: "window 6: the owner pauses past its lease, another takes over, the stale owner is fenced", setup: setupStaleOwner},
+		{name: "uncertain", forces: "window 7: the downstream times out after doing the work: marked uncertain, reconciled, not guessed", setup: setupUncertain},
+		{name: "retention", forces: "window 8: keys retried after the retention window run as new operations; stuck records are reported, not deleted", setup: setupRetention},
+		{name: "resource-changed", forces: "window 9: the stored success is replayed after the resource changed or was deleted", setup: setupResourceChanged},
+		{name: "downstream-incident", forces: "window 10: load during a downstream incident: bounded, jittered retries, no amplification", setup: setupIncident},
+		{name: "http-lost-response", forces: "window 3 over HTTP: the middleware commits, the connection drops before the response, the Transport retries: replayed", setup: setupHTTPLostResponse},
+		{name: "http-incident", forces: "window 10 over HTTP: the downstream fails, the middleware releases, Transports retry within their shared budget", setup: setupHTTPIncident},
+		{name: "redis-restart", forces: "Redis restarted empty mid-run: generations repeat in Redis, the database arbitrates", ownRedis: true, setup: setupRedisRestart},
+		{name: "redis-failover", forces: "Redis failed over to a replica that missed writes (replication paused, REPLICAOF NO ONE)", ownRedis: true, setup: setupFailover},
+		{name: "split-brain", forces: "Redis split brain: primary SIGSTOPped, replica promoted, old primary resumed and still used by some clients", ownRedis: true, setup: setupSplitBrain},
+		{name: "redis-down", forces: "Redis blackholed, its connections cut, its replies cut after N bytes: the breaker opens, the database alone decides", setup: setupRedisDown},
+		{name: "redis-eviction", forces: "Redis under maxmemory with allkeys-lru evicting leases, counters and cached results", ownRedis: true, setup: setupEviction},
+		{name: "redis-delayed-reply", forces: "Redis replies delayed past the read timeout: go-redis re-sends the scripts, which run again", setup: setupDelayedReply},
+		{name: "db-cut-before-commit", forces: "PostgreSQL backends terminated mid-transaction (pg_terminate_backend), before the commit", setup: setupDBKill},
+		{name: "db-cut-after-commit", forces: "a COMMIT (or a fenced write) applied whose acknowledgement is lost", setup: setupCommitCut},
+		{name: "paused-owner", forces: "an owner paused past its lease inside its transaction or before its completion while another takes over", setup: setupPausedOwner},
+		{name: "clock-skew", forces: "worker clocks hours off and jumping, Redis leases vanishing early (a Redis clock jump): nothing changes", setup: setupClockSkew},
+	}
+}
+
+// userRedis gives every client a client of its own for the user's Redis.
+func (e *env) userRedis(int) redis.Scripter { return e.redisUser("", nil) }
+
+func flowOdd(o *op) mode {
+	if o.i%2 == 1 {
+		return flowMode
+	}
+	return doMode
+}
+
+func flowAll(*op) mode { return flowMode }
+
+// planned draws a per-operation fault: always for the operations in
+// always (so a short run still fires it), else with probability p.
+func (e *env) planned(o *op, kind string, p float64, always ...int) bool {
+	for _, i := range always {
+		if o.i == i {
+			return o.plan(kind, e.sched.chance(1, kind, o.i))
+		}
+	}
+	return o.plan(kind, e.sched.chance(p, kind, o.i))
+}
+
+func setupConcurrent(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	px, err := fault.NewProxy(e.redisOpt.Addr)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(px.Close)
+	// Odd clients run without Redis, like an instance whose Redis is not
+	// configured: their duplicates meet the others at the row lock. The
+	// others reach Redis through a proxy that sometimes adds latency,
+	// widening the window between the Redis claim and the durable one.
+	w, err := e.standard(ctx, st, func(c int) redis.Scripter {
+		if c%2 == 1 {
+			return nil
+		}
+		return e.redisUser(px.Addr(), nil)
+	}, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.rejectRate = 0.15
+	w.startOp = func(ctx context.Context, o *op) {
+		e.fault("concurrent-burst")
+		if e.planned(o, "latency", 0.05, 1) {
+			e.bg(func() {
+				undo, err := px.Latency(e.cfg.Lease/10, e.cfg.Lease/20)
+				if err != nil {
+					return
+				}
+				e.fault("redis-latency")
+				sleep(ctx, e.cfg.Lease)
+				undo()
+			})
+		}
+	}
+	return w, nil
+}
+
+func setupMismatch(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) { e.planned(o, "mismatch", 0.6, 0) }
+	w.fingerprint = func(o *op, c int) string {
+		epoch, fp, _ := o.get()
+		if c == 1 && o.planned("mismatch") {
+			if o.take("mismatch") {
+				e.fault("different-payload")
+			}
+			return fingerprintOf(o.key, epoch, "other payload")
+		}
+		return fp
+	}
+	return w, nil
+}
+
+func setupLostResponse(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) { e.planned(o, "drop", 0.7, 0) }
+	w.dropAck = func(o *op, _ int) bool { return o.take("drop") }
+	return w, nil
+}
+
+func setupCrash(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) {
+		if !e.planned(o, "crash", 0.5, 0) {
+			e.planned(o, "transient", 0.4, 1)
+		}
+	}
+	w.afterEffect = func(_ context.Context, a *attempt) error {
+		switch {
+		case a.o.take("crash"):
+			// The process dies with the effect written but not committed:
+			// the transaction is rolled back for certain.
+			e.fault("crash-before-commit")
+			a.rolledBack = true
+			panic(errCrash)
+		case a.o.take("transient"):
+			e.fault("transient-error")
+			a.rolledBack = true
+			return errInjected
+		}
+		return nil
+	}
+	return w, nil
+}
+
+func setupClientTimeout(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) { e.planned(o, "slow", 0.6, 0) }
+	w.inTx = func(_ context.Context, a *attempt) error {
+		if a.o.take("slow") {
+			// Slow, but well inside the lease: the server finishes.
+			time.Sleep(e.cfg.Lease / 2)
+		}
+		return nil
+	}
+	w.clientTimeout = func(o *op, _, n int) time.Duration {
+		if n == 0 && o.planned("slow") {
+			return e.cfg.Lease / 6
+		}
+		return 0
+	}
+	return w, nil
+}
+
+// pauseFor is how long a paused worker stops: well past its lease.
+func (e *env) pauseFor() time.Duration { return e.cfg.Lease*5/2 + 50*time.Millisecond }
+
+func setupStaleOwner(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.modeOf = flowAll
+	if err := e.withDownstream(w, nil); err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) { e.planned(o, "pause", 0.6, 0) }
+	w.afterClaim = func(_ context.Context, a *attempt) {
+		if a.o.take("pause") {
+			a.stopKeepAlive()
+			e.fault("paused-past-lease")
+			fault.Pause(e.pauseFor(), nil)
+		}
+	}
+	return w, nil
+}
+
+func setupUncertain(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.modeOf = flowAll
+	w.downstreamTimeout = e.cfg.Lease / 2
+	err = e.withDownstream(w, func(o *op, n int) (fault.Behavior, time.Duration) {
+		switch {
+		case n == 0 && o.planned("timeout"):
+			return fault.TimeoutAfter, 0
+		case n == 0 && o.planned("fail"):
+			return fault.FailBefore, 0
+		}
+		return fault.Succeed, 0
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) {
+		if !e.planned(o, "timeout", 0.5, 0) {
+			e.planned(o, "fail", 0.3, 1)
+		}
+	}
+	d := w.downstream
+	const reconcilerClient = 1000
+	var passStart time.Duration
+	rc, err := claim.NewReconciler(w.verifier, func(ctx context.Context, p claim.Pending) (claim.Resolution, error) {
+		o := e.ops[p.OperationID]
+		if o == nil {
+			return claim.Unknown, nil
+		}
+		epoch, fp, _ := o.get()
+		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Record.Token,
+			Fingerprint: fp, Start: passStart, End: e.rec.Now()})
+		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), p.OperationID)
+		var de *fault.DownstreamError
+		if errors.As(err, &de) && de.Status == 404 {
+			e.observe("reconciled-unknown")
+			return claim.Unknown, nil
+		}
+		if err != nil {
+			return claim.Unknown, err
+		}
+		body := flowBody(o.key, epoch, id)
+		now := e.rec.Now()
+		// The reconciler's Complete is not observed: an open end.
+		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
+			Token: p.Record.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
+		return claim.Resolution{State: durable.Completed, Result: resultOf(200, body)}, nil
+	}, claim.ReconcilerOptions{Interval: e.cfg.Lease / 2, StaleFor: 2 * e.cfg.Lease, Lease: e.cfg.Lease})
+	if err != nil {
+		return nil, err
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	var stopOnce sync.Once
+	halt := func() {
+		stopOnce.Do(func() { close(stop) })
+		<-done
+	}
+	w.run = func(ctx context.Context, e *env, ops []*op) error {
+		go func() {
+			defer close(done)
+			for {
+				passStart = e.rec.Now()
+				rep, _ := rc.RunOnce(ctx)
+				e.counter(e.obs, "reconciler-completed").Add(int64(rep.Completed))
+				select {
+				case <-stop:
+					return
+				case <-time.After(e.cfg.Lease / 2):
+				}
+			}
+		}()
+		e.onClose(halt)
+		return e.runOps(ctx, w, ops)
+	}
+	// The reconciler keeps running through the verification pass.
+	w.after = func(context.Context, *env, []*op) error {
+		halt()
+		s := d.Stats()
+		e.faultN("downstream-timeout-after-work", int64(s.Timeouts))
+		e.faultN("downstream-failure", int64(s.Failures))
+		return nil
+	}
+	return w, nil
+}
+
+func setupRetention(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	retention := 4 * e.cfg.Lease
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{retention: retention})
+	if err != nil {
+		return nil, err
+	}
+	w.rejectRate = 0.1
+	roles := map[*op]string{}
+	w.run = func(ctx context.Context, e *env, ops []*op) error {
+		var retried, swept, stuck []*op
+		for _, o := range ops {
+			role := "retry"
+			switch {
+			case o.i == 1:
+				role = "swept"
+			case o.i == 2:
+				role = "stuck"
+			case o.i > 2:
+				switch r := e.sched.intn(10, "role", o.i); {
+				case r >= 8:
+					role = "stuck"
+				case r >= 5:
+					role = "swept"
+				}
+			}
+			roles[o] = role
+			switch role {
+			case "retry":
+				retried = append(retried, o)
+			case "swept":
+				swept = append(swept, o)
+			default:
+				stuck = append(stuck, o)
+			}
+		}
+		// Stuck: a worker claims and dies; its record stays processing
+		// past its retention.
+		for _, o := range stuck {
+			o.skipVerify()
+			_, fp, _ := o.get()
+			start := e.rec.Now()
+			out, err := w.claimers[0].Claim(ctx, claim.Request{Scope: o.scope, Fingerprint: fp})
+			call := history.Call{Key: o.key, Epoch: 1, Fingerprint: fp, Start: start, End: e.rec.Now()}
+			if err != nil || out.Kind != claim.Acquired {
+				return fmt.Errorf("chaos: retention: stuck claim: %v %v", out.Kind, err)
+			}
+			call.Kind, call.Token, call.Note = history.Acquire, out.Lease.Token(), "abandoned"
+			e.rec.Add(call)
+			e.fault("stuck-record")
+		}
+		first := append(append([]*op(nil), retried...), swept...)
+		if err := e.runOps(ctx, w, first); err != nil {
+			return err
+		}
+		sleep(ctx, retention+e.cfg.Lease)
+		for _, o := range retried {
+			fp := fingerprintOf(o.key, 1, "a")
+			if e.sched.chance(0.5, "new-payload", o.i) {
+				fp = fingerprintOf(o.key, 2, "a new payload")
+			}
+			o.next(fp)
+			e.fault("retried-after-retention")
+		}
+		for _, o := range swept {
+			o.skipVerify()
+		}
+		return e.runOps(ctx, w, retried)
+	}
+	w.after = func(ctx context.Context, e *env, ops []*op) error {
+		rs := e.records()
+		recs, err := rs.Read(ctx, e.admin)
+		if err != nil {
+			return err
+		}
+		var found []string
+		finished := map[string]bool{}
+		for _, r := range recs {
+			if r.Expired && (r.State == "uncertain" || (r.State == "processing" && r.Owner != uuid.Nil)) {
+				found = append(found, r.Key)
+			}
+			if r.Expired && (r.State == "completed" || r.State == "failed") {
+				finished[r.Key] = true
+			}
+		}
+		stats, err := st.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		total := 0
+		for {
+			n, err := st.Sweep(ctx, 100)
+			if err != nil {
+				return err
+			}
+			total += n
+			if n == 0 {
+				break
+			}
+		}
+		e.faultN("swept-records", int64(total))
+		after, err := rs.Read(ctx, e.admin)
+		if err != nil {
+			return err
+		}
+		present := map[string]bool{}
+		for _, r := range after {
+			present[r.Key] = true
+		}
+		var left []string
+		for _, k := range found {
+			if present[k] {
+				left = append(left, k)
+			}
+		}
+		e.mu.Lock()
+		e.stuck = &check.Stuck{Found: found, Reported: stats.ExpiredStuck, Left: left}
+		for o, role := range roles {
+			if role == "swept" {
+				e.swept[o.key] = true
+			}
+		}
+		e.mu.Unlock()
+		for k := range finished {
+			if present[k] {
+				e.violation("sweep-removes-expired", k, "a finished record past its retention survived the sweep")
+			}
+		}
+		return nil
+	}
+	return w, nil
+}
+
+func setupResourceChanged(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.run = func(ctx context.Context, e *env, ops []*op) error {
+		if err := e.runOps(ctx, w, ops); err != nil {
+			return err
+		}
+		for _, o := range ops {
+			var q string
+			switch {
+			case o.i == 0 || (o.i > 1 && e.sched.chance(0.3, "delete", o.i)):
+				q = `DELETE FROM ` + e.tables.Resources() + ` WHERE scenario = $1 AND key = $2`
+				e.fault("resource-deleted")
+			case o.i == 1 || e.sched.chance(0.5, "change", o.i):
+				q = `UPDATE ` + e.tables.Resources() + ` SET data = 'changed after the fact' WHERE scenario = $1 AND key = $2`
+				e.fault("resource-changed")
+			default:
+				continue
+			}
+			if _, err := e.admin.Exec(ctx, q, e.name, o.key); err != nil {
+				return err
+			}
+		}
+		// Every client asks again: each must get the stored result back.
+		return e.runOps(ctx, w, ops)
+	}
+	return w, nil
+}
+
+func setupIncident(ctx context.Context, e *env) (*workload, error) {
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.modeOf = flowAll
+	err = e.withDownstream(w, func(o *op, n int) (fault.Behavior, time.Duration) {
+		switch {
+		case n < o.getInt("failures"):
+			return fault.FailBefore, 0
+		case o.planned("slow"):
+			return fault.Slow, e.cfg.Lease / 4
+		}
+		return fault.Succeed, 0
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) {
+		k := 3
+		if o.i > 0 {
+			k = e.sched.intn(4, "failures", o.i)
+		}
+		o.setInt("failures", k)
+		e.planned(o, "slow", 0.3, 1)
+	}
+	w.run = func(ctx context.Context, e *env, ops []*op) error {
+		err := e.runOps(ctx, w, ops)
+		s := w.downstream.Stats()
+		e.faultN("downstream-503", int64(s.Failures))
+		e.faultN("downstream-slow", int64(s.Slow))
+		calls := w.downstream.Calls()
+		total := 0
+		for _, o := range ops {
+			n, k := calls[o.id], o.getInt("failures")
+			total += n
+			// One call per failure (each released the key) and one that
+			// succeeded: the clients' duplicates never reach the
+			// downstream. One more is allowed for a lease lost to a
+			// starved machine.
+			if n > k+2 {
+				e.violation("no-amplification", o.key, "the downstream got %d calls for %d planned failures", n, k)
+			}
+		}
+		e.counter(e.obs, "downstream-calls").Add(int64(total))
+		return err
+	}
+	return w, nil
+}

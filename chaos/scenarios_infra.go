@@ -1,0 +1,483 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/chaos/fault"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// mixed builds a workload whose even operations run with Do and odd ones
+// as workflows with the downstream.
+func (e *env) mixed(ctx context.Context, st storeOpts, newRedis func(int) redis.Scripter) (*workload, error) {
+	s, err := e.store(st)
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, s, newRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.modeOf = flowOdd
+	w.rejectRate = 0.1
+	return w, e.withDownstream(w, nil)
+}
+
+func setupRedisRestart(ctx context.Context, e *env) (*workload, error) {
+	srv, err := fault.StartRedis(fault.RedisOptions{})
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(srv.Close)
+	w, err := e.mixed(ctx, storeOpts{}, func(int) redis.Scripter { return e.redisOwn(srv.Addr(), nil) })
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) {
+		if e.planned(o, "restart", 0.1, 2) {
+			e.bg(func() {
+				if err := srv.Restart(); err == nil {
+					e.fault("redis-restarted-empty")
+				}
+			})
+		}
+	}
+	return w, nil
+}
+
+func setupFailover(ctx context.Context, e *env) (*workload, error) {
+	pair, err := fault.StartPair(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(pair.Close)
+	px, err := fault.NewProxy(pair.Primary().Addr())
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(px.Close)
+	w, err := e.mixed(ctx, storeOpts{}, func(int) redis.Scripter { return e.redisOwn(px.Addr(), nil) })
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(ctx context.Context, o *op) {
+		if !e.planned(o, "failover", 0.08, 2) {
+			return
+		}
+		e.bg(func() {
+			if err := pair.PauseReplication(); err != nil {
+				return
+			}
+			// Writes accepted now never reach the replica.
+			sleep(ctx, e.cfg.Lease/2)
+			np, lost, err := pair.Failover(context.WithoutCancel(ctx))
+			if err != nil {
+				e.violation("setup", "", "failover: %v", err)
+				return
+			}
+			if err := px.SetUpstream(np.Addr()); err != nil {
+				e.violation("setup", "", "failover: %v", err)
+				return
+			}
+			e.fault("failover-lost-writes")
+			e.counter(e.obs, "replication-bytes-lost").Add(lost)
+		})
+	}
+	return w, nil
+}
+
+func setupSplitBrain(ctx context.Context, e *env) (*workload, error) {
+	pair, err := fault.StartPair(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(pair.Close)
+	var pxs []*fault.Proxy
+	for i := 0; i < 2; i++ {
+		px, err := fault.NewProxy(pair.Primary().Addr())
+		if err != nil {
+			return nil, err
+		}
+		e.onClose(px.Close)
+		pxs = append(pxs, px)
+	}
+	// Client 0 follows the promotion; the others keep reaching the old
+	// primary until the split heals.
+	w, err := e.mixed(ctx, storeOpts{}, func(c int) redis.Scripter { return e.redisOwn(pxs[min(c, 1)].Addr(), nil) })
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(ctx context.Context, o *op) {
+		if !e.planned(o, "split", 0.08, 1) {
+			return
+		}
+		e.bg(func() {
+			bctx := context.WithoutCancel(ctx)
+			np, heal, err := pair.SplitBrain(bctx)
+			if err != nil {
+				e.violation("setup", "", "split brain: %v", err)
+				return
+			}
+			if err := pxs[0].SetUpstream(np.Addr()); err != nil {
+				e.violation("setup", "", "split brain: %v", err)
+				return
+			}
+			e.fault("split-brain")
+			sleep(ctx, 2*e.cfg.Lease)
+			if err := heal(bctx); err != nil {
+				e.violation("setup", "", "split brain heal: %v", err)
+				return
+			}
+			if err := pxs[1].SetUpstream(pair.Primary().Addr()); err != nil {
+				e.violation("setup", "", "split brain heal: %v", err)
+			}
+		})
+	}
+	return w, nil
+}
+
+func setupRedisDown(ctx context.Context, e *env) (*workload, error) {
+	px, err := fault.NewProxy(e.redisOpt.Addr)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(px.Close)
+	w, err := e.mixed(ctx, storeOpts{}, func(int) redis.Scripter { return e.redisUser(px.Addr(), nil) })
+	if err != nil {
+		return nil, err
+	}
+	kinds := []string{"blackhole", "cut-all", "cut-after-bytes"}
+	w.startOp = func(ctx context.Context, o *op) {
+		var kind string
+		switch {
+		case o.i >= 1 && o.i <= 3:
+			kind = kinds[o.i-1]
+			e.sched.chance(1, "outage", o.i)
+		case e.sched.chance(0.1, "outage", o.i):
+			kind = kinds[e.sched.intn(len(kinds), "outage-kind", o.i)]
+		default:
+			return
+		}
+		n := int64(1 + e.sched.intn(64, "cut-bytes", o.i))
+		e.bg(func() {
+			switch kind {
+			case "blackhole":
+				undo, err := px.Blackhole()
+				if err != nil {
+					return
+				}
+				e.fault("redis-blackholed")
+				sleep(ctx, 2*e.cfg.Lease)
+				undo()
+			case "cut-all":
+				if px.CutAll() == nil {
+					e.fault("redis-connections-cut")
+				}
+			case "cut-after-bytes":
+				undo, err := px.CutAfter(n)
+				if err != nil {
+					return
+				}
+				e.fault("redis-replies-cut-after-bytes")
+				sleep(ctx, e.cfg.Lease)
+				undo()
+			}
+		})
+	}
+	return w, nil
+}
+
+func setupEviction(ctx context.Context, e *env) (*workload, error) {
+	srv, err := fault.StartRedis(fault.RedisOptions{Args: []string{"--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"}})
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(srv.Close)
+	w, err := e.mixed(ctx, storeOpts{}, func(int) redis.Scripter { return e.redisOwn(srv.Addr(), nil) })
+	if err != nil {
+		return nil, err
+	}
+	admin := srv.Client()
+	e.onClose(func() { admin.Close() })
+	before, err := fault.EvictedKeys(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	w.run = func(ctx context.Context, e *env, ops []*op) error {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for round := 0; ; round++ {
+				_, _ = fault.Fill(ctx, admin, fmt.Sprintf("fill%d", round), 400, 2048)
+				select {
+				case <-stop:
+					return
+				case <-time.After(e.cfg.Lease / 3):
+				}
+			}
+		}()
+		err := e.runOps(ctx, w, ops)
+		close(stop)
+		<-done
+		after, ierr := fault.EvictedKeys(context.WithoutCancel(ctx), admin)
+		if ierr == nil {
+			e.faultN("evicted-keys", after-before)
+		}
+		return err
+	}
+	return w, nil
+}
+
+func setupDelayedReply(ctx context.Context, e *env) (*workload, error) {
+	px, err := fault.NewScriptDelay(e.redisOpt.Addr)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(px.Close)
+	sends := &fault.ScriptSends{}
+	s, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, s, func(int) redis.Scripter {
+		c := e.redisUser(px.Addr(), func(o *redis.Options) {
+			o.ReadTimeout = 50 * time.Millisecond
+			o.Dialer = sends.Dialer(nil)
+		})
+		c.AddHook(sends.Hook())
+		return c
+	}, claimerOpts{luaOpts: func(o *lua.Options) { o.Timeout = max(e.cfg.Lease, 400*time.Millisecond) }})
+	if err != nil {
+		return nil, err
+	}
+	w.modeOf = flowOdd
+	w.rejectRate = 0.1
+	if err := e.withDownstream(w, nil); err != nil {
+		return nil, err
+	}
+	w.startOp = func(ctx context.Context, o *op) {
+		if !e.planned(o, "delay", 0.1, 1) {
+			return
+		}
+		e.bg(func() {
+			px.Set(80 * time.Millisecond) // past the 50ms read timeout
+			e.fault("redis-replies-delayed")
+			sleep(ctx, e.cfg.Lease)
+			px.Set(0)
+		})
+	}
+	w.after = func(context.Context, *env, []*op) error {
+		e.faultN("scripts-resent", sends.Resent())
+		e.counter(e.obs, "script-replies-delayed").Add(px.Delayed())
+		return nil
+	}
+	return w, nil
+}
+
+func setupDBKill(ctx context.Context, e *env) (*workload, error) {
+	w, err := e.mixed(ctx, storeOpts{}, e.userRedis)
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) {
+		if o.i%2 == 0 {
+			e.planned(o, "kill-in-tx", 0.5, 0)
+		} else {
+			e.planned(o, "kill-pool", 0.3, 1)
+		}
+	}
+	w.afterEffect = func(ctx context.Context, a *attempt) error {
+		if !a.o.take("kill-in-tx") {
+			return nil
+		}
+		pid, err := fault.BackendPID(ctx, a.tx)
+		if err != nil {
+			return nil
+		}
+		if ok, _ := fault.Terminate(ctx, e.admin, pid); ok {
+			e.fault("backend-terminated-in-tx")
+			a.note = "backend terminated before commit"
+		}
+		return nil
+	}
+	w.beforeComplete = func(ctx context.Context, a *attempt) {
+		if a.o.take("kill-pool") {
+			n, _ := fault.TerminateApp(context.WithoutCancel(ctx), e.admin, e.app)
+			e.faultN("library-backends-terminated", int64(n))
+		}
+	}
+	return w, nil
+}
+
+func setupCommitCut(ctx context.Context, e *env) (*workload, error) {
+	pcfg, err := pgxpool.ParseConfig(e.cfg.PostgresURL)
+	if err != nil {
+		return nil, err
+	}
+	host := pcfg.ConnConfig.Host
+	if strings.HasPrefix(host, "/") {
+		return nil, &skipError{reason: "this scenario proxies PostgreSQL over TCP; the URL names a Unix socket"}
+	}
+	cutter, err := fault.NewCommitCutter(fmt.Sprintf("%s:%d", host, pcfg.ConnConfig.Port))
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(cutter.Close)
+	pool, err := e.newPool(ctx, cutter.Addr())
+	if err != nil {
+		return nil, err
+	}
+	st, err := e.store(storeOpts{}, pool)
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.modeOf = flowOdd
+	w.rejectRate = 0.1
+	if err := e.withDownstream(w, nil); err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) {
+		if !e.planned(o, "cut", 0.5, 0, 1) {
+			return
+		}
+		if o.i%2 == 0 {
+			cutter.Arm(fault.CutCommit)
+		} else {
+			cutter.Arm(fault.CutStatement)
+		}
+	}
+	w.after = func(context.Context, *env, []*op) error {
+		e.faultN("acknowledgement-lost", cutter.Cuts())
+		return nil
+	}
+	return w, nil
+}
+
+func setupPausedOwner(ctx context.Context, e *env) (*workload, error) {
+	// The server ends a transaction left idle for a lease, so a paused
+	// owner's row lock does not block the others for ever.
+	w, err := e.mixed(ctx, storeOpts{lockTimeout: e.cfg.Lease / 2, idleInTx: e.cfg.Lease}, e.userRedis)
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) {
+		if o.i%2 == 0 {
+			e.planned(o, "pause-in-tx", 0.5, 0)
+		} else {
+			e.planned(o, "pause-before-complete", 0.6, 1)
+		}
+	}
+	w.afterEffect = func(_ context.Context, a *attempt) error {
+		if a.o.take("pause-in-tx") {
+			e.fault("paused-in-transaction")
+			fault.Pause(e.pauseFor(), nil)
+		}
+		return nil
+	}
+	w.beforeComplete = func(_ context.Context, a *attempt) {
+		if a.o.take("pause-before-complete") {
+			a.stopKeepAlive()
+			e.fault("paused-before-complete")
+			fault.Pause(e.pauseFor(), nil)
+		}
+	}
+	return w, nil
+}
+
+func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
+	px, err := fault.NewProxy(e.redisOpt.Addr)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(px.Close)
+	st, err := e.store(storeOpts{})
+	if err != nil {
+		return nil, err
+	}
+	direct := e.redisUser("", nil)
+	var clocks []*fault.SkewedClock
+	w := &workload{timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
+	for c := 0; c < e.cfg.Clients; c++ {
+		hours := time.Duration(1+e.sched.intn(48, "skew-hours", c)) * time.Hour
+		if e.sched.chance(0.5, "skew-behind", c) {
+			hours = -hours
+		}
+		clock := fault.NewSkewedClock(hours, 30*time.Minute, uint64(e.cfg.Seed)+uint64(c))
+		clocks = append(clocks, clock)
+		rdb := e.redisUser(px.Addr(), nil)
+		warm(ctx, rdb)
+		cl, err := e.claimer(claimerOpts{store: st, redis: rdb, luaOpts: func(o *lua.Options) { o.Breaker.NowFunc = clock.Now }})
+		if err != nil {
+			return nil, err
+		}
+		w.claimers = append(w.claimers, cl)
+	}
+	v, err := e.claimer(claimerOpts{store: st, redis: direct})
+	if err != nil {
+		return nil, err
+	}
+	w.verifier = v
+	w.modeOf = flowOdd
+	w.rejectRate = 0.1
+	if err := e.withDownstream(w, nil); err != nil {
+		return nil, err
+	}
+	vanish := func(ctx context.Context, a *attempt) {
+		// Only a lease that exists can vanish: an attempt that claimed
+		// without Redis (breaker open) leaves the fault to the next one.
+		if a.o.planned("vanish") {
+			if ok, _ := fault.VanishLease(ctx, direct, e.prefix, a.o.ref); ok && a.o.take("vanish") {
+				e.fault("redis-lease-vanished")
+			}
+		}
+	}
+	w.startOp = func(ctx context.Context, o *op) {
+		e.planned(o, "vanish", 0.4, 0, 1)
+		if o.i%2 == 1 {
+			e.planned(o, "pause", 0.3, 3)
+		}
+		// Redis outages make the breakers read their (skewed) clocks.
+		// The first is planned late, once the first leases were made
+		// to vanish.
+		if o.i > e.cfg.Parallel && e.planned(o, "outage", 0.04, e.cfg.Parallel+1, e.cfg.Iterations-1) {
+			e.bg(func() {
+				undo, err := px.Blackhole()
+				if err != nil {
+					return
+				}
+				e.fault("redis-blackholed")
+				sleep(ctx, 2*e.cfg.Lease)
+				undo()
+			})
+		}
+	}
+	w.inTx = func(ctx context.Context, a *attempt) error { vanish(ctx, a); return nil }
+	w.afterClaim = vanish
+	w.beforeComplete = func(_ context.Context, a *attempt) {
+		if a.o.take("pause") {
+			a.stopKeepAlive()
+			e.fault("paused-past-lease")
+			fault.Pause(e.pauseFor(), nil)
+		}
+	}
+	w.after = func(context.Context, *env, []*op) error {
+		var reads int64
+		for _, c := range clocks {
+			reads += c.Reads()
+		}
+		e.faultN("skewed-clock-reads", reads)
+		return nil
+	}
+	return w, nil
+}
