@@ -137,12 +137,17 @@ func (c *capture) publish(w http.ResponseWriter) {
 }
 
 // replay sends a stored result, byte for byte, marked as replayed.
-func replay(w http.ResponseWriter, res *durable.Result) {
+func replay(w http.ResponseWriter, res *durable.Result) { writeStored(w, res, true) }
+
+// writeStored sends a stored result, byte for byte.
+func writeStored(w http.ResponseWriter, res *durable.Result, replayed bool) {
 	h := w.Header()
 	for k, v := range res.Headers {
 		h[k] = append([]string(nil), v...)
 	}
-	h.Set(HeaderReplayed, "true")
+	if replayed {
+		h.Set(HeaderReplayed, "true")
+	}
 	status := res.StatusCode
 	if status == 0 {
 		status = http.StatusOK

@@ -20,6 +20,7 @@ type opInfo struct {
 	token     fence.Token
 	workflow  bool
 	uncertain atomic.Bool
+	released  atomic.Bool
 }
 
 func withOp(ctx context.Context, op *opInfo) context.Context {
@@ -75,5 +76,26 @@ func MarkUncertain(ctx context.Context) error {
 		return ErrNotGuarded
 	}
 	op.uncertain.Store(true)
+	return nil
+}
+
+// ReleaseKey declares, from a guarded handler, that its work had no effect
+// (it failed before any external call or write: a dependency was down, a
+// precondition did not hold), so the key may run again. When the handler
+// returns, the middleware releases the key instead of storing the response,
+// publishes the response as the handler wrote it, and the next request with
+// the key (any payload) runs as a new execution. In transaction mode the
+// transaction rolls back.
+//
+// It is the only way, with a StatusFunc the application writes itself, that
+// a workflow-mode key is released after its handler started: the middleware
+// never assumes that nothing happened. [MarkUncertain] wins over it.
+// Errors: [ErrNotGuarded] outside a guarded handler.
+func ReleaseKey(ctx context.Context) error {
+	op := opFrom(ctx)
+	if op == nil {
+		return ErrNotGuarded
+	}
+	op.released.Store(true)
 	return nil
 }

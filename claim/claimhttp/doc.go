@@ -31,9 +31,11 @@
 //     runs.
 //  5. The handler's response is buffered and published only after its
 //     result is durable. Options.StatusFunc decides by status whether it is
-//     stored as completed, stored as failed, or released
-//     ([DefaultStatusFunc]: 2xx and 3xx completed, 4xx failed except 408,
-//     409, 425 and 429, which release like 5xx).
+//     stored as completed, stored as failed, or released. In transaction
+//     mode the default is [DefaultStatusFunc] (2xx and 3xx completed, 4xx
+//     failed except 408, 409, 425 and 429, which release like 5xx: the
+//     rollback makes that safe); in workflow mode the default stores every
+//     response (below 400 completed, the rest failed).
 //
 // # Two modes
 //
@@ -47,13 +49,44 @@
 // is renewed while the handler runs ([claim.Lease.KeepAlive]); the handler
 // passes [OperationID] downstream as that system's idempotency key, may call
 // [MarkUncertain] when a downstream outcome is unknown, and the response is
-// stored fenced. A handler whose lease was lost (taken over after it
-// expired) never publishes its response: the client gets 409 in progress
-// (the new owner's result is what a retry will see), or 503 when the lease
-// ran out because the store could not be reached.
+// stored fenced.
 //
-// A panicking handler releases the key (transaction mode: the rollback
-// removes the claim) and the panic continues.
+// # The rule after a workflow handler started
+//
+// Once a workflow-mode handler has started, its external effect may have
+// happened. From then on the middleware only records an outcome: completed,
+// failed, or uncertain ("do not run again; reconcile"). It never releases
+// the key on its own initiative. A release after the start happens only on
+// the application's word that nothing happened: [ReleaseKey], or a
+// StatusFunc of its own that returns [Release]. So:
+//
+//   - The work outlives its client. The handler's context is detached from
+//     the request's cancellation: a client that disconnects cancels
+//     nothing, the lease is renewed until the handler returns, and the
+//     client's retry waits (409) and then replays the result. The handler's
+//     context is cancelled only when the lease is lost (context.Cause is
+//     [claim.ErrFenced] or [claim.ErrLeaseExpired]).
+//   - Renewals that failed do not lose the work: if no one took the key
+//     over, the fenced completion still succeeds and is published. A
+//     handler whose key was taken over never publishes its response: the
+//     client gets 409 in progress (the new owner's result is what a retry
+//     will see).
+//   - A 5xx, 408, 409, 425 or 429 answer is stored as failed and replayed.
+//   - A response over MaxResponseBody is stored by its status without its
+//     body ("Idempotent-Body-Omitted: true"), and the first client gets
+//     what every retry will.
+//   - A panicking handler's record is marked uncertain, and the panic
+//     continues. (In transaction mode the rollback removes the claim: the
+//     key is free, which is safe there.)
+//   - The finishing write is retried while the store is unreachable, for
+//     up to Options.FinishTimeout. If it still is, the client gets 202
+//     ([ProblemInProgress], Location) rather than "not processed", the
+//     record stays processing under its lease, retries see it in progress,
+//     and the middleware keeps the lease renewed and retries in the
+//     background until the outcome is written or the lease runs out. Only
+//     a store outage longer than the lease leaves the operation to a
+//     takeover, as a crash would; that is what passing [OperationID]
+//     downstream as the idempotency key is for.
 //
 // # Answers
 //
@@ -66,6 +99,7 @@
 //	same key, different request               422     ProblemKeyReused
 //	first request still processing            409     ProblemInProgress, Retry-After
 //	  ... under the claim.Poll policy         202     ProblemInProgress, Location
+//	handled, result not recorded yet          202     ProblemInProgress, Location
 //	outcome unknown, being reconciled         202     ProblemUncertain, Location
 //	durable store down                        503     ProblemUnavailable, Retry-After
 //	completed or failed before                the stored status, headers, body,
@@ -99,8 +133,9 @@
 // Location header); its replays carry an empty body and
 // "Idempotent-Body-Omitted: true", never a truncated body passed off as
 // complete. A handler that writes more than Options.MaxResponseBody (16
-// MiB) gets [ErrResponseTooLarge] from Write, its key is released and the
-// client gets 500.
+// MiB) gets [ErrResponseTooLarge] from Write: in transaction mode the
+// transaction rolls back and the client gets 500; in workflow mode the
+// result is stored without its body, as above.
 //
 // Streaming is not supported on guarded routes: nothing may reach the
 // client before the result is durable, so the handler's writer implements

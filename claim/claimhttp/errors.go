@@ -26,6 +26,7 @@ var (
 	ErrResponseTooLarge = errors.New("claimhttp: response larger than MaxResponseBody")
 
 	// ErrNotGuarded is returned by [MarkUncertain] when the context is not
-	// that of a handler running under a workflow-mode claim of [Middleware].
-	ErrNotGuarded = errors.New("claimhttp: not inside a workflow-mode guarded handler")
+	// that of a handler running under a workflow-mode claim of [Middleware],
+	// and by [ReleaseKey] outside any guarded handler.
+	ErrNotGuarded = errors.New("claimhttp: not inside a guarded handler")
 )

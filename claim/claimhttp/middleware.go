@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/oncekey/oncekey/canon"
@@ -40,8 +41,9 @@ func Middleware[TTx any](c *claim.Claimer[TTx], opts Options) (func(http.Handler
 }
 
 type middleware[TTx any] struct {
-	c *claim.Claimer[TTx]
-	o resolved
+	c  *claim.Claimer[TTx]
+	o  resolved
+	wg sync.WaitGroup // settlements still going on after their answer
 }
 
 type guarded[TTx any] struct {
@@ -132,16 +134,20 @@ func (g *guarded[TTx]) operation(r *http.Request) string {
 // serveTx runs the handler inside claim.Do.
 func (g *guarded[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req claim.Request) {
 	m := g.m
-	var cw *capture
+	var (
+		cw   *capture
+		txOp *opInfo
+	)
 	out, err := m.c.Do(r.Context(), req, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
 		ctx = context.WithValue(ctx, txKey[TTx]{}, tx)
-		ctx = withOp(ctx, &opInfo{id: op.ID, token: op.Token})
+		txOp = &opInfo{id: op.ID, token: op.Token}
+		ctx = withOp(ctx, txOp)
 		cw = newCapture(w, m.o.MaxResponseBody)
 		// A panic propagates through Do, which rolls the transaction back
 		// (the key was never durably taken) and re-panics.
 		g.next.ServeHTTP(cw, r.WithContext(ctx))
 		cw.finish()
-		if cw.err != nil {
+		if cw.err != nil || txOp.released.Load() {
 			return durable.Result{}, errRelease
 		}
 		res := cw.result(m.o.stored, m.o.MaxStoredBody)
@@ -170,8 +176,15 @@ func (g *guarded[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req claim
 	}
 }
 
-// serveWorkflow claims, runs the handler under a kept-alive lease, then
-// completes, fails, releases or marks the lease uncertain.
+// serveWorkflow claims, runs the handler under a lease that is renewed until
+// the handler returns, then completes, fails or marks the record uncertain.
+//
+// Once the handler has started, its effect may have happened: from then on
+// the middleware only records an outcome (completed, failed or uncertain),
+// and releases the key only when the application said that nothing happened
+// ([ReleaseKey], or a StatusFunc the application wrote that answers
+// [Release]). When no outcome can be written at all, the record stays
+// processing under its lease; see settle.
 func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req claim.Request) {
 	m := g.m
 	out, err := m.c.Claim(r.Context(), req)
@@ -185,97 +198,72 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 	}
 	lease := out.Lease
 	opID := out.OperationID
-	work, stop := lease.KeepAlive(r.Context())
+	// The work of an idempotent request outlives its client: the renewals
+	// and the handler's context are detached from r's cancellation (its
+	// values are kept). The handler's context ends only when the lease is
+	// lost.
+	work, stop := lease.KeepAlive(context.WithoutCancel(r.Context()))
 	op := &opInfo{id: opID, token: lease.Token(), workflow: true}
 	cw := newCapture(w, m.o.MaxResponseBody)
 
-	finished := false
+	returned := false
 	defer func() {
-		if finished {
+		if returned {
 			return
 		}
-		// The handler panicked (or called runtime.Goexit): give the key
-		// back, and let the panic continue with its own stack.
-		_ = stop()
-		ctx, cancel := m.finishCtx(r)
-		defer cancel()
-		if err := lease.Release(ctx); err != nil {
-			m.o.Logger.Warn("claimhttp: release after a handler panic failed; the lease will expire", "op", opID, "err", err)
+		// The handler panicked (or called runtime.Goexit) after it started:
+		// its effect may have happened. Record the outcome as uncertain
+		// (unless it said nothing happened), publish nothing, and let the
+		// panic continue with its own stack.
+		a := settlement{kind: settleUncertain}
+		if op.released.Load() && !op.uncertain.Load() {
+			a.kind = settleRelease
+		}
+		if err := m.settle(r, lease, stop, opID, a); err != nil {
+			m.o.Logger.Error("claimhttp: handler panicked; its outcome could not be recorded yet", "op", opID, "err", err)
+		} else {
+			m.o.Logger.Error("claimhttp: handler panicked; outcome recorded as "+a.kind.String(), "op", opID)
 		}
 	}()
 	g.next.ServeHTTP(cw, r.WithContext(withOp(work, op)))
-	finished = true
+	returned = true
 	cw.finish()
 
-	lost := stop()
-	ctx, cancel := m.finishCtx(r)
-	defer cancel()
-	if lost != nil {
-		m.leaseLost(w, opID, lost)
-		if !errors.Is(lost, claim.ErrFenced) {
-			_ = lease.Release(ctx) // best effort: the lease expired unrenewed
-		}
+	if errors.Is(context.Cause(work), claim.ErrFenced) {
+		// Another worker took the key over after our lease expired: its
+		// outcome is the operation's; ours must not be published.
+		_ = stop()
+		m.o.Logger.Warn("claimhttp: lease lost to another worker; response discarded", "op", opID)
+		m.inProgress(w, opID, m.o.RetryAfter)
 		return
 	}
-	if op.uncertain.Load() {
-		if err := lease.MarkUncertain(ctx); err != nil {
-			m.finishError(w, opID, "mark uncertain", err)
-			return
-		}
+	// A lease that ran out unrenewed (the store refused renewals) is not
+	// lost until someone takes it over: the fenced write below still
+	// succeeds if no one has.
+	a := m.settlementFor(op, cw)
+	err = m.settle(r, lease, stop, opID, a)
+	switch {
+	case err == nil && a.kind == settleUncertain:
 		m.uncertain(w, opID)
-		return
-	}
-	if cw.err != nil {
-		m.release(ctx, lease, opID)
-		m.tooLarge(w, opID)
-		return
-	}
-	res := cw.result(m.o.stored, m.o.MaxStoredBody)
-	var step string
-	switch m.o.StatusFunc(cw.status) {
-	case StoreCompleted:
-		step, err = "complete", retryUnavailable(ctx, func() error { return lease.Complete(ctx, res) })
-	case StoreFailed:
-		step, err = "fail", retryUnavailable(ctx, func() error { return lease.Fail(ctx, res) })
-	default:
-		m.release(ctx, lease, opID)
+	case err == nil && cw.err != nil:
+		// The whole body was never buffered: the first client gets what
+		// every retry will get, the status and stored headers without it.
+		m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", "op", opID)
+		writeStored(w, &a.res, false)
+	case err == nil:
 		cw.publish(w)
-		return
-	}
-	if err != nil {
-		m.finishError(w, opID, step, err)
-		return
-	}
-	cw.publish(w)
-}
-
-// retryUnavailable runs a fenced finishing write up to three times while it
-// fails with ErrUnavailable: such a write is safe to repeat (the same token
-// and result), and each failure leaves its outcome unknown.
-func retryUnavailable(ctx context.Context, f func() error) error {
-	var err error
-	for i := range 3 {
-		if err = f(); err == nil || !errors.Is(err, claim.ErrUnavailable) {
-			return err
-		}
-		t := time.NewTimer(time.Duration(i+1) * 50 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
-	return err
-}
-
-func (m *middleware[TTx]) finishCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), m.o.FinishTimeout)
-}
-
-func (m *middleware[TTx]) release(ctx context.Context, lease *claim.Lease[TTx], opID string) {
-	if err := lease.Release(ctx); err != nil {
-		m.o.Logger.Warn("claimhttp: release failed; the lease will expire", "op", opID, "err", err)
+	case errors.Is(err, claim.ErrFenced):
+		m.o.Logger.Warn("claimhttp: fenced "+a.kind.String()+"; response discarded", "op", opID)
+		m.inProgress(w, opID, m.o.RetryAfter)
+	case errors.Is(err, errPending) && a.kind == settleRelease:
+		// The application said nothing happened: the lease will expire
+		// and the next request runs, so "not processed" is the truth.
+		m.unavailable(w)
+	case errors.Is(err, errPending):
+		m.pending(w, opID)
+	default:
+		m.o.Logger.Error("claimhttp: "+a.kind.String()+" failed; response discarded", "op", opID, "err", err)
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The request was processed but its result could not be recorded.", opID, 0)
 	}
 }
 
@@ -313,12 +301,21 @@ func (m *middleware[TTx]) uncertain(w http.ResponseWriter, opID string) {
 	writeProblem(w, http.StatusAccepted, ProblemUncertain, "The outcome of the request with this key is not known yet and is being reconciled; it will not run again.", opID, m.o.RetryAfter)
 }
 
+// pending answers a request whose handler ran but whose outcome could not
+// be recorded within FinishTimeout: it is not "not processed" (a retry must
+// not run it again), and the record stays processing while the middleware
+// keeps trying. A retry sees it in progress, then its result.
+func (m *middleware[TTx]) pending(w http.ResponseWriter, opID string) {
+	w.Header().Set("Location", m.o.OperationPath+opID)
+	writeProblem(w, http.StatusAccepted, ProblemInProgress, "The request was processed, but its result is not recorded yet; retry with the same key or poll the Location.", opID, m.o.RetryAfter)
+}
+
 func (m *middleware[TTx]) unavailable(w http.ResponseWriter) {
 	writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "The request was not processed; retry after the Retry-After delay.", "", m.o.RetryAfter)
 }
 
 func (m *middleware[TTx]) tooLarge(w http.ResponseWriter, opID string) {
-	m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; key released", "op", opID)
+	m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; transaction rolled back", "op", opID)
 	writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The response could not be produced.", "", 0)
 }
 
@@ -334,35 +331,4 @@ func (m *middleware[TTx]) claimError(w http.ResponseWriter, opID string, err err
 		m.o.Logger.Error("claimhttp: claim failed", "op", opID, "err", err)
 		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The request could not be processed.", "", 0)
 	}
-}
-
-// leaseLost answers a workflow handler whose lease ended while it ran: its
-// result must not be published.
-func (m *middleware[TTx]) leaseLost(w http.ResponseWriter, opID string, reason error) {
-	if errors.Is(reason, claim.ErrFenced) {
-		m.o.Logger.Warn("claimhttp: lease lost to another worker; response discarded", "op", opID)
-		m.inProgress(w, opID, m.o.RetryAfter)
-		return
-	}
-	m.o.Logger.Warn("claimhttp: lease expired unrenewed; response discarded", "op", opID, "err", reason)
-	m.unavailable(w)
-}
-
-// finishError answers a failed complete, fail or mark-uncertain: the
-// response is never published without its durable record.
-//
-//   - ErrFenced: another worker took the key over. The answer is 409
-//     in progress (202 under the Poll policy), which is what a retry will
-//     see until the new owner finishes.
-//   - anything else (the store is unreachable): 503. The record may or may
-//     not hold the result; a retry replays it or, once the lease expires,
-//     runs again under a new generation.
-func (m *middleware[TTx]) finishError(w http.ResponseWriter, opID, step string, err error) {
-	if errors.Is(err, claim.ErrFenced) {
-		m.o.Logger.Warn("claimhttp: fenced "+step+"; response discarded", "op", opID)
-		m.inProgress(w, opID, m.o.RetryAfter)
-		return
-	}
-	m.o.Logger.Error("claimhttp: "+step+" failed; response discarded", "op", opID, "err", err)
-	m.unavailable(w)
 }

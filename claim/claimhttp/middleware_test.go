@@ -103,7 +103,11 @@ func TestMiddleware_Protocol(t *testing.T) {
 					}
 				})
 
-				t.Run("HandlerPanicFreesTheKey", func(t *testing.T) {
+				t.Run("HandlerPanic", func(t *testing.T) {
+					// Transaction mode: the rollback removes the claim, the
+					// key is free. Workflow mode: the handler may have acted
+					// before it panicked, so the record is marked uncertain,
+					// never released, and nothing runs again.
 					f.hook(func(n int64, r *http.Request) {
 						if r.Header.Get("X-Panic") != "" {
 							panic("handler exploded")
@@ -122,31 +126,43 @@ func TestMiddleware_Protocol(t *testing.T) {
 						t.Fatal("the panic did not propagate")
 					}()
 					rec, err := f.record("acme", "k-panic")
-					switch {
-					case errors.Is(err, durable.ErrNotFound): // transaction mode: rolled back
-					case err == nil && rec.Released: // workflow mode: released
-					default:
-						t.Fatalf("record after panic = %+v, %v; want none or released", rec, err)
+					if mode.tx {
+						if !errors.Is(err, durable.ErrNotFound) {
+							t.Fatalf("record after panic = %+v, %v; want none (rolled back)", rec, err)
+						}
+						// The key is free: even another payload runs now.
+						if w := f.post("acme", "k-panic", `{"item":"other"}`); w.Code != http.StatusCreated {
+							t.Fatalf("after panic = %d %s", w.Code, w.Body)
+						}
+						return
 					}
-					// The key is free: even another payload runs now.
-					if w := f.post("acme", "k-panic", `{"item":"other"}`); w.Code != http.StatusCreated {
-						t.Fatalf("after panic = %d %s", w.Code, w.Body)
+					if err != nil || rec.State != durable.Uncertain {
+						t.Fatalf("record after panic = %+v, %v; want uncertain", rec, err)
+					}
+					runs := f.runs.Load()
+					w := f.post("acme", "k-panic", `{"item":"book"}`)
+					wantProblem(t, w, http.StatusAccepted, claimhttp.ProblemUncertain, "k-panic")
+					if f.runs.Load() != runs {
+						t.Fatal("the handler ran again after a panic")
 					}
 				})
 
-				t.Run("ServerErrorReleasesAndRollsBack", func(t *testing.T) {
+				t.Run("ServerError", func(t *testing.T) {
+					// Transaction mode: a 5xx rolls back and releases, so the
+					// retry runs again. Workflow mode: the insert committed on
+					// its own before the 5xx, so the answer is stored (failed)
+					// and replayed; nothing runs twice.
 					before := f.rows("s5xx")
 					w := f.post("s5xx", "k-5xx", `{"item":"book","status":503}`)
 					if w.Code != http.StatusServiceUnavailable || w.Header().Get("Content-Type") == claimhttp.ProblemContentType {
 						t.Fatalf("5xx = %d %s", w.Code, w.Body)
 					}
-					if _, err := f.record("s5xx", "k-5xx"); err == nil {
-						rec, _ := f.record("s5xx", "k-5xx")
-						if !rec.Released {
-							t.Fatalf("record after 5xx = %+v, want released", rec)
-						}
-					} else if !errors.Is(err, durable.ErrNotFound) {
-						t.Fatal(err)
+					rec, err := f.record("s5xx", "k-5xx")
+					switch {
+					case mode.tx && !errors.Is(err, durable.ErrNotFound):
+						t.Fatalf("record after 5xx = %+v, %v; want none (rolled back)", rec, err)
+					case !mode.tx && (err != nil || rec.State != durable.Failed):
+						t.Fatalf("record after 5xx = %+v, %v; want failed", rec, err)
 					}
 					want := before + 1 // workflow mode: the insert committed on its own
 					if mode.tx {
@@ -155,9 +171,40 @@ func TestMiddleware_Protocol(t *testing.T) {
 					if n := f.rows("s5xx"); n != want {
 						t.Fatalf("rows = %d, want %d", n, want)
 					}
-					// The key runs again.
-					if w := f.post("s5xx", "k-5xx", `{"item":"book","status":503}`); w.Header().Get(claimhttp.HeaderReplayed) != "" {
-						t.Fatal("a released 5xx was replayed")
+					runs := f.runs.Load()
+					again := f.post("s5xx", "k-5xx", `{"item":"book","status":503}`)
+					replayed := again.Header().Get(claimhttp.HeaderReplayed) == "true"
+					if mode.tx == replayed || (f.runs.Load() == runs) != replayed {
+						t.Fatalf("retry after 5xx: replayed %v, ran %v", replayed, f.runs.Load() != runs)
+					}
+					if !mode.tx && (again.Code != w.Code || again.Body.String() != w.Body.String() || f.rows("s5xx") != want) {
+						t.Fatalf("workflow 5xx replay = %d %s", again.Code, again.Body)
+					}
+				})
+
+				t.Run("ReleaseKeyFreesTheKey", func(t *testing.T) {
+					// The application's explicit word that nothing happened
+					// is the one way a workflow key is released after start.
+					f.hook(func(n int64, r *http.Request) {
+						if r.Header.Get("X-Release") != "" {
+							if err := claimhttp.ReleaseKey(r.Context()); err != nil {
+								panic(err)
+							}
+						}
+					})
+					defer f.onRun.Store(nil)
+					r := newRequest("rel", http.MethodPost, "/orders", "k-rel", `{"item":"book","status":429}`)
+					r.Header.Set("X-Release", "1")
+					if w := f.serve(r); w.Code != http.StatusTooManyRequests {
+						t.Fatalf("released = %d %s", w.Code, w.Body)
+					}
+					rec, err := f.record("rel", "k-rel")
+					if !errors.Is(err, durable.ErrNotFound) && (err != nil || !rec.Released) {
+						t.Fatalf("record = %+v, %v; want released or absent", rec, err)
+					}
+					runs := f.runs.Load()
+					if w := f.post("rel", "k-rel", `{"item":"other"}`); w.Code != http.StatusCreated || f.runs.Load() != runs+1 {
+						t.Fatalf("after ReleaseKey = %d %s", w.Code, w.Body)
 					}
 				})
 
@@ -180,17 +227,22 @@ func TestMiddleware_Protocol(t *testing.T) {
 					}
 				})
 
-				t.Run("ConflictStatusReleases", func(t *testing.T) {
+				t.Run("ConflictStatus", func(t *testing.T) {
+					// Released (rolled back) in transaction mode; stored as
+					// failed in workflow mode, where the handler may have
+					// acted before it answered 409.
 					f.post("s409", "k-409", `{"item":"book","status":409}`)
-					if _, err := f.record("s409", "k-409"); err == nil {
-						if rec, _ := f.record("s409", "k-409"); !rec.Released {
-							t.Fatalf("record after 409 = %v, want released", rec.State)
-						}
+					rec, err := f.record("s409", "k-409")
+					switch {
+					case mode.tx && !errors.Is(err, durable.ErrNotFound):
+						t.Fatalf("record after 409 = %+v, %v; want none", rec, err)
+					case !mode.tx && (err != nil || rec.State != durable.Failed):
+						t.Fatalf("record after 409 = %+v, %v; want failed", rec, err)
 					}
 					runs := f.runs.Load()
 					f.post("s409", "k-409", `{"item":"book","status":409}`)
-					if f.runs.Load() != runs+1 {
-						t.Fatal("a released 409 did not run again")
+					if ran := f.runs.Load() != runs; ran != mode.tx {
+						t.Fatalf("retry of a 409 ran = %v", ran)
 					}
 				})
 
@@ -527,11 +579,30 @@ func TestMiddleware_LargeResponses(t *testing.T) {
 				}
 			})
 
-			t.Run("BodyOverMaxResponseBodyIs500AndReleases", func(t *testing.T) {
+			t.Run("BodyOverMaxResponseBody", func(t *testing.T) {
+				// Transaction mode: 500 and rolled back, the key is free.
+				// Workflow mode: the order exists, so the result is stored
+				// by its status without its body, and the first client gets
+				// exactly what every retry will.
 				w := f.post("huge", "k-huge", `{"item":"book","size":9000}`)
-				wantProblem(t, w, http.StatusInternalServerError, claimhttp.ProblemInternal, "k-huge")
-				if rec, err := f.record("huge", "k-huge"); err == nil && !rec.Released {
-					t.Fatalf("record = %v, want released or absent", rec.State)
+				rec, err := f.record("huge", "k-huge")
+				if mode.tx {
+					wantProblem(t, w, http.StatusInternalServerError, claimhttp.ProblemInternal, "k-huge")
+					if !errors.Is(err, durable.ErrNotFound) || f.rows("huge") != 0 {
+						t.Fatalf("record = %+v, %v, rows %d; want none", rec, err, f.rows("huge"))
+					}
+					return
+				}
+				if w.Code != http.StatusCreated || w.Body.Len() != 0 || w.Header().Get(claimhttp.HeaderBodyOmitted) != "true" {
+					t.Fatalf("first = %d %q %v", w.Code, w.Body, w.Header())
+				}
+				if err != nil || rec.State != durable.Completed || rec.Result.StatusCode != http.StatusCreated {
+					t.Fatalf("record = %+v, %v; want completed 201", rec, err)
+				}
+				runs := f.runs.Load()
+				again := f.post("huge", "k-huge", `{"item":"book","size":9000}`)
+				if again.Code != http.StatusCreated || again.Header().Get(claimhttp.HeaderReplayed) != "true" || f.runs.Load() != runs || f.rows("huge") != 1 {
+					t.Fatalf("retry = %d %v; runs %d -> %d, rows %d", again.Code, again.Header(), runs, f.runs.Load(), f.rows("huge"))
 				}
 			})
 		})

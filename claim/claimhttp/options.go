@@ -64,7 +64,9 @@ const (
 
 func (d Disposition) valid() bool { return d >= StoreCompleted && d <= Release }
 
-// DefaultStatusFunc is the default Options.StatusFunc:
+// DefaultStatusFunc is the default Options.StatusFunc in transaction mode
+// (Options.InTransaction), where a released response rolls the handler's
+// writes back with the claim, so releasing is always safe:
 //
 //   - 1xx, 2xx and 3xx: StoreCompleted;
 //   - 408, 409, 425 and 429: Release. They say "not now" (timeout, a
@@ -74,11 +76,15 @@ func (d Disposition) valid() bool { return d >= StoreCompleted && d <= Release }
 //   - every other 4xx: StoreFailed, a final answer to this request (a
 //     declined payment, a resource that does not exist), replayed rather
 //     than re-evaluated;
-//   - 5xx: Release. A server error is treated as a transient failure before
-//     any effect, so the retry runs again. That holds in transaction mode,
-//     where the handler's writes roll back with the key; in workflow mode a
-//     handler whose external call may have applied must call
-//     [MarkUncertain] instead of answering 5xx.
+//   - 5xx: Release: the transaction rolled back, so the retry runs again.
+//
+// It is not the default in workflow mode, where the handler's effects do not
+// roll back: there every status is stored (below 400 as completed, the rest
+// as failed, replayed to every retry), and a key is released only when the
+// handler calls [ReleaseKey] or a StatusFunc the application wrote says
+// [Release]. A workflow handler that passes DefaultStatusFunc explicitly
+// takes on the promise that its 408, 409, 425, 429 and 5xx answers come
+// before any effect.
 func DefaultStatusFunc(status int) Disposition {
 	switch {
 	case status < 400:
@@ -148,13 +154,21 @@ type Options struct {
 
 	// MaxResponseBody bounds how much of a response is buffered: the
 	// response is published only once its result is durable. A handler
-	// that writes more gets [ErrResponseTooLarge] from Write, the key is
-	// released and the client gets 500 (ProblemInternal). Defaults to
+	// that writes more gets [ErrResponseTooLarge] from Write. In
+	// transaction mode the transaction rolls back, the key is free and the
+	// client gets 500 (ProblemInternal). In workflow mode, where the work
+	// may have had its effect, the result is stored by its status without a
+	// body (as for MaxStoredBody, with "Idempotent-Body-Omitted: true"), and
+	// the first client gets exactly what its retries will. Defaults to
 	// [DefaultMaxResponseBody] (16 MiB); at least MaxStoredBody.
 	MaxResponseBody int64
 
 	// StatusFunc decides by status code what becomes of a response.
-	// Defaults to [DefaultStatusFunc].
+	// Defaults to [DefaultStatusFunc] in transaction mode; in workflow mode
+	// to storing every response (below 400 completed, the rest failed):
+	// after a workflow handler started, the middleware never releases the
+	// key unless the application says nothing happened ([ReleaseKey], or a
+	// StatusFunc of its own that returns [Release]).
 	StatusFunc func(status int) Disposition
 
 	// InTransaction runs the handler inside [claim.Claimer.Do]: the claim,
@@ -180,10 +194,15 @@ type Options struct {
 	// [DefaultOperationPath].
 	OperationPath string
 
-	// FinishTimeout bounds the durable steps after the handler returned
-	// (complete, fail, release, mark uncertain). They run detached from the
-	// client's cancellation, so a client that went away still leaves a
-	// stored result for its retry. Defaults to 10s.
+	// FinishTimeout bounds how long the client waits for the durable step
+	// after a workflow handler returned (complete, fail, mark uncertain,
+	// release), retried while the store is unreachable. The step runs
+	// detached from the client's cancellation, so a client that went away
+	// still leaves a stored result for its retry. If it is still not
+	// written then, the client gets 202 (ProblemInProgress, Location) and
+	// the middleware keeps the lease renewed and goes on trying in the
+	// background until the lease runs out; retries see the operation in
+	// progress meanwhile. Defaults to 10s.
 	FinishTimeout time.Duration
 
 	// Logger logs failures of those steps, by operation identity only.
@@ -274,6 +293,9 @@ func resolve(o Options) (resolved, error) {
 	}
 	if r.StatusFunc == nil {
 		r.StatusFunc = DefaultStatusFunc
+		if !r.InTransaction {
+			r.StatusFunc = workflowStatusFunc
+		}
 	}
 	switch {
 	case r.RetryAfter < 0:
@@ -324,6 +346,16 @@ func defaultOperation(r *http.Request) string {
 		p = strings.TrimLeft(p[i:], " \t")
 	}
 	return r.Method + " " + p
+}
+
+// workflowStatusFunc is the default Options.StatusFunc in workflow mode: it
+// never releases, because the handler may have acted (see
+// [DefaultStatusFunc]).
+func workflowStatusFunc(status int) Disposition {
+	if status < 400 {
+		return StoreCompleted
+	}
+	return StoreFailed
 }
 
 var errRelease = errors.New("claimhttp: released by status policy")

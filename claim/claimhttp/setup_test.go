@@ -63,14 +63,18 @@ type fixture struct {
 	tx     bool
 	h      http.Handler // authenticate(mux)
 
-	runs  atomic.Int64                                   // handler runs
-	onRun atomic.Pointer[func(n int64, r *http.Request)] // called at the start of each run
+	runs     atomic.Int64                                   // handler runs
+	onRun    atomic.Pointer[func(n int64, r *http.Request)] // called at the start of each run
+	onEffect atomic.Pointer[func(r *http.Request)]          // called right after the order row was inserted
 }
 
 type config struct {
 	redis   bool
 	claim   []claim.Option
 	options claimhttp.Options
+	// wrap, when set, puts a wrapper (fault injection) around the store
+	// the Claimer uses; the fixture keeps the real one for reads.
+	wrap func(durable.Store[pgx.Tx]) durable.Store[pgx.Tx]
 }
 
 func setup(t testing.TB, cfg config) *fixture {
@@ -93,7 +97,11 @@ func setup(t testing.TB, cfg config) *fixture {
 		f.rdb, f.prefix = testenv.Redis(t)
 		opts = append([]claim.Option{claim.WithRedis(f.rdb, lua.Options{Prefix: f.prefix, Timeout: time.Second})}, opts...)
 	}
-	f.c, err = claim.New[pgx.Tx](st, opts...)
+	var cs durable.Store[pgx.Tx] = st
+	if cfg.wrap != nil {
+		cs = cfg.wrap(st)
+	}
+	f.c, err = claim.New[pgx.Tx](cs, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +181,9 @@ func (f *fixture) orders(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	if hook := f.onEffect.Load(); hook != nil {
+		(*hook)(r)
+	}
 	if in.Status >= 500 {
 		http.Error(w, "failed after the insert", in.Status)
 		return
@@ -189,6 +200,8 @@ func (f *fixture) orders(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *fixture) hook(fn func(n int64, r *http.Request)) { f.onRun.Store(&fn) }
+
+func (f *fixture) afterEffect(fn func(r *http.Request)) { f.onEffect.Store(&fn) }
 
 func (f *fixture) rows(tenant string) int {
 	f.t.Helper()

@@ -275,7 +275,7 @@ func TestTransport_WhatIsRetried(t *testing.T) {
 		"400":           {func(w http.ResponseWriter) { w.WriteHeader(400) }, false},
 		"422":           {func(w http.ResponseWriter) { w.WriteHeader(422) }, false},
 		"404":           {func(w http.ResponseWriter) { w.WriteHeader(404) }, false},
-		"409Plain":      {func(w http.ResponseWriter) { http.Error(w, "conflict", 409) }, false},
+		"409Plain":      {func(w http.ResponseWriter) { http.Error(w, "conflict", http.StatusConflict) }, false},
 		"409OtherProblem": {func(w http.ResponseWriter) {
 			w.Header().Set("Content-Type", claimhttp.ProblemContentType)
 			w.WriteHeader(409)
