@@ -24,7 +24,9 @@
 //   - The gateway answers: 201 with the charge (stored as completed), or
 //     402 declined (stored as failed). Retries replay it.
 //   - The gateway certainly charged nothing (unreachable, or it answered
-//     with an error): 503, the key is released, a retry runs again.
+//     with an error): the handler calls claimhttp.ReleaseKey and answers
+//     503; the key is released, a retry runs again. The middleware never
+//     releases on its own after the handler started.
 //   - The gateway did not answer in time (-gateway-timeout): it may have
 //     charged. The handler calls claimhttp.MarkUncertain, the client gets
 //     202 "Outcome being reconciled", and so does every retry: nothing

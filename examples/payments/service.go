@@ -153,9 +153,9 @@ func (s *service) pay(w http.ResponseWriter, r *http.Request) {
 	ch, err := s.gateway.charge(ctx, op, in.Amount, in.Currency)
 	switch {
 	case errors.Is(err, errOutcomeUnknown):
-		// The gateway may have charged. Neither guess nor answer 5xx (that
-		// would free the key, and a retry would charge again): mark the
-		// operation uncertain. The middleware answers 202 to this request
+		// The gateway may have charged. Neither guess nor answer a plain
+		// 5xx (that would store a failure for a payment that may exist):
+		// mark the operation uncertain. The middleware answers 202 to this request
 		// and every retry until the reconciler has asked the gateway.
 		s.log.Info("payments: gateway outcome unknown; marked uncertain", "op", op, "err", err)
 		if err := claimhttp.MarkUncertain(ctx); err != nil {
@@ -163,7 +163,11 @@ func (s *service) pay(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	case err != nil:
-		// Certainly not charged: a 503 releases the key, a retry runs again.
+		// Certainly not charged: say so, and the middleware releases the key
+		// (it never assumes that nothing happened); a retry runs again.
+		if err := claimhttp.ReleaseKey(ctx); err != nil {
+			s.log.Error("payments: release key", "op", op, "err", err)
+		}
 		problem(w, http.StatusServiceUnavailable, problemUnavailable, "Payment not made", "The gateway charged nothing; retry with the same key.")
 		return
 	}
