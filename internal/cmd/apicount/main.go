@@ -1,0 +1,182 @@
+// Command apicount counts the exported identifiers of the library's
+// packages: every exported top-level const, var, type and func, every
+// exported method of an exported type, and every exported field of an
+// exported struct type and method of an exported interface. Test files,
+// and the folders that are not the library (chaos, bench, examples, any
+// internal or testdata folder), are not counted. CI runs it and fails when
+// the total passes the limit.
+//
+//	go run ./internal/cmd/apicount [-max N] [-v] [dir]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// skip are the top-level folders that are not the library.
+var skip = map[string]bool{"chaos": true, "bench": true, "examples": true, "docs": true}
+
+func main() {
+	limit := flag.Int("max", 0, "fail when the total is above this (0: no limit)")
+	verbose := flag.Bool("v", false, "list every identifier")
+	flag.Parse()
+	root := "."
+	if flag.NArg() > 0 {
+		root = flag.Arg(0)
+	}
+	counts, names, err := count(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "apicount:", err)
+		os.Exit(2)
+	}
+	pkgs := make([]string, 0, len(counts))
+	total := 0
+	for p, n := range counts {
+		pkgs = append(pkgs, p)
+		total += n
+	}
+	sort.Strings(pkgs)
+	for _, p := range pkgs {
+		fmt.Printf("%4d  %s\n", counts[p], p)
+		if *verbose {
+			sort.Strings(names[p])
+			for _, n := range names[p] {
+				fmt.Printf("        %s\n", n)
+			}
+		}
+	}
+	fmt.Printf("%4d  exported identifiers in %d library packages\n", total, len(pkgs))
+	if *limit > 0 && total > *limit {
+		fmt.Fprintf(os.Stderr, "apicount: %d exported identifiers, more than the limit of %d\n", total, *limit)
+		os.Exit(1)
+	}
+}
+
+func count(root string) (map[string]int, map[string][]string, error) {
+	counts := map[string]int{}
+	names := map[string][]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		first := strings.Split(filepath.ToSlash(rel), "/")[0]
+		base := d.Name()
+		if rel != "." && (skip[first] || base == "internal" || base == "testdata" || strings.HasPrefix(base, ".")) {
+			return filepath.SkipDir
+		}
+		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && rel != "." {
+			return filepath.SkipDir // another module
+		}
+		fset := token.NewFileSet()
+		pkgs, err := parser.ParseDir(fset, path, func(fi fs.FileInfo) bool {
+			return !strings.HasSuffix(fi.Name(), "_test.go")
+		}, 0)
+		if err != nil {
+			return err
+		}
+		for _, pkg := range pkgs {
+			if pkg.Name == "main" {
+				continue
+			}
+			for _, f := range pkg.Files {
+				for _, n := range exported(f) {
+					counts[rel]++
+					names[rel] = append(names[rel], n)
+				}
+			}
+		}
+		return nil
+	})
+	return counts, names, err
+}
+
+// exported lists the exported identifiers a file declares.
+func exported(f *ast.File) []string {
+	var out []string
+	for _, decl := range f.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() {
+				continue
+			}
+			if d.Recv == nil {
+				out = append(out, d.Name.Name)
+				continue
+			}
+			if recv := receiver(d.Recv.List[0].Type); ast.IsExported(recv) {
+				out = append(out, recv+"."+d.Name.Name)
+			}
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch s := spec.(type) {
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						if n.IsExported() {
+							out = append(out, n.Name)
+						}
+					}
+				case *ast.TypeSpec:
+					if !s.Name.IsExported() {
+						continue
+					}
+					out = append(out, s.Name.Name)
+					out = append(out, members(s.Name.Name, s.Type)...)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// members lists the exported fields of a struct type and the exported
+// methods of an interface type.
+func members(typ string, t ast.Expr) []string {
+	var list *ast.FieldList
+	switch x := t.(type) {
+	case *ast.StructType:
+		list = x.Fields
+	case *ast.InterfaceType:
+		list = x.Methods
+	default:
+		return nil
+	}
+	var out []string
+	for _, fld := range list.List {
+		for _, n := range fld.Names {
+			if n.IsExported() {
+				out = append(out, typ+"."+n.Name)
+			}
+		}
+	}
+	return out
+}
+
+func receiver(t ast.Expr) string {
+	for {
+		switch x := t.(type) {
+		case *ast.StarExpr:
+			t = x.X
+		case *ast.IndexExpr:
+			t = x.X
+		case *ast.IndexListExpr:
+			t = x.X
+		case *ast.Ident:
+			return x.Name
+		default:
+			return ""
+		}
+	}
+}
