@@ -402,10 +402,17 @@ func TestNew_RejectsBadOptions(t *testing.T) {
 		"wait":      claim.WithPolicy(claim.Wait(0)),
 		"margin":    claim.WithStartMargin(time.Hour),
 		"logger":    claim.WithLogger(nil),
+		// A record must outlive the lease of its first claim.
+		"retention shorter than the lease":           claim.WithRetention(time.Second),
+		"operation retention shorter than the lease": claim.WithOperationRetention("POST /orders", time.Second),
 	} {
 		if _, err := claim.New[pgx.Tx](e.store, opt); err == nil {
 			t.Errorf("%s: New accepted a bad option", name)
 		}
+	}
+	if _, err := claim.New[pgx.Tx](e.store, claim.WithLease(time.Second), claim.WithRetention(time.Second),
+		claim.WithOperationRetention("POST /orders", time.Second)); err != nil {
+		t.Errorf("New rejected a retention equal to the lease: %v", err)
 	}
 	if _, err := claim.New[pgx.Tx](nil); err == nil {
 		t.Error("New accepted a nil store")
@@ -433,4 +440,65 @@ func TestClaimer_WaitPolicyReplaysWhenFirstFinishes(t *testing.T) {
 	if o.Kind != claim.Replayed || string(o.Result.Body) != "waited" {
 		t.Fatalf("waiting duplicate got %v %+v", o.Kind, o.Result)
 	}
+}
+
+func TestClaimer_StartMargin(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ScalesWithTheRequestLease", func(t *testing.T) {
+		t.Parallel()
+		// The Claimer's lease is the default 30s; its default margin (3s)
+		// must not apply to a claim made with a 2s lease.
+		e := setup(t, withoutRed)
+		e.orders()
+		r := req("m-short", "v1:a")
+		r.Lease = 2 * time.Second
+		out, err := e.c.Claim(t.Context(), r)
+		if err != nil || out.Kind != claim.Acquired {
+			t.Fatalf("Claim with a 2s lease = %v, %v; want Acquired", out.Kind, err)
+		}
+		if rem := out.Lease.Remaining(); rem > r.Lease {
+			t.Fatalf("Remaining = %v, more than the request's lease %v", rem, r.Lease)
+		}
+		if err := out.Lease.Complete(t.Context(), result("short")); err != nil {
+			t.Fatal(err)
+		}
+		d := req("m-short-do", "v1:a")
+		d.Lease = 2 * time.Second
+		if out, err := e.c.Do(t.Context(), d, e.insertOrder); err != nil || out.Kind != claim.Executed {
+			t.Fatalf("Do with a 2s lease = %v, %v; want Executed", out.Kind, err)
+		}
+	})
+
+	t.Run("ExplicitMarginNotShorterThanTheRequestLeaseReservesNothing", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, withoutRed, claim.WithStartMargin(5*time.Second))
+		r := req("m-explicit", "v1:a")
+		r.Lease = 2 * time.Second
+		if _, err := e.c.Claim(t.Context(), r); err == nil || errors.Is(err, claim.ErrLeaseExpired) || errors.Is(err, claim.ErrUnavailable) {
+			t.Fatalf("Claim err = %v, want a configuration error", err)
+		}
+		if _, err := e.c.Do(t.Context(), r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+			t.Error("Do ran fn under a lease shorter than the start margin")
+			return durable.Result{}, nil
+		}); err == nil || errors.Is(err, claim.ErrLeaseExpired) {
+			t.Fatalf("Do err = %v, want a configuration error", err)
+		}
+		if _, err := e.store.Get(t.Context(), e.ref(r)); !errors.Is(err, durable.ErrNotFound) {
+			t.Fatalf("record after rejected claims: %v, want ErrNotFound (nothing reserved)", err)
+		}
+	})
+
+	t.Run("RequestLeaseLongerThanTheRetentionReservesNothing", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, withoutRed, claim.WithLease(time.Second), claim.WithRetention(time.Minute))
+		r := req("m-retention", "v1:a")
+		r.Lease = 2 * time.Minute
+		if _, err := e.c.Claim(t.Context(), r); err == nil {
+			t.Fatal("Claim accepted a lease longer than the retention")
+		}
+		if _, err := e.store.Get(t.Context(), e.ref(r)); !errors.Is(err, durable.ErrNotFound) {
+			t.Fatalf("record after a rejected claim: %v, want ErrNotFound (nothing reserved)", err)
+		}
+	})
 }

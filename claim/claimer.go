@@ -99,7 +99,8 @@ func WithLease(d time.Duration) Option {
 
 // WithRetention sets how long a record, and so the guarantee, lasts after a
 // request is first accepted. After it a retried key is a new operation.
-// Defaults to 24h. At least 1ms.
+// Defaults to 24h. At least 1ms, and not shorter than the lease ([New]
+// fails otherwise).
 func WithRetention(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond {
@@ -111,6 +112,7 @@ func WithRetention(d time.Duration) Option {
 }
 
 // WithOperationRetention overrides the retention for one operation name.
+// Like [WithRetention], it must not be shorter than the lease.
 func WithOperationRetention(operation string, d time.Duration) Option {
 	return func(cfg *config) error {
 		if operation == "" || d < time.Millisecond {
@@ -138,7 +140,15 @@ func WithPolicy(p Policy) Option {
 
 // WithStartMargin sets the least lease that must remain, measured from when
 // the claim was sent, for work to start: a claim that comes back with less
-// is released and returns [ErrLeaseExpired]. Defaults to a tenth of the lease.
+// is released (nothing ran yet) and returns [ErrLeaseExpired]. The same
+// margin ends the work early: [Lease.KeepAlive] cancels the work when only
+// the margin is left of a lease it could not renew.
+//
+// Defaults to a tenth of the lease of each claim (the Claimer's, or
+// [Request.Lease] when set), so it scales with a per-request lease. An
+// explicit margin is absolute: it must be shorter than the Claimer's lease
+// (else New fails) and than every [Request.Lease] (else that claim fails
+// before anything is reserved).
 func WithStartMargin(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < 0 {
@@ -196,11 +206,19 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 			return nil, err
 		}
 	}
-	if !cfg.marginSet {
-		cfg.margin = cfg.lease / 10
-	}
-	if cfg.margin >= cfg.lease {
+	if cfg.marginSet && cfg.margin >= cfg.lease {
 		return nil, fmt.Errorf("claim: start margin %v must be shorter than the lease %v", cfg.margin, cfg.lease)
+	}
+	// A record must outlive the lease of the claim that created it: a
+	// retention shorter than the lease would let the record expire, and the
+	// key start over as a new operation, while its first worker still runs.
+	if cfg.retention < cfg.lease {
+		return nil, fmt.Errorf("claim: retention %v must not be shorter than the lease %v", cfg.retention, cfg.lease)
+	}
+	for op, d := range cfg.perOp {
+		if d < cfg.lease {
+			return nil, fmt.Errorf("claim: retention %v of operation %q must not be shorter than the lease %v", d, op, cfg.lease)
+		}
 	}
 	c := &Claimer[TTx]{store: store, cfg: cfg, log: cfg.logger}
 	if c.log == nil {
@@ -261,6 +279,9 @@ type Request struct {
 	Scope       durable.Scope
 	Fingerprint string
 	// Lease overrides the Claimer's default lease for this claim when set.
+	// It must not be longer than the operation's retention, nor, with an
+	// explicit [WithStartMargin], shorter than the margin: such a claim
+	// fails before anything is reserved.
 	Lease time.Duration
 }
 
@@ -326,6 +347,15 @@ func (c *Claimer[TTx]) leaseFor(r Request) time.Duration {
 	return c.cfg.lease
 }
 
+// marginFor returns the start margin of a claim with the given lease: the
+// explicit one, or a tenth of that lease.
+func (c *Claimer[TTx]) marginFor(lease time.Duration) time.Duration {
+	if c.cfg.marginSet {
+		return c.cfg.margin
+	}
+	return lease / 10
+}
+
 // prepare validates the request and returns the store's reference.
 func (c *Claimer[TTx]) prepare(r Request) (durable.Ref, durable.ClaimParams, error) {
 	p := durable.ClaimParams{
@@ -337,6 +367,14 @@ func (c *Claimer[TTx]) prepare(r Request) (durable.Ref, durable.ClaimParams, err
 	}
 	if err := p.Validate(); err != nil {
 		return durable.Ref{}, p, wrap("claim", err)
+	}
+	// Configuration errors of this claim's lease: reject before anything
+	// is reserved, rather than acquire and give back every time.
+	if m := c.marginFor(p.Lease); m >= p.Lease {
+		return durable.Ref{}, p, fmt.Errorf("claim: lease %v of the request must be longer than the start margin %v", p.Lease, m)
+	}
+	if p.Lease > p.Retention {
+		return durable.Ref{}, p, fmt.Errorf("claim: lease %v of the request must not be longer than the retention %v of operation %q", p.Lease, p.Retention, r.Scope.Operation)
 	}
 	ref, err := c.store.Ref(r.Scope)
 	if err != nil {
@@ -471,7 +509,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome[TTx], 
 	}
 	c.acquired(ctx, ref, p, f, res)
 	l := newLease(c, ref, res.Token, p, sent)
-	if l.Remaining() < c.cfg.margin {
+	if l.Remaining() < l.margin {
 		// The claim took so long that too little lease is left to work
 		// safely: give the key back rather than start work that could
 		// outlive its lease.

@@ -93,7 +93,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 			return nil // commit nothing; classify below
 		}
 		tok = res.Token
-		if time.Until(sent.Add(p.Lease)) < c.cfg.margin {
+		if time.Until(sent.Add(p.Lease)) < c.marginFor(p.Lease) {
 			return ErrLeaseExpired
 		}
 		result, fnErr = fn(ctx, tx, Op{ID: opID, Token: tok})

@@ -25,14 +25,16 @@ type Lease[TTx any] struct {
 	fp        string
 	lease     time.Duration
 	retention time.Duration
-	sent      time.Time // when the claim was sent; the result cache is bounded from it
+	margin    time.Duration // the start margin of this claim; KeepAlive ends the work with it left
+	sent      time.Time     // when the claim was sent; the result cache is bounded from it
 
 	mu       sync.Mutex
 	deadline time.Time // conservative local end of the lease, on the monotonic clock
 }
 
 func newLease[TTx any](c *Claimer[TTx], ref durable.Ref, tok fence.Token, p durable.ClaimParams, sent time.Time) *Lease[TTx] {
-	return &Lease[TTx]{c: c, ref: ref, tok: tok, fp: p.Fingerprint, lease: p.Lease, retention: p.Retention, sent: sent, deadline: sent.Add(p.Lease)}
+	return &Lease[TTx]{c: c, ref: ref, tok: tok, fp: p.Fingerprint, lease: p.Lease, retention: p.Retention,
+		margin: c.marginFor(p.Lease), sent: sent, deadline: sent.Add(p.Lease)}
 }
 
 // Token returns the fencing token of the lease. Pass its generation to

@@ -43,7 +43,7 @@ func TestClaimer_Metrics(t *testing.T) {
 				for _, p := range d.DataPoints {
 					key := m.Name
 					for _, kv := range p.Attributes.ToSlice() {
-						key += "|" + string(kv.Key) + "=" + kv.Value.Emit()
+						key += "|" + string(kv.Key) + "=" + kv.Value.String()
 					}
 					sums[key] += p.Value
 				}
@@ -51,7 +51,7 @@ func TestClaimer_Metrics(t *testing.T) {
 				for _, p := range d.DataPoints {
 					key := m.Name
 					for _, kv := range p.Attributes.ToSlice() {
-						key += "|" + string(kv.Key) + "=" + kv.Value.Emit()
+						key += "|" + string(kv.Key) + "=" + kv.Value.String()
 					}
 					sums[key] = p.Value
 				}

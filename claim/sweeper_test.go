@@ -13,7 +13,9 @@ import (
 
 func TestClaimer_Sweep(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withoutRed, claim.WithRetention(50*time.Millisecond))
+	// A short retention, and a lease no longer than it (New rejects a
+	// retention shorter than the lease).
+	e := setup(t, withoutRed, claim.WithLease(300*time.Millisecond), claim.WithRetention(300*time.Millisecond))
 	ctx := t.Context()
 	for i := range 25 {
 		out := mustClaim(t, e.c, req(fmt.Sprintf("s-%d", i), "v1:a"), claim.Acquired)
