@@ -28,7 +28,8 @@ type Scope struct {
 }
 
 // Validate checks the scope: tenant and operation non-empty valid UTF-8 of at
-// most [MaxNameLen] bytes without control characters; key 1 to [MaxKeyLen]
+// most [MaxNameLen] bytes without control characters (C0 U+0000 to U+001F,
+// DEL U+007F, C1 U+0080 to U+009F) nor U+FFFD; key 1 to [MaxKeyLen]
 // bytes of printable ASCII (0x20 to 0x7E). It returns a *[ScopeError], which
 // matches [ErrInvalidScope].
 func (s Scope) Validate() error {
@@ -66,7 +67,9 @@ func validName(field, v string) error {
 		return &ScopeError{Field: field, Reason: "too long"}
 	}
 	for _, r := range v {
-		if r == 0xFFFD || r < 0x20 || r == 0x7f {
+		// utf8.RuneError (U+FFFD) is also what ranging yields for an
+		// invalid byte, so invalid UTF-8 is rejected here too.
+		if r == 0xFFFD || r < 0x20 || (r >= 0x7f && r <= 0x9f) {
 			return &ScopeError{Field: field, Reason: "invalid UTF-8 or control character"}
 		}
 	}
