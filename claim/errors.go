@@ -27,10 +27,17 @@ var (
 	// The caller must not publish its result. It matches [durable.ErrFenced].
 	ErrFenced = fmt.Errorf("claim: %w", durable.ErrFenced)
 
-	// ErrLeaseExpired is returned when a lease ran out before the work could
-	// start or continue: the claim round trip took longer than the lease
-	// minus the start margin, or KeepAlive could not renew it in time. The
-	// key was released when possible; the retry is safe.
+	// ErrLeaseExpired is returned when a lease ran out, or is about to,
+	// before the work could start or continue:
+	//
+	//   - from [Claimer.Claim] and [Claimer.Do]: the claim round trip left
+	//     less than the start margin. Nothing ran; the key was released
+	//     when possible, and the retry is safe.
+	//   - as the cause of [Lease.KeepAlive]'s work context: the lease could
+	//     not be renewed and only the start margin is left of it. The work
+	//     must stop, but the key was NOT released (an effect may have
+	//     happened) and may still be held: try Complete, Fail or
+	//     MarkUncertain, which are fenced.
 	ErrLeaseExpired = errors.New("claim: lease expired")
 )
 

@@ -148,11 +148,31 @@ func (l *Lease[TTx]) MarkUncertain(ctx context.Context) error {
 
 // KeepAlive renews the lease in the background every third of its length
 // and returns a context for the work, derived from ctx. That context is
-// cancelled, with the reason as its cause (context.Cause), when a renewal is
-// fenced ([ErrFenced]) or when the lease runs out without a successful
-// renewal because the store is unreachable ([ErrLeaseExpired]). Stop renewing
-// by calling stop, which returns that reason or nil; call it before
-// Complete, Fail or Release.
+// cancelled, with the reason as its cause (context.Cause):
+//
+//   - [ErrFenced] when a renewal is fenced: another worker took the key
+//     over, and the work must not publish its result;
+//   - [ErrLeaseExpired] when the lease could not be renewed (the store is
+//     unreachable) and only the start margin ([WithStartMargin]) is left of
+//     it by [Lease.Deadline]. The deadline is measured from when the claim
+//     or the last successful renewal was sent, so it errs early: the work
+//     is told to stop before the lease ends by the database's clock, that
+//     is before another worker can take the key over, not after.
+//
+// Stop renewing by calling stop, which returns that reason or nil; call it
+// before Complete, Fail, MarkUncertain or Release.
+//
+// ErrLeaseExpired does not mean the key was lost to someone else: no one may
+// have taken it over yet, so a fenced [Lease.Complete] (or Fail, or
+// MarkUncertain) may still succeed, and the caller should try it rather
+// than give up on recording an effect that may have happened. KeepAlive
+// never releases the key: once work started, only the application may
+// state that nothing happened.
+//
+// ctx should not be a request's context when the work must outlive its
+// client (a cancelled request would cancel the work and stop the renewals
+// while the effect may be half done): pass context.WithoutCancel of it, as
+// package claimhttp does, and bound the work by the lease instead.
 func (l *Lease[TTx]) KeepAlive(ctx context.Context) (work context.Context, stop func() error) {
 	work, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
@@ -172,32 +192,52 @@ func (l *Lease[TTx]) KeepAlive(ctx context.Context) (work context.Context, stop 
 	go func() {
 		defer close(done)
 		interval := max(l.lease/3, time.Millisecond)
-		t := time.NewTimer(interval)
-		defer t.Stop()
-		for {
-			if rem := l.Remaining(); rem <= 0 {
-				fail(fmt.Errorf("%w: not renewed in time", ErrLeaseExpired))
-				return
+		renew := time.NewTimer(interval)
+		defer renew.Stop()
+		// expiry fires when only the margin is left of the lease by its
+		// local deadline. It runs beside the renewals, not after them, so
+		// a renewal that hangs cannot delay the cancellation; it is
+		// re-armed whenever a renewal (ours, or the caller's Renew) moved
+		// the deadline.
+		untilExpiry := func() time.Duration { return time.Until(l.Deadline()) - l.margin }
+		expiry := time.NewTimer(max(untilExpiry(), 0))
+		defer expiry.Stop()
+		var renewed chan error // set while a renewal is in flight
+		defer func() {
+			if renewed != nil {
+				<-renewed // work is done, so its context ended the renewal
 			}
+		}()
+		for {
 			select {
 			case <-work.Done():
 				return
-			case <-t.C:
-			}
-			rctx, rcancel := context.WithTimeout(work, max(l.Remaining(), time.Millisecond))
-			err := l.Renew(rctx)
-			rcancel()
-			switch {
-			case err == nil:
-				t.Reset(interval)
-			case errors.Is(err, ErrFenced):
-				fail(err)
-				return
-			default: // unreachable for now: retry soon, until the lease runs out
-				if work.Err() != nil {
-					return
+			case <-expiry.C:
+				if d := untilExpiry(); d > 0 {
+					expiry.Reset(d)
+					continue
 				}
-				t.Reset(max(interval/4, time.Millisecond))
+				fail(fmt.Errorf("%w: not renewed in time", ErrLeaseExpired))
+				return
+			case <-renew.C:
+				renewed = make(chan error, 1)
+				go func(ch chan<- error) {
+					rctx, rcancel := context.WithDeadline(work, l.Deadline())
+					defer rcancel()
+					ch <- l.Renew(rctx)
+				}(renewed)
+			case err := <-renewed:
+				renewed = nil
+				switch {
+				case err == nil:
+					expiry.Reset(max(untilExpiry(), 0))
+					renew.Reset(interval)
+				case errors.Is(err, ErrFenced):
+					fail(err)
+					return
+				default: // unreachable for now: retry soon, until the margin is reached
+					renew.Reset(max(interval/4, time.Millisecond))
+				}
 			}
 		}
 	}()

@@ -1,0 +1,125 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// unrenewable is a store whose renewals fail as if the database were
+// unreachable: each takes delay (a connection attempt that times out), then
+// returns ErrUnavailable. Every other method reaches the real store.
+type unrenewable struct {
+	durable.Store[pgx.Tx]
+	delay time.Duration
+	calls atomic.Int64
+}
+
+func (s *unrenewable) Renew(ctx context.Context, _ durable.Ref, _ fence.Token, _ time.Duration) error {
+	s.calls.Add(1)
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return fmt.Errorf("%w: renew: connection timed out (injected)", durable.ErrUnavailable)
+}
+
+func TestLease_KeepAliveCancelsBeforeATakeoverIsPossible(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{withoutRed, withRedis} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			const lease = 1200 * time.Millisecond
+			e := setup(t, mode, claim.WithLease(lease))
+			st := &unrenewable{Store: e.store, delay: lease / 10}
+			opts := []claim.Option{claim.WithLease(lease)}
+			if e.rdb != nil {
+				opts = append(opts, claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second}))
+			}
+			first, err := claim.New[pgx.Tx](st, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := req("k-expiring", "v1:a")
+			out := mustClaim(t, first, r, claim.Acquired)
+			work, stop := out.Lease.KeepAlive(context.WithoutCancel(t.Context()))
+			defer stop()
+
+			// Another worker polls for the key. Whenever it gets it, the
+			// first worker must already have been told to stop.
+			giveUp := time.Now().Add(20 * lease)
+			for {
+				o, err := e.c.Claim(t.Context(), r)
+				if err != nil {
+					t.Fatalf("second Claim: %v", err)
+				}
+				if o.Kind == claim.Acquired {
+					if work.Err() == nil {
+						t.Fatal("another worker took the key over while the first worker's work context was still live")
+					}
+					break
+				}
+				if o.Kind != claim.InProgress {
+					t.Fatalf("second Claim = %v, want InProgress until the lease ends", o.Kind)
+				}
+				if time.Now().After(giveUp) {
+					t.Fatal("the lease was never taken over")
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			if cause := context.Cause(work); !errors.Is(cause, claim.ErrLeaseExpired) {
+				t.Fatalf("cause = %v, want ErrLeaseExpired", cause)
+			}
+			if err := stop(); !errors.Is(err, claim.ErrLeaseExpired) {
+				t.Fatalf("stop = %v, want ErrLeaseExpired", err)
+			}
+			if st.calls.Load() == 0 {
+				t.Fatal("KeepAlive never tried to renew")
+			}
+			// Taken over now: the first worker's result is fenced.
+			if err := out.Lease.Complete(t.Context(), result("late")); !errors.Is(err, claim.ErrFenced) {
+				t.Fatalf("first worker's Complete after the takeover = %v, want ErrFenced", err)
+			}
+		})
+	}
+}
+
+func TestLease_KeepAliveExpiryKeepsTheKey(t *testing.T) {
+	t.Parallel()
+	// A worker told to stop by ErrLeaseExpired was not necessarily replaced:
+	// the key was not released, and its fenced Complete still succeeds
+	// while no one took it over.
+	const lease = 600 * time.Millisecond
+	e := setup(t, withoutRed, claim.WithLease(lease))
+	first, err := claim.New[pgx.Tx](&unrenewable{Store: e.store, delay: time.Millisecond}, claim.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("k-expired-kept", "v1:a")
+	out := mustClaim(t, first, r, claim.Acquired)
+	work, stop := out.Lease.KeepAlive(context.WithoutCancel(t.Context()))
+	<-work.Done()
+	if err := stop(); !errors.Is(err, claim.ErrLeaseExpired) {
+		t.Fatalf("stop = %v, want ErrLeaseExpired", err)
+	}
+	rec, err := e.store.Get(t.Context(), e.ref(r))
+	if err != nil || rec.Released || !rec.Token.Equal(out.Lease.Token()) {
+		t.Fatalf("record after ErrLeaseExpired = %+v, %v; want still held by the first worker", rec, err)
+	}
+	if err := out.Lease.Complete(t.Context(), result("recorded")); err != nil {
+		t.Fatalf("Complete after ErrLeaseExpired with no takeover = %v, want success", err)
+	}
+	mustClaim(t, e.c, r, claim.Replayed)
+}
