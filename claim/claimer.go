@@ -189,9 +189,12 @@ func WithLogger(l *slog.Logger) Option {
 type Claimer[TTx any] struct {
 	store   durable.Store[TTx]
 	scripts *lua.Scripts // nil without Redis
-	cfg     config
-	log     *slog.Logger
-	m       *meters
+	// redisTimeout is the per-call timeout of the scripts: the longest a
+	// successful call can take to reach Redis.
+	redisTimeout time.Duration
+	cfg          config
+	log          *slog.Logger
+	m            *meters
 }
 
 // New returns a Claimer over store. It checks every option and returns an
@@ -238,6 +241,10 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		c.scripts = s
+		c.redisTimeout = lo.Timeout
+		if c.redisTimeout == 0 {
+			c.redisTimeout = lua.DefaultTimeout
+		}
 	}
 	m, err := newMeters(c)
 	if err != nil {
@@ -499,13 +506,14 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome[TTx], 
 		return c.fastOutcome(ctx, opID, f)
 	}
 	p.Proposed = f.proposed
+	read := time.Now() // the record's ExpiresIn is at most this old when it arrives
 	res, err := c.store.Claim(ctx, p)
 	if err != nil {
 		c.dropRedisLease(ctx, f, ref, p)
 		return Outcome[TTx]{OperationID: opID}, c.claimErr(ctx, err)
 	}
 	if !res.Acquired {
-		return c.existing(ctx, opID, ref, p, f, res.Record), nil
+		return c.existing(ctx, opID, ref, p, f, res.Record, read), nil
 	}
 	c.acquired(ctx, ref, p, f, res)
 	l := newLease(c, ref, res.Token, p, sent)
@@ -569,8 +577,9 @@ func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.R
 }
 
 // existing classifies a record the durable claim did not take, and refills
-// Redis from it when Redis lost it.
-func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Ref, p durable.ClaimParams, f fast, rec *durable.Record) Outcome[TTx] {
+// Redis from it when Redis lost it. read is when the statement that read rec
+// was sent.
+func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Ref, p durable.ClaimParams, f fast, rec *durable.Record, read time.Time) Outcome[TTx] {
 	if rec == nil { // a store bug; fail safe
 		c.dropRedisLease(ctx, f, ref, p)
 		return Outcome[TTx]{Kind: InProgress, OperationID: opID, RetryAfter: time.Second}
@@ -578,7 +587,7 @@ func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Re
 	switch {
 	case rec.State.Finished() && rec.Result != nil:
 		c.m.replay(ctx, false)
-		c.refill(ctx, f, ref, p, rec)
+		c.refill(ctx, f, ref, p, rec, read)
 		res := *rec.Result
 		return Outcome[TTx]{Kind: Replayed, OperationID: opID, State: rec.State, Result: &res}
 	case rec.State == durable.Uncertain:
@@ -592,9 +601,16 @@ func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Re
 
 // refill caches a finished record in Redis (which had lost it) for no longer
 // than the record's remaining retention, and drops our Redis lease if we
-// took one.
-func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p durable.ClaimParams, rec *durable.Record) {
-	if c.scripts == nil || rec.ExpiresIn <= 0 {
+// took one. read is when the statement that read rec was sent: rec.ExpiresIn
+// was measured by the database after it, so ExpiresIn minus the time since
+// read, on the monotonic clock, is no more than what is left of the record
+// however slow the round trips were (see cacheTTL).
+func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p durable.ClaimParams, rec *durable.Record, read time.Time) {
+	if c.scripts == nil {
+		return
+	}
+	ttl := c.cacheTTL(rec.ExpiresIn, read)
+	if ttl <= 0 {
 		c.dropRedisLease(ctx, f, ref, p)
 		return
 	}
@@ -604,19 +620,31 @@ func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p du
 	if f.used && f.proposed != 0 {
 		tok.Owner = p.Owner
 	}
-	if _, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, rec.Fingerprint, rec.State, *rec.Result, rec.ExpiresIn); err != nil {
+	if _, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, rec.Fingerprint, rec.State, *rec.Result, ttl); err != nil {
 		c.log.Debug("oncekey: redis refill failed", "op", ref, "err", err)
 	}
 }
 
+// cacheTTL returns how long Redis may keep a copy of a record that had
+// remaining lifetime left when measured by the database, no earlier than
+// from. Redis applies a TTL when the script runs, which is after it is sent:
+// the per-call timeout bounds that delay for a call that succeeds, so it is
+// taken off too. (A call that times out may still run on a server that
+// stalled past the timeout; that copy could outlive the record by the
+// stall. Nothing the client sends can bound it.)
+func (c *Claimer[TTx]) cacheTTL(remaining time.Duration, from time.Time) time.Duration {
+	return remaining - time.Since(from) - c.redisTimeout
+}
+
 // cacheResult publishes a committed result to Redis, for no longer than the
 // record's retention measured from when the claim was sent (which is before
-// the database set expires_at, so the cache never outlives the record).
+// the database set expires_at, so the cache never outlives the record; a
+// finish that moves expires_at later only makes this more conservative).
 func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
 	if c.scripts == nil {
 		return
 	}
-	ttl := retention - time.Since(sent)
+	ttl := c.cacheTTL(retention, sent)
 	if ttl <= 0 {
 		if _, err := c.scripts.Release(context.WithoutCancel(ctx), ref, tok); err != nil {
 			c.log.Debug("oncekey: redis release failed", "op", ref, "err", err)

@@ -76,6 +76,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 		result    durable.Result
 		committed bool // fn and the completion succeeded inside the transaction
 		fnErr     error
+		read      time.Time // when ClaimTx was sent
 	)
 	defer func() {
 		if v := recover(); v != nil {
@@ -84,6 +85,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 		}
 	}()
 	txErr := c.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		read = time.Now()
 		res, err := c.store.ClaimTx(ctx, tx, p)
 		if err != nil {
 			return err
@@ -133,7 +135,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 		return Outcome[TTx]{OperationID: opID}, c.claimErr(ctx, txErr)
 	}
 	if !claimed.Acquired {
-		return c.existing(ctx, opID, ref, p, f, claimed.Record), nil
+		return c.existing(ctx, opID, ref, p, f, claimed.Record, read), nil
 	}
 	c.acquired(ctx, ref, p, f, claimed)
 	return c.executed(ctx, opID, ref, tok, p, state, result, sent), nil
