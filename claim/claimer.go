@@ -400,7 +400,16 @@ type fast struct {
 	state    durable.State
 	retry    time.Duration
 	err      error
+	// ambiguous: claim.lua failed after it may have run (a lost reply, a
+	// timeout, a corrupt reply), so our owner may hold a Redis lease that
+	// nothing confirmed. Once the durable store answered, Redis is made to
+	// agree with it: synced to the durable token, or the lease released.
+	ambiguous bool
 }
+
+// mayHoldRedisLease reports whether this claim's owner holds, or may hold,
+// a Redis lease.
+func (f fast) mayHoldRedisLease() bool { return (f.used && f.proposed != 0) || f.ambiguous }
 
 // redisClaim runs claim.lua. Any Redis failure degrades to the durable
 // store alone.
@@ -412,7 +421,9 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p durabl
 	if err != nil {
 		c.m.fallback(ctx)
 		c.log.Debug("oncekey: redis claim failed; using the durable store alone", "op", ref, "err", err)
-		return fast{}
+		// An open breaker or a bad argument sent nothing; any other error
+		// may come after the script ran and took a lease for our owner.
+		return fast{ambiguous: !errors.Is(err, lua.ErrBreakerOpen) && !errors.Is(err, lua.ErrInvalidArgument)}
 	}
 	switch rep.Outcome {
 	case lua.Acquired:
@@ -551,23 +562,26 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 
 // acquired finishes the Redis side of a durable acquisition: when the
 // database's generation differs from Redis's proposal (Redis lost data or
-// was bypassed), Redis is raised to it.
+// was bypassed), or when the Redis claim's reply was lost so the proposal
+// is unknown, Redis is raised to it, and a Redis lease of our owner carries
+// the durable generation.
 func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p durable.ClaimParams, f fast, res durable.ClaimResult) {
 	if res.Takeover {
 		c.m.takeover(ctx)
 		c.log.Info("oncekey: took over an expired lease", "op", ref, "generation", res.Token.Generation)
 	}
-	if f.used && res.Token.Generation != f.proposed {
-		if err := c.scripts.SyncGen(ctx, ref, res.Token, p.Retention); err != nil {
+	if (f.used && res.Token.Generation != f.proposed) || f.ambiguous {
+		if err := c.scripts.SyncGen(context.WithoutCancel(ctx), ref, res.Token, p.Retention); err != nil {
 			c.log.Debug("oncekey: redis syncgen failed", "op", ref, "err", err)
 		}
 	}
 }
 
 // dropRedisLease gives back a Redis lease that the durable store did not
-// confirm, so it blocks no one.
+// confirm, so it blocks no one. release.lua matches the owner only, so a
+// lease whose generation we never learned (a lost reply) is dropped too.
 func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.Ref, p durable.ClaimParams) {
-	if !f.used || f.proposed == 0 {
+	if !f.mayHoldRedisLease() {
 		return
 	}
 	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
@@ -617,7 +631,7 @@ func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p du
 	// The cached copy carries the record's durable generation; with our
 	// owner, complete.lua also drops the Redis lease we took, if any.
 	tok := fence.Token{Generation: rec.Token.Generation}
-	if f.used && f.proposed != 0 {
+	if f.mayHoldRedisLease() {
 		tok.Owner = p.Owner
 	}
 	if _, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, rec.Fingerprint, rec.State, *rec.Result, ttl); err != nil {

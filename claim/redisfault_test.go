@@ -2,14 +2,21 @@ package claim_test
 
 import (
 	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -48,6 +55,8 @@ func (f *faultyRedis) reply(ctx context.Context, keys []string, cmd *redis.Cmd) 
 func isCompleteScript(keys []string) bool {
 	return len(keys) == 2 && strings.HasSuffix(keys[1], ":result")
 }
+
+func isClaimScript(keys []string) bool { return len(keys) == 3 }
 
 // loadScripts loads the scripts into Redis, so that a wrapper sees each call
 // once (no NOSCRIPT round trip first).
@@ -154,5 +163,163 @@ func TestClaimer_RedisCacheNeverOutlivesTheRecord(t *testing.T) {
 			t.Fatalf("Do = %v, %v", out.Kind, err)
 		}
 		e.assertCacheWithinRecord(r)
+	})
+}
+
+// lostClaimReplies returns a Claimer on store whose claim.lua calls run on
+// Redis but whose replies are lost: the client sees a read timeout.
+func (e *env) lostClaimReplies(store durable.Store[pgx.Tx]) *claim.Claimer[pgx.Tx] {
+	e.t.Helper()
+	e.loadScripts()
+	lost := &faultyRedis{Scripter: e.rdb, after: func(ctx context.Context, keys []string, reply *redis.Cmd) *redis.Cmd {
+		if !isClaimScript(keys) {
+			return reply
+		}
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded})
+		return cmd
+	}}
+	c, err := claim.New[pgx.Tx](store, claim.WithRedis(lost, lua.Options{
+		Prefix: e.prefix, Timeout: time.Second, Breaker: lua.BreakerOptions{Failures: 1000},
+	}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) redisLeaseExists(r claim.Request) bool {
+	e.t.Helper()
+	n, err := e.rdb.Exists(e.t.Context(), lua.KeysFor(e.prefix, e.ref(r)).Lease).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n == 1
+}
+
+func TestClaimer_LostRedisClaimReply(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NotAcquiredDurablyLeavesNoRedisLease", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, withRedis)
+		lost := e.lostClaimReplies(e.store)
+		r := req("l-held", "v1:a")
+		first := mustClaim(t, e.c, r, claim.Acquired)
+		e.flushRedis() // Redis lost the first worker's lease
+		// The claim script runs and takes a Redis lease, its reply is
+		// lost; the database says another worker holds the key.
+		mustClaim(t, lost, r, claim.InProgress)
+		if e.redisLeaseExists(r) {
+			t.Fatal("a Redis lease of the claim that did not acquire durably was left behind")
+		}
+		// The first worker states that nothing happened: the key is free,
+		// and no stale Redis lease answers "in progress" for a lease.
+		if err := first.Lease.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		mustClaim(t, e.c, r, claim.Acquired)
+	})
+
+	t.Run("NotAcquiredByDoLeavesNoRedisLease", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, withRedis)
+		e.orders()
+		lost := e.lostClaimReplies(e.store)
+		r := req("l-held-do", "v1:a")
+		first := mustClaim(t, e.c, r, claim.Acquired)
+		e.flushRedis()
+		out, err := lost.Do(t.Context(), r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+			t.Error("Do ran fn while another worker held the key")
+			return durable.Result{}, nil
+		})
+		if err != nil || out.Kind != claim.InProgress {
+			t.Fatalf("Do = %v, %v; want InProgress", out.Kind, err)
+		}
+		if e.redisLeaseExists(r) {
+			t.Fatal("a Redis lease of the Do that did not acquire durably was left behind")
+		}
+		if err := first.Lease.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := e.c.Do(t.Context(), r, e.insertOrder); err != nil || out.Kind != claim.Executed {
+			t.Fatalf("Do after the release = %v, %v; want Executed", out.Kind, err)
+		}
+	})
+
+	t.Run("ReplayLeavesNoRedisLease", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, withRedis)
+		lost := e.lostClaimReplies(e.store)
+		r := req("l-done", "v1:a")
+		first := mustClaim(t, e.c, r, claim.Acquired)
+		if err := first.Lease.Complete(t.Context(), result("done")); err != nil {
+			t.Fatal(err)
+		}
+		e.flushRedis()
+		mustClaim(t, lost, r, claim.Replayed)
+		if e.redisLeaseExists(r) {
+			t.Fatal("a Redis lease of a claim answered by a replay was left behind")
+		}
+	})
+
+	t.Run("AcquiredSyncsTheRedisLeaseToTheDurableToken", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, withRedis)
+		lost := e.lostClaimReplies(e.store)
+		r := req("l-acquired", "v1:a")
+		// History Redis has forgotten: a released generation.
+		prev := mustClaim(t, e.c, r, claim.Acquired)
+		if err := prev.Lease.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		e.flushRedis()
+		out := mustClaim(t, lost, r, claim.Acquired)
+		tok := out.Lease.Token()
+		if !tok.Newer(prev.Lease.Token()) {
+			t.Fatalf("generation %v not newer than %v", tok, prev.Lease.Token())
+		}
+		k := lua.KeysFor(e.prefix, e.ref(r))
+		lease, err := e.rdb.HGetAll(t.Context(), k.Lease).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease["o"] != tok.Owner.String() || lease["g"] != strconv.FormatUint(tok.Generation, 10) {
+			t.Fatalf("Redis lease = %v, want owner %s at the durable generation %d", lease, tok.Owner, tok.Generation)
+		}
+		gen, err := e.rdb.Get(t.Context(), k.Gen).Uint64()
+		if err != nil || gen < tok.Generation {
+			t.Fatalf("Redis generation counter = %d, %v; want at least the durable %d", gen, err, tok.Generation)
+		}
+		mustClaim(t, e.c, r, claim.InProgress)
+		if err := out.Lease.Complete(t.Context(), result("ok")); err != nil {
+			t.Fatal(err)
+		}
+		if rep := mustClaim(t, e.c, r, claim.Replayed); !rep.FromCache {
+			t.Fatal("the completed result was not cached")
+		}
+	})
+
+	t.Run("StoreDownLeavesNoRedisLease", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t, withRedis)
+		pool, err := pgxpool.New(t.Context(), "postgres://postgres@127.0.0.1:1/test?connect_timeout=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		down, err := postgres.New(pool, postgres.WithSchema(e.schema.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := e.lostClaimReplies(down)
+		r := req("l-down", "v1:a")
+		if _, err := lost.Claim(t.Context(), r); !errors.Is(err, claim.ErrUnavailable) {
+			t.Fatalf("Claim err = %v, want ErrUnavailable", err)
+		}
+		if e.redisLeaseExists(r) {
+			t.Fatal("a Redis lease of a claim that failed closed was left behind")
+		}
+		mustClaim(t, e.c, r, claim.Acquired)
 	})
 }
