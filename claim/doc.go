@@ -42,6 +42,8 @@
 //
 // Lease expiry is decided by the database's clock and Redis's TTLs, never a
 // worker's clock. A worker measures its own deadline from when it sent the
-// claim, on the monotonic clock, and does not start work with less than the
-// start margin left ([WithStartMargin]).
+// claim or its last renewal, on the monotonic clock (so it errs early), does
+// not start work with less than the start margin left ([WithStartMargin]),
+// and [Lease.KeepAlive] cancels the work when only that margin is left of a
+// lease it could not renew: before another worker can take the key over.
 package claim
