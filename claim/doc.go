@@ -22,6 +22,21 @@
 // whose lease expired and was taken over gets [ErrFenced] and must not
 // publish its result.
 //
+// # After the work started
+//
+// Once work under a [Lease] has started, an external effect may have
+// happened. From then on the only safe outcomes are [Lease.Complete],
+// [Lease.Fail] and [Lease.MarkUncertain] ("do not run again; reconcile").
+// [Lease.Release] is the application's statement that nothing happened; the
+// library never calls it on its own after the start. A renewal that failed
+// ([ErrLeaseExpired] from KeepAlive) does not mean the key was lost: a
+// fenced Complete still succeeds if no one took it over, so try it. When
+// nothing can be written at all (the store is down), leave the record
+// processing: retries see it in progress, and after the lease a takeover
+// (or the [Reconciler]) decides, as after a crash. Keep the work alive past
+// its client: pass KeepAlive a context detached from request cancellation
+// (context.WithoutCancel).
+//
 // # What a retry gets
 //
 //   - [Replayed]: the stored result, completed or failed, byte for byte.
@@ -34,9 +49,12 @@
 // # Retention
 //
 // Each record lasts the retention (default 24h, per operation with
-// [WithOperationRetention]) from when it was first accepted. After it the
-// guarantee is gone: a retried key is a new operation. Redis never caches a
-// result past the record's retention.
+// [WithOperationRetention]) from when it was first accepted, and at least a
+// full retention from when it finished: an operation that finished late (a
+// long workflow, a reconciliation) is still replayed for the whole window.
+// After it the guarantee is gone: a retried key is a new operation, under a
+// higher generation than any before it. Redis never caches a result past
+// the record's retention.
 //
 // # Clocks
 //
