@@ -11,6 +11,7 @@
 package durabletest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/oncekey/oncekey/durable"
@@ -47,4 +48,13 @@ type Harness[TTx any] struct {
 	// before it commits; without it the suite gives the claimer a short
 	// head start instead (the assertions hold either way).
 	LockWaiters func(s durable.Store[TTx]) int
+
+	// BreakCommit, when set, makes the COMMIT of tx fail definitely: it
+	// writes, in tx, to a table of the caller's own (created in tx if need
+	// be) in a way that violates a deferred constraint, so the database
+	// refuses the COMMIT and rolls the transaction back. The suite checks
+	// that InTx reports that refusal as such, not as ErrUnavailable. Nil
+	// when the backend has no deferred constraints; the suite then logs
+	// that the case does not apply.
+	BreakCommit func(ctx context.Context, tx TTx) error
 }

@@ -28,7 +28,52 @@ const (
 	// pollEvery and pollFor bound every wait for the database's clock.
 	pollEvery = 3 * time.Millisecond
 	pollFor   = 15 * time.Second
+
+	// floorLagMs and sweepMarginMs are the contract's generation clock
+	// margins: a created or restarted record's generation is at least the
+	// database's clock in milliseconds minus floorLagMs, and Sweep deletes a
+	// record only once its generation is below the clock minus
+	// sweepMarginMs.
+	floorLagMs    = 60_000
+	sweepMarginMs = 120_000
+	// sweepWait bounds the wait for the clock to pass a new record's
+	// generation by the sweep margin (about a minute).
+	sweepWait = 3 * time.Minute
 )
+
+// generationFloor is the least generation of a record created (or
+// restarted) at rec.CreatedAt, by the database's clock.
+func generationFloor(rec durable.Record) uint64 {
+	return uint64(rec.CreatedAt.UnixMilli() - floorLagMs)
+}
+
+// dbClock returns the database's clock when rec was read: ExpiresIn is
+// ExpiresAt minus that clock.
+func dbClock(rec durable.Record) time.Time { return rec.ExpiresAt.Add(-rec.ExpiresIn) }
+
+// sweepable reports whether the generation of rec is below the sweep margin
+// by the database's clock when rec was read.
+func sweepable(rec durable.Record) bool {
+	return int64(rec.Token.Generation) < dbClock(rec).UnixMilli()-sweepMarginMs
+}
+
+// waitSweepable polls until the database's clock passed the generation of
+// the record of ref by the sweep margin (about a minute after it was
+// created).
+func waitSweepable[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref) durable.Record {
+	t.Helper()
+	deadline := time.Now().Add(sweepWait)
+	for {
+		rec := mustGet(t, s, ref)
+		if sweepable(rec) {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for the clock to pass generation %d by the sweep margin (clock %v)", rec.Token.Generation, dbClock(rec))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
 
 func newScope() durable.Scope {
 	var b [8]byte
@@ -53,6 +98,9 @@ func sampleResult() durable.Result {
 			"Content-Type": {"application/json"},
 			"Location":     {"/orders/ord_1"},
 			"Set-Cookie":   {"a=1", "b=2"},
+			// obs-text (0x80-0xFF) is legal in a field value; it must be
+			// stored byte for byte (encoding/json would turn it into U+FFFD).
+			"Etag": {"W/\"\x80\xa0\xff\xfe\""},
 		},
 		Body:       []byte("{\"id\":\"ord_1\",\"bin\":\"\x00\xff\"}"),
 		Version:    3,
@@ -181,4 +229,11 @@ func checkState(t testing.TB, what string, rec durable.Record, want durable.Stat
 	if rec.State != want {
 		t.Fatalf("%s: state %q; want %q (record %+v)", what, rec.State, want, rec)
 	}
+}
+
+// longCtx bounds a test that waits for the sweep margin.
+func longCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), sweepWait+time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }

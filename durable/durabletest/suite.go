@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -28,8 +29,16 @@ import (
 // claimer blocked until commit; ErrUnavailable from an unreachable store;
 // ErrInvalidScope with nothing written; a lost COMMIT acknowledgement
 // resolved by reading; idempotent Complete; MarkUncertain, Adopt and
-// Pending; Renew; Stats; and, with h.Statements, one round trip per Claim
-// and Complete.
+// Pending; Renew; Stats; a full retention after a late finish and after a
+// takeover; response headers kept byte for byte; generations that rise
+// across Sweep (a clock floor for created records, a clock margin for
+// Sweep); a refused COMMIT reported as such, not as ErrUnavailable (with
+// h.BreakCommit); and, with h.Statements, one round trip per Claim and
+// Complete.
+//
+// The sweep and generation subtests wait for the database's clock to pass a
+// new record's generation by the sweep margin: about a minute, in parallel
+// with the rest.
 func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	if h.New == nil || h.Unreachable == nil {
 		t.Fatal("durabletest: Harness.New and Harness.Unreachable are required")
@@ -48,7 +57,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 		{"CompletingTwiceWithTheSameTokenSucceeds", c.completeTwice},
 		{"ReleaseFreesTheKeyAndFencesTheReleasedOwner", c.release},
 		{"RecordPastRetentionIsANewOperation", c.retentionRestart},
-		{"SweepDeletesOnlyFinishedExpiredRecordsInBatches", c.sweep},
+		{"SweepDeletesOnlyFinishedExpiredRecordsInBatchesAndGenerationsRiseAcrossIt", c.sweep},
 		{"TenantsAndOperationsNeverInteract", c.isolation},
 		{"ClaimAndCompleteInTheCallersTransaction", c.inTx},
 		{"ClaimTxBlocksAConcurrentClaimerUntilCommit", c.claimTxBlocks},
@@ -63,6 +72,10 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 		{"RenewExtendsOnlyTheOwnersLease", c.renew},
 		{"StatsCountRecordsByState", c.stats},
 		{"ClaimAndCompleteTakeOneRoundTripEach", c.roundTrips},
+		{"RecordFinishedAfterItsRetentionKeepsAFullRetention", c.finishAfterRetention},
+		{"TakeoverRaisesExpiryToAFullRetention", c.takeoverRetention},
+		{"HeadersAreStoredByteForByte", c.headersExact},
+		{"DefiniteCommitFailureIsNotReportedAsUnavailable", c.definiteCommitFailure},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,8 +140,8 @@ func (c *contract[TTx]) concurrentClaims(t *testing.T) {
 	rec := mustGet(t, s, mustRef(t, s, sc))
 	checkState(t, "after the race", rec, durable.Processing)
 	checkToken(t, "after the race", rec.Token, winner)
-	if rec.Takeovers != 0 || winner.Generation != 1 {
-		t.Fatalf("takeovers %d, generation %d; want 0 and 1", rec.Takeovers, winner.Generation)
+	if rec.Takeovers != 0 || winner.Generation < generationFloor(rec) {
+		t.Fatalf("takeovers %d, generation %d; want 0 and a fresh generation of at least %d", rec.Takeovers, winner.Generation, generationFloor(rec))
 	}
 }
 
@@ -192,12 +205,25 @@ func (c *contract[TTx]) takeover(t *testing.T) {
 }
 
 // 3. The database's generation is GREATEST(proposed, stored+1), and the
-// returned token is the database's.
+// returned token is the database's. A record created without a (high
+// enough) proposal starts at the clock floor: the database's clock in
+// milliseconds since the Unix epoch minus 60000, never above the clock.
 func (c *contract[TTx]) proposedGeneration(t *testing.T) {
 	s := c.h.New(t)
-	if g := mustAcquire(t, s, params(newScope(), fp1, long, long)).Generation; g != 1 {
-		t.Fatalf("fresh claim without a proposal: generation %d; want 1", g)
+	sc0 := newScope()
+	g0 := mustAcquire(t, s, params(sc0, fp1, long, long)).Generation
+	rec := mustGet(t, s, mustRef(t, s, sc0))
+	if g0 < generationFloor(rec) || g0 > uint64(rec.CreatedAt.UnixMilli()) {
+		t.Fatalf("fresh claim without a proposal at %v: generation %d; want between the clock floor %d and the clock %d",
+			rec.CreatedAt, g0, generationFloor(rec), rec.CreatedAt.UnixMilli())
 	}
+	low := params(newScope(), fp1, long, long)
+	low.Proposed = 10
+	g := mustAcquire(t, s, low).Generation
+	if rec := mustGet(t, s, mustRef(t, s, low.Scope)); g < generationFloor(rec) {
+		t.Fatalf("fresh claim proposing 10: generation %d; want at least the clock floor %d", g, generationFloor(rec))
+	}
+	base := g0 + 1_000_000 // a proposal far above the clock floor
 	sc := newScope()
 	ref := mustRef(t, s, sc)
 	step := func(proposed, want uint64, lease time.Duration) {
@@ -210,13 +236,13 @@ func (c *contract[TTx]) proposedGeneration(t *testing.T) {
 		}
 		checkToken(t, fmt.Sprintf("stored after proposing %d", proposed), mustGet(t, s, ref).Token, tok)
 	}
-	step(10, 10, short) // above nothing: the proposal
+	step(base+10, base+10, short) // above nothing: the proposal
 	waitLeaseExpired(t, s, ref)
-	step(3, 11, short) // below the stored one: stored+1
+	step(base+3, base+11, short) // below the stored one: stored+1
 	waitLeaseExpired(t, s, ref)
-	step(11, 12, short) // equal to the stored one: stored+1
+	step(base+11, base+12, short) // equal to the stored one: stored+1
 	waitLeaseExpired(t, s, ref)
-	step(100, 100, long) // above: the proposal
+	step(base+100, base+100, long) // above: the proposal
 }
 
 // 4. Same scope, different fingerprint: ErrMismatch while processing and
@@ -438,13 +464,19 @@ func (c *contract[TTx]) retentionRestart(t *testing.T) {
 }
 
 // 7b. Sweep deletes only finished (and released) records past retention, in
-// batches; Stats reports the processing and uncertain ones it leaves.
+// batches; Stats reports the processing and uncertain ones it leaves. A
+// record whose generation is not below the clock minus the sweep margin
+// stays until the clock passes it (about a minute after its creation), so
+// a scope claimed again after a sweep gets a higher generation than the
+// swept record had.
 func (c *contract[TTx]) sweep(t *testing.T) {
 	s := c.h.New(t)
-	ctx := ctxFor(t)
+	ctx := longCtx(t)
 	type rec struct {
 		ref   durable.Ref
 		state durable.State
+		sc    durable.Scope
+		tok   fence.Token
 	}
 	var gone, stuck, kept []rec
 	create := func(retention time.Duration, end func(ref durable.Ref, tok fence.Token) error, state durable.State) rec {
@@ -454,7 +486,7 @@ func (c *contract[TTx]) sweep(t *testing.T) {
 		if end != nil {
 			must(t, "finish", end(ref, tok))
 		}
-		return rec{ref, state}
+		return rec{ref, state, sc, tok}
 	}
 	complete := func(ref durable.Ref, tok fence.Token) error { return s.Complete(ctx, ref, tok, sampleResult()) }
 	for range 4 {
@@ -467,6 +499,25 @@ func (c *contract[TTx]) sweep(t *testing.T) {
 	kept = append(kept, create(long, complete, durable.Completed), create(long, complete, durable.Completed))
 	for _, r := range append(append([]rec{}, gone...), stuck...) {
 		waitRetentionPassed(t, s, r.ref)
+	}
+
+	// Past retention but created less than a minute ago: their generations
+	// are above the sweep margin, so Sweep holds them back.
+	for _, r := range gone {
+		if rec := mustGet(t, s, r.ref); sweepable(rec) {
+			t.Fatalf("a record created a moment ago is already below the sweep margin: %+v", rec)
+		}
+	}
+	n, err := s.Sweep(ctx, 100)
+	must(t, "Sweep within the generation margin", err)
+	if n != 0 {
+		t.Fatalf("Sweep deleted %d records whose generations are above the clock margin; want 0", n)
+	}
+	for _, r := range gone {
+		checkState(t, "held back by the generation margin", mustGet(t, s, r.ref), r.state)
+	}
+	for _, r := range gone {
+		waitSweepable(t, s, r.ref)
 	}
 
 	st, err := s.Stats(ctx)
@@ -497,6 +548,22 @@ func (c *contract[TTx]) sweep(t *testing.T) {
 		st.ByState[durable.Failed] != 0 || st.ByState[durable.Processing] != 2 || st.ByState[durable.Uncertain] != 1 || st.Released != 0 {
 		t.Fatalf("Stats after Sweep = %+v; want 0 unswept, 3 stuck, 2 completed, 2 processing, 1 uncertain", st)
 	}
+
+	// Generations rise for a scope across Sweep (issue 13, item 14): a swept
+	// scope claimed again gets a generation above the swept one, whatever
+	// is proposed (nothing, or the old generation, as a Redis that kept its
+	// counter would).
+	for i, r := range gone {
+		p := params(r.sc, fp2, long, long)
+		if i%2 == 1 {
+			p.Proposed = r.tok.Generation
+		}
+		res, err := s.Claim(ctx, p)
+		must(t, "claim of a swept scope", err)
+		if !res.Acquired || res.Takeover || res.Restarted || res.Token.Generation <= r.tok.Generation {
+			t.Fatalf("claim of a swept scope = %+v; want a fresh record above the swept generation %d", res, r.tok.Generation)
+		}
+	}
 }
 
 // 8. Two tenants, or two operations, with the same key never interact.
@@ -521,10 +588,13 @@ func (c *contract[TTx]) isolation(t *testing.T) {
 		if i%2 == 1 {
 			fp = fp2 // a different request under the same key: no mismatch across scopes
 		}
-		toks[i] = mustAcquire(t, s, params(sc, fp, long, long))
-		if toks[i].Generation != 1 {
-			t.Fatalf("scope %d: generation %d; want 1 (its own record)", i, toks[i].Generation)
+		p := params(sc, fp, long, long)
+		res, err := s.Claim(ctx, p)
+		must(t, fmt.Sprintf("claim of scope %d", i), err)
+		if !res.Acquired || res.Takeover || res.Restarted || res.Token.Owner != p.Owner {
+			t.Fatalf("scope %d: claim = %+v; want a fresh acquisition of its own record", i, res)
 		}
+		toks[i] = res.Token
 	}
 	if len(ids) != len(scopes) {
 		t.Fatal("two scopes share an operation identity")
@@ -730,8 +800,13 @@ func (c *contract[TTx]) claimTxRollback(t *testing.T) {
 		t.Fatal("the concurrent claim never returned after the rollback")
 	}
 	must(t, "concurrent claim", o.err)
-	if !o.res.Acquired || o.res.Token.Generation != 1 {
-		t.Fatalf("concurrent claim after the rollback = %+v; want a fresh acquisition at generation 1", o.res)
+	if !o.res.Acquired || o.res.Takeover || o.res.Restarted {
+		t.Fatalf("concurrent claim after the rollback = %+v; want a fresh acquisition (the rolled-back claim never existed)", o.res)
+	}
+	rec := mustGet(t, s, o.res.Ref)
+	checkToken(t, "after the rollback", rec.Token, o.res.Token)
+	if rec.Takeovers != 0 || rec.Fingerprint != fp2 || o.res.Token.Generation < generationFloor(rec) {
+		t.Fatalf("record after the rollback %+v; want the blocked claimer's fresh record", rec)
 	}
 }
 
@@ -1034,10 +1109,10 @@ func (c *contract[TTx]) adoptBusy(t *testing.T) {
 	a = mustAcquire(t, s, params(sc, fp1, short, long))
 	waitLeaseExpired(t, s, ref)
 	r := uuid.New()
-	adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: r, Proposed: 40, Lease: long})
+	adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: r, Proposed: a.Generation + 40, Lease: long})
 	must(t, "Adopt of an expired lease", err)
-	if adopted.Owner != r || adopted.Generation != 40 {
-		t.Fatalf("adopted %v; want owner %v at the proposed generation 40", adopted, r)
+	if adopted.Owner != r || adopted.Generation != a.Generation+40 {
+		t.Fatalf("adopted %v; want owner %v at the proposed generation %d", adopted, r, a.Generation+40)
 	}
 	rec := mustGet(t, s, ref)
 	checkState(t, "adopted processing record", rec, durable.Processing)
@@ -1056,6 +1131,10 @@ func (c *contract[TTx]) pending(t *testing.T) {
 		return mustRef(t, s, sc), mustAcquire(t, s, params(sc, fp1, lease, long))
 	}
 	stale, _ := mk(short)
+	// Pending orders by creation time: let the database's clock move past
+	// the stale record's creation (SQLite's has millisecond resolution).
+	staleRec := mustGet(t, s, stale)
+	waitRecord(t, s, stale, "the clock to move", func(r durable.Record) bool { return dbClock(r).After(staleRec.CreatedAt) })
 	free, freeTok := mk(long)
 	must(t, "MarkUncertain", s.MarkUncertain(ctx, free, freeTok))
 	live, _ := mk(long)
@@ -1196,4 +1275,213 @@ func (c *contract[TTx]) roundTrips(t *testing.T) {
 	count("Complete", func() { must(t, "Complete", s.Complete(ctx, ref, tok, sampleResult())) })
 	count("a replaying Claim", func() { mustNotAcquire(t, s, params(sc, fp1, long, long)) })
 	count("Get", func() { mustGet(t, s, ref) })
+}
+
+// 6 (issue 13). A record finished after its retention passed (a long
+// workflow, a reconciliation) keeps a full retention from its finish: it is
+// not already expired, and a retry of the same request replays it instead
+// of starting it again. Complete, Fail, their Tx forms and a completion by
+// an adopter all do.
+func (c *contract[TTx]) finishAfterRetention(t *testing.T) {
+	s := c.h.New(t)
+	ctx := ctxFor(t)
+	const retention = 1500 * time.Millisecond
+	type pending struct {
+		name   string
+		sc     durable.Scope
+		ref    durable.Ref
+		tok    fence.Token
+		state  durable.State
+		result durable.Result
+		finish func(ref durable.Ref, tok fence.Token) error
+	}
+	inTx := func(fn func(ctx context.Context, tx TTx) error) error { return s.InTx(ctx, fn) }
+	cases := []pending{
+		{name: "Complete", state: durable.Completed, result: sampleResult(),
+			finish: func(ref durable.Ref, tok fence.Token) error { return s.Complete(ctx, ref, tok, sampleResult()) }},
+		{name: "Fail", state: durable.Failed, result: rejection(),
+			finish: func(ref durable.Ref, tok fence.Token) error { return s.Fail(ctx, ref, tok, rejection()) }},
+		{name: "CompleteTx", state: durable.Completed, result: sampleResult(),
+			finish: func(ref durable.Ref, tok fence.Token) error {
+				return inTx(func(ctx context.Context, tx TTx) error { return s.CompleteTx(ctx, tx, ref, tok, sampleResult()) })
+			}},
+		{name: "FailTx", state: durable.Failed, result: rejection(),
+			finish: func(ref durable.Ref, tok fence.Token) error {
+				return inTx(func(ctx context.Context, tx TTx) error { return s.FailTx(ctx, tx, ref, tok, rejection()) })
+			}},
+		{name: "adopter's Complete", state: durable.Completed, result: sampleResult(),
+			finish: func(ref durable.Ref, tok fence.Token) error {
+				adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: long})
+				if err != nil {
+					return err
+				}
+				return s.Complete(ctx, ref, adopted, sampleResult())
+			}},
+	}
+	for i := range cases {
+		pc := &cases[i]
+		pc.sc = newScope()
+		pc.ref = mustRef(t, s, pc.sc)
+		pc.tok = mustAcquire(t, s, params(pc.sc, fp1, long, retention))
+		if strings.HasPrefix(pc.name, "adopter") {
+			must(t, "MarkUncertain", s.MarkUncertain(ctx, pc.ref, pc.tok))
+		}
+	}
+	for _, pc := range cases {
+		waitRetentionPassed(t, s, pc.ref)
+	}
+	for _, pc := range cases {
+		must(t, pc.name+" after the retention passed", pc.finish(pc.ref, pc.tok))
+		rec := mustGet(t, s, pc.ref)
+		checkState(t, pc.name, rec, pc.state)
+		if rec.Expired() || rec.ExpiresIn > retention || rec.ExpiresIn < retention-700*time.Millisecond {
+			t.Fatalf("%s after the retention passed: ExpiresIn %v; want about a full retention (%v) from the finish",
+				pc.name, rec.ExpiresIn, retention)
+		}
+		if got := rec.ExpiresAt.Sub(rec.CompletedAt); got < retention {
+			t.Fatalf("%s: expires %v after it finished; want at least the retention %v", pc.name, got, retention)
+		}
+		r := mustNotAcquire(t, s, params(pc.sc, fp1, long, retention))
+		checkState(t, pc.name+": a retry right after", r, pc.state)
+		if !equalResult(r.Result, pc.result) {
+			t.Fatalf("%s: a retry replayed %+v; want %+v", pc.name, r.Result, pc.result)
+		}
+		_, err := s.Claim(ctx, params(pc.sc, fp2, long, retention))
+		wantErr(t, pc.name+": another request with the key right after", err, durable.ErrMismatch)
+	}
+}
+
+// 7 (issue 13). A takeover after part of the retention elapsed gives the
+// record a full retention again (GREATEST(old expiry, now + retention)),
+// and keeps its creation time: it is the same operation.
+func (c *contract[TTx]) takeoverRetention(t *testing.T) {
+	s := c.h.New(t)
+	const retention = 3 * time.Second
+	sc := newScope()
+	ref := mustRef(t, s, sc)
+	mustAcquire(t, s, params(sc, fp1, short, retention))
+	before := waitRecord(t, s, ref, "half the retention to pass", func(r durable.Record) bool {
+		return r.LeaseRemaining <= 0 && r.ExpiresIn <= retention/2
+	})
+	res, err := s.Claim(ctxFor(t), params(sc, fp1, long, retention))
+	must(t, "takeover", err)
+	if !res.Acquired || !res.Takeover {
+		t.Fatalf("claim after the lease expired = %+v; want a takeover", res)
+	}
+	rec := mustGet(t, s, ref)
+	if rec.ExpiresIn > retention || rec.ExpiresIn < retention-800*time.Millisecond {
+		t.Fatalf("after a takeover %v into the retention: ExpiresIn %v; want about a full retention (%v)",
+			retention-before.ExpiresIn, rec.ExpiresIn, retention)
+	}
+	if !rec.CreatedAt.Equal(before.CreatedAt) {
+		t.Fatalf("takeover changed CreatedAt from %v to %v", before.CreatedAt, rec.CreatedAt)
+	}
+	// A takeover never shortens the expiry.
+	sc = newScope()
+	ref = mustRef(t, s, sc)
+	mustAcquire(t, s, params(sc, fp1, short, long))
+	waitLeaseExpired(t, s, ref)
+	mustAcquire(t, s, params(sc, fp1, long, retention))
+	if rec := mustGet(t, s, ref); rec.ExpiresIn < long-time.Minute {
+		t.Fatalf("a takeover with a shorter retention cut ExpiresIn to %v; want the longer one kept", rec.ExpiresIn)
+	}
+}
+
+// 12 (issue 13). Response headers are stored byte for byte: obs-text bytes
+// 0x80-0xFF in values (an ETag, say) and names round-trip exactly, so a
+// repeated Complete with the same result succeeds, and one that differs in
+// a single such byte is another write (fenced).
+func (c *contract[TTx]) headersExact(t *testing.T) {
+	s := c.h.New(t)
+	ctx := ctxFor(t)
+	high := make([]byte, 0, 128)
+	for b := 0x80; b <= 0xff; b++ {
+		high = append(high, byte(b))
+	}
+	res := durable.Result{
+		StatusCode: 200,
+		Headers: map[string][]string{
+			"Etag":          {"\"\x80\xff\""},
+			"X-Obs-Text":    {string(high), "tail \xe9t\xe9"},
+			"X-Many":        {"a", "", "\xc3\xa9", "\xe2\x82"},
+			"X-Empty":       {},
+			"\xfe\xff-Name": {"raw name"},
+		},
+		Body:    []byte("ok"),
+		Version: 2,
+	}
+	sc := newScope()
+	ref := mustRef(t, s, sc)
+	a := mustAcquire(t, s, params(sc, fp1, long, long))
+	must(t, "Complete", s.Complete(ctx, ref, a, res))
+	for what, rec := range map[string]durable.Record{"Get": mustGet(t, s, ref), "a replaying Claim": mustNotAcquire(t, s, params(sc, fp1, long, long))} {
+		if !equalResult(rec.Result, res) {
+			t.Fatalf("%s: headers %q; want exactly %q", what, rec.Result.Headers, res.Headers)
+		}
+	}
+	must(t, "Complete again with the same result", s.Complete(ctx, ref, a, res))
+	must(t, "CompleteTx again with the same result", s.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		return s.CompleteTx(ctx, tx, ref, a, res)
+	}))
+	other := res
+	other.Headers = maps.Clone(res.Headers)
+	other.Headers["Etag"] = []string{"\"\x81\xff\""} // one byte apart: alike after a lossy encoding
+	wantErr(t, "Complete again with an ETag one byte apart", s.Complete(ctx, ref, a, other), durable.ErrFenced)
+	if rec := mustGet(t, s, ref); !equalResult(rec.Result, res) {
+		t.Fatalf("stored headers changed to %q", rec.Result.Headers)
+	}
+
+	// Failed records keep theirs the same way.
+	sc = newScope()
+	ref = mustRef(t, s, sc)
+	a = mustAcquire(t, s, params(sc, fp1, long, long))
+	must(t, "Fail", s.Fail(ctx, ref, a, res))
+	must(t, "Fail again with the same result", s.Fail(ctx, ref, a, res))
+	if rec := mustGet(t, s, ref); !equalResult(rec.Result, res) {
+		t.Fatalf("failed record headers %q; want exactly %q", rec.Result.Headers, res.Headers)
+	}
+}
+
+// 11b (issue 13). A COMMIT the database refused (a deferred constraint
+// violated, a serialization failure) rolled the transaction back: InTx
+// returns that definite error, not ErrUnavailable ("outcome unknown"), and
+// the store keeps working.
+func (c *contract[TTx]) definiteCommitFailure(t *testing.T) {
+	if c.h.BreakCommit == nil {
+		t.Log("Harness.BreakCommit is nil: a definite COMMIT failure is not forced for this backend")
+		return
+	}
+	s := c.h.New(t)
+	ctx := ctxFor(t)
+	sc := newScope()
+	ref := mustRef(t, s, sc)
+	err := s.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		res, err := s.ClaimTx(ctx, tx, params(sc, fp1, long, long))
+		if err != nil {
+			return err
+		}
+		if err := s.CompleteTx(ctx, tx, ref, res.Token, sampleResult()); err != nil {
+			return err
+		}
+		return c.h.BreakCommit(ctx, tx)
+	})
+	if err == nil || errors.Is(err, durable.ErrUnavailable) {
+		t.Fatalf("InTx whose COMMIT the database refused = %v; want its definite error, not ErrUnavailable", err)
+	}
+	mustNotFound(t, s, ref)
+	// Nothing of the refused transaction lingers on any connection.
+	for i := range 4 {
+		sc := newScope()
+		ref := mustRef(t, s, sc)
+		must(t, fmt.Sprintf("InTx #%d after the refused COMMIT", i), s.InTx(ctx, func(ctx context.Context, tx TTx) error {
+			res, err := s.ClaimTx(ctx, tx, params(sc, fp1, long, long))
+			if err != nil {
+				return err
+			}
+			return s.CompleteTx(ctx, tx, ref, res.Token, sampleResult())
+		}))
+		checkState(t, "after the refused COMMIT", mustGet(t, s, ref), durable.Completed)
+	}
+	a := mustAcquire(t, s, params(sc, fp1, long, long))
+	must(t, "Complete", s.Complete(ctx, ref, a, sampleResult()))
 }

@@ -25,9 +25,12 @@ import (
 //   - [durable.ErrUnavailable] when the database cannot be reached. When the
 //     connection was lost after the claim was sent, Claim re-reads the
 //     record and reports the truth instead (acquired if the row is held by
-//     p.Owner), so an ambiguous claim is resolved, not guessed; only if that
-//     read fails too is the outcome unknown (then a row held by p.Owner may
-//     exist, and its lease expires).
+//     p.Owner), so an ambiguous claim is resolved, not guessed. That read
+//     runs on a context detached from ctx and bounded to 5 s: a caller whose
+//     ctx was cancelled mid-claim still learns that it holds the key (and
+//     should release or complete it). Only if that read fails too is the
+//     outcome unknown (then a row held by p.Owner may exist, and its lease
+//     expires).
 //
 // It takes one round trip, two when the conflicting row was committed after
 // the statement started (the row is then read again). ctx bounds the round
@@ -110,7 +113,12 @@ func classify(res durable.ClaimResult, rec durable.Record, fingerprint string) (
 // resolveClaim learns the outcome of a claim whose connection was lost after
 // it was sent.
 func (s *Store) resolveClaim(ctx context.Context, p durable.ClaimParams, res durable.ClaimResult, cause error) (durable.ClaimResult, error) {
-	rec, err := s.get(ctx, s.pool, res.Ref)
+	// Detached: a caller whose context was cancelled (the likely reason the
+	// reply was lost) still learns whether it holds the key, instead of
+	// leaving a claim of its owner to block the key for a lease.
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	rec, err := s.get(rctx, s.pool, res.Ref)
 	if err != nil {
 		return res, unavailable("claim (outcome unknown)", cause)
 	}

@@ -165,6 +165,16 @@ func harness(o fixtureOpts) durabletest.Harness[pgx.Tx] {
 			f := newFixture(t, po)
 			return f.s, func() { f.proxy.arm(cutCommit) }
 		},
+		// A unique constraint checked at COMMIT, on a temporary table of the
+		// caller's, violated by two rows.
+		BreakCommit: func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS durabletest_orders (id integer,
+				CONSTRAINT durabletest_orders_id_key UNIQUE (id) DEFERRABLE INITIALLY DEFERRED) ON COMMIT DROP`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO durabletest_orders VALUES (1), (1)`)
+			return err
+		},
 		Statements:  func(s durable.Store[pgx.Tx]) int64 { return fixtureOf(s).stmts.n.Load() },
 		LockWaiters: func(s durable.Store[pgx.Tx]) int { return fixtureOf(s).lockWaiters() },
 	}
@@ -173,6 +183,7 @@ func harness(o fixtureOpts) durabletest.Harness[pgx.Tx] {
 // TestContract runs the contract suite on a pool set up with ConfigurePool,
 // the recommended way.
 func TestContract(t *testing.T) {
+	t.Parallel()
 	durabletest.Run(t, harness(fixtureOpts{}))
 }
 
@@ -180,6 +191,7 @@ func TestContract(t *testing.T) {
 // store then bounds its lock waits per statement), with a schema-qualified
 // table of another name and a key secret.
 func TestContractUnconfiguredPool(t *testing.T) {
+	t.Parallel()
 	durabletest.Run(t, harness(fixtureOpts{
 		unconfigured: true,
 		qualified:    true,

@@ -1,6 +1,33 @@
 package postgres
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
+
+// Generations stay monotonic per scope across Sweep through a floor taken
+// from the database's clock, in whole milliseconds since the Unix epoch
+// (clockMs below):
+//
+//   - an acquisition that creates or restarts a record (a fresh insert, the
+//     restart of a released record or of one past retention) gets
+//     GREATEST(proposed, stored+1 when the row exists, clockMs - generationFloorLagMs);
+//   - Sweep deletes a record only once its generation < clockMs -
+//     sweepGenerationMarginMs.
+//
+// A claim statement that starts at T can then reuse a deleted generation g
+// only if clockMs(T) - 60000 <= g < clockMs(sweep) - 120000, i.e. if it
+// started more than 60 s before the sweep and was still waiting: lock_timeout
+// bounds that far below 60 s. The database server's clock must not step back
+// by more than about a minute (see the package documentation).
+const (
+	generationFloorLagMs    = 60_000
+	sweepGenerationMarginMs = 120_000
+)
+
+// clockMs is the database's clock in whole milliseconds since the Unix epoch;
+// %C is replaced by a timestamptz expression.
+const clockMs = `floor(EXTRACT(EPOCH FROM %C) * 1000)::bigint`
 
 // The statements of a store, with the table name filled in by New. Every
 // time is taken from the database's clock (clock_timestamp(), which, unlike
@@ -14,7 +41,7 @@ type queries struct {
 // per statement. Scanned by scanRecord.
 const recCols = `r.tenant_id, r.operation, r.key_hash, r.request_hash, r.state::text, r.generation, r.owner_token,
 	COALESCE(GREATEST(0, (EXTRACT(EPOCH FROM (r.lease_expires_at - n.now)) * 1000000)::bigint), 0) AS lease_us,
-	r.status_code, r.response_headers, r.response_body, r.response_version, r.resource_id, r.takeovers,
+	r.status_code, r.response_headers, r.response_headers_bin, r.response_body, r.response_version, r.resource_id, r.takeovers,
 	r.created_at, r.completed_at, r.expires_at,
 	(EXTRACT(EPOCH FROM (r.expires_at - n.now)) * 1000000)::bigint AS expires_us`
 
@@ -24,7 +51,12 @@ const recCols = `r.tenant_id, r.operation, r.key_hash, r.request_hash, r.state::
 //
 //   - ins inserts the record, or takes it over when the rule allows
 //     (EXCLUDED.created_at is the statement's clock). A takeover keeps
-//     created_at, so "ins.created_at <> c.now" tells a takeover apart.
+//     created_at, so "ins.created_at <> c.now" tells a takeover apart. Its
+//     generation is GREATEST($5, stored+1) for a takeover of an expired
+//     lease, and GREATEST($5, stored+1, the clock floor) for a fresh insert
+//     or a restart (EXCLUDED.generation carries $5 and the floor). Its
+//     retention_us is the claim's; a takeover keeps the longer of the two,
+//     as it keeps the later expires_at.
 //   - old tells a restart from a fresh insert (the statement's snapshot).
 //   - cur returns the existing record when nothing was written. FOR SHARE
 //     makes it the latest committed version (the one ON CONFLICT decided
@@ -35,12 +67,16 @@ const recCols = `r.tenant_id, r.operation, r.key_hash, r.request_hash, r.state::
 const claimSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 ins AS (
 	INSERT INTO %T AS t (tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
-		lease_expires_at, takeovers, created_at, expires_at)
-	VALUES ($1::text, $2::text, $3::bytea, $4::text, 'processing', GREATEST($5::bigint, 1), $6::uuid,
+		lease_expires_at, takeovers, created_at, expires_at, retention_us)
+	VALUES ($1::text, $2::text, $3::bytea, $4::text, 'processing',
+		GREATEST($5::bigint, 1, %FLOOR), $6::uuid,
 		(SELECT now FROM c) + $7::bigint * interval '1 microsecond', 0, (SELECT now FROM c),
-		(SELECT now FROM c) + $8::bigint * interval '1 microsecond')
+		(SELECT now FROM c) + $8::bigint * interval '1 microsecond', $8::bigint)
 	ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
-		generation = GREATEST(EXCLUDED.generation, t.generation + 1),
+		generation = CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL
+			THEN GREATEST($5::bigint, t.generation + 1) ELSE GREATEST(EXCLUDED.generation, t.generation + 1) END,
+		retention_us = CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL
+			THEN GREATEST(t.retention_us, EXCLUDED.retention_us) ELSE EXCLUDED.retention_us END,
 		owner_token = EXCLUDED.owner_token,
 		lease_expires_at = EXCLUDED.lease_expires_at,
 		takeovers = t.takeovers + CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL THEN 1 ELSE 0 END,
@@ -49,8 +85,8 @@ ins AS (
 			THEN GREATEST(t.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
 		request_hash = EXCLUDED.request_hash,
 		state = 'processing',
-		status_code = NULL, response_headers = NULL, response_body = NULL, response_version = NULL,
-		resource_id = NULL, completed_at = NULL
+		status_code = NULL, response_headers = NULL, response_headers_bin = NULL, response_body = NULL,
+		response_version = NULL, resource_id = NULL, completed_at = NULL
 	WHERE (t.state = 'processing' AND t.owner_token IS NOT NULL AND t.lease_expires_at <= EXCLUDED.created_at
 			AND t.request_hash = EXCLUDED.request_hash)
 		OR (t.state = 'processing' AND t.owner_token IS NULL)
@@ -77,11 +113,18 @@ WHERE r.tenant_id = $1::text AND r.operation = $2::text AND r.key_hash = $3::byt
 const fenceWhere = `WHERE tenant_id = $1::text AND operation = $2::text AND key_hash = $3::bytea
 	AND generation = $4::bigint AND owner_token = $5::uuid`
 
-// finishSQL completes or fails (%S is the state): $6 status, $7 headers,
-// $8 body, $9 version, $10 resource id.
-const finishSQL = `UPDATE %T SET state = '%S', status_code = $6::integer, response_headers = $7::jsonb,
+// finishSQL completes or fails (%S is the state): $6 status, $7 headers
+// (the lossy jsonb copy), $8 body, $9 version, $10 resource id, $11 headers
+// byte for byte. The record keeps a full retention after it finished:
+// expires_at = GREATEST(expires_at, now + retention), with a row written by
+// the previous version (no retention_us) read as expires_at - created_at.
+const finishSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+UPDATE %T SET state = '%S', status_code = $6::integer, response_headers = $7::jsonb,
+	response_headers_bin = $11::bytea,
 	response_body = $8::bytea, response_version = $9::integer, resource_id = $10::text,
-	completed_at = clock_timestamp(), lease_expires_at = NULL
+	completed_at = (SELECT now FROM c), lease_expires_at = NULL,
+	expires_at = GREATEST(expires_at, (SELECT now FROM c)
+		+ COALESCE(retention_us * interval '1 microsecond', expires_at - created_at))
 ` + fenceWhere + ` AND state IN ('processing', 'uncertain')`
 
 const markUncertainSQL = `UPDATE %T SET state = 'uncertain', lease_expires_at = NULL
@@ -121,12 +164,15 @@ WHERE r.state IN ('processing', 'uncertain')
 ORDER BY r.created_at
 LIMIT $2::integer`
 
-// sweepSQL deletes at most $1 finished or released records past retention,
-// skipping rows locked by a concurrent claim.
-const sweepSQL = `WITH v AS (
+// sweepSQL deletes at most $1 finished or released records past retention
+// whose generation is below the sweep margin, skipping rows locked by a
+// concurrent claim.
+const sweepSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
+v AS (
 	SELECT tenant_id, operation, key_hash FROM %T
 	WHERE (state IN ('completed', 'failed') OR (state = 'processing' AND owner_token IS NULL))
-		AND expires_at <= clock_timestamp()
+		AND expires_at <= (SELECT now FROM c)
+		AND generation < %SWEEPMAX
 	ORDER BY expires_at
 	LIMIT $1::integer
 	FOR UPDATE SKIP LOCKED
@@ -155,8 +201,11 @@ FROM %T`
 const setLockTimeoutSQL = `SELECT set_config('lock_timeout', $1::text, true)`
 
 func buildQueries(table string) queries {
+	clock := func(at string) string { return strings.ReplaceAll(clockMs, "%C", at) }
+	floor := "(" + clock("(SELECT now FROM c)") + " - " + strconv.Itoa(generationFloorLagMs) + ")"
+	sweepMax := "(" + clock("(SELECT now FROM c)") + " - " + strconv.Itoa(sweepGenerationMarginMs) + ")"
 	f := func(q, state string) string {
-		return strings.NewReplacer("%T", table, "%S", state).Replace(q)
+		return strings.NewReplacer("%SWEEPMAX", sweepMax, "%FLOOR", floor, "%T", table, "%S", state).Replace(q)
 	}
 	return queries{
 		claim:         f(claimSQL, ""),

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/internal/headers"
 )
 
 var _ durable.Store[pgx.Tx] = (*Store)(nil)
@@ -164,7 +163,8 @@ type rawRecord struct {
 	owner             pgtype.UUID
 	leaseUs           *int64
 	status            *int32
-	headers, body     []byte
+	headers           []byte // jsonb: the lossy copy, read only without headersBin
+	headersBin, body  []byte
 	version           *int32
 	resourceID        *string
 	takeovers         *int32
@@ -176,7 +176,7 @@ type rawRecord struct {
 
 func (r *rawRecord) targets() []any {
 	return []any{&r.tenant, &r.operation, &r.keyHash, &r.fingerprint, &r.state, &r.generation, &r.owner,
-		&r.leaseUs, &r.status, &r.headers, &r.body, &r.version, &r.resourceID, &r.takeovers,
+		&r.leaseUs, &r.status, &r.headers, &r.headersBin, &r.body, &r.version, &r.resourceID, &r.takeovers,
 		&r.created, &r.completed, &r.expires, &r.expiresUs}
 }
 
@@ -218,7 +218,15 @@ func (r *rawRecord) record() (durable.Record, error) {
 		if res.Body == nil {
 			res.Body = []byte{}
 		}
-		if r.headers != nil {
+		switch {
+		case r.headersBin != nil:
+			h, err := headers.Decode(r.headersBin)
+			if err != nil {
+				return rec, fmt.Errorf("durable/postgres: corrupt record: headers: %w", err)
+			}
+			res.Headers = h
+		case r.headers != nil:
+			// Finished by an instance of the version before migration 002.
 			if err := json.Unmarshal(r.headers, &res.Headers); err != nil {
 				return rec, fmt.Errorf("durable/postgres: corrupt record: headers: %w", err)
 			}
@@ -329,10 +337,19 @@ func (s *Store) Stats(ctx context.Context) (durable.Stats, error) {
 // idle_in_transaction_session_timeout are the store's (SET LOCAL, sent with
 // BEGIN in one round trip). It commits when fn returns nil, and rolls back
 // when fn returns an error (returned as it is) or panics (the panic goes
-// on). A failed BEGIN is translated like any statement; a failed COMMIT is
-// returned wrapped in [durable.ErrUnavailable] because its outcome may be
-// unknown (the acknowledgement can be lost after the server committed):
-// re-read with [Store.Get] to learn it.
+// on). A failed BEGIN is translated like any statement. A failed COMMIT is
+// told apart:
+//
+//   - refused by the server (an ERROR such as a deferred constraint
+//     violation or a serialization failure, or a transaction that had
+//     already failed): nothing was committed. The error is returned
+//     wrapping the *pgconn.PgError (or pgx.ErrTxCommitRollback), not
+//     [durable.ErrUnavailable], so the caller does not wait for an outcome
+//     that is known.
+//   - its reply lost or missing (a network error, a timeout, a closed
+//     connection, a FATAL answer): the outcome is unknown, since the server
+//     may have committed. It is returned wrapped in [durable.ErrUnavailable]:
+//     re-read with [Store.Get] to learn it.
 //
 // READ COMMITTED is what makes a concurrent claimer wait on the row and then
 // see the committed outcome; under REPEATABLE READ it would fail instead.
@@ -355,39 +372,68 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	}
 	done = true
 	if err := tx.Commit(ctx); err != nil {
+		if commitRefused(err) {
+			return fmt.Errorf("durable/postgres: commit refused, transaction rolled back: %w", err)
+		}
 		return unavailable("commit (outcome unknown: re-read)", err)
 	}
 	return nil
 }
 
-func encodeResult(res durable.Result) (headers []byte, body []byte, err error) {
+// commitRefused reports whether a failed COMMIT definitely did not commit:
+// the server answered it with an ERROR (a deferred constraint violated, a
+// serialization failure: the transaction rolled back), or with ROLLBACK (an
+// earlier statement had failed). A lost or missing reply (a network error, a
+// timeout, a closed connection) is ambiguous, and so is a FATAL or PANIC
+// answer: a backend ended while waiting for synchronous replication, for
+// one, reports FATAL after it committed locally.
+func commitRefused(err error) bool {
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" {
+		severity = pgErr.Severity
+	}
+	return severity == "ERROR"
+}
+
+// encodeResult returns the stored forms of res: its headers byte for byte
+// (bin, nil when there are none), their lossy jsonb copy (jsonHeaders, for an
+// instance of the previous version), and its body (never nil).
+func encodeResult(res durable.Result) (bin, jsonHeaders, body []byte, err error) {
 	if res.StatusCode < math.MinInt32 || res.StatusCode > math.MaxInt32 {
-		return nil, nil, &durable.ScopeError{Field: "status_code", Reason: "out of range"}
+		return nil, nil, nil, &durable.ScopeError{Field: "status_code", Reason: "out of range"}
 	}
 	if res.Version < math.MinInt32 || res.Version > math.MaxInt32 {
-		return nil, nil, &durable.ScopeError{Field: "version", Reason: "out of range"}
+		return nil, nil, nil, &durable.ScopeError{Field: "version", Reason: "out of range"}
 	}
 	if len(res.Headers) > 0 {
-		if headers, err = json.Marshal(res.Headers); err != nil {
-			return nil, nil, &durable.ScopeError{Field: "headers", Reason: err.Error()}
+		if jsonHeaders, err = json.Marshal(res.Headers); err != nil {
+			return nil, nil, nil, &durable.ScopeError{Field: "headers", Reason: err.Error()}
 		}
 	}
 	body = res.Body
 	if body == nil {
 		body = []byte{}
 	}
-	return headers, body, nil
+	return headers.Encode(res.Headers), jsonHeaders, body, nil
 }
 
 // sameResult reports whether a stored result is the one a caller completes
-// with again (nil and empty headers, values and bodies are alike).
+// with again (nil and empty headers, values and bodies are alike). Headers
+// are compared in their stored, byte-for-byte encoding.
 func sameResult(stored *durable.Result, res durable.Result) bool {
 	if stored == nil {
 		return false
 	}
 	return stored.StatusCode == res.StatusCode && stored.Version == res.Version &&
 		stored.ResourceID == res.ResourceID && bytes.Equal(stored.Body, res.Body) &&
-		maps.EqualFunc(stored.Headers, res.Headers, slices.Equal[[]string])
+		bytes.Equal(headers.Encode(stored.Headers), headers.Encode(res.Headers))
 }
 
 func fencedErr(op string) error { return fmt.Errorf("durable/postgres: %s: %w", op, durable.ErrFenced) }

@@ -22,17 +22,21 @@ type fencedWrite struct {
 	// applied reports whether rec shows this write in effect for tok: a
 	// repeated write, or one whose acknowledgement was lost, then succeeds.
 	applied func(rec durable.Record) bool
+	// notApplied reports whether rec, read after a lost reply and still at
+	// tok's generation (held by tok, or released at it), proves that this
+	// write did not apply: no sequence of writes after it could have led
+	// to rec.
+	notApplied func(rec durable.Record) bool
 }
 
 // run executes w and resolves every outcome to the truth:
 //
 //   - one row updated: success;
-//   - zero rows: the record is read; if it shows the write already in
-//     effect for tok, success (the same write repeated), else ErrFenced;
+//   - zero rows: the write did not apply now. The record is read; if it
+//     shows the write already in effect for tok, success (the same write
+//     repeated), else ErrFenced;
 //   - a failure that may have applied (connection lost after sending, on the
-//     pool): the record is re-read; in effect: success; still held by tok and
-//     unfinished: ErrUnavailable (not in effect; retry); anything
-//     else: ErrFenced. If the re-read fails too: ErrUnavailable.
+//     pool): the record is re-read (see resolve).
 func (s *Store) run(ctx context.Context, q querier, ref durable.Ref, tok fence.Token, w fencedWrite) error {
 	n, err := s.exec(ctx, q, w.sql, w.args)
 	switch {
@@ -53,16 +57,56 @@ func (s *Store) run(ctx context.Context, q querier, ref durable.Ref, tok fence.T
 	case !s.onPool(q) || !isAmbiguous(err):
 		return translate(w.op, err)
 	}
-	rec, gerr := s.get(ctx, s.pool, ref)
+	return s.resolve(ctx, ref, tok, w, err)
+}
+
+// resolve learns the outcome of w, whose reply was lost (cause), by
+// re-reading the record on a context detached from the caller's (the
+// caller's may be what cut the reply). ErrFenced means "this write did not
+// apply", so it is returned only when the record proves that:
+//
+//   - in effect for tok (w.applied): success;
+//   - tok can never have held the record: its generation is below tok's,
+//     or equal with another owner (the store issues a generation once per
+//     record): ErrFenced;
+//   - at tok's generation and w.notApplied: still held by tok and
+//     unfinished, ErrUnavailable (the write did not apply; retry it);
+//     otherwise ErrFenced;
+//   - anything else (a newer owner, the record gone, a state the write may
+//     have led to): the write may have applied and been followed by other
+//     writes (a Release then a new claim, a MarkUncertain then an
+//     adoption), so the outcome is unknown: ErrUnavailable.
+func (s *Store) resolve(ctx context.Context, ref durable.Ref, tok fence.Token, w fencedWrite, cause error) error {
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	rec, gerr := s.get(rctx, s.pool, ref)
+	if gerr != nil {
+		return unavailable(w.op+" (outcome unknown: its reply was lost and the record could not be read)", cause)
+	}
+	g := rec.Token.Generation
 	switch {
-	case gerr == nil && w.applied(rec):
+	case w.applied(rec):
 		return nil
-	case gerr == nil && rec.Token.Equal(tok) && !rec.State.Finished():
-		return unavailable(w.op+" (not in effect after a lost reply; retry)", err)
-	case gerr == nil || errors.Is(gerr, durable.ErrNotFound):
+	case g < tok.Generation, g == tok.Generation && !rec.Released && rec.Token.Owner != tok.Owner:
+		return fencedErr(w.op)
+	case g == tok.Generation && w.notApplied(rec):
+		if rec.Token.Equal(tok) && !rec.State.Finished() {
+			return unavailable(w.op+" (not in effect after a lost reply; retry)", cause)
+		}
 		return fencedErr(w.op)
 	}
-	return unavailable(w.op+" (outcome unknown)", err)
+	return unavailable(w.op+" (outcome unknown: its reply was lost and the record moved on since)", cause)
+}
+
+// resolveTimeout bounds a re-read that resolves an ambiguous outcome.
+const resolveTimeout = 5 * time.Second
+
+// detached returns a context for the re-read that resolves an ambiguous
+// outcome: not cancelled with ctx (a client that went away must not leave a
+// claim unresolved, blocking the key for a lease), bounded by
+// resolveTimeout, as the rollback and commit paths of InTx are.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
 }
 
 func fenceArgs(ref durable.Ref, tok fence.Token, more ...any) []any {
@@ -70,7 +114,7 @@ func fenceArgs(ref durable.Ref, tok fence.Token, more ...any) []any {
 }
 
 func (s *Store) finish(ctx context.Context, q querier, op string, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	headers, body, err := encodeResult(res)
+	bin, jsonHeaders, body, err := encodeResult(res)
 	if err != nil {
 		return fmt.Errorf("durable/postgres: %s: %w", op, err)
 	}
@@ -81,10 +125,14 @@ func (s *Store) finish(ctx context.Context, q querier, op string, state durable.
 	return s.run(ctx, q, ref, tok, fencedWrite{
 		op:   op,
 		sql:  sql,
-		args: fenceArgs(ref, tok, res.StatusCode, headers, body, res.Version, res.ResourceID),
+		args: fenceArgs(ref, tok, res.StatusCode, jsonHeaders, body, res.Version, res.ResourceID, bin),
 		applied: func(rec durable.Record) bool {
 			return rec.State == state && rec.Token.Equal(tok) && sameResult(rec.Result, res)
 		},
+		// At tok's generation a finish is final: unfinished under tok, or
+		// finished otherwise, or released (a finished record is never
+		// released), the write did not apply.
+		notApplied: func(durable.Record) bool { return true },
 	})
 }
 
@@ -133,6 +181,10 @@ func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.To
 		applied: func(rec durable.Record) bool {
 			return rec.State == durable.Uncertain && rec.Token.Equal(tok)
 		},
+		// Processing under tok, or released (only a processing record is
+		// released): not marked. Finished under tok: it may have been
+		// marked, then completed by tok.
+		notApplied: func(rec durable.Record) bool { return !rec.State.Finished() },
 	})
 }
 
@@ -147,10 +199,11 @@ func (s *Store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lea
 		return fmt.Errorf("durable/postgres: renew: %w", &durable.ScopeError{Field: "lease", Reason: "shorter than 1ms"})
 	}
 	return s.run(ctx, s.pool, ref, tok, fencedWrite{
-		op:      "renew",
-		sql:     s.q.renew,
-		args:    fenceArgs(ref, tok, lease.Microseconds()),
-		applied: func(durable.Record) bool { return false }, // a renewal is repeated, not inferred
+		op:         "renew",
+		sql:        s.q.renew,
+		args:       fenceArgs(ref, tok, lease.Microseconds()),
+		applied:    func(durable.Record) bool { return false }, // a renewal is repeated, not inferred
+		notApplied: func(durable.Record) bool { return false },
 	})
 }
 
@@ -181,6 +234,10 @@ func (s *Store) release(ctx context.Context, q querier, ref durable.Ref, tok fen
 			// released row at tok's generation was released by tok.
 			return rec.Released && rec.Token.Generation == tok.Generation
 		},
+		// Still owned by tok (processing, uncertain or finished): a
+		// released record never gets its owner back at the same
+		// generation.
+		notApplied: func(rec durable.Record) bool { return !rec.Released },
 	})
 }
 
@@ -209,7 +266,10 @@ func (s *Store) Adopt(ctx context.Context, p durable.AdoptParams) (fence.Token, 
 	args := append(refArgs(p.Ref), int64(p.Proposed), pgUUID(p.Owner), p.Lease.Microseconds())
 	if err := s.queryRow(ctx, s.pool, s.q.adopt, args, &gen, &exist); err != nil {
 		if isAmbiguous(err) {
-			if rec, gerr := s.get(ctx, s.pool, p.Ref); gerr == nil && rec.Token.Owner == p.Owner && !rec.Released {
+			rctx, cancel := detached(ctx)
+			rec, gerr := s.get(rctx, s.pool, p.Ref)
+			cancel()
+			if gerr == nil && rec.Token.Owner == p.Owner && !rec.Released {
 				return rec.Token, nil
 			}
 		}

@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"context"
 	"database/sql"
 	"path/filepath"
 	"testing"
@@ -11,6 +12,7 @@ import (
 )
 
 func TestContract(t *testing.T) {
+	t.Parallel()
 	durabletest.Run(t, durabletest.Harness[*sql.Tx]{
 		New: func(t testing.TB) durable.Store[*sql.Tx] { return open(t) },
 		// A store on a closed *sql.DB: every call fails to reach it.
@@ -33,5 +35,14 @@ func TestContract(t *testing.T) {
 		// BenchmarkClaimComplete reports the counts as stmts/op.
 		Statements:  nil,
 		LockWaiters: func(s durable.Store[*sql.Tx]) int { return s.(*sqlite.Store).WriteWaiters() },
+		// A foreign key checked at COMMIT (foreign_keys is on), violated by
+		// a row of the caller's own table.
+		BreakCommit: func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS durabletest_customers (id INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS durabletest_orders (customer INTEGER
+	REFERENCES durabletest_customers (id) DEFERRABLE INITIALLY DEFERRED);
+INSERT INTO durabletest_orders VALUES (42)`)
+			return err
+		},
 	})
 }

@@ -65,9 +65,10 @@ func Example() {
 	}
 
 	first := placeOrder()
-	fmt.Println("first: acquired", first.Acquired, "generation", first.Token.Generation)
+	fmt.Println("first: acquired", first.Acquired)
 	retry := placeOrder()
 	fmt.Println("retry: acquired", retry.Acquired, "replays", retry.Record.Result.StatusCode, string(retry.Record.Result.Body))
+	fmt.Println("retry: under the first token", retry.Record.Token.Equal(first.Token))
 
 	var orders int
 	if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
@@ -75,7 +76,8 @@ func Example() {
 	}
 	fmt.Println("orders:", orders)
 	// Output:
-	// first: acquired true generation 1
+	// first: acquired true
 	// retry: acquired false replays 201 {"id":"ord_1"}
+	// retry: under the first token true
 	// orders: 1
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -25,27 +26,64 @@ func Migrations() fs.FS {
 	return sub
 }
 
-// Migrate creates the table and its indexes if they do not exist, by running
-// every embedded up migration in order in one write transaction (SQLite DDL
-// is transactional: all or nothing). It is idempotent and safe to call
-// from several goroutines or processes at once. ctx bounds it.
+// migrationTable records, per store table, the migration versions
+// [Store.Migrate] applied, so that each runs once (a SQLite ALTER TABLE
+// cannot be written to run twice).
+const migrationTable = "oncekey_migration"
+
+// Migrate brings the table and its indexes to the latest version by running
+// every embedded up migration not applied yet, in order, in one write
+// transaction (SQLite DDL is transactional: all or nothing). It records the
+// versions it applied in table oncekey_migration, keyed by the store's table
+// name. A database migrated by an earlier release (which did not record
+// versions) is brought up to date: migration 001 is idempotent and runs again
+// as a no-op. It is safe to call from several goroutines or processes at
+// once. ctx bounds it.
 func (s *Store) Migrate(ctx context.Context) error {
 	return s.migrate(ctx, ".up.sql")
 }
 
-// migrate runs the embedded files ending in suffix, in name order for up
-// and in reverse for down, with the store's table name.
+// migrate runs the embedded files ending in suffix, with the store's table
+// name: for up, those not recorded yet, in name order; for down, those
+// recorded, in reverse.
 func (s *Store) migrate(ctx context.Context, suffix string) error {
 	names, err := fs.Glob(migrationFiles, "migration/*"+suffix)
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
-	if suffix == ".down.sql" {
+	up := suffix == ".up.sql"
+	if !up {
 		sort.Sort(sort.Reverse(sort.StringSlice(names)))
 	}
 	return s.runTx(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		// The first statement writes, so the transaction holds the write
+		// lock before it reads which versions are applied.
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+migrationTable+` (
+	table_name TEXT    NOT NULL,
+	version    INTEGER NOT NULL,
+	applied_at INTEGER NOT NULL,
+	PRIMARY KEY (table_name, version)
+) STRICT, WITHOUT ROWID;
+UPDATE `+migrationTable+` SET version = version WHERE 0`); err != nil {
+			return translate("migrate", err)
+		}
 		for _, name := range names {
+			base := path.Base(name)
+			version, err := strconv.Atoi(base[:strings.IndexByte(base, '_')])
+			if err != nil {
+				return fmt.Errorf("durable/sqlite: migrate: %s: %w", base, err)
+			}
+			var applied bool
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+migrationTable+
+				` WHERE table_name = ?1 AND version = ?2)`, s.cfg.table, version).Scan(&applied); err != nil {
+				return translate("migrate", err)
+			}
+			// Earlier releases applied 001 without recording it; it is
+			// idempotent, so it runs again (a no-op) and is recorded.
+			if applied == up {
+				continue
+			}
 			b, err := migrationFiles.ReadFile(name)
 			if err != nil {
 				return fmt.Errorf("durable/sqlite: migrate: %w", err)
@@ -53,8 +91,19 @@ func (s *Store) migrate(ctx context.Context, suffix string) error {
 			// The table name is a validated identifier; index names are
 			// derived from it the same way.
 			stmt := strings.ReplaceAll(string(b), DefaultTable, s.cfg.table)
-			if _, err := s.exec(ctx, tx, stmt); err != nil {
-				return translate("migrate "+path.Base(name), err)
+			// Not prepared on the pool (s.exec): another connection would
+			// not see the tables this transaction created yet.
+			s.stmts.Add(1)
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return translate("migrate "+base, err)
+			}
+			record := `DELETE FROM ` + migrationTable + ` WHERE table_name = ?1 AND version = ?2`
+			if up {
+				record = `INSERT INTO ` + migrationTable + ` (table_name, version, applied_at)
+VALUES (?1, ?2, ` + now + `)`
+			}
+			if _, err := tx.ExecContext(ctx, record, s.cfg.table, version); err != nil {
+				return translate("migrate "+base, err)
 			}
 		}
 		return nil

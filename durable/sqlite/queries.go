@@ -1,17 +1,49 @@
 package sqlite
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
+
+// Generations stay monotonic per scope across Sweep through a floor taken
+// from the database's clock in whole milliseconds since the Unix epoch
+// (nowMs):
+//
+//   - an acquisition that creates or restarts a record (a fresh insert, the
+//     restart of a released record or of one past retention) gets
+//     max(proposed, stored+1 when the row exists, nowMs - generationFloorLagMs);
+//   - Sweep deletes a record only once its generation < nowMs -
+//     sweepGenerationMarginMs.
+//
+// A claim that starts at T can then reuse a deleted generation g only if
+// nowMs(T) - 60000 <= g < nowMs(sweep) - 120000: it would have had to wait
+// more than 60 s, and the busy timeout bounds that far below. The host's
+// clock must not step back by more than about a minute (see the package
+// documentation).
+const (
+	generationFloorLagMs    = 60_000
+	sweepGenerationMarginMs = 120_000
+)
 
 // now is the database's clock in integer microseconds since the Unix epoch.
 // SQLite's 'now' has millisecond resolution and is the same for every use
 // within one statement step, so a statement sees one instant throughout.
 const now = `(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)`
 
+// nowMs is the database's clock in whole milliseconds since the Unix epoch.
+const nowMs = `(` + now + ` / 1000)`
+
+// generationFloor is the least generation of a created or restarted record.
+var generationFloor = `(` + nowMs + ` - ` + strconv.Itoa(generationFloorLagMs) + `)`
+
+// sweepMax bounds the generations Sweep may delete (strictly below it).
+var sweepMax = `(` + nowMs + ` - ` + strconv.Itoa(sweepGenerationMarginMs) + `)`
+
 // recordCols is the column list scanned by scanRecord. Lease remaining and
 // time to expiry are computed by the database, never by the worker.
 const recordCols = `tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
 	CASE WHEN lease_expires_at > ` + now + ` THEN lease_expires_at - ` + now + ` ELSE 0 END,
-	status_code, response_headers, response_body, response_version, resource_id,
+	status_code, response_headers, response_headers_bin, response_body, response_version, resource_id,
 	takeovers, created_at, completed_at, expires_at, expires_at - ` + now
 
 // pk matches one record; ?1 tenant, ?2 operation, ?3 key hash.
@@ -50,13 +82,21 @@ func buildQueries(table string) queries {
 		// are the stored row's. When the rule refuses, nothing is written
 		// and nothing returned. A takeover keeps the operation (creation,
 		// retention); a restart (released, or finished and past retention)
-		// starts a new one and clears the result.
+		// starts a new one and clears the result. The generation of a
+		// takeover is max(?5, stored+1); of an insert or a restart it is
+		// also at least the clock floor (excluded.generation carries it).
+		// A takeover raises expires_at to a full retention from now and
+		// keeps the longer retention.
 		claim: r.Replace(strings.NewReplacer("{takeover}", takeoverRule).Replace(
 			`INSERT INTO {t} (tenant_id, operation, key_hash, request_hash, state,
-	generation, owner_token, lease_expires_at, takeovers, acquired_via, created_at, expires_at)
-VALUES (?1, ?2, ?3, ?4, 'processing', max(?5, 1), ?6, ` + now + ` + ?7, 0, 'insert', ` + now + `, ` + now + ` + ?8)
+	generation, owner_token, lease_expires_at, takeovers, acquired_via, created_at, expires_at, retention_us)
+VALUES (?1, ?2, ?3, ?4, 'processing', max(?5, 1, ` + generationFloor + `), ?6, ` + now + ` + ?7, 0, 'insert',
+	` + now + `, ` + now + ` + ?8, ?8)
 ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
-	generation       = max(excluded.generation, generation + 1),
+	generation       = CASE WHEN {takeover} THEN max(?5, generation + 1)
+		ELSE max(excluded.generation, generation + 1) END,
+	retention_us     = CASE WHEN {takeover} THEN max(coalesce(retention_us, 0), excluded.retention_us)
+		ELSE excluded.retention_us END,
 	owner_token      = excluded.owner_token,
 	lease_expires_at = excluded.lease_expires_at,
 	state            = 'processing',
@@ -64,8 +104,8 @@ ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
 	acquired_via     = CASE WHEN {takeover} THEN 'takeover' ELSE 'restart' END,
 	request_hash     = excluded.request_hash,
 	created_at       = CASE WHEN {takeover} THEN created_at ELSE excluded.created_at END,
-	expires_at       = CASE WHEN {takeover} THEN expires_at ELSE excluded.expires_at END,
-	status_code = NULL, response_headers = NULL, response_body = NULL,
+	expires_at       = CASE WHEN {takeover} THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+	status_code = NULL, response_headers = NULL, response_headers_bin = NULL, response_body = NULL,
 	response_version = NULL, resource_id = NULL, completed_at = NULL
 WHERE ` + claimRule + `
 RETURNING generation, acquired_via`)),
@@ -81,11 +121,15 @@ FROM {t} WHERE ` + pk),
 
 		get: r.Replace(`SELECT ` + recordCols + ` FROM {t} WHERE ` + pk),
 
-		// ?6 state ('completed' or 'failed'), ?7 status, ?8 headers JSON,
-		// ?9 body, ?10 version, ?11 resource id.
+		// ?6 state ('completed' or 'failed'), ?7 status, ?8 headers JSON
+		// (the lossy copy), ?9 body, ?10 version, ?11 resource id, ?12
+		// headers byte for byte. The record keeps a full retention after it
+		// finished (a row of the previous version, without retention_us,
+		// reads it as expires_at - created_at).
 		complete: r.Replace(`UPDATE {t} SET state = ?6, status_code = ?7, response_headers = ?8,
-	response_body = ?9, response_version = ?10, resource_id = ?11,
-	completed_at = ` + now + `, lease_expires_at = NULL
+	response_headers_bin = ?12, response_body = ?9, response_version = ?10, resource_id = ?11,
+	completed_at = ` + now + `, lease_expires_at = NULL,
+	expires_at = max(expires_at, ` + now + ` + coalesce(retention_us, expires_at - created_at))
 WHERE ` + fenced + ` AND state IN ('processing', 'uncertain')`),
 
 		markUncertain: r.Replace(`UPDATE {t} SET state = 'uncertain', lease_expires_at = NULL
@@ -119,10 +163,12 @@ ORDER BY created_at, tenant_id, operation, key_hash
 LIMIT ?2`),
 
 		// ?1 batch. Bounded, and on the sweep index, so the write lock is
-		// held briefly.
+		// held briefly. A record whose generation is not below the sweep
+		// margin stays until the clock passes it.
 		sweep: r.Replace(`DELETE FROM {t} WHERE (tenant_id, operation, key_hash) IN (
 	SELECT tenant_id, operation, key_hash FROM {t}
 	WHERE (state IN ('completed', 'failed') OR owner_token IS NULL) AND expires_at <= ` + now + `
+		AND generation < ` + sweepMax + `
 	ORDER BY expires_at LIMIT ?1)`),
 
 		stats: r.Replace(`SELECT

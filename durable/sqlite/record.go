@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/fence"
 )
 
@@ -23,12 +24,12 @@ func scanRecord(sc scanner, extra ...any) (durable.Record, error) {
 		state                        string
 		gen, leaseRem, takeovers     int64
 		created, expires, expiresIn  int64
-		owner, headers, resource     sql.NullString
+		owner, jsonHeaders, resource sql.NullString
 		status, version, completedAt sql.NullInt64
-		body                         []byte
+		headersBin, body             []byte
 	)
 	dest := append([]any{&rec.Ref.Tenant, &rec.Ref.Operation, &keyHash, &rec.Fingerprint, &state, &gen, &owner,
-		&leaseRem, &status, &headers, &body, &version, &resource,
+		&leaseRem, &status, &jsonHeaders, &headersBin, &body, &version, &resource,
 		&takeovers, &created, &completedAt, &expires, &expiresIn}, extra...)
 	if err := sc.Scan(dest...); err != nil {
 		return durable.Record{}, err
@@ -65,8 +66,16 @@ func scanRecord(sc scanner, extra ...any) (durable.Record, error) {
 		if res.Body == nil {
 			res.Body = []byte{}
 		}
-		if headers.Valid {
-			if err := json.Unmarshal([]byte(headers.String), &res.Headers); err != nil {
+		switch {
+		case headersBin != nil:
+			h, err := headers.Decode(headersBin)
+			if err != nil {
+				return durable.Record{}, fmt.Errorf("durable/sqlite: malformed stored headers: %w", err)
+			}
+			res.Headers = h
+		case jsonHeaders.Valid:
+			// Finished by the version before migration 002.
+			if err := json.Unmarshal([]byte(jsonHeaders.String), &res.Headers); err != nil {
 				return durable.Record{}, fmt.Errorf("durable/sqlite: malformed stored headers: %w", err)
 			}
 		}
@@ -75,8 +84,8 @@ func scanRecord(sc scanner, extra ...any) (durable.Record, error) {
 	return rec, nil
 }
 
-// encodeHeaders returns the stored form of h: NULL when empty, else JSON
-// (encoding/json sorts map keys, so equal maps encode equally).
+// encodeHeaders returns the lossy JSON copy of h kept for the version before
+// migration 002: NULL when empty.
 func encodeHeaders(h map[string][]string) (sql.NullString, error) {
 	if len(h) == 0 {
 		return sql.NullString{}, nil
@@ -89,14 +98,13 @@ func encodeHeaders(h map[string][]string) (sql.NullString, error) {
 }
 
 // sameResult reports whether a stored result is the one a retried
-// Complete or Fail carries.
+// Complete or Fail carries; headers are compared in their stored,
+// byte-for-byte encoding.
 func sameResult(stored *durable.Result, res durable.Result) bool {
 	if stored == nil {
 		return false
 	}
-	a, err1 := encodeHeaders(stored.Headers)
-	b, err2 := encodeHeaders(res.Headers)
-	return err1 == nil && err2 == nil && a == b &&
+	return bytes.Equal(headers.Encode(stored.Headers), headers.Encode(res.Headers)) &&
 		stored.StatusCode == res.StatusCode && stored.Version == res.Version &&
 		stored.ResourceID == res.ResourceID && bytes.Equal(stored.Body, res.Body)
 }

@@ -361,7 +361,11 @@ func (s *Store) runTx(ctx context.Context, lock bool, fn func(ctx context.Contex
 	done = true
 	s.stmts.Add(1)
 	if err := tx.Commit(); err != nil {
-		return unavailable("commit", err)
+		if isUnavailable(err) {
+			return unavailable("commit", err)
+		}
+		// Refused (a deferred foreign key violated): rolled back, definite.
+		return fmt.Errorf("durable/sqlite: commit refused, transaction rolled back: %w", err)
 	}
 	return nil
 }

@@ -96,6 +96,21 @@ func waitLeaseExpired(t testing.TB, s *sqlite.Store, ref durable.Ref) {
 	waitUntil(t, "the lease expired", func() bool { return mustGet(t, s, ref).LeaseRemaining == 0 })
 }
 
+// waitSweepable polls until the database's clock (ExpiresAt - ExpiresIn)
+// passed the record's generation by the sweep margin of two minutes.
+func waitSweepable(t testing.TB, s *sqlite.Store, ref durable.Ref) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		rec := mustGet(t, s, ref)
+		if int64(rec.Token.Generation) < rec.ExpiresAt.Add(-rec.ExpiresIn).UnixMilli()-120_000 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the clock never passed generation %d by the sweep margin", rec.Token.Generation)
+		}
+	}
+}
+
 func waitRetentionPassed(t testing.TB, s *sqlite.Store, ref durable.Ref) {
 	t.Helper()
 	waitUntil(t, "the retention passed", func() bool { return mustGet(t, s, ref).Expired() })
@@ -113,13 +128,17 @@ func TestStore_Claim(t *testing.T) {
 	t.Parallel()
 	s := open(t)
 
-	t.Run("FirstClaimAcquiresWithGenerationOne", func(t *testing.T) {
+	t.Run("FirstClaimAcquiresAtTheClockFloor", func(t *testing.T) {
 		p := params(newScope(), "v1:a")
 		r := mustClaim(t, s, p)
-		if !r.Acquired || r.Takeover || r.Restarted || r.Token.Generation != 1 || r.Token.Owner != p.Owner {
+		if !r.Acquired || r.Takeover || r.Restarted || r.Token.Owner != p.Owner {
 			t.Fatalf("got %+v", r)
 		}
 		rec := mustGet(t, s, r.Ref)
+		// The database's clock in milliseconds minus 60 s, at creation.
+		if want := uint64(rec.CreatedAt.UnixMilli() - 60_000); r.Token.Generation != want {
+			t.Fatalf("generation %d, want the clock floor %d", r.Token.Generation, want)
+		}
 		if rec.State != durable.Processing || !rec.Token.Equal(r.Token) || rec.LeaseRemaining <= 0 || rec.Expired() {
 			t.Fatalf("record %+v", rec)
 		}
@@ -129,10 +148,16 @@ func TestStore_Claim(t *testing.T) {
 	})
 
 	t.Run("ProposedGenerationAboveStoredIsKept", func(t *testing.T) {
+		floor := mustClaim(t, s, params(newScope(), "v1:a")).Token.Generation
 		p := params(newScope(), "v1:a")
-		p.Proposed = 41
-		if r := mustClaim(t, s, p); r.Token.Generation != 41 {
-			t.Fatalf("generation %d, want 41", r.Token.Generation)
+		p.Proposed = floor + 1_000_041 // above the clock floor
+		if r := mustClaim(t, s, p); r.Token.Generation != p.Proposed {
+			t.Fatalf("generation %d, want %d", r.Token.Generation, p.Proposed)
+		}
+		p = params(newScope(), "v1:a")
+		p.Proposed = 41 // below the clock floor
+		if r := mustClaim(t, s, p); r.Token.Generation < floor {
+			t.Fatalf("generation %d, want at least the clock floor %d", r.Token.Generation, floor)
 		}
 	})
 
@@ -170,7 +195,7 @@ func TestStore_Claim(t *testing.T) {
 			t.Fatalf("err %v, want ErrMismatch", err)
 		}
 		second := mustClaim(t, s, params(sc, "v1:a"))
-		if !second.Acquired || !second.Takeover || second.Restarted || second.Token.Generation != 2 {
+		if !second.Acquired || !second.Takeover || second.Restarted || second.Token.Generation != first.Token.Generation+1 {
 			t.Fatalf("got %+v", second)
 		}
 		rec := mustGet(t, s, first.Ref)
@@ -197,13 +222,13 @@ func TestStore_Claim(t *testing.T) {
 	t.Run("TakeoverKeepsGreatestGeneration", func(t *testing.T) {
 		sc := newScope()
 		p := params(sc, "v1:a")
-		p.Proposed, p.Lease = 10, 10*time.Millisecond
+		p.Lease = 10 * time.Millisecond
 		first := mustClaim(t, s, p)
 		waitLeaseExpired(t, s, first.Ref)
 		p2 := params(sc, "v1:a")
 		p2.Proposed = 3 // a Redis that lost data proposes a lower one
-		if r := mustClaim(t, s, p2); r.Token.Generation != 11 {
-			t.Fatalf("generation %d, want 11", r.Token.Generation)
+		if r := mustClaim(t, s, p2); r.Token.Generation != first.Token.Generation+1 {
+			t.Fatalf("generation %d, want %d", r.Token.Generation, first.Token.Generation+1)
 		}
 	})
 
@@ -250,11 +275,11 @@ func TestStore_Claim(t *testing.T) {
 			t.Fatalf("second Release: %v", err)
 		}
 		rec := mustGet(t, s, first.Ref)
-		if !rec.Released || rec.Token.Owner != uuid.Nil || rec.Token.Generation != 1 {
+		if !rec.Released || rec.Token.Owner != uuid.Nil || rec.Token.Generation != first.Token.Generation {
 			t.Fatalf("record %+v", rec)
 		}
 		r := mustClaim(t, s, params(sc, "v1:another-request"))
-		if !r.Acquired || !r.Restarted || r.Takeover || r.Token.Generation != 2 {
+		if !r.Acquired || !r.Restarted || r.Takeover || r.Token.Generation <= first.Token.Generation {
 			t.Fatalf("got %+v", r)
 		}
 		if err := s.Release(t.Context(), first.Ref, first.Token); !errors.Is(err, durable.ErrFenced) {
@@ -272,7 +297,7 @@ func TestStore_Claim(t *testing.T) {
 		}
 		waitRetentionPassed(t, s, first.Ref)
 		r := mustClaim(t, s, params(sc, "v1:b"))
-		if !r.Acquired || !r.Restarted || r.Token.Generation != 2 {
+		if !r.Acquired || !r.Restarted || r.Token.Generation <= first.Token.Generation {
 			t.Fatalf("got %+v", r)
 		}
 		rec := mustGet(t, s, r.Ref)
@@ -426,7 +451,7 @@ func TestStore_FencedWrites(t *testing.T) {
 		}
 		rec2 := durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Lease: time.Minute}
 		tok, err := s.Adopt(t.Context(), rec2)
-		if err != nil || tok.Generation != 2 || tok.Owner != rec2.Owner {
+		if err != nil || tok.Generation != r.Token.Generation+1 || tok.Owner != rec2.Owner {
 			t.Fatalf("Adopt: %v %v", tok, err)
 		}
 		if _, err := s.Adopt(t.Context(), durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Lease: time.Minute}); !errors.Is(err, durable.ErrBusy) {
@@ -465,8 +490,8 @@ func TestStore_FencedWrites(t *testing.T) {
 		p.Lease = 10 * time.Millisecond
 		r := mustClaim(t, s, p)
 		waitLeaseExpired(t, s, r.Ref)
-		tok, err := s.Adopt(t.Context(), durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Proposed: 7, Lease: time.Minute})
-		if err != nil || tok.Generation != 7 {
+		tok, err := s.Adopt(t.Context(), durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Proposed: r.Token.Generation + 7, Lease: time.Minute})
+		if err != nil || tok.Generation != r.Token.Generation+7 {
 			t.Fatalf("Adopt: %v %v", tok, err)
 		}
 		if rec := mustGet(t, s, r.Ref); rec.State != durable.Processing || !rec.Token.Equal(tok) {
@@ -510,6 +535,11 @@ func TestStore_PendingSweepStats(t *testing.T) {
 	for _, ref := range []durable.Ref{done.Ref, released.Ref, stale.Ref, uncertain.Ref} {
 		waitRetentionPassed(t, s, ref)
 	}
+	// Sweep holds a record back until the database's clock passed its
+	// generation by two minutes (about a minute after its creation).
+	if n, err := s.Sweep(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("Sweep within the generation margin = %d, %v; want 0", n, err)
+	}
 	waitLeaseExpired(t, s, stale.Ref)
 
 	pend, err := s.Pending(ctx, durable.PendingParams{Limit: 10})
@@ -543,6 +573,9 @@ func TestStore_PendingSweepStats(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 
+	for _, ref := range []durable.Ref{done.Ref, released.Ref} {
+		waitSweepable(t, s, ref)
+	}
 	if _, err := s.Sweep(ctx, 0); !errors.Is(err, durable.ErrInvalidScope) {
 		t.Fatalf("Sweep(0): %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/fence"
 )
 
@@ -45,7 +46,7 @@ func (s *Store) finishOn(ctx context.Context, tx *sql.Tx, op string, state durab
 	if err := validWrite(op, ref, tok); err != nil {
 		return err
 	}
-	headers, err := encodeHeaders(res.Headers)
+	jsonHeaders, err := encodeHeaders(res.Headers)
 	if err != nil {
 		return &durable.ScopeError{Field: "result", Reason: "headers cannot be encoded: " + err.Error()}
 	}
@@ -64,7 +65,8 @@ func (s *Store) finishOn(ctx context.Context, tx *sql.Tx, op string, state durab
 	}
 	return s.fencedWrite(ctx, tx, op, ref, applied, s.q.complete,
 		ref.Tenant, ref.Operation, ref.KeyHash[:], tok.Owner.String(), int64(tok.Generation),
-		string(state), int64(res.StatusCode), headers, body, int64(res.Version), resource)
+		string(state), int64(res.StatusCode), jsonHeaders, body, int64(res.Version), resource,
+		headers.Encode(res.Headers))
 }
 
 // MarkUncertain moves a processing record to uncertain and frees its lease
