@@ -39,6 +39,11 @@ type cutProxy struct {
 	conns []net.Conn
 
 	cuts atomic.Int64 // how many replies were lost
+
+	// onCut, when set, runs once the server answered the cut message and
+	// before the client's connection is closed: the moment when the write
+	// applied and its reply is lost.
+	onCut func()
 }
 
 func newCutProxy(t testing.TB, network, target string) *cutProxy {
@@ -73,10 +78,23 @@ func newCutProxy(t testing.TB, network, target string) *cutProxy {
 func (p *cutProxy) port() uint16 { return uint16(p.ln.Addr().(*net.TCPAddr).Port) }
 
 // arm makes the proxy cut after the next message of mode.
-func (p *cutProxy) arm(mode cutMode) {
+func (p *cutProxy) arm(mode cutMode) { p.armThen(mode, nil) }
+
+// armThen is arm, with then run when the cut happens (see onCut).
+func (p *cutProxy) armThen(mode cutMode, then func()) {
 	p.mu.Lock()
 	p.mode = mode
+	p.onCut = then
 	p.mu.Unlock()
+}
+
+// takeOnCut returns the function to run at the cut, once.
+func (p *cutProxy) takeOnCut() func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.onCut
+	p.onCut = nil
+	return f
 }
 
 // take reports whether the message triggers the armed cut, and disarms.
@@ -119,6 +137,9 @@ func (p *cutProxy) serve(network string, client net.Conn) {
 			if n > 0 && cut.Load() {
 				// The server answered the cut message: it applied it.
 				// Lose the answer and the connection.
+				if f := p.takeOnCut(); f != nil {
+					f()
+				}
 				p.cuts.Add(1)
 				client.Close()
 				server.Close()

@@ -50,7 +50,7 @@ func acquire(t testing.TB, s *postgres.Store, p durable.ClaimParams) fence.Token
 }
 
 var result = durable.Result{StatusCode: 201, Body: []byte(`{"id":1}`), Version: 1, ResourceID: "ord_1",
-	Headers: map[string][]string{"Content-Type": {"application/json"}}}
+	Headers: map[string][]string{"Content-Type": {"application/json"}, "Etag": {"\"\x80\xfe\xff\""}}}
 
 // secondStore opens another store on f's schema with its own pool and
 // statement counter (and f's application_name, so f.lockWaiters sees it).
@@ -649,4 +649,177 @@ func TestMigrate_DownThenUp(t *testing.T) {
 		t.Fatalf("up again: %v", err)
 	}
 	acquire(t, f.s, claimParams(scope(), time.Hour))
+}
+
+// A claim whose reply is lost because the caller's context was cancelled
+// (a client that went away) is still resolved: the re-read runs on a
+// context detached from the caller's, so the caller learns that it holds
+// the key instead of leaving it blocked for a lease (issue 13, item 11a).
+func TestStore_AmbiguousClaimIsResolvedAfterTheCallerCancelled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{proxy: true})
+	sc := scope()
+	ref, _ := f.s.Ref(sc)
+	p := claimParams(sc, time.Hour)
+	ctx, cancel := context.WithCancel(ctxOf(t))
+	defer cancel()
+	f.proxy.armThen(cutExec, cancel) // the claim applied; the caller goes away
+	res, err := f.s.Claim(ctx, p)
+	if f.proxy.cuts.Load() != 1 {
+		t.Fatal("the proxy did not cut the claim's reply")
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the caller's context was not cancelled")
+	}
+	if err != nil || !res.Acquired || res.Token.Owner != p.Owner {
+		t.Fatalf("Claim whose caller cancelled after it applied = %+v, %v; want acquired, learnt by re-reading", res, err)
+	}
+	// The caller can act on the truth: here it releases the key at once.
+	if err := f.s.Release(ctxOf(t), ref, res.Token); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	if r, err := f.s.Claim(ctxOf(t), claimParams(sc, time.Hour)); err != nil || !r.Acquired {
+		t.Fatalf("claim after the release = %+v, %v; want acquired", r, err)
+	}
+
+	// A fenced write and an adoption resolve the same way.
+	sc = scope()
+	ref, _ = f.s.Ref(sc)
+	tok := acquire(t, f.s, claimParams(sc, time.Hour))
+	ctx, cancel = context.WithCancel(ctxOf(t))
+	f.proxy.armThen(cutExec, cancel)
+	if err := f.s.MarkUncertain(ctx, ref, tok); err != nil {
+		t.Fatalf("MarkUncertain whose caller cancelled after it applied = %v; want success by re-reading", err)
+	}
+	ctx, cancel = context.WithCancel(ctxOf(t))
+	f.proxy.armThen(cutExec, cancel)
+	owner := uuid.New()
+	adopted, err := f.s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: owner, Lease: time.Hour})
+	if err != nil || adopted.Owner != owner {
+		t.Fatalf("Adopt whose caller cancelled after it applied = %v, %v; want adopted by re-reading", adopted, err)
+	}
+	ctx, cancel = context.WithCancel(ctxOf(t))
+	f.proxy.armThen(cutExec, cancel)
+	if err := f.s.Complete(ctx, ref, adopted, result); err != nil {
+		t.Fatalf("Complete whose caller cancelled after it applied = %v; want success by re-reading", err)
+	}
+	if f.proxy.cuts.Load() != 4 {
+		t.Fatalf("the proxy cut %d replies; want 4", f.proxy.cuts.Load())
+	}
+}
+
+// A fenced write whose reply was lost, and that was then followed by other
+// writes (a Release then a new claim; a MarkUncertain then an adoption), is
+// not reported as ErrFenced ("did not apply") when it may have applied: the
+// outcome is unknown (ErrUnavailable). ErrFenced stays for a write the
+// re-read proves did not apply (issue 13, item 11c).
+func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{proxy: true})
+	other, _ := secondStore(t, f) // not behind the proxy
+	ctx := ctxOf(t)
+
+	// Release applied, its reply lost, and a new claim took the key.
+	sc := scope()
+	ref, _ := f.s.Ref(sc)
+	tok := acquire(t, f.s, claimParams(sc, time.Hour))
+	claimed := make(chan fence.Token, 1)
+	f.proxy.armThen(cutExec, func() {
+		res, err := other.Claim(ctx, claimParams(sc, time.Hour))
+		if err != nil || !res.Acquired {
+			t.Errorf("the new claim after the release = %+v, %v", res, err)
+		}
+		claimed <- res.Token
+	})
+	err := f.s.Release(ctx, ref, tok)
+	if next := <-claimed; next.Generation <= tok.Generation {
+		t.Fatalf("the new claim after the release got %v", next)
+	}
+	if !errors.Is(err, durable.ErrUnavailable) || errors.Is(err, durable.ErrFenced) {
+		t.Fatalf("Release that applied, then a new claim = %v; want ErrUnavailable (outcome unknown), not ErrFenced", err)
+	}
+
+	// MarkUncertain applied, its reply lost, and the reconciler adopted it.
+	sc = scope()
+	ref, _ = f.s.Ref(sc)
+	tok = acquire(t, f.s, claimParams(sc, time.Hour))
+	f.proxy.armThen(cutExec, func() {
+		if _, err := other.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: time.Hour}); err != nil {
+			t.Errorf("Adopt: %v", err)
+		}
+	})
+	err = f.s.MarkUncertain(ctx, ref, tok)
+	if !errors.Is(err, durable.ErrUnavailable) || errors.Is(err, durable.ErrFenced) {
+		t.Fatalf("MarkUncertain that applied, then an adoption = %v; want ErrUnavailable (outcome unknown), not ErrFenced", err)
+	}
+	if rec, _ := f.s.Get(ctx, ref); rec.State != durable.Uncertain || rec.Token.Generation != tok.Generation+1 {
+		t.Fatalf("record %+v; want uncertain and adopted", rec)
+	}
+
+	// Proven not applied: a token the record never had (another owner at
+	// its generation) stays ErrFenced after a lost reply.
+	stale := fence.Token{Generation: tok.Generation + 1, Owner: uuid.New()}
+	f.proxy.arm(cutExec)
+	if err := f.s.Complete(ctx, ref, stale, result); !errors.Is(err, durable.ErrFenced) {
+		t.Fatalf("Complete with a token the record never had, reply lost = %v; want ErrFenced", err)
+	}
+	// And so does a write of a generation the record never reached.
+	f.proxy.arm(cutExec)
+	if err := f.s.Release(ctx, ref, fence.Token{Generation: tok.Generation + 5, Owner: tok.Owner}); !errors.Is(err, durable.ErrFenced) {
+		t.Fatalf("Release of a generation above the record's, reply lost = %v; want ErrFenced", err)
+	}
+	if n := f.proxy.cuts.Load(); n != 4 {
+		t.Fatalf("the proxy cut %d replies; want 4", n)
+	}
+}
+
+// A COMMIT the server answers with ROLLBACK (a statement of the transaction
+// failed and fn still returned nil) committed nothing: InTx says so, not
+// ErrUnavailable (issue 13, item 11b; the deferred-constraint case is in the
+// contract suite).
+func TestStore_InTxCommitAnsweredWithRollbackIsDefinite(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{})
+	sc := scope()
+	ref, _ := f.s.Ref(sc)
+	err := f.s.InTx(ctxOf(t), func(ctx context.Context, tx pgx.Tx) error {
+		res, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+		if err != nil {
+			return err
+		}
+		if err := f.s.CompleteTx(ctx, tx, ref, res.Token, result); err != nil {
+			return err
+		}
+		_, _ = tx.Exec(ctx, "SELECT 1/0") // fails; the caller ignores it
+		return nil
+	})
+	if !errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, durable.ErrUnavailable) {
+		t.Fatalf("InTx whose COMMIT was answered with ROLLBACK = %v; want pgx.ErrTxCommitRollback, not ErrUnavailable", err)
+	}
+	if _, err := f.s.Get(ctxOf(t), ref); !errors.Is(err, durable.ErrNotFound) {
+		t.Fatalf("Get = %v; want ErrNotFound (rolled back)", err)
+	}
+
+	// A deferred unique violation: the *pgconn.PgError is returned.
+	if _, err := f.pool.Exec(ctxOf(t), `CREATE TABLE orders (id integer,
+		CONSTRAINT orders_id_key UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	err = f.s.InTx(ctxOf(t), func(ctx context.Context, tx pgx.Tx) error {
+		res, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES (1), (1)"); err != nil {
+			return err
+		}
+		return f.s.CompleteTx(ctx, tx, ref, res.Token, result)
+	})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || errors.Is(err, durable.ErrUnavailable) {
+		t.Fatalf("InTx with a deferred unique violation = %v; want the *pgconn.PgError 23505, not ErrUnavailable", err)
+	}
+	if _, err := f.s.Get(ctxOf(t), ref); !errors.Is(err, durable.ErrNotFound) {
+		t.Fatalf("Get = %v; want ErrNotFound (rolled back)", err)
+	}
 }
