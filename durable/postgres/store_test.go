@@ -1,12 +1,16 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +23,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/testenv"
@@ -822,4 +827,122 @@ func TestStore_InTxCommitAnsweredWithRollbackIsDefinite(t *testing.T) {
 	if _, err := f.s.Get(ctxOf(t), ref); !errors.Is(err, durable.ErrNotFound) {
 		t.Fatalf("Get = %v; want ErrNotFound (rolled back)", err)
 	}
+}
+
+// Migration 002 converts the rows of an existing table: retention_us from
+// expires_at - created_at, and the jsonb headers to the byte-for-byte
+// encoding, exactly as the store's Go code encodes them. Rows a previous
+// version writes afterwards (neither column) are still read and finished
+// correctly. It is idempotent through Migrate, and reversible.
+func TestMigrate_002ConvertsExistingRows(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{noMigrate: true})
+	ctx := ctxOf(t)
+	up1, err := fs.ReadFile(postgres.Migrations(), "001_create_idempotency_requests.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, string(up1)); err != nil {
+		t.Fatalf("001 up: %v", err)
+	}
+	legacy := map[string][]string{
+		"Content-Type": {"application/json"},
+		"Set-Cookie":   {"a=1", "b=2", ""},
+		"X-Empty":      {},
+		"\u00c9tag":    {"\u00e9t\u00e9", "10:"},
+		"A":            {"first by bytes"},
+	}
+	legacyJSON, _ := json.Marshal(legacy)
+	// insert writes a row as the version before 002 did.
+	insert := func(state string, hdrs []byte, retention time.Duration) (durable.Ref, fence.Token) {
+		t.Helper()
+		sc := scope()
+		ref, _ := f.s.Ref(sc)
+		tok := fence.Token{Generation: 7, Owner: uuid.New()}
+		var status any
+		if state == "completed" {
+			status = 201
+		}
+		_, err := f.pool.Exec(ctx, `INSERT INTO idempotency_requests (tenant_id, operation, key_hash, request_hash, state,
+			generation, owner_token, lease_expires_at, status_code, response_headers, response_body, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5::text::idempotency_state, 7, $6, now() + interval '1 hour', $7, $8::jsonb,
+				CASE WHEN $5 = 'completed' THEN '\x00'::bytea END,
+				now() - interval '10 minutes', now() - interval '10 minutes' + $9::bigint * interval '1 microsecond')`,
+			ref.Tenant, ref.Operation, ref.KeyHash[:], fp, state, tok.Owner, status, hdrs, retention.Microseconds())
+		if err != nil {
+			t.Fatalf("insert a legacy row: %v", err)
+		}
+		return ref, tok
+	}
+	doneRef, _ := insert("completed", legacyJSON, time.Hour)
+	openRef, openTok := insert("processing", nil, 2*time.Hour)
+
+	check := func(what string) {
+		t.Helper()
+		rec, err := f.s.Get(ctx, doneRef)
+		if err != nil {
+			t.Fatalf("%s: Get: %v", what, err)
+		}
+		if rec.Result == nil || !maps.EqualFunc(rec.Result.Headers, legacy, slices.Equal[[]string]) {
+			t.Fatalf("%s: converted headers %q; want %q", what, rec.Result.Headers, legacy)
+		}
+		var bin []byte
+		var retUs int64
+		if err := f.pool.QueryRow(ctx, `SELECT response_headers_bin, retention_us FROM idempotency_requests
+			WHERE key_hash = $1`, doneRef.KeyHash[:]).Scan(&bin, &retUs); err != nil {
+			t.Fatal(err)
+		}
+		if want := headers.Encode(legacy); !bytes.Equal(bin, want) {
+			t.Fatalf("%s: SQL conversion %q; the Go encoding is %q", what, bin, want)
+		}
+		if retUs != time.Hour.Microseconds() {
+			t.Fatalf("%s: retention_us %d; want an hour", what, retUs)
+		}
+	}
+	if err := f.s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate over 001: %v", err)
+	}
+	check("after Migrate")
+	if err := f.s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	check("after Migrate again")
+
+	// The converted retention governs a late finish: two hours from now.
+	if err := f.s.Complete(ctx, openRef, openTok, result); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := f.s.Get(ctx, openRef); rec.ExpiresIn < 2*time.Hour-time.Minute || rec.ExpiresIn > 2*time.Hour {
+		t.Fatalf("legacy record finished now: ExpiresIn %v; want its two-hour retention from now", rec.ExpiresIn)
+	}
+	// A row the previous version writes after the migration.
+	lateRef, lateTok := insert("processing", nil, 3*time.Hour)
+	if err := f.s.Complete(ctx, lateRef, lateTok, result); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := f.s.Get(ctx, lateRef); rec.ExpiresIn < 3*time.Hour-time.Minute || rec.ExpiresIn > 3*time.Hour {
+		t.Fatalf("row without retention_us finished now: ExpiresIn %v; want expires_at - created_at (3h) from now", rec.ExpiresIn)
+	}
+	jsonRef, _ := insert("completed", legacyJSON, time.Hour)
+	if rec, err := f.s.Get(ctx, jsonRef); err != nil || !maps.EqualFunc(rec.Result.Headers, legacy, slices.Equal[[]string]) {
+		t.Fatalf("row without response_headers_bin: %+v, %v; want its jsonb headers", rec.Result, err)
+	}
+
+	// Down, then up again.
+	down2, err := fs.ReadFile(postgres.Migrations(), "002_retention_and_binary_headers.down.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, string(down2)); err != nil {
+		t.Fatalf("002 down: %v", err)
+	}
+	var cols int
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'idempotency_requests'::regclass
+		AND attname IN ('retention_us', 'response_headers_bin') AND NOT attisdropped`).Scan(&cols); err != nil || cols != 0 {
+		t.Fatalf("after 002 down: %d new columns left, %v", cols, err)
+	}
+	if err := f.s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate after 002 down: %v", err)
+	}
+	check("after down and up")
 }

@@ -70,5 +70,13 @@ func TestMigrationDown(t *testing.T) {
 		if n := objects(); n != step.want {
 			t.Fatalf("after %s: %d schema objects, want %d", step.suffix, n, step.want)
 		}
+		var cols int
+		if err := s.db.QueryRowContext(t.Context(), `SELECT count(*) FROM pragma_table_info('custom_requests')
+			WHERE name IN ('retention_us', 'response_headers_bin')`).Scan(&cols); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[int]int{3: 2, 0: 0}[step.want]; cols != want {
+			t.Fatalf("after %s: %d of the columns of 002, want %d", step.suffix, cols, want)
+		}
 	}
 }

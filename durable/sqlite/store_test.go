@@ -1,12 +1,17 @@
 package sqlite_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/durable/sqlite"
 	"github.com/oncekey/oncekey/fence"
 )
@@ -1120,5 +1126,111 @@ func TestStore_NoRawKeyOnDisk(t *testing.T) {
 		if strings.Contains(string(b), sc.Key) {
 			t.Fatalf("raw key found in %s", e.Name())
 		}
+	}
+}
+
+// Migration 002 converts the rows of a database migrated by an earlier
+// release (001 applied, no version recorded): retention_us from expires_at -
+// created_at, and the JSON headers to the byte-for-byte encoding, exactly as
+// the store's Go code encodes them. Rows the previous version writes
+// afterwards (neither column) are still read and finished correctly, and
+// Migrate runs each version once.
+func TestMigrate_002ConvertsExistingRows(t *testing.T) {
+	t.Parallel()
+	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "legacy.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	up1, err := fs.ReadFile(sqlite.Migrations(), "001_create_idempotency_requests.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, string(up1)); err != nil {
+		t.Fatalf("001 up: %v", err)
+	}
+	legacy := map[string][]string{
+		"Content-Type": {"application/json"},
+		"Set-Cookie":   {"a=1", "b=2", ""},
+		"X-Empty":      {},
+		"\u00c9tag":    {"\u00e9t\u00e9", "10:"},
+		"A":            {"first by bytes"},
+	}
+	legacyJSON, _ := json.Marshal(legacy)
+	insert := func(state string, hdrs []byte, retention time.Duration) (durable.Ref, fence.Token) {
+		t.Helper()
+		ref, _ := s.Ref(newScope())
+		tok := fence.Token{Generation: 7, Owner: uuid.New()}
+		var h any
+		if hdrs != nil {
+			h = string(hdrs)
+		}
+		_, err := s.DB().ExecContext(ctx, `INSERT INTO idempotency_requests (tenant_id, operation, key_hash, request_hash,
+			state, generation, owner_token, lease_expires_at, status_code, response_headers, response_body, created_at, expires_at)
+			VALUES (?1, ?2, ?3, 'v1:a', ?4, 7, ?5, CAST(unixepoch('subsec') * 1000000 AS INTEGER) + 3600000000,
+				CASE WHEN ?4 = 'completed' THEN 201 END, ?6, CASE WHEN ?4 = 'completed' THEN x'00' END,
+				CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 600000000,
+				CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 600000000 + ?7)`,
+			ref.Tenant, ref.Operation, ref.KeyHash[:], state, tok.Owner.String(), h, retention.Microseconds())
+		if err != nil {
+			t.Fatalf("insert a legacy row: %v", err)
+		}
+		return ref, tok
+	}
+	doneRef, _ := insert("completed", legacyJSON, time.Hour)
+	openRef, openTok := insert("processing", nil, 2*time.Hour)
+
+	check := func(what string) {
+		t.Helper()
+		rec := mustGet(t, s, doneRef)
+		if rec.Result == nil || !maps.EqualFunc(rec.Result.Headers, legacy, slices.Equal[[]string]) {
+			t.Fatalf("%s: converted headers %q; want %q", what, rec.Result.Headers, legacy)
+		}
+		var bin []byte
+		var retUs int64
+		if err := s.DB().QueryRowContext(ctx, `SELECT response_headers_bin, retention_us FROM idempotency_requests
+			WHERE key_hash = ?1`, doneRef.KeyHash[:]).Scan(&bin, &retUs); err != nil {
+			t.Fatal(err)
+		}
+		if want := headers.Encode(legacy); !bytes.Equal(bin, want) {
+			t.Fatalf("%s: SQL conversion %q; the Go encoding is %q", what, bin, want)
+		}
+		if retUs != time.Hour.Microseconds() {
+			t.Fatalf("%s: retention_us %d; want an hour", what, retUs)
+		}
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate over an unrecorded 001: %v", err)
+	}
+	check("after Migrate")
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	check("after Migrate again")
+	var versions string
+	if err := s.DB().QueryRowContext(ctx, `SELECT group_concat(version, ',' ORDER BY version) FROM oncekey_migration
+		WHERE table_name = 'idempotency_requests'`).Scan(&versions); err != nil || versions != "1,2" {
+		t.Fatalf("recorded versions %q, %v; want 1,2", versions, err)
+	}
+
+	// The converted retention governs a late finish: two hours from now.
+	if err := s.Complete(ctx, openRef, openTok, okResult); err != nil {
+		t.Fatal(err)
+	}
+	if rec := mustGet(t, s, openRef); rec.ExpiresIn < 2*time.Hour-time.Minute || rec.ExpiresIn > 2*time.Hour {
+		t.Fatalf("legacy record finished now: ExpiresIn %v; want its two-hour retention from now", rec.ExpiresIn)
+	}
+	// Rows the previous version writes after the migration.
+	lateRef, lateTok := insert("processing", nil, 3*time.Hour)
+	if err := s.Complete(ctx, lateRef, lateTok, okResult); err != nil {
+		t.Fatal(err)
+	}
+	if rec := mustGet(t, s, lateRef); rec.ExpiresIn < 3*time.Hour-time.Minute || rec.ExpiresIn > 3*time.Hour {
+		t.Fatalf("row without retention_us finished now: ExpiresIn %v; want expires_at - created_at (3h) from now", rec.ExpiresIn)
+	}
+	jsonRef, _ := insert("completed", legacyJSON, time.Hour)
+	if rec := mustGet(t, s, jsonRef); !maps.EqualFunc(rec.Result.Headers, legacy, slices.Equal[[]string]) {
+		t.Fatalf("row without response_headers_bin: %q; want its JSON headers", rec.Result.Headers)
 	}
 }
