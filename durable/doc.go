@@ -24,8 +24,8 @@
 //	uncertain ───► completed|failed  the reconciler, after Adopt (new generation)
 //
 // A released record keeps its row (as processing with no owner) so that its
-// generation survives: generations never go back for a key, across
-// takeovers, releases and retention restarts.
+// generation survives. Generations only rise for a scope, across takeovers,
+// releases, retention restarts and Sweep (see Generations below).
 //
 // # The claim rule
 //
@@ -41,26 +41,70 @@
 //     retention a retried key is a new operation: this is the documented end
 //     of the guarantee.
 //
-// The new generation is GREATEST(proposed, stored+1). Otherwise nothing is
-// written and the existing record is returned for the caller to classify:
+// The new generation is GREATEST(proposed, stored+1) for a takeover, and
+// GREATEST(proposed, stored+1, clock floor) for a fresh insert or a restart
+// (see Generations). Otherwise nothing is written and the existing record is
+// returned for the caller to classify:
 // different fingerprint ([ErrMismatch]), finished (replay its result),
 // processing with a live lease or uncertain (in progress). Processing and
 // uncertain records are never restarted nor deleted when past retention; they
 // are counted by [Stats] for alerting.
+//
+// # Generations
+//
+// Generations only rise for a scope, also across Sweep: a record deleted by
+// Sweep leaves no row to raise, so the store raises from the database's
+// clock instead. With clockMs the database's clock in whole milliseconds
+// since the Unix epoch:
+//
+//   - an acquisition that creates or restarts a record (a fresh insert, the
+//     restart of a released record or of one past retention) gets
+//     GREATEST(proposed, stored+1 when the row exists, clockMs - 60000);
+//   - a takeover and an adoption get GREATEST(proposed, stored+1);
+//   - Sweep deletes a record only once its generation < clockMs - 120000
+//     (besides its other conditions), about a minute after the record was
+//     created or restarted; until then it stays.
+//
+// A claim that started at T could reuse a swept generation g only if
+// clockMs(T) - 60000 <= g < clockMs(sweep) - 120000: it would have had to
+// start more than 60 s before the sweep and still be waiting, and every
+// store bounds a claim's wait (lock_timeout, the busy timeout) far below
+// that. This assumes the database server's clock does not step back by more
+// than about a minute; a larger step back (a badly set clock corrected
+// backwards) could let a claim after a sweep reuse a generation. Redis
+// proposes max(its counter+1, its clock in milliseconds), so its proposals
+// normally lead and are kept.
 //
 // # Fencing
 //
 // Complete, Fail, MarkUncertain, Renew and Release each are one UPDATE that
 // matches the record's owner AND generation AND expected state. Zero rows
 // means the caller's lease is gone: [ErrFenced], and the caller must not
-// publish its result. When such a write, or its COMMIT, fails in a way that
-// may have applied (the acknowledgement was lost), the backend re-reads the
-// record and reports the truth: finished under the caller's token is success.
+// publish its result. [ErrFenced] always means "this write did not apply".
+// When such a write, or its COMMIT, fails in a way that may have applied (the
+// acknowledgement was lost), the backend re-reads the record and reports the
+// truth: in effect under the caller's token is success; provably not applied
+// (the token never held the record, or the record is still unfinished under
+// it) is [ErrFenced] or a retryable [ErrUnavailable]; a record that moved on
+// since (a newer owner, the record gone) leaves the outcome unknown:
+// [ErrUnavailable], with a message that says so.
+//
+// # Retention
+//
+// A claim stores its retention with the record. The record expires a
+// retention after it was created, and a finishing write (Complete, Fail)
+// moves expires_at to at least a retention after the finish, by the
+// database's clock: a record finished late (a long workflow, an uncertain
+// operation reconciled after its retention) is replayed for a full
+// retention, never stored already expired. A takeover raises expires_at to
+// a full retention from the takeover; nothing lowers it.
 //
 // # Clocks
 //
 // Every lease and retention decision uses the database's clock. No worker
-// clock is read, so worker clock skew cannot break a lease.
+// clock is read, so worker clock skew cannot break a lease. Generations
+// depend on the database's clock not stepping back by more than about a
+// minute (see Generations).
 //
 // # Conformance
 //

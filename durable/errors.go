@@ -8,7 +8,10 @@ import (
 var (
 	// ErrFenced is returned by a fenced write whose token no longer owns the
 	// record: its lease expired and another owner took over, it was
-	// released, or the record reached a final state. Nothing was written.
+	// released, or the record reached a final state. It means "this write
+	// did not apply": a store returns it only when it knows that, never for
+	// a write whose reply was lost and that may have applied (that is
+	// ErrUnavailable).
 	ErrFenced = errors.New("durable: fenced: lease no longer held")
 
 	// ErrMismatch is returned by Claim when the record exists with another

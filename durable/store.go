@@ -91,7 +91,9 @@ type ClaimParams struct {
 	// canon). Required, at most 256 bytes.
 	Fingerprint string
 	// Proposed is the generation proposed by Redis, or 0 without Redis. The
-	// store uses GREATEST(Proposed, stored+1); the returned token is the
+	// store uses GREATEST(Proposed, stored+1) for a takeover and
+	// GREATEST(Proposed, stored+1, clock floor) for a created or restarted
+	// record (see the package documentation); the returned token is the
 	// store's.
 	Proposed uint64
 	// Owner is a fresh random identity for this claim; required.
@@ -99,8 +101,10 @@ type ClaimParams struct {
 	// Lease is how long the claim holds the key by the database's clock;
 	// at least 1ms.
 	Lease time.Duration
-	// Retention is how long the record is kept after it is created; the
-	// guarantee ends then. At least 1ms (short retentions are for tests).
+	// Retention is how long the record is kept after it is created, and
+	// again after it finishes (Complete, Fail): the guarantee ends then. The
+	// store keeps it with the record. At least 1ms (short retentions are for
+	// tests).
 	Retention time.Duration
 }
 
@@ -172,7 +176,9 @@ type Stats struct {
 	// that no one took over yet.
 	StaleProcessing int64
 	// ExpiredUnswept counts finished or released records past retention that
-	// Sweep has not deleted yet (sweep lag).
+	// Sweep has not deleted yet (sweep lag), including those it holds back
+	// until the clock passes their generation by the sweep margin (about a
+	// minute after their creation).
 	ExpiredUnswept int64
 	// ExpiredStuck counts processing and uncertain records past retention:
 	// never deleted, to be looked at.
@@ -189,7 +195,9 @@ type Stats struct {
 // Every method bounds its round trip by ctx. Errors: [ErrInvalidScope] for
 // bad arguments (nothing written), [ErrUnavailable] when the store cannot be
 // reached, [ErrFenced] for a fenced write whose token no longer holds the
-// record, [ErrMismatch] from Claim, [ErrNotFound] and [ErrBusy] where said.
+// record (the write did not apply), [ErrMismatch] from Claim, [ErrNotFound]
+// and [ErrBusy] where said. A fenced write whose reply was lost and whose
+// record moved on since returns ErrUnavailable: its outcome is unknown.
 type Store[TTx any] interface {
 	// Ref returns the stored identity of a scope (hashing the key as this
 	// store is configured to). It returns ErrInvalidScope for an invalid scope.
@@ -203,8 +211,10 @@ type Store[TTx any] interface {
 	// waits on the row until tx ends (bounded by the store's lock timeout).
 	ClaimTx(ctx context.Context, tx TTx, p ClaimParams) (ClaimResult, error)
 
-	// Complete stores res and moves the record to completed, fenced by tok.
-	// Completing again with the same token succeeds.
+	// Complete stores res and moves the record to completed, fenced by tok,
+	// and sets its expiry to at least its retention from now. Completing
+	// again with the same token and result (headers compared byte for byte)
+	// succeeds.
 	Complete(ctx context.Context, ref Ref, tok fence.Token, res Result) error
 	CompleteTx(ctx context.Context, tx TTx, ref Ref, tok fence.Token, res Result) error
 	// Fail stores res as a final business rejection (state failed), fenced.
@@ -232,15 +242,19 @@ type Store[TTx any] interface {
 	// Get reads a record; ErrNotFound when there is none.
 	Get(ctx context.Context, ref Ref) (Record, error)
 	// Sweep deletes at most batch finished or released records past their
-	// retention, without blocking claims, and returns how many it deleted.
-	// Processing and uncertain records are never deleted.
+	// retention whose generation is below the database's clock in
+	// milliseconds minus 120000, without blocking claims, and returns how
+	// many it deleted. Processing and uncertain records are never deleted.
 	Sweep(ctx context.Context, batch int) (int, error)
 	// Stats summarizes the store.
 	Stats(ctx context.Context) (Stats, error)
 
 	// InTx runs fn in a new transaction and commits it when fn returns nil;
 	// it rolls back when fn returns an error or panics (re-panicking). A
-	// failed COMMIT is returned wrapped in ErrUnavailable: its outcome is
-	// unknown, and the caller re-reads with Get.
+	// COMMIT the database refused (a deferred constraint violated, a
+	// serialization failure) committed nothing: its error is returned as it
+	// is (wrapped, never ErrUnavailable). A COMMIT whose reply was lost is
+	// returned wrapped in ErrUnavailable: its outcome is unknown, and the
+	// caller re-reads with Get.
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 }

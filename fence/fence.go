@@ -2,10 +2,21 @@
 // idempotency lease carries.
 //
 // A [Token] is a pair (generation, owner). The durable store assigns the
-// generation when a worker claims a key: it only ever rises for a key, across
-// takeovers, releases and retention restarts, because the store computes it as
-// GREATEST(proposed, stored+1) inside the atomic claim. The owner is a random
-// UUID chosen by the worker for that one claim.
+// generation when a worker claims a key. Generations only rise for a scope
+// (tenant, operation, key), also across Sweep and retention restarts:
+//
+//   - inside the atomic claim the store computes GREATEST(proposed,
+//     stored+1), so takeovers, releases and restarts never go back;
+//   - a record the store creates or restarts also gets at least the
+//     database's clock in milliseconds since the Unix epoch minus 60000, and
+//     Sweep deletes a record only once its generation is below that clock
+//     minus 120000, so a scope claimed again after its record was swept
+//     starts above the swept generation.
+//
+// This rests on the database server's clock not stepping back by more than
+// about a minute. The owner is a random UUID chosen by the worker for that
+// one claim. Generations are large numbers (about 1.7e12 and rising), not a
+// count of attempts: compare them, never count with them.
 //
 // # Why a number that only goes up
 //

@@ -14,7 +14,14 @@
 //
 // One row per (tenant_id, operation, key_hash) in table idempotency_requests
 // ([WithTable], [WithSchema]), created by [Store.Migrate] from the embedded
-// file migration/001_create_idempotency_requests.up.sql (see [Migrations]).
+// files migration/001_create_idempotency_requests.up.sql and
+// 002_retention_and_binary_headers.up.sql (see [Migrations]). 002 adds
+// retention_us (the retention each claim stores, so that a late finish keeps
+// a full retention) and response_headers_bin (headers byte for byte; the
+// jsonb column is still written as a lossy copy for the previous version and
+// read only for rows without the new one), and converts existing rows once.
+// Both are nullable, so instances of the previous version keep working
+// during a rolling deploy; 002's down file drops them.
 // The client's key is never written: only its SHA-256, or HMAC-SHA-256 under
 // [WithKeySecret], as [durable.Scope.Ref] computes it.
 //
@@ -70,21 +77,51 @@
 // # Ambiguity
 //
 // A write whose connection is lost after it was sent may have applied. The
-// store does not guess: on the pool it re-reads the record. A fenced write
-// found in effect under the caller's token (completed with the same result,
-// for example) is a success; a record still held by the token and not
-// finished means the write did not apply ([durable.ErrUnavailable], retry);
-// anything else is [durable.ErrFenced]. A repeated Complete with the same
-// token and result succeeds for the same reason. In a transaction the
-// outcome is decided by COMMIT: [Store.InTx] returns a failed COMMIT wrapped
-// in [durable.ErrUnavailable], and the caller re-reads with [Store.Get].
+// store does not guess: on the pool it re-reads the record, on a context
+// detached from the caller's and bounded to 5 s (a client that went away,
+// cancelling ctx, is the usual reason the reply was lost; the claim it made
+// must still be resolved, not left to block the key for a lease). Then:
+//
+//   - a fenced write found in effect under the caller's token (completed
+//     with the same result, for example) is a success; a repeated Complete
+//     with the same token and result succeeds for the same reason;
+//   - a record that proves the write did not apply (still held by the
+//     token and unfinished: [durable.ErrUnavailable], retry; a token the
+//     record never had, or a final state the write cannot have led to:
+//     [durable.ErrFenced]);
+//   - anything else (a newer owner, the record gone) may follow the write
+//     having applied (a Release then a new claim, a MarkUncertain then an
+//     adoption): the outcome is unknown, [durable.ErrUnavailable] with a
+//     message that says so. [durable.ErrFenced] always means "did not
+//     apply".
+//
+// In a transaction the outcome is decided by COMMIT. [Store.InTx] tells a
+// COMMIT the server refused (an ERROR: a deferred constraint, a
+// serialization failure; or ROLLBACK for a transaction that had failed),
+// which committed nothing and is returned as that error, from one whose
+// reply was lost or that was answered FATAL, which may have committed and is
+// returned wrapped in [durable.ErrUnavailable]: the caller re-reads with
+// [Store.Get].
 //
 // # Retention
 //
-// [Store.Sweep] deletes finished and released records past expires_at in
-// bounded batches with FOR UPDATE SKIP LOCKED; processing and uncertain
-// records are never deleted, and [Store.Stats] counts them. A claim of a
-// finished record past its retention starts a new operation above the old
-// generation; once Sweep deleted a record, its generations start again from
-// the proposal: the guarantee ended with the retention.
+// expires_at is created_at + the claim's retention; Complete and Fail raise
+// it to at least their clock_timestamp() + the retention, so a record
+// finished late keeps a full retention; a takeover raises it to a full
+// retention from the takeover. [Store.Sweep] deletes finished and released
+// records past expires_at in bounded batches with FOR UPDATE SKIP LOCKED;
+// processing and uncertain records are never deleted, and [Store.Stats]
+// counts them. A claim of a finished record past its retention starts a new
+// operation above the old generation.
+//
+// # Generations and the database's clock
+//
+// A created or restarted record gets a generation of at least the
+// database's clock_timestamp() in whole milliseconds since the Unix epoch
+// minus 60000, and Sweep deletes a record only once its generation is below
+// that clock minus 120000, so a scope claimed again after its record was
+// swept gets a higher generation than before (see the durable package
+// documentation). lock_timeout bounds how long a claim can wait, far below
+// the 60 s this leaves. The server's clock must not step back by more than
+// about a minute.
 package postgres

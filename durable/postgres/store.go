@@ -294,7 +294,10 @@ func (s *Store) Pending(ctx context.Context, p durable.PendingParams) ([]durable
 
 // Sweep deletes at most batch finished (completed, failed) or released
 // records past their retention, oldest expiry first, and returns how many
-// it deleted. Rows locked by a concurrent claim are skipped (FOR UPDATE SKIP
+// it deleted. A record whose generation is not below the database's clock in
+// milliseconds minus 120000 (one created or restarted in about the last
+// minute) stays until the clock passes it, so that generations rise across
+// the sweep (see the package documentation). Rows locked by a concurrent claim are skipped (FOR UPDATE SKIP
 // LOCKED), so a sweep never blocks a claim. Processing and uncertain
 // records are never deleted; [Store.Stats] counts them. Call it in a loop
 // until it returns less than batch. batch below 1 returns an error matching

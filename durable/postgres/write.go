@@ -138,11 +138,15 @@ func (s *Store) finish(ctx context.Context, q querier, op string, state durable.
 
 // Complete stores res and moves the record to completed, fenced by tok: it
 // applies only while tok is the record's token and the record is processing
-// or uncertain. Completing again with the same token and result succeeds;
+// or uncertain. The record then expires at least its retention from now
+// (by the database's clock), however late it finished. Completing again with
+// the same token and result (headers compared byte for byte) succeeds;
 // otherwise a write that no longer holds the record returns an error
 // matching [durable.ErrFenced] and changes nothing. When the connection is
 // lost after the UPDATE was sent, Complete re-reads the record and reports
-// the truth (see the package documentation). One round trip.
+// the truth (see the package documentation); if the record moved on since
+// (a newer owner), the outcome is unknown: an error matching
+// [durable.ErrUnavailable]. One round trip.
 func (s *Store) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
 	return s.finish(ctx, s.pool, "complete", durable.Completed, ref, tok, res)
 }
@@ -173,6 +177,9 @@ func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fenc
 // clears its lease, so the reconciler can [Store.Adopt] it. The token stays
 // the record's until then (its owner may still Complete or Fail it).
 // Marking again with the same token succeeds; [durable.ErrFenced] otherwise.
+// When its reply is lost and the record was adopted since, the mark may
+// have applied before the adoption: the outcome is unknown, an error
+// matching [durable.ErrUnavailable], never ErrFenced.
 func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
 	return s.run(ctx, s.pool, ref, tok, fencedWrite{
 		op:   "mark uncertain",
@@ -211,7 +218,10 @@ func (s *Store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lea
 // stays (processing, no owner, no lease) so its generation survives, and
 // the next claim, with any fingerprint, starts a new operation above it.
 // Releasing again with the same token succeeds while nobody claimed the
-// record since; [durable.ErrFenced] otherwise.
+// record since; [durable.ErrFenced] otherwise. When its reply is lost and
+// the record was claimed since, the release may have applied before that
+// claim: the outcome is unknown, an error matching [durable.ErrUnavailable],
+// never ErrFenced.
 func (s *Store) Release(ctx context.Context, ref durable.Ref, tok fence.Token) error {
 	return s.release(ctx, s.pool, ref, tok)
 }

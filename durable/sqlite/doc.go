@@ -15,7 +15,8 @@
 //
 //   - Claim is one INSERT ... ON CONFLICT ... DO UPDATE ... WHERE ... RETURNING
 //     statement: the database alone decides who owns a key; never
-//     check-then-insert. Generations become max(proposed, stored+1). When
+//     check-then-insert. Generations become max(proposed, stored+1), and at
+//     least the clock floor for a created or restarted record (see below). When
 //     the rule refuses, that statement writes nothing and a second one
 //     reads the record to return (replay, in progress, mismatch), still
 //     under the Store's write lock (if another process changed the record in
@@ -50,9 +51,25 @@
 //     key then sees the committed outcome, never a second acquisition. Keep
 //     such transactions short: they stop every writer of the file.
 //   - A commit cannot be ambiguous in-process: SQLite either applied it or
-//     rolled it back before returning, and reports which. Fenced writes are
-//     still verified by re-reading after an error or zero rows, so a
-//     repeated Complete with the same token and result succeeds.
+//     rolled it back before returning, and reports which. A COMMIT refused
+//     for a deferred constraint (a foreign key of the caller's tables
+//     declared DEFERRABLE INITIALLY DEFERRED) committed nothing and
+//     [Store.InTx] returns its error as it is, not [durable.ErrUnavailable];
+//     a busy or I/O failure at COMMIT is [durable.ErrUnavailable] (nothing
+//     committed; the driver rolls back what SQLite kept open). Fenced writes
+//     are still verified by re-reading after an error or zero rows, so a
+//     repeated Complete with the same token and result (headers compared
+//     byte for byte) succeeds.
+//   - Retention: a record expires its claim's retention after its creation,
+//     and Complete and Fail move that to at least a retention after they
+//     finished; a takeover gives it a full retention from the takeover.
+//   - Generations only rise for a scope, also across [Store.Sweep]: a
+//     created or restarted record gets at least the database's clock in
+//     milliseconds since the Unix epoch minus 60000, and Sweep deletes a
+//     record only once its generation is below that clock minus 120000
+//     (about a minute after its creation). The busy timeout bounds how long
+//     a claim waits, far below the 60 s this leaves. The host's clock must
+//     not step back by more than about a minute.
 //   - Keys are stored only as SHA-256, or HMAC-SHA-256 with [WithKeySecret].
 //     No key, tenant or body is logged; errors never contain them.
 //   - A closed database, a file that cannot be opened, an I/O error or a
@@ -75,8 +92,16 @@
 //
 // # Schema and migrations
 //
-// [Store.Migrate] runs the embedded migration/001_create_idempotency_requests.up.sql
-// (see [Migrations]): a STRICT, WITHOUT ROWID table keyed by (tenant_id,
-// operation, key_hash), with partial indexes for the sweeper and the
-// reconciler. [WithTable] renames the table and its indexes.
+// [Store.Migrate] runs the embedded migrations (see [Migrations]) not
+// applied yet, and records each version in table oncekey_migration (per
+// store table). 001_create_idempotency_requests creates a STRICT, WITHOUT
+// ROWID table keyed by (tenant_id, operation, key_hash), with partial
+// indexes for the sweeper and the reconciler. 002_retention_and_binary_headers
+// adds retention_us (the retention each claim stores, for a late finish) and
+// response_headers_bin (headers byte for byte; the JSON column stays as a
+// lossy copy for the previous version), and converts existing rows.
+// [WithTable] renames the table and its indexes. A database migrated by a
+// release that did not record versions is brought up to date (001 is
+// idempotent). Do not mix [Store.Migrate] with another migration tool on the
+// same table.
 package sqlite

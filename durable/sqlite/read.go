@@ -32,7 +32,8 @@ func (s *Store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Re
 // Adopt takes over, for the reconciler, a record that is uncertain (its
 // lease free or expired) or processing with an expired lease, both by the
 // database's clock. The state is kept; the generation becomes
-// max(Proposed, stored+1) and the owner and lease are the caller's.
+// max(Proposed, stored+1) (no clock floor: the row exists) and the owner and
+// lease are the caller's.
 // It returns ErrNotFound when there is no record and ErrBusy when the record
 // is held by a live lease, released or finished.
 func (s *Store) Adopt(ctx context.Context, p durable.AdoptParams) (fence.Token, error) {
@@ -104,7 +105,10 @@ func (s *Store) Pending(ctx context.Context, p durable.PendingParams) ([]durable
 }
 
 // Sweep deletes at most batch finished or released records past their
-// retention, oldest expiry first, and returns how many it deleted.
+// retention, oldest expiry first, and returns how many it deleted. A record
+// whose generation is not below the database's clock in milliseconds minus
+// 120000 (one created or restarted in about the last minute) stays until the
+// clock passes it, so that generations rise across the sweep.
 // Processing and uncertain records are never deleted. One call is one
 // bounded DELETE, so it holds the write lock only briefly; call it in a loop
 // until it returns less than batch. batch must be at least 1.

@@ -320,9 +320,11 @@ func (s *Store) queryRow(ctx context.Context, q querier, query string, args ...a
 // this transaction and fails after the busy timeout. Reads (Get, Stats,
 // Pending) run concurrently on other connections and see the last commit.
 //
-// A failed BEGIN or COMMIT is returned wrapped in [durable.ErrUnavailable];
-// SQLite rolls a failed COMMIT back, so on one node its outcome is not
-// ambiguous, but callers written for the contract re-read with Get anyway.
+// A failed COMMIT committed nothing (the driver rolls back what SQLite kept
+// open). One refused by a deferred constraint is returned as that error,
+// wrapped but not in [durable.ErrUnavailable]; a busy, I/O or closed-database
+// failure at BEGIN or COMMIT is returned wrapped in [durable.ErrUnavailable],
+// and callers written for the contract re-read with Get.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.runTx(ctx, s.locking, fn)
 }

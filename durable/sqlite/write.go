@@ -14,7 +14,9 @@ import (
 
 // Complete stores res and moves the record to completed, fenced by tok: one
 // UPDATE that matches the record's owner, generation and state (processing,
-// or uncertain after Adopt). Completing again with the same token and result
+// or uncertain after Adopt). The record then expires at least its retention
+// from now (by the database's clock), however late it finished. Completing
+// again with the same token and result (headers compared byte for byte)
 // succeeds. It returns ErrFenced when tok no longer holds the record.
 func (s *Store) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
 	return s.finishOn(ctx, nil, "complete", durable.Completed, ref, tok, res)
