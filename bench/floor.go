@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -37,6 +38,7 @@ type floors struct {
 	selectSQL   string // a bare read of a stored result
 	sha         string // claim.lua's SHA1
 	headers     []byte // result.Headers as JSON, encoded once
+	binHeaders  []byte // result.Headers in the store's byte-exact encoding, captured
 }
 
 func newFloors(ctx context.Context, e *env) (*floors, error) {
@@ -63,7 +65,7 @@ func (f *floors) claimArgs(h []byte, owner uuid.UUID) []any {
 }
 
 func (f *floors) completeArgs(h []byte, gen int64, owner uuid.UUID) []any {
-	return []any{tenant, operation, h, gen, pgUUID(owner), result.StatusCode, f.headers, result.Body, result.Version, result.ResourceID}
+	return []any{tenant, operation, h, gen, pgUUID(owner), result.StatusCode, f.headers, result.Body, result.Version, result.ResourceID, f.binHeaders}
 }
 
 // sameShape reports whether the floor's arguments have the types of the
@@ -95,12 +97,16 @@ func (f *floors) captureSQL(ctx context.Context) error {
 		switch {
 		case isClaimSQL(s.SQL) && sameShape(f.claimArgs(h, uuid.Nil), s.Args):
 			f.claimSQL = s.SQL
-		case strings.HasPrefix(strings.TrimSpace(s.SQL), "UPDATE") && strings.Contains(s.SQL, "'completed'") &&
-			sameShape(f.completeArgs(h, 1, uuid.Nil), s.Args):
+		case !isClaimSQL(s.SQL) && strings.Contains(s.SQL, "UPDATE") && strings.Contains(s.SQL, "'completed'") &&
+			len(s.Args) > 0 && sameShape(f.completeArgs(h, 1, uuid.Nil)[:len(s.Args)-1], s.Args[:len(s.Args)-1]):
+			// The last argument is the byte-exact header encoding of the
+			// (constant) result: the floor sends the library's own bytes.
 			f.completeSQL = s.SQL
+			f.binHeaders, _ = s.Args[len(s.Args)-1].([]byte)
 		}
 	}
 	if f.claimSQL == "" || f.completeSQL == "" {
+
 		return fmt.Errorf("%w: no claim and completion of the expected shape among %d statements", ErrCapture, len(stmts))
 	}
 	return nil
@@ -150,8 +156,8 @@ func (f *floors) captureScript(ctx context.Context) error {
 func emptyWrite(context.Context, pgx.Tx, claim.Op) (durable.Result, error) { return result, nil }
 
 // fresh is the fresh-key floor: BEGIN, the claim, the completion, COMMIT,
-// with pgx and nothing else. A fresh insert gets generation 1 (no Redis
-// proposes one), which the completion's fence then matches.
+// with pgx and nothing else. The completion is fenced by the generation the
+// claim returned (the database clock's floor, as for the library).
 func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
 	owner := uuid.New()
@@ -164,7 +170,15 @@ func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
 	if err != nil {
 		return oOther, err
 	}
-	acquired := rows.Next() && rows.RawValues()[0] != nil // the generation column: set when claimed
+	var gen int64 // the generation column: set when claimed
+	acquired := false
+	if rows.Next() {
+		// Decode the first column alone, as the library's scan of it costs:
+		// int8 in pgx's binary format.
+		if raw := rows.RawValues()[0]; len(raw) == 8 {
+			gen, acquired = int64(binary.BigEndian.Uint64(raw)), true
+		}
+	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return oOther, err
@@ -172,7 +186,7 @@ func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
 	if !acquired {
 		return oOther, fmt.Errorf("%w: floor claim did not acquire a fresh key", ErrUnexpected)
 	}
-	tag, err := tx.Exec(ctx, f.completeSQL, f.completeArgs(h[:], 1, owner)...)
+	tag, err := tx.Exec(ctx, f.completeSQL, f.completeArgs(h[:], gen, owner)...)
 	if err != nil {
 		return oOther, err
 	}
