@@ -108,6 +108,11 @@ type Record struct {
 	Body       string    // hex SHA-256 of the stored body, "" without a result
 	Status     int
 	Expired    bool // past its retention by the database clock
+	// Sweepable: past its retention and with a generation more than the
+	// documented two minutes behind the database clock in milliseconds, so
+	// that Sweep must delete it if it is finished (generations stay
+	// monotonic across deletion: durable's package documentation).
+	Sweepable bool
 }
 
 // Hash returns the hex SHA-256 of b.

@@ -123,7 +123,8 @@ type Records struct {
 // Read returns the current records.
 func (r Records) Read(ctx context.Context, db *pgxpool.Pool) ([]Record, error) {
 	rows, err := db.Query(ctx, `SELECT key_hash, state::text, generation, owner_token, response_body, COALESCE(status_code, 0),
-		expires_at <= clock_timestamp()
+		expires_at <= clock_timestamp(),
+		expires_at <= clock_timestamp() AND generation < (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint - 120000
 		FROM `+r.Table+` WHERE tenant_id = $1 AND operation = $2`, r.Tenant, r.Operation)
 	if err != nil {
 		return nil, fmt.Errorf("history: read records: %w", err)
@@ -138,7 +139,7 @@ func (r Records) Read(ctx context.Context, db *pgxpool.Pool) ([]Record, error) {
 			owner *uuid.UUID
 			body  []byte
 		)
-		if err := rows.Scan(&kh, &rec.State, &gen, &owner, &body, &rec.Status, &rec.Expired); err != nil {
+		if err := rows.Scan(&kh, &rec.State, &gen, &owner, &body, &rec.Status, &rec.Expired, &rec.Sweepable); err != nil {
 			return nil, fmt.Errorf("history: read records: %w", err)
 		}
 		var h [32]byte
