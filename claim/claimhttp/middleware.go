@@ -76,6 +76,10 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case keyErr != nil:
 		writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, "The "+m.o.Header+" field must appear once and hold one quoted string or bare key of 1 to 255 printable ASCII characters.", "", 0)
 		return
+	case operation == "" && m.o.OperationFunc == nil:
+		m.o.Logger.Error("claimhttp: no route pattern to name the operation by: wrap each route of net/http's ServeMux, or set Options.OperationFunc from your router's pattern")
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The operation could not be named.", "", 0)
+		return
 	case operation == "":
 		m.o.Logger.Error("claimhttp: OperationFunc returned an empty operation")
 		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The operation could not be named.", "", 0)

@@ -421,7 +421,7 @@ func TestMiddleware_StoreDownIs503(t *testing.T) {
 			}
 			for _, tx := range []bool{true, false} {
 				ran := false
-				guard, err := claimhttp.Middleware(c, claimhttp.Options{TenantFunc: tenantOf, InTransaction: tx})
+				guard, err := claimhttp.Middleware(c, claimhttp.Options{TenantFunc: tenantOf, InTransaction: tx, OperationFunc: func(*http.Request) string { return "POST /orders" }})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -613,7 +613,7 @@ func TestMiddleware_StreamingIsRefused(t *testing.T) {
 	t.Parallel()
 	f := setup(t, config{})
 	var flushErr, hijackErr error
-	guard, err := claimhttp.Middleware(f.c, claimhttp.Options{TenantFunc: tenantOf})
+	guard, err := claimhttp.Middleware(f.c, claimhttp.Options{TenantFunc: tenantOf, OperationFunc: func(*http.Request) string { return "POST /stream" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,6 +627,60 @@ func TestMiddleware_StreamingIsRefused(t *testing.T) {
 	if w.Code != http.StatusCreated || !errors.Is(flushErr, http.ErrNotSupported) || !errors.Is(hijackErr, http.ErrNotSupported) {
 		t.Fatalf("status %d, Flush %v, Hijack %v", w.Code, flushErr, hijackErr)
 	}
+}
+
+// A middleware that cannot name the route (it wraps a whole mux, or the
+// router sets no r.Pattern) refuses rather than name the operation by the
+// raw path, which would make every resource id an operation of its own.
+func TestMiddleware_NoRoutePatternIsRefused(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{})
+	guard, err := claimhttp.Middleware(f.c, claimhttp.Options{TenantFunc: tenantOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders/{id}/refunds", f.orders)
+	h := authenticate(guard(mux)) // around the mux: r.Pattern is not set yet
+	runs := f.runs.Load()
+	w := httptestServe(h, newRequest("acme", http.MethodPost, "/orders/42/refunds", "k-mux", `{"item":"book"}`))
+	wantProblem(t, w, http.StatusInternalServerError, claimhttp.ProblemInternal, "k-mux")
+	if f.runs.Load() != runs {
+		t.Fatal("the handler ran without a named operation")
+	}
+	var n int
+	if err := f.schema.Pool.QueryRow(t.Context(), `SELECT count(*) FROM idempotency_requests`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("records = %d, %v; want nothing reserved", n, err)
+	}
+
+	// A router's own pattern names it: the same key on two resource ids is
+	// one operation (a reuse with another payload is 422, not a second run).
+	routed, err := claimhttp.Middleware(f.c, claimhttp.Options{TenantFunc: tenantOf, InTransaction: true,
+		OperationFunc: func(r *http.Request) string { return r.Method + " " + patternOf(r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = authenticate(fakeRouter("/orders/{id}/refunds", routed(http.HandlerFunc(f.orders))))
+	first := httptestServe(h, newRequest("acme", http.MethodPost, "/orders/1/refunds", "k-routed", `{"item":"a"}`))
+	second := httptestServe(h, newRequest("acme", http.MethodPost, "/orders/2/refunds", "k-routed", `{"item":"a"}`))
+	if first.Code != http.StatusCreated || second.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("first = %d, second (another id, same key) = %d %s", first.Code, second.Code, second.Body)
+	}
+}
+
+type patternKey struct{}
+
+// fakeRouter stands for a router that matches pattern and records it in the
+// request's context (as chi's RouteContext does) without setting r.Pattern.
+func fakeRouter(pattern string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), patternKey{}, pattern)))
+	})
+}
+
+func patternOf(r *http.Request) string {
+	p, _ := r.Context().Value(patternKey{}).(string)
+	return p
 }
 
 func TestMiddleware_OperationFromPattern(t *testing.T) {

@@ -108,11 +108,21 @@ type Options struct {
 	TenantFunc func(r *http.Request) (string, error)
 
 	// OperationFunc names the operation of r: a key only ever collides
-	// with itself within one tenant and operation. Defaults to the method
-	// and the matched route pattern (r.Pattern, without its own method
-	// prefix), "POST /orders/{id}/refunds", falling back to the method and
-	// the URL path when r.Pattern is empty (the middleware wraps a whole
-	// mux rather than a route). An empty name answers 500.
+	// with itself within one tenant and operation, and retention is set per
+	// operation. Name the route, never the path: "POST /orders/{id}/refunds",
+	// not "/orders/42/refunds". Defaults to the method and the route
+	// pattern net/http's ServeMux matched (r.Pattern, without its own method
+	// prefix); for that, wrap each route (mux.Handle("POST /orders",
+	// guard(h))), not the whole mux. With another router, set it from the
+	// router's own pattern, for chi:
+	//
+	//	OperationFunc: func(r *http.Request) string {
+	//		return r.Method + " " + chi.RouteContext(r.Context()).RoutePattern()
+	//	},
+	//
+	// with the middleware on the route (r.With(guard).Post(...)), so the
+	// pattern is complete when it runs. An empty name (by default: no
+	// r.Pattern) answers 500 and logs why.
 	OperationFunc func(r *http.Request) string
 
 	// Header is the field carrying the key. Defaults to [DefaultHeader].
@@ -335,11 +345,16 @@ func isToken(s string) bool {
 	return true
 }
 
-// defaultOperation is the default OperationFunc.
+// defaultOperation is the default OperationFunc: the method and the route
+// pattern the router matched. It returns "" (the middleware answers 500 and
+// logs why) when the router set no r.Pattern — a router other than
+// net/http's ServeMux (chi, gorilla/mux), or the middleware wrapped around a
+// whole mux — rather than fall back to the raw path, which would make every
+// resource id an operation of its own (and unbounded in number).
 func defaultOperation(r *http.Request) string {
 	p := r.Pattern
 	if p == "" {
-		return r.Method + " " + r.URL.Path
+		return ""
 	}
 	// A Go 1.22 pattern may start with its own method: "POST /orders".
 	if i := strings.IndexAny(p, " \t"); i > 0 && !strings.Contains(p[:i], "/") {
