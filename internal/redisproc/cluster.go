@@ -115,12 +115,18 @@ func clusterReady(ctx context.Context, c *redis.Client, n int) error {
 			return fmt.Errorf("want %s in:\n%s", want, info)
 		}
 	}
-	slots, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
 		return err
 	}
-	if len(slots) != n {
-		return fmt.Errorf("CLUSTER SLOTS lists %d ranges, want %d", len(slots), n)
+	withSlots := 0
+	for _, sh := range shards {
+		if len(sh.Slots) > 0 {
+			withSlots++
+		}
+	}
+	if withSlots != n {
+		return fmt.Errorf("CLUSTER SHARDS lists %d shards with slots, want %d", withSlots, n)
 	}
 	return nil
 }

@@ -80,22 +80,26 @@ func count(root string) (map[string]int, map[string][]string, error) {
 		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && rel != "." {
 			return filepath.SkipDir // another module
 		}
-		fset := token.NewFileSet()
-		pkgs, err := parser.ParseDir(fset, path, func(fi fs.FileInfo) bool {
-			return !strings.HasSuffix(fi.Name(), "_test.go")
-		}, 0)
+		files, err := os.ReadDir(path)
 		if err != nil {
 			return err
 		}
-		for _, pkg := range pkgs {
-			if pkg.Name == "main" {
+		fset := token.NewFileSet()
+		for _, fi := range files {
+			name := fi.Name()
+			if fi.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
 				continue
 			}
-			for _, f := range pkg.Files {
-				for _, n := range exported(f) {
-					counts[rel]++
-					names[rel] = append(names[rel], n)
-				}
+			f, err := parser.ParseFile(fset, filepath.Join(path, name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			if f.Name.Name == "main" {
+				continue
+			}
+			for _, n := range exported(f) {
+				counts[rel]++
+				names[rel] = append(names[rel], n)
 			}
 		}
 		return nil
