@@ -38,7 +38,24 @@ type service struct {
 	requests atomic.Int64 // requests that reached the server
 	logical  atomic.Int64 // requests the clients made (before their transports' retries)
 	started  time.Time
+
+	// Hooks of the scenarios that need them (scenarios_edge.go); nil in
+	// the others.
+	//
+	// handler replaces the business handler behind the middleware.
+	handler http.Handler
+	// onRequest runs when a request of o reaches the server, before the
+	// middleware.
+	onRequest func(o *op)
+	// requestCtx derives the context of one request of client c for o (a
+	// client that disconnects or gives up); the returned cancel is called
+	// when the attempt ends.
+	requestCtx func(ctx context.Context, o *op, c int) (context.Context, context.CancelFunc)
 }
+
+// serviceOption adjusts a service and its middleware's options before the
+// service starts.
+type serviceOption func(s *service, o *claimhttp.Options)
 
 // serverRec is what the guarded handler did, handed to the outer wrapper.
 type serverRec struct {
@@ -51,19 +68,27 @@ type serverRec struct {
 
 type recKey struct{}
 
-func (e *env) newService(ctx context.Context, c *claim.Claimer[pgxTx], flow bool, d *fault.Downstream) (*service, error) {
+func (e *env) newService(ctx context.Context, c *claim.Claimer[pgxTx], flow bool, d *fault.Downstream, opts ...serviceOption) (*service, error) {
 	s := &service{e: e, flow: flow, d: d, dTime: e.cfg.Lease / 2, started: time.Now()}
-	mw, err := claimhttp.Middleware(c, claimhttp.Options{
+	mo := claimhttp.Options{
 		TenantFunc:    func(*http.Request) (string, error) { return e.tenant, nil }, // the suite's one authenticated caller
 		OperationFunc: func(*http.Request) string { return e.name },
 		InTransaction: !flow,
 		Logger:        e.log,
-	})
+	}
+	for _, opt := range opts {
+		opt(s, &mo)
+	}
+	mw, err := claimhttp.Middleware(c, mo)
 	if err != nil {
 		return nil, fmt.Errorf("%w: middleware: %w", ErrSetup, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /ops", s.outer(mw(http.HandlerFunc(s.handle))))
+	h := http.Handler(http.HandlerFunc(s.handle))
+	if s.handler != nil {
+		h = s.handler
+	}
+	mux.Handle("POST /ops", s.outer(mw(h)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("%w: listen: %w", ErrSetup, err)
@@ -110,6 +135,9 @@ func (s *service) outer(next http.Handler) http.Handler {
 		if o == nil {
 			next.ServeHTTP(w, r)
 			return
+		}
+		if s.onRequest != nil {
+			s.onRequest(o)
 		}
 		sr := &serverRec{}
 		r = r.WithContext(context.WithValue(r.Context(), recKey{}, sr))
@@ -262,6 +290,11 @@ func (s *service) attempt(ctx context.Context, w *workload, o *op, c int) bool {
 	}
 	actx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
+	if s.requestCtx != nil {
+		var cut context.CancelFunc
+		actx, cut = s.requestCtx(actx, o, c)
+		defer cut()
+	}
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, s.url(), bytes.NewReader(fmt.Appendf(nil, `{"op":%q,"epoch":%d}`, o.key, epoch)))
 	if err != nil {
 		return false

@@ -42,6 +42,11 @@ type DownstreamOptions struct {
 	// Plan decides the behaviour of the n-th call (from 0) for op. Nil
 	// means always Succeed.
 	Plan func(op string, n int) (Behavior, time.Duration)
+	// Raw applies every call the fence accepts, without deduplicating by
+	// the operation identity: a second execution of an operation shows up
+	// as a second effect instead of getting the first one back. Scenarios
+	// that count effects set it.
+	Raw bool
 }
 
 // Downstream is an HTTP dependency of the suite, the "other system" a
@@ -233,7 +238,7 @@ func (d *Downstream) apply(ctx context.Context, op string, tok fence.Token) (str
 		}
 	}
 	d.highest[op] = tok
-	if id, ok := d.applied[op]; ok {
+	if id, ok := d.applied[op]; ok && !d.opts.Raw {
 		return id, http.StatusOK
 	}
 	// Once accepted, the work runs to its end even if the caller gives up
