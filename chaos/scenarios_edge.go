@@ -578,7 +578,9 @@ func setupHTTPClientDisconnect(ctx context.Context, e *env) (*workload, error) {
 		}
 		start := time.Now()
 		e.faultN("client-disconnected", int64(x.disconnect(o)))
-		sleep(ctx, 2*lease) // the work goes on; its context ends only if the lease is lost
+		// Work after the effect that does not look at its context: it
+		// goes on whatever the client does, and the lease must last.
+		time.Sleep(2 * lease)
 		renewedPast(ctx, e, o, tok, start, lease)
 		return false
 	}
@@ -619,7 +621,7 @@ func setupHTTPClientTimeout(ctx context.Context, e *env) (*workload, error) {
 			return false
 		}
 		start := time.Now()
-		sleep(ctx, lease*5/2)
+		time.Sleep(lease * 5 / 2) // work that does not look at its context
 		renewedPast(ctx, e, o, tok, start, lease)
 		return false
 	}
@@ -803,12 +805,13 @@ func setupHTTPOversized(ctx context.Context, e *env) (*workload, error) {
 	return x.w, nil
 }
 
-// http-finish-outage-short: the store refuses Complete and Fail for half
-// a lease right as the handler returns, well within FinishTimeout: the
-// middleware retries the fenced completion and answers as usual.
+// http-finish-outage-short: the store refuses Complete and Fail for a
+// lease right as the handler returns, well within FinishTimeout (three
+// leases): the middleware retries the fenced completion while renewing the
+// lease, and answers as usual.
 func setupHTTPFinishShort(ctx context.Context, e *env) (*workload, error) {
 	lease := e.cfg.Lease
-	x, err := e.newEdge(ctx, func(o *claimhttp.Options) { o.FinishTimeout = 2 * lease })
+	x, err := e.newEdge(ctx, func(o *claimhttp.Options) { o.FinishTimeout = 3 * lease })
 	if err != nil {
 		return nil, err
 	}
@@ -816,7 +819,7 @@ func setupHTTPFinishShort(ctx context.Context, e *env) (*workload, error) {
 	x.w.startOp = func(_ context.Context, o *op) { e.planned(o, "finish-outage", 0.5, 0) }
 	x.afterEffect = func(_ context.Context, o *op, _ fence.Token, _ http.ResponseWriter, _ *serverRec, _ []byte) bool {
 		if o.take("finish-outage") {
-			x.st.refuse(o.ref, lease/2, refuseComplete, refuseFail)
+			x.st.refuse(o.ref, lease, refuseComplete, refuseFail)
 		}
 		return false
 	}
