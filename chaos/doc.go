@@ -9,9 +9,27 @@
 //
 // [Scenarios] lists them: the ten ambiguity windows of DESIGN.md (two of
 // them again over HTTP, with claim/claimhttp's middleware and retrying
-// Transport), then Redis restarted empty, failed over to a replica that
-// missed writes, split-brained, down, evicting, and re-running scripts
-// after delayed replies; PostgreSQL backends terminated before a commit and
+// Transport); the windows of the middleware's rule after a workflow
+// handler started, over HTTP:
+//
+//   - http-client-timeout: work longer than the lease outlives every
+//     client's timeout; the lease is kept alive, the retries replay;
+//   - http-client-disconnect: the clients disconnect right after the
+//     effect; their retries arrive while the work goes on and must wait;
+//   - http-renewals-fail: renewals refused for longer than the lease;
+//     nobody takes over, the fenced completion still succeeds;
+//   - http-panic-after-effect: marked uncertain, reconciled, never rerun;
+//   - http-oversized-response: over MaxResponseBody, stored by status
+//     without body, answered and replayed alike;
+//   - http-finish-outage-short: Complete refused for less than
+//     FinishTimeout: retried, answered as usual;
+//   - http-finish-outage-long: refused past FinishTimeout but within the
+//     lease: 202, in progress, completed in the background;
+//
+// then an uncertain operation reconciled after its retention and replayed,
+// never rerun (reconcile-after-retention); then Redis restarted empty,
+// failed over to a replica that missed writes, split-brained, down,
+// evicting, and re-running scripts after delayed replies; PostgreSQL backends terminated before a commit and
 // commits whose acknowledgement is lost; owners paused past their lease;
 // worker clocks far off.
 //
@@ -22,7 +40,8 @@
 // (the effect written in the claim's transaction), as workflows (Claim, a
 // call to the suite's downstream HTTP service with the operation identity
 // and the fencing token, a fenced Complete), or through HTTP. Faults are
-// injected (package fault) on a schedule drawn from the seed: the same seed
+// injected (package fault, and a durable store that refuses chosen fenced
+// writes for a while) on a schedule drawn from the seed: the same seed
 // draws the same schedule (which operation gets which fault, with which
 // parameters); thread interleavings differ from run to run, which is the
 // point of running many iterations.
@@ -34,7 +53,9 @@
 //
 // Every call is recorded (package history) with its start, end, outcome,
 // token and the hash of its result; every business effect goes to a table
-// without a unique constraint, so a duplicate would be visible; a sampler
+// without a unique constraint, so a duplicate would be visible (the edge
+// scenarios' downstream does not deduplicate either, and they count the
+// calls that reached it); a sampler
 // reads the durable generations while the scenario runs. Package check
 // then verifies the invariants, among them linearizability of each
 // operation against a model of the record (porcupine, timed-out calls
