@@ -7,8 +7,19 @@
 --   {"acquired", generation}                    this owner holds the lease now
 --   {"busy", generation, owner, pttl_ms, same}  another owner holds a live lease;
 --                                               same is 1 when it is for this fingerprint
+-- A new lease proposes generation = max(counter + 1, Redis clock ms - 59000)
+-- and stores it in the counter. The durable store gives a record it creates
+-- or restarts at least its own clock ms - 60000: when the two clocks agree
+-- within a second the database keeps this proposal and no sync is needed.
+-- Generations travel as decimal strings: a Lua number is a double, exact for
+-- the clock's ~1.8e12 but not above 2^53, and tostring would print 1.8e+12.
 -- Safe to re-run: a second run by the lease holder finds its own lease and
--- returns the same generation without another INCR.
+-- returns the same generation without proposing another.
+local function gt(a, b) -- a > b for canonical decimal strings
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+
 local res = redis.call('HMGET', KEYS[3], 'f', 'g', 'd')
 if res[1] then
   if res[1] == ARGV[1] then
@@ -27,10 +38,16 @@ if lease[1] then
   return {'busy', lease[2], lease[1], redis.call('PTTL', KEYS[1]), same}
 end
 
+-- TIME is {seconds, microseconds}; whole ms since the epoch minus 59 s.
+local now = redis.call('TIME')
+local floor = string.format('%d',
+  tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - 59000)
 redis.call('INCR', KEYS[2])
--- Read the counter back as a string: a Lua number is a double and would
--- round a generation above 2^53.
 local gen = redis.call('GET', KEYS[2])
+if gt(floor, gen) then
+  redis.call('SET', KEYS[2], floor, 'KEEPTTL')
+  gen = floor
+end
 -- Keep the counter at least for the retention; never shorten it (PTTL is -1
 -- for a counter INCR just created).
 local retention = tonumber(ARGV[4])

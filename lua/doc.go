@@ -46,14 +46,20 @@
 //   - A cached result with the same fingerprint: Cached, with the result.
 //   - A cached result with another fingerprint: Mismatch.
 //   - A live lease of the same owner and fingerprint: Acquired with the
-//     lease's generation again, no INCR (a re-run).
+//     lease's generation again, no new proposal (a re-run).
 //   - A live lease of another owner (or another fingerprint): Busy, with the
 //     holder's owner, generation and remaining PTTL, and whether the lease is
 //     for the same fingerprint (SameRequest). A lease's fingerprint is
 //     never turned into Mismatch: a lease left behind by a release that did
 //     not reach Redis must not make a new request fail for good.
-//   - Otherwise: INCR gen (its TTL raised to the retention, never lowered),
-//     lease := {owner, gen, fingerprint} PX lease ms; Acquired with gen.
+//   - Otherwise: gen := max(gen + 1, Redis's clock (TIME) in ms - 59000),
+//     its TTL raised to the retention, never lowered; lease := {owner, gen,
+//     fingerprint} PX lease ms; Acquired with gen. The durable store gives
+//     a record it creates or restarts at least its own clock in ms - 60000
+//     (the floor that keeps generations rising across Sweep), so when the
+//     Redis and database clocks agree within a second it keeps this
+//     proposal and no SyncGen follows, even for a fresh key or after Redis
+//     lost the counter. A counter already ahead of the clock rises by 1.
 //
 // renew.lua ([Scripts.Renew]): KEYS lease; ARGV owner, lease ms. If owner
 // holds the lease, PEXPIRE it; 1, else 0. An expired lease is not brought
@@ -75,7 +81,7 @@
 // The counter never goes down.
 //
 // Invariants: no script deletes or changes another owner's lease; no script
-// lowers the counter; only claim.lua increments it (syncgen.lua raises it
+// lowers the counter; only claim.lua proposes from it (syncgen.lua raises it
 // to a given value), and never twice for one owner while that owner's lease
 // lives.
 //
@@ -85,7 +91,7 @@
 // 3), so one call can run a script up to four times on the server; this was
 // measured, and TestClaim_DelayedReplyRerun forces it. Every script is safe
 // to re-run: claim.lua by the same owner returns the same generation without
-// another INCR; renew, complete, release and syncgen write nothing new on a
+// proposing another; renew, complete, release and syncgen write nothing new on a
 // second run. MaxRetries may therefore stay at its default. The wrappers
 // expect these client settings:
 //

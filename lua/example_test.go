@@ -38,7 +38,9 @@ func Example() {
 		fmt.Println("durable store only:", err)
 		return
 	}
-	fmt.Println(r.Outcome, r.Generation)
+	// The proposal is max(counter + 1, Redis's clock in ms - 59s): for a
+	// fresh key, about the time in ms, as the durable store would choose.
+	fmt.Println(r.Outcome, r.Generation > 1_000_000_000_000)
 
 	// The durable claim ran with Proposed = r.Generation and returned the
 	// token; the handler ran; the durable store committed the result.
@@ -54,7 +56,7 @@ func Example() {
 	fmt.Println(other.Outcome)
 	// Output:
 	// shop:{1e7268a2...}:lease
-	// acquired 1
+	// acquired true
 	// cached: true
 	// cached 201 {"id":1}
 	// mismatch

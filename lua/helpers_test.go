@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -153,3 +154,23 @@ func owners(n int) []uuid.UUID {
 	}
 	return o
 }
+
+// proposalLagMS is how far claim.lua's clock term stays behind Redis's
+// clock: it proposes max(counter + 1, TIME in ms - proposalLagMS).
+const proposalLagMS = 59_000
+
+// decimal is a canonical decimal generation, as the scripts store it.
+var decimal = regexp.MustCompile(`^[1-9][0-9]*$`)
+
+// redisTime reads the server's clock (TIME), the clock claim.lua reads.
+func redisTime(t *testing.T, c redis.UniversalClient) time.Time {
+	t.Helper()
+	tm, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+// clockFloor is claim.lua's clock term for a Redis clock reading.
+func clockFloor(tm time.Time) uint64 { return uint64(tm.UnixMilli()) - proposalLagMS }

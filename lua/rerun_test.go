@@ -126,7 +126,7 @@ func scriptRuns(t *testing.T, c *redis.Client) int {
 // TestClaim_DelayedReplyRerun forces the hazard measured before this code
 // was written: go-redis re-sends a command whose reply timed out, so one
 // Claim runs claim.lua several times on the server. The owner must end with
-// one lease and one generation increment.
+// one lease and one proposal.
 func TestClaim_DelayedReplyRerun(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -167,13 +167,21 @@ func TestClaim_DelayedReplyRerun(t *testing.T) {
 			}
 
 			ref, owner := refFor(t, "k"), uuid.New()
+			k := s.Keys(ref)
+			// A counter far ahead of claim.lua's clock term: every
+			// proposal is counter + 1, so an extra one would show.
+			ahead := clockFloor(redisTime(t, direct)) + 1_000_000_000
+			if err := direct.Set(ctx, k.Gen, genOf(ahead), retention).Err(); err != nil {
+				t.Fatal(err)
+			}
+			want := genOf(ahead + 1)
 			r, err := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease, Retention: retention})
 			if c.wantErr {
 				if !errors.Is(err, lua.ErrUnavailable) {
 					t.Fatalf("Claim = %+v, %v; want ErrUnavailable", r, err)
 				}
-			} else if err != nil || r.Outcome != lua.Acquired || r.Generation != 1 {
-				t.Fatalf("Claim = %+v, %v; want Acquired generation 1", r, err)
+			} else if err != nil || r.Outcome != lua.Acquired || r.Generation != ahead+1 {
+				t.Fatalf("Claim = %+v, %v; want Acquired generation %d", r, err, ahead+1)
 			}
 
 			runs := scriptRuns(t, direct)
@@ -181,15 +189,14 @@ func TestClaim_DelayedReplyRerun(t *testing.T) {
 				t.Fatalf("claim.lua ran %d times on the server; the test needs the re-run hazard (>= 3)", runs)
 			}
 			t.Logf("one Claim ran claim.lua %d times on the server", runs)
-			k := s.Keys(ref)
-			if got := get(t, direct, k.Gen); got != "1" {
-				t.Errorf("counter = %q after %d runs, want 1", got, runs)
+			if got := get(t, direct, k.Gen); got != want {
+				t.Errorf("counter = %q after %d runs, want %s (one proposal)", got, runs, want)
 			}
 			if got := hget(t, direct, k.Lease, "o"); got != owner.String() {
 				t.Errorf("lease owner = %q, want %s", got, owner)
 			}
-			if got := hget(t, direct, k.Lease, "g"); got != "1" {
-				t.Errorf("lease generation = %q, want 1", got)
+			if got := hget(t, direct, k.Lease, "g"); got != want {
+				t.Errorf("lease generation = %q, want %s", got, want)
 			}
 			if n := direct.DBSize(ctx).Val(); n != 2 {
 				t.Errorf("%d keys on the server, want 2 (lease and counter)", n)

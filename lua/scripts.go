@@ -312,9 +312,13 @@ type CachedResult struct {
 // Claim runs claim.lua for ref: a cached result with a.Fingerprint is
 // returned (Cached); a cached result with another fingerprint gives
 // Mismatch; a live lease of another owner gives Busy; otherwise the
-// generation counter is incremented and this owner takes the lease
-// (Acquired). A live lease of a.Owner with a.Fingerprint (a re-run) gives
-// Acquired with its generation, without another increment.
+// generation counter becomes max(counter + 1, Redis's clock in ms - 59 s),
+// which is proposed, and this owner takes the lease (Acquired). The clock
+// term matches the durable store's floor for a record it creates or
+// restarts (its clock in ms - 60 s), so a fresh key needs no SyncGen when
+// the two clocks agree within a second. A live lease of a.Owner with
+// a.Fingerprint (a re-run) gives Acquired with its generation, without
+// another proposal.
 //
 // ctx bounds the call together with the per-call timeout. Errors:
 // [ErrInvalidArgument] (no call made), [ErrBreakerOpen], [ErrUnavailable],

@@ -71,34 +71,67 @@ func mustClaim(t *testing.T, s *lua.Scripts, ref durable.Ref, a lua.ClaimArgs) l
 	return r
 }
 
-func acquire(t *testing.T, s *lua.Scripts, ref durable.Ref, owner uuid.UUID, wantGen uint64) {
+// acquire claims ref for owner and returns the proposed generation.
+func acquire(t *testing.T, s *lua.Scripts, ref durable.Ref, owner uuid.UUID) uint64 {
 	t.Helper()
 	r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease, Retention: retention})
-	if r.Outcome != lua.Acquired || r.Generation != wantGen {
-		t.Fatalf("Claim = %+v, want Acquired generation %d", r, wantGen)
+	if r.Outcome != lua.Acquired || r.Generation == 0 {
+		t.Fatalf("Claim = %+v, want Acquired", r)
+	}
+	return r.Generation
+}
+
+// acquireGen claims ref for owner and wants generation want exactly.
+func acquireGen(t *testing.T, s *lua.Scripts, ref durable.Ref, owner uuid.UUID, want uint64) {
+	t.Helper()
+	if g := acquire(t, s, ref, owner); g != want {
+		t.Fatalf("Claim proposed generation %d, want %d", g, want)
+	}
+}
+
+// acquireAfter claims ref for owner and wants a generation above prev.
+func acquireAfter(t *testing.T, s *lua.Scripts, ref durable.Ref, owner uuid.UUID, prev uint64) uint64 {
+	t.Helper()
+	g := acquire(t, s, ref, owner)
+	if g <= prev {
+		t.Fatalf("Claim proposed generation %d, want above %d", g, prev)
+	}
+	return g
+}
+
+// wantClockProposal checks that g is claim.lua's clock term taken between
+// before and after (Redis clock readings): Redis's TIME in ms - 59000.
+func wantClockProposal(t *testing.T, g uint64, before, after time.Time) {
+	t.Helper()
+	lo, hi := clockFloor(before), clockFloor(after)
+	if g < lo || g > hi {
+		t.Fatalf("generation %d, want Redis's clock in ms - %d at the call, in [%d, %d]", g, proposalLagMS, lo, hi)
 	}
 }
 
 func claimCases() []scriptCase {
 	return []scriptCase{
-		{name: "ClaimFirstAcquiresGenerationOne", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimFreshKeyProposesRedisClockFloor", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
+			before := redisTime(t, e.raw)
+			g := acquire(t, s, ref, o)
+			wantClockProposal(t, g, before, redisTime(t, e.raw))
 			k := s.Keys(ref)
 			if got := hget(t, e.raw, k.Lease, "o"); got != o.String() {
 				t.Errorf("lease owner = %q, want %s", got, o)
 			}
-			if got := hget(t, e.raw, k.Lease, "g"); got != "1" {
-				t.Errorf("lease generation = %q, want 1", got)
+			// Exact decimal strings everywhere, never a float spelling
+			// such as 1.8e+12.
+			for what, got := range map[string]string{"lease generation": hget(t, e.raw, k.Lease, "g"), "counter": get(t, e.raw, k.Gen)} {
+				if !decimal.MatchString(got) || got != genOf(g) {
+					t.Errorf("%s = %q, want %q", what, got, genOf(g))
+				}
 			}
 			if got := hget(t, e.raw, k.Lease, "f"); got != fp {
 				t.Errorf("lease fingerprint = %q", got)
 			}
 			if d := pttl(t, e.raw, k.Lease); d <= 0 || d > lease {
 				t.Errorf("lease PTTL = %v, want in (0, %v]", d, lease)
-			}
-			if got := get(t, e.raw, k.Gen); got != "1" {
-				t.Errorf("counter = %q, want 1", got)
 			}
 			if d := pttl(t, e.raw, k.Gen); d <= lease || d > retention {
 				t.Errorf("counter PTTL = %v, want in (%v, %v]", d, lease, retention)
@@ -107,32 +140,93 @@ func claimCases() []scriptCase {
 				t.Error("result key exists after a claim")
 			}
 		}},
+		{name: "ClaimGenerationRoundTripsExactly", run: func(t *testing.T, e env, s *lua.Scripts) {
+			// The proposal goes back through the lease, the busy reply,
+			// complete.lua's cache and syncgen.lua without a digit lost.
+			ref, o := refFor(t, "k"), owners(2)
+			g := acquire(t, s, ref, o[0])
+			if g < 1_000_000_000_000 {
+				t.Fatalf("generation %d, want the clock term (ms since 1970 - 59s)", g)
+			}
+			if r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention}); r.Outcome != lua.Busy || r.Generation != g {
+				t.Fatalf("Claim by another owner = %+v, want Busy at %d", r, g)
+			}
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, retention); err != nil {
+				t.Fatal(err)
+			}
+			k := s.Keys(ref)
+			if got := get(t, e.raw, k.Gen); got != genOf(g) {
+				t.Fatalf("counter = %q after SyncGen(%d), want unchanged", got, g)
+			}
+			if cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, fp, durable.Completed, sampleResult(), time.Hour); err != nil || !cached {
+				t.Fatalf("Complete = %v, %v", cached, err)
+			}
+			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
+			if r.Outcome != lua.Cached || r.Cached.Generation != g {
+				t.Fatalf("Claim = %+v, want Cached at %d", r, g)
+			}
+		}},
 		{name: "ClaimRerunBySameOwnerReturnsSameGenerationWithoutIncrement", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
-			acquire(t, s, ref, o, 1)
-			acquire(t, s, ref, o, 1)
-			if got := get(t, e.raw, s.Keys(ref).Gen); got != "1" {
-				t.Errorf("counter = %q after three runs by one owner, want 1", got)
+			g := acquire(t, s, ref, o)
+			for range 2 {
+				time.Sleep(3 * time.Millisecond) // the clock term moves on; the re-run must not
+				acquireGen(t, s, ref, o, g)
+			}
+			if got := get(t, e.raw, s.Keys(ref).Gen); got != genOf(g) {
+				t.Errorf("counter = %q after three runs by one owner, want %d", got, g)
+			}
+		}},
+		{name: "ClaimCounterAheadOfClockRisesByOne", run: func(t *testing.T, e env, s *lua.Scripts) {
+			// A counter above the clock term (the database handed out
+			// higher generations, and SyncGen brought them here) goes on
+			// from where it is, one at a time.
+			ref, o := refFor(t, "k"), owners(3)
+			ahead := clockFloor(redisTime(t, e.raw)) + 1_000_000_000
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: ahead}, retention); err != nil {
+				t.Fatal(err)
+			}
+			k := s.Keys(ref)
+			acquireGen(t, s, ref, o[0], ahead+1)
+			e.expire(t, k.Lease)
+			acquireGen(t, s, ref, o[1], ahead+2)
+			if _, err := s.Release(context.Background(), ref, fence.Token{Generation: ahead + 2, Owner: o[1]}); err != nil {
+				t.Fatal(err)
+			}
+			acquireGen(t, s, ref, o[2], ahead+3)
+			if got := get(t, e.raw, k.Gen); got != genOf(ahead+3) {
+				t.Errorf("counter = %q, want %d", got, ahead+3)
+			}
+		}},
+		{name: "ClaimCounterBehindClockJumpsToClockFloor", run: func(t *testing.T, e env, s *lua.Scripts) {
+			ref := refFor(t, "k")
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 4}, retention); err != nil {
+				t.Fatal(err)
+			}
+			before := redisTime(t, e.raw)
+			g := acquire(t, s, ref, uuid.New())
+			wantClockProposal(t, g, before, redisTime(t, e.raw))
+			if got := get(t, e.raw, s.Keys(ref).Gen); got != genOf(g) {
+				t.Errorf("counter = %q, want %d", got, g)
 			}
 		}},
 		{name: "ClaimByOtherOwnerSeesBusyWithHolder", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
+			g := acquire(t, s, ref, o[0])
 			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
-			if r.Outcome != lua.Busy || r.Generation != 1 || r.Owner != o[0] || !r.SameRequest {
-				t.Fatalf("Claim = %+v, want Busy by %s at generation 1 for the same request", r, o[0])
+			if r.Outcome != lua.Busy || r.Generation != g || r.Owner != o[0] || !r.SameRequest {
+				t.Fatalf("Claim = %+v, want Busy by %s at generation %d for the same request", r, o[0], g)
 			}
 			if r.PTTL <= 0 || r.PTTL > lease {
 				t.Errorf("PTTL = %v, want in (0, %v]", r.PTTL, lease)
 			}
-			if got := get(t, e.raw, s.Keys(ref).Gen); got != "1" {
-				t.Errorf("counter = %q, want 1", got)
+			if got := get(t, e.raw, s.Keys(ref).Gen); got != genOf(g) {
+				t.Errorf("counter = %q, want %d", got, g)
 			}
 		}},
 		{name: "ClaimWithOtherFingerprintOnLiveLeaseIsBusyNotMismatch", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
+			acquire(t, s, ref, o[0])
 			for _, owner := range o { // the holder itself with another fingerprint, too
 				r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: otherFP, Owner: owner, Lease: lease, Retention: retention})
 				if r.Outcome != lua.Busy || r.Owner != o[0] || r.SameRequest {
@@ -140,20 +234,20 @@ func claimCases() []scriptCase {
 				}
 			}
 		}},
-		{name: "ClaimAfterLeaseExpiryTakesNextGeneration", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimAfterLeaseExpiryTakesHigherGeneration", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
+			g := acquire(t, s, ref, o[0])
 			e.expire(t, s.Keys(ref).Lease)
-			acquire(t, s, ref, o[1], 2)
+			acquireAfter(t, s, ref, o[1], g)
 			if got := hget(t, e.raw, s.Keys(ref).Lease, "o"); got != o[1].String() {
 				t.Errorf("lease owner = %q, want %s", got, o[1])
 			}
 		}},
 		{name: "ClaimReplaysCachedResultExactly", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
+			g := acquire(t, s, ref, o[0])
 			want := sampleResult()
-			if cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]}, fp, durable.Completed, want, time.Hour); err != nil || !cached {
+			if cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, fp, durable.Completed, want, time.Hour); err != nil || !cached {
 				t.Fatalf("Complete = %v, %v", cached, err)
 			}
 			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
@@ -161,21 +255,21 @@ func claimCases() []scriptCase {
 				t.Fatalf("Claim = %+v, want Cached", r)
 			}
 			c := r.Cached
-			if c.Fingerprint != fp || c.State != durable.Completed || c.Generation != 1 {
+			if c.Fingerprint != fp || c.State != durable.Completed || c.Generation != g {
 				t.Errorf("cached = %q %q %d", c.Fingerprint, c.State, c.Generation)
 			}
 			if !reflect.DeepEqual(c.Result, want) {
 				t.Errorf("cached result = %#v\nwant %#v", c.Result, want)
 			}
-			if got := get(t, e.raw, s.Keys(ref).Gen); got != "1" {
-				t.Errorf("counter = %q after a replay, want 1", got)
+			if got := get(t, e.raw, s.Keys(ref).Gen); got != genOf(g) {
+				t.Errorf("counter = %q after a replay, want %d", got, g)
 			}
 		}},
 		{name: "ClaimReplaysCachedFailure", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
+			g := acquire(t, s, ref, o)
 			want := durable.Result{StatusCode: 402, Body: []byte{}}
-			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Failed, want, time.Hour); err != nil {
+			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Failed, want, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
@@ -185,8 +279,8 @@ func claimCases() []scriptCase {
 		}},
 		{name: "ClaimWithOtherFingerprintOnCachedResultIsMismatch", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
-			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), time.Hour); err != nil {
+			g := acquire(t, s, ref, o)
+			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: otherFP, Owner: uuid.New(), Lease: lease, Retention: retention})
@@ -199,28 +293,34 @@ func claimCases() []scriptCase {
 		}},
 		{name: "ClaimNeverShortensCounterRetention", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
+			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
 			e.expire(t, k.Lease)
 			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: 2 * time.Second})
-			if r.Outcome != lua.Acquired || r.Generation != 2 {
-				t.Fatalf("Claim = %+v", r)
+			if r.Outcome != lua.Acquired || r.Generation <= g {
+				t.Fatalf("Claim = %+v, want Acquired above %d", r, g)
 			}
 			if d := pttl(t, e.raw, k.Gen); d <= 2*time.Second {
 				t.Errorf("counter PTTL = %v after a shorter retention, want it kept near %v", d, retention)
 			}
 		}},
-		{name: "ClaimAfterCounterLossProposesOneAgain", run: func(t *testing.T, e env, s *lua.Scripts) {
-			// Redis lost the key (restart, eviction): the proposal repeats;
-			// the durable store's GREATEST(proposed, stored+1) and SyncGen
-			// answer that.
+		{name: "ClaimAfterCounterLossProposesClockFloorAgain", run: func(t *testing.T, e env, s *lua.Scripts) {
+			// Redis lost the key (restart, eviction): the proposal starts
+			// again from the clock term. A lost counter that had run ahead
+			// of the clock is answered by the durable store's
+			// GREATEST(proposed, stored+1) and SyncGen.
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
+			acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
 			if err := e.raw.Del(context.Background(), k.Lease, k.Gen).Err(); err != nil {
 				t.Fatal(err)
 			}
-			acquire(t, s, ref, o[1], 1)
+			before := redisTime(t, e.raw)
+			g := acquire(t, s, ref, o[1])
+			wantClockProposal(t, g, before, redisTime(t, e.raw))
+			if d := pttl(t, e.raw, k.Gen); d <= lease || d > retention {
+				t.Errorf("counter PTTL = %v, want in (%v, %v]", d, lease, retention)
+			}
 		}},
 	}
 }
@@ -240,11 +340,11 @@ func renewCases() []scriptCase {
 		}},
 		{name: "RenewByStaleOwnerAfterTakeoverFails", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
+			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
 			e.expire(t, k.Lease)
 			mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: retention})
-			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]}, 10*time.Minute)
+			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, 10*time.Minute)
 			if err != nil || held {
 				t.Fatalf("stale Renew = %v, %v; want not held", held, err)
 			}
@@ -257,9 +357,9 @@ func renewCases() []scriptCase {
 		}},
 		{name: "RenewAfterExpiryDoesNotBringLeaseBack", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
+			g := acquire(t, s, ref, o)
 			e.expire(t, s.Keys(ref).Lease)
-			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, lease)
+			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: g, Owner: o}, lease)
 			if err != nil || held {
 				t.Fatalf("Renew = %v, %v; want not held", held, err)
 			}
@@ -268,11 +368,11 @@ func renewCases() []scriptCase {
 			}
 		}},
 		{name: "RenewIgnoresLeaseGenerationNotYetSynced", run: func(t *testing.T, e env, s *lua.Scripts) {
-			// Redis proposed 1, the database said 7, SyncGen did not run:
+			// Redis proposed g, the database said g+6, SyncGen did not run:
 			// the owner still holds the Redis lease.
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
-			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: 7, Owner: o}, lease)
+			g := acquire(t, s, ref, o)
+			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: g + 6, Owner: o}, lease)
 			if err != nil || !held {
 				t.Fatalf("Renew = %v, %v; want held", held, err)
 			}
@@ -284,8 +384,8 @@ func completeCases() []scriptCase {
 	return []scriptCase{
 		{name: "CompleteByHolderCachesAndDropsLease", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), 10*time.Minute)
+			g := acquire(t, s, ref, o)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), 10*time.Minute)
 			if err != nil || !cached {
 				t.Fatalf("Complete = %v, %v", cached, err)
 			}
@@ -296,14 +396,14 @@ func completeCases() []scriptCase {
 			if d := pttl(t, e.raw, k.Result); d <= 9*time.Minute || d > 10*time.Minute {
 				t.Errorf("result PTTL = %v, want about 10m", d)
 			}
-			if got := get(t, e.raw, k.Gen); got != "1" {
-				t.Errorf("counter = %q, want kept at 1", got)
+			if got := get(t, e.raw, k.Gen); got != genOf(g) {
+				t.Errorf("counter = %q, want kept at %d", got, g)
 			}
 		}},
 		{name: "CompleteCachesForAtMostCacheTTL", opts: lua.Options{CacheTTL: time.Hour}, run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
-			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), 48*time.Hour); err != nil {
+			g := acquire(t, s, ref, o)
+			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), 48*time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			if d := pttl(t, e.raw, s.Keys(ref).Result); d <= 59*time.Minute || d > time.Hour {
@@ -312,11 +412,11 @@ func completeCases() []scriptCase {
 		}},
 		{name: "CompleteByStaleOwnerAfterTakeoverKeepsNewLease", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
+			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
 			e.expire(t, k.Lease)
-			acquire(t, s, ref, o[1], 2)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]}, fp, durable.Completed, sampleResult(), time.Hour)
+			acquireAfter(t, s, ref, o[1], g)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, fp, durable.Completed, sampleResult(), time.Hour)
 			if err != nil || cached {
 				t.Fatalf("stale Complete = %v, %v; want nothing cached", cached, err)
 			}
@@ -331,17 +431,17 @@ func completeCases() []scriptCase {
 			// The durable store accepted the completion; the Redis lease had
 			// simply run out first.
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
+			g := acquire(t, s, ref, o)
 			e.expire(t, s.Keys(ref).Lease)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), time.Hour)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), time.Hour)
 			if err != nil || !cached {
 				t.Fatalf("Complete = %v, %v; want cached", cached, err)
 			}
 		}},
 		{name: "CompleteRerunChangesNothing", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
-			tok := fence.Token{Generation: 1, Owner: o}
+			g := acquire(t, s, ref, o)
+			tok := fence.Token{Generation: g, Owner: o}
 			if _, err := s.Complete(context.Background(), ref, tok, fp, durable.Completed, sampleResult(), time.Hour); err != nil {
 				t.Fatal(err)
 			}
@@ -364,9 +464,9 @@ func completeCases() []scriptCase {
 				cached bool
 			}{{16, true}, {17, false}} {
 				ref, o := refFor(t, "k"+genOf(uint64(c.size))), uuid.New()
-				acquire(t, s, ref, o, 1)
+				g := acquire(t, s, ref, o)
 				res := durable.Result{StatusCode: 200, Body: bytes.Repeat([]byte("x"), c.size)}
-				cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, res, time.Hour)
+				cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, res, time.Hour)
 				if err != nil || cached != c.cached {
 					t.Fatalf("Complete with a %d-byte body = %v, %v; want cached %v", c.size, cached, err, c.cached)
 				}
@@ -381,8 +481,8 @@ func completeCases() []scriptCase {
 		}},
 		{name: "CompleteWithShortTTLCachesNothingButDropsLease", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Completed, sampleResult(), 0)
+			g := acquire(t, s, ref, o)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), 0)
 			if err != nil || cached {
 				t.Fatalf("Complete = %v, %v", cached, err)
 			}
@@ -393,8 +493,8 @@ func completeCases() []scriptCase {
 		}},
 		{name: "CompleteRefillWithoutOwnerLeavesLeases", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1}, fp, durable.Completed, sampleResult(), time.Hour)
+			g := acquire(t, s, ref, o)
+			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g}, fp, durable.Completed, sampleResult(), time.Hour)
 			if err != nil || !cached {
 				t.Fatalf("refill = %v, %v", cached, err)
 			}
@@ -434,8 +534,8 @@ func releaseCases() []scriptCase {
 	return []scriptCase{
 		{name: "ReleaseByHolderDropsLeaseKeepsCounter", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
-			held, err := s.Release(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]})
+			g := acquire(t, s, ref, o[0])
+			held, err := s.Release(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]})
 			if err != nil || !held {
 				t.Fatalf("Release = %v, %v", held, err)
 			}
@@ -443,15 +543,15 @@ func releaseCases() []scriptCase {
 			if exists(t, e.raw, k.Lease) {
 				t.Error("lease kept after release")
 			}
-			acquire(t, s, ref, o[1], 2)
+			acquireAfter(t, s, ref, o[1], g)
 		}},
 		{name: "ReleaseByStaleOwnerKeepsNewLease", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
+			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
 			e.expire(t, k.Lease)
-			acquire(t, s, ref, o[1], 2)
-			held, err := s.Release(context.Background(), ref, fence.Token{Generation: 1, Owner: o[0]})
+			acquireAfter(t, s, ref, o[1], g)
+			held, err := s.Release(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]})
 			if err != nil || held {
 				t.Fatalf("stale Release = %v, %v", held, err)
 			}
@@ -461,12 +561,12 @@ func releaseCases() []scriptCase {
 		}},
 		{name: "ReleaseRerunIsNoOp", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
-			tok := fence.Token{Generation: 1, Owner: o[0]}
+			g := acquire(t, s, ref, o[0])
+			tok := fence.Token{Generation: g, Owner: o[0]}
 			if held, err := s.Release(context.Background(), ref, tok); err != nil || !held {
 				t.Fatalf("Release = %v, %v", held, err)
 			}
-			acquire(t, s, ref, o[1], 2)
+			acquireAfter(t, s, ref, o[1], g)
 			if held, err := s.Release(context.Background(), ref, tok); err != nil || held {
 				t.Fatalf("re-run Release = %v, %v; want no-op", held, err)
 			}
@@ -481,57 +581,65 @@ func syncGenCases() []scriptCase {
 	return []scriptCase{
 		{name: "SyncGenRaisesCounterAndHoldersLease", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 7, Owner: o[0]}, retention); err != nil {
+			g := acquire(t, s, ref, o[0])
+			// The database answered far above Redis's proposal (and its
+			// clock term), so the next proposals rise by 1 from it.
+			db := g + 1_000_000_000
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: db, Owner: o[0]}, retention); err != nil {
 				t.Fatal(err)
 			}
 			k := s.Keys(ref)
-			if got := get(t, e.raw, k.Gen); got != "7" {
-				t.Errorf("counter = %q, want 7", got)
+			if got := get(t, e.raw, k.Gen); got != genOf(db) {
+				t.Errorf("counter = %q, want %d", got, db)
 			}
-			if got := hget(t, e.raw, k.Lease, "g"); got != "7" {
-				t.Errorf("lease generation = %q, want 7", got)
+			if got := hget(t, e.raw, k.Lease, "g"); got != genOf(db) {
+				t.Errorf("lease generation = %q, want %d", got, db)
 			}
 			// A re-run by the holder now reports the synced generation.
-			acquire(t, s, ref, o[0], 7)
+			acquireGen(t, s, ref, o[0], db)
 			e.expire(t, k.Lease)
-			acquire(t, s, ref, o[1], 8)
+			acquireGen(t, s, ref, o[1], db+1)
 		}},
 		{name: "SyncGenNeverLowersCounter", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
+			base := acquire(t, s, ref, o)
 			k := s.Keys(ref)
-			for _, c := range []struct{ sync, want uint64 }{{9, 9}, {10, 10}, {9, 10}, {3, 10}, {10, 10}, {100, 100}, {99, 100}} {
-				if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: c.sync, Owner: o}, retention); err != nil {
+			for _, c := range []struct{ sync, want uint64 }{{9, 9}, {10, 10}, {9, 10}, {3, 10}, {0, 10}, {10, 10}, {100, 100}, {99, 100}} {
+				to := base + c.sync
+				if c.sync == 0 {
+					to = 1 // far below
+				}
+				if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: to, Owner: o}, retention); err != nil {
 					t.Fatal(err)
 				}
-				if got := get(t, e.raw, k.Gen); got != genOf(c.want) {
-					t.Fatalf("counter = %q after SyncGen(%d), want %d", got, c.sync, c.want)
+				if got := get(t, e.raw, k.Gen); got != genOf(base+c.want) {
+					t.Fatalf("counter = %q after SyncGen(%d), want %d", got, to, base+c.want)
 				}
 			}
 		}},
 		{name: "SyncGenLeavesOtherOwnersLease", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0], 1)
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 5, Owner: o[1]}, retention); err != nil {
+			g := acquire(t, s, ref, o[0])
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g + 5, Owner: o[1]}, retention); err != nil {
 				t.Fatal(err)
 			}
 			k := s.Keys(ref)
-			if got := hget(t, e.raw, k.Lease, "g"); got != "1" {
-				t.Errorf("other owner's lease generation = %q, want 1", got)
+			if got := hget(t, e.raw, k.Lease, "g"); got != genOf(g) {
+				t.Errorf("other owner's lease generation = %q, want %d", got, g)
 			}
-			if got := get(t, e.raw, k.Gen); got != "5" {
-				t.Errorf("counter = %q, want 5", got)
+			if got := get(t, e.raw, k.Gen); got != genOf(g+5) {
+				t.Errorf("counter = %q, want %d", got, g+5)
 			}
 		}},
 		{name: "SyncGenCreatesLostCounterWithRetention", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref := refFor(t, "k")
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 4}, 10*time.Minute); err != nil {
+			db := clockFloor(redisTime(t, e.raw)) + 1_000_000_000
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: db}, 10*time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			k := s.Keys(ref)
-			if got := get(t, e.raw, k.Gen); got != "4" {
-				t.Errorf("counter = %q, want 4", got)
+			if got := get(t, e.raw, k.Gen); got != genOf(db) {
+				t.Errorf("counter = %q, want %d", got, db)
 			}
 			if d := pttl(t, e.raw, k.Gen); d <= 9*time.Minute || d > 10*time.Minute {
 				t.Errorf("counter PTTL = %v, want about 10m", d)
@@ -539,12 +647,12 @@ func syncGenCases() []scriptCase {
 			if exists(t, e.raw, k.Lease) {
 				t.Error("SyncGen without owner created a lease")
 			}
-			acquire(t, s, ref, uuid.New(), 5)
+			acquireGen(t, s, ref, uuid.New(), db+1)
 		}},
 		{name: "SyncGenKeepsLongerCounterTTL", run: func(t *testing.T, e env, s *lua.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			acquire(t, s, ref, o, 1)
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 2}, time.Second); err != nil {
+			g := acquire(t, s, ref, o)
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g + 1}, time.Second); err != nil {
 				t.Fatal(err)
 			}
 			if d := pttl(t, e.raw, s.Keys(ref).Gen); d <= time.Second {
@@ -557,7 +665,7 @@ func syncGenCases() []scriptCase {
 			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: big}, retention); err != nil {
 				t.Fatal(err)
 			}
-			acquire(t, s, ref, o, big+1)
+			acquireGen(t, s, ref, o, big+1)
 			if got := get(t, e.raw, s.Keys(ref).Gen); got != "4611686018427387906" {
 				t.Errorf("counter = %q", got)
 			}
