@@ -15,6 +15,7 @@ import (
 	"github.com/oncekey/oncekey/chaos/history"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
 )
 
 // registry lists every scenario in the order Run runs them: the ten
@@ -26,7 +27,7 @@ func registry() []scenario {
 		{name: "lost-response", forces: "window 3: committed, the response lost, the client retries: replayed", setup: setupLostResponse},
 		{name: "crash-before-commit", forces: "window 4: the worker crashes (or fails transiently) before the commit: the retry is safe", setup: setupCrash},
 		{name: "client-timeout", forces: "window 5: the request outlives the client's timeout while the server completes it", setup: setupClientTimeout},
-		{name: "stale-owner", forces: "window 6: the owner pauses past its lease, another takes over, the stale owner is fenced", setup: setupStaleOwner},
+		{name: "stale-owner", forces: "window 6: the owner pauses past its lease right before its completion, another takes over, the stale completion is fenced", setup: setupStaleOwner},
 		{name: "uncertain", forces: "window 7: the downstream times out after doing the work: marked uncertain, reconciled, not guessed", setup: setupUncertain},
 		{name: "retention", forces: "window 8: keys retried after the retention window run as new operations; stuck records are reported, not deleted", setup: setupRetention},
 		{name: "resource-changed", forces: "window 9: the stored success is replayed after the resource changed or was deleted", setup: setupResourceChanged},
@@ -50,7 +51,7 @@ func registry() []scenario {
 		{name: "db-cut-before-commit", forces: "PostgreSQL backends terminated mid-transaction (pg_terminate_backend), before the commit", setup: setupDBKill},
 		{name: "db-cut-after-commit", forces: "a COMMIT (or a fenced write) applied whose acknowledgement is lost", setup: setupCommitCut},
 		{name: "paused-owner", forces: "an owner paused past its lease inside its transaction or before its completion while another takes over", setup: setupPausedOwner},
-		{name: "clock-skew", forces: "worker clocks hours off and jumping, Redis leases vanishing early (a Redis clock jump): nothing changes", setup: setupClockSkew},
+		{name: "clock-skew", forces: "worker clocks hours off and jumping, Redis leases vanishing early (a Redis clock jump): nothing changes, no live lease is taken over", setup: setupClockSkew},
 	}
 }
 
@@ -229,15 +230,41 @@ func setupStaleOwner(ctx context.Context, e *env) (*workload, error) {
 	if err := e.withDownstream(w, nil); err != nil {
 		return nil, err
 	}
+	e.expectFaults("paused-past-lease", "taken-over-during-pause")
 	w.startOp = func(_ context.Context, o *op) { e.planned(o, "pause", 0.6, 0) }
-	w.afterClaim = func(_ context.Context, a *attempt) {
+	// The owner passed every check of its own (the claim, the downstream
+	// call under its token) and pauses right before the durable write:
+	// the completion it then sends, after another owner took over, is the
+	// one the fence must reject.
+	w.beforeComplete = func(ctx context.Context, a *attempt) {
 		if a.o.take("pause") {
 			a.stopKeepAlive()
 			e.fault("paused-past-lease")
 			fault.Pause(e.pauseFor(), nil)
+			if e.awaitTakeover(ctx, a.o, a.tok, 8*e.cfg.Lease) {
+				e.fault("taken-over-during-pause")
+			}
 		}
 	}
 	return w, nil
+}
+
+// awaitTakeover waits, at most d, until o's record is held under a
+// generation above tok's (another owner took it over), and reports
+// whether it saw that.
+func (e *env) awaitTakeover(ctx context.Context, o *op, tok fence.Token, d time.Duration) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+5*time.Second)
+	defer cancel()
+	until := time.Now().Add(d)
+	for {
+		if gen, _, _, err := e.leaseOf(rctx, o); err == nil && gen > tok.Generation {
+			return true
+		}
+		if time.Now().After(until) {
+			return false
+		}
+		sleep(rctx, e.cfg.Lease/10)
+	}
 }
 
 func setupUncertain(ctx context.Context, e *env) (*workload, error) {
