@@ -64,9 +64,14 @@ type Config struct {
 
 // NegativeControl returns cfg set up to run against a deliberately broken
 // store: mode "complete-without-fence" accepts completions from stale
-// tokens, "claim-trusts-redis" overwrites records on every claim. The
-// checker must then report violations; a run that finds none means the
-// suite cannot see the bug. It returns an error for an unknown mode.
+// tokens, "claim-trusts-redis" overwrites records on every claim,
+// "release-after-start" gives a key back once work started under a lease
+// (MarkUncertain releases, and so does a renewal or finish that could not
+// be written), "no-reread-after-lost-ack" takes a COMMIT or fenced finish
+// whose reply was lost as not applied, and "worker-clock-lease" measures
+// leases with the worker's (skewed) clock. The checker must then report
+// violations; a run that finds none means the suite cannot see the bug.
+// It returns an error for an unknown mode.
 func NegativeControl(cfg Config, mode string) (Config, error) {
 	for _, m := range broken.Modes() {
 		if string(m) == mode {
@@ -81,10 +86,17 @@ func NegativeControl(cfg Config, mode string) (Config, error) {
 // faults expose each.
 func NegativeModes() map[string][]string {
 	return map[string][]string{
-		string(broken.CompleteWithoutFence): {"paused-owner", "clock-skew"},
+		string(broken.CompleteWithoutFence): {"stale-owner", "paused-owner", "clock-skew"},
 		string(broken.ClaimTrustsRedis):     {"redis-restart", "redis-down"},
+		string(broken.ReleaseAfterStart):    {"http-renewals-fail", "http-panic-after-effect", "http-finish-outage-long", "reconcile-after-retention"},
+		string(broken.NoRereadAfterLostAck): {"db-cut-after-commit"},
+		string(broken.WorkerClockLease):     {"clock-skew"},
 	}
 }
+
+// NegativeModeBreaks says, in a line, what the broken store of mode
+// breaks; "" for an unknown mode.
+func NegativeModeBreaks(mode string) string { return broken.Mode(mode).Breaks() }
 
 func (c Config) normalized() (Config, error) {
 	if c.RedisURL == "" {

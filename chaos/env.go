@@ -37,6 +37,14 @@ func splitHostPort(addr string) (string, uint16, error) {
 type storeOpts struct {
 	lockTimeout time.Duration // defaults to the lease
 	idleInTx    time.Duration // defaults to 20 leases
+	// seam, when set, wraps the PostgreSQL store in a fault layer; the
+	// negative control's bug, when one is set, goes over that layer, so
+	// that it sees the faults the way the library would.
+	seam func(durable.Store[pgxTx]) durable.Store[pgxTx]
+	// clock is the worker's clock, for the negative control that
+	// measures leases with it (worker-clock-lease); the library itself
+	// never gets it.
+	clock func() time.Time
 }
 
 // store returns the scenario's durable store on pool (the env's library
@@ -57,10 +65,14 @@ func (e *env) store(o storeOpts, pool ...*pgxPool) (durable.Store[pgxTx], error)
 	if err != nil {
 		return nil, fmt.Errorf("%w: store: %w", ErrSetup, err)
 	}
-	if e.cfg.negative == "" {
-		return st, nil
+	var inner durable.Store[pgxTx] = st
+	if o.seam != nil {
+		inner = o.seam(st)
 	}
-	return broken.Wrap(st, p, e.cfg.negative)
+	if e.cfg.negative == "" {
+		return inner, nil
+	}
+	return broken.Wrap(st, p, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock))
 }
 
 // redisUser returns a client for the user's Redis, through addr when set

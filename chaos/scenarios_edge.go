@@ -296,19 +296,22 @@ var errClientGone = errors.New("chaos: the client disconnected")
 
 // newEdge builds an edge world; mw adjusts the middleware's options.
 func (e *env) newEdge(ctx context.Context, mw func(*claimhttp.Options)) (*edge, error) {
-	base, err := e.store(storeOpts{})
+	var st *faultyStore
+	base, err := e.store(storeOpts{seam: func(s durable.Store[pgxTx]) durable.Store[pgxTx] {
+		st = newFaultyStore(e, s)
+		return st
+	}})
 	if err != nil {
 		return nil, err
 	}
-	st := newFaultyStore(e, base)
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	w, err := e.standard(ctx, base, e.userRedis, claimerOpts{})
 	if err != nil {
 		return nil, err
 	}
 	w.modeOf = flowAll
 	// Duplicates wait for the first request, as in the other HTTP
 	// scenarios.
-	server, err := e.claimer(claimerOpts{store: st, redis: e.redisUser("", nil), policy: claim.Wait(2 * e.cfg.Lease), hasPolicy: true})
+	server, err := e.claimer(claimerOpts{store: base, redis: e.redisUser("", nil), policy: claim.Wait(2 * e.cfg.Lease), hasPolicy: true})
 	if err != nil {
 		return nil, err
 	}

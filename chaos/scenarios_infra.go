@@ -401,10 +401,15 @@ func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
 		return nil, err
 	}
 	e.onClose(px.Close)
+	// Every client's store is watched for takeovers of live leases; each
+	// is given its worker's clock, which only the negative control's
+	// worker-clock-lease bug reads.
+	floors := newLeaseFloors()
 	st, err := e.store(storeOpts{})
 	if err != nil {
 		return nil, err
 	}
+	st = e.watchLeases(st, floors)
 	direct := e.redisUser("", nil)
 	var clocks []*fault.SkewedClock
 	w := &workload{timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
@@ -417,7 +422,11 @@ func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
 		clocks = append(clocks, clock)
 		rdb := e.redisUser(px.Addr(), nil)
 		warm(ctx, rdb)
-		cl, err := e.claimer(claimerOpts{store: st, redis: rdb, luaOpts: func(o *lua.Options) { o.Breaker.NowFunc = clock.Now }})
+		cst, err := e.store(storeOpts{clock: clock.Now})
+		if err != nil {
+			return nil, err
+		}
+		cl, err := e.claimer(claimerOpts{store: e.watchLeases(cst, floors), redis: rdb, luaOpts: func(o *lua.Options) { o.Breaker.NowFunc = clock.Now }})
 		if err != nil {
 			return nil, err
 		}

@@ -450,11 +450,19 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 		call.Kind, call.Note = history.Mismatch, "mismatch"
 		final = true
 		e.observe("mismatch")
-	case ran && !a.rolledBack && !errors.Is(err, errCrash):
+	case ran && !a.rolledBack && errors.Is(err, durable.ErrUnavailable):
 		// The function ran; whether its transaction committed is unknown.
 		call.Kind, call.Ambiguous, call.Token, call.Body, call.Status = history.Execute, true, a.tok, ranBody, ranCode
 		call.Note = err.Error()
 		e.observe("ambiguous")
+	case ran && !errors.Is(err, errCrash):
+		// Any other error after the function ran is the library's word
+		// that nothing committed (the function's own error, a fenced
+		// write, a COMMIT the database refused): only ErrUnavailable
+		// leaves the outcome open. Taken at its word, so a library (or
+		// store) that calls a lost acknowledgement a failure is caught.
+		call.Kind, call.Note = history.NoEffect, "not committed, says the library: "+err.Error()
+		e.observe("not-committed")
 	default:
 		call.Kind, call.Note = history.NoEffect, err.Error()
 		e.observe("error")

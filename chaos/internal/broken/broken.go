@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,10 +33,49 @@ const (
 	// guarantee, so a finished operation runs again whenever Redis does
 	// not answer it, and generations repeat when Redis lost data.
 	ClaimTrustsRedis Mode = "claim-trusts-redis"
+	// ReleaseAfterStart gives the key back once work started under a
+	// lease, as the middleware did before the workflow rule: MarkUncertain
+	// releases the record instead, and a Renew, Complete or Fail that
+	// could not be written (anything but fenced) releases it too. A retry
+	// then runs the operation again although its effect may have
+	// happened. Transactions (the Tx methods) are untouched: releasing
+	// there is safe.
+	ReleaseAfterStart Mode = "release-after-start"
+	// NoRereadAfterLostAck takes a write whose acknowledgement was lost
+	// as not applied, without re-reading the record: a COMMIT whose reply
+	// was lost is reported as refused (rolled back), and a fenced Complete
+	// or Fail whose reply was lost as fenced. The caller then believes
+	// the opposite of what the database holds.
+	NoRereadAfterLostAck Mode = "no-reread-after-lost-ack"
+	// WorkerClockLease sets and compares leases with the worker's clock
+	// (see [WorkerClock]) instead of the database's: a claim takes over a
+	// record whose lease the worker's clock says has run out, and a claim
+	// or a renewal sets the lease to the worker's clock plus its length.
+	// With worker clocks hours apart, live leases are taken over.
+	WorkerClockLease Mode = "worker-clock-lease"
 )
 
 // Modes lists every mode.
-func Modes() []Mode { return []Mode{CompleteWithoutFence, ClaimTrustsRedis} }
+func Modes() []Mode {
+	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease}
+}
+
+// Breaks says, in a line, what the mode breaks.
+func (m Mode) Breaks() string {
+	switch m {
+	case CompleteWithoutFence:
+		return "completions without the fence: a stale owner's completion is accepted"
+	case ClaimTrustsRedis:
+		return "claims trust Redis's proposal and overwrite the record"
+	case ReleaseAfterStart:
+		return "the key given back after work started: MarkUncertain releases, so does a renewal or finish that could not be written"
+	case NoRereadAfterLostAck:
+		return "a COMMIT or fenced finish whose reply was lost is taken as not applied, without re-reading"
+	case WorkerClockLease:
+		return "leases set and compared by the worker's clock instead of the database's"
+	}
+	return ""
+}
 
 // ErrUnknownMode is returned by [Wrap] for an unknown mode.
 var ErrUnknownMode = errors.New("broken: unknown mode")
@@ -46,20 +86,51 @@ type querier interface {
 }
 
 // Store is a PostgreSQL store with one deliberate bug; every method the bug
-// does not touch is the real store's.
+// does not touch is the wrapped store's.
 type Store struct {
-	*postgres.Store
-	pool *pgxpool.Pool
-	mode Mode
+	durable.Store[pgx.Tx] // the real store, or a fault layer over it (Over)
+	pg                    *postgres.Store
+	pool                  *pgxpool.Pool
+	mode                  Mode
+	now                   func() time.Time
 }
 
 var _ durable.Store[pgx.Tx] = (*Store)(nil)
 
+// Option adjusts [Wrap].
+type Option func(*Store)
+
+// Over makes the store call inner, instead of the PostgreSQL store itself,
+// for everything its bug does not replace: a fault layer between the bug
+// and the database (inner must run on the same database and schema).
+func Over(inner durable.Store[pgx.Tx]) Option {
+	return func(s *Store) {
+		if inner != nil {
+			s.Store = inner
+		}
+	}
+}
+
+// WorkerClock is the worker's clock that [WorkerClockLease] measures leases
+// with. Defaults to time.Now.
+func WorkerClock(now func() time.Time) Option {
+	return func(s *Store) {
+		if now != nil {
+			s.now = now
+		}
+	}
+}
+
 // Wrap returns s, which runs on pool, with the bug of mode.
-func Wrap(s *postgres.Store, pool *pgxpool.Pool, mode Mode) (*Store, error) {
-	switch mode {
-	case CompleteWithoutFence, ClaimTrustsRedis:
-		return &Store{Store: s, pool: pool, mode: mode}, nil
+func Wrap(s *postgres.Store, pool *pgxpool.Pool, mode Mode, opts ...Option) (*Store, error) {
+	for _, m := range Modes() {
+		if m == mode {
+			b := &Store{Store: s, pg: s, pool: pool, mode: mode, now: time.Now}
+			for _, o := range opts {
+				o(b)
+			}
+			return b, nil
+		}
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownMode, mode)
 }
@@ -67,30 +138,36 @@ func Wrap(s *postgres.Store, pool *pgxpool.Pool, mode Mode) (*Store, error) {
 // Claim is the real claim, or with ClaimTrustsRedis an unconditional
 // overwrite.
 func (s *Store) Claim(ctx context.Context, p durable.ClaimParams) (durable.ClaimResult, error) {
-	if s.mode != ClaimTrustsRedis {
-		return s.Store.Claim(ctx, p)
+	switch s.mode {
+	case ClaimTrustsRedis:
+		return s.claim(ctx, s.pool, p)
+	case WorkerClockLease:
+		return s.clockClaim(ctx, s.pool, p, func() (durable.ClaimResult, error) { return s.Store.Claim(ctx, p) })
 	}
-	return s.claim(ctx, s.pool, p)
+	return s.Store.Claim(ctx, p)
 }
 
 // ClaimTx is Claim inside tx.
 func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
-	if s.mode != ClaimTrustsRedis {
-		return s.Store.ClaimTx(ctx, tx, p)
+	switch s.mode {
+	case ClaimTrustsRedis:
+		return s.claim(ctx, tx, p)
+	case WorkerClockLease:
+		return s.clockClaim(ctx, tx, p, func() (durable.ClaimResult, error) { return s.Store.ClaimTx(ctx, tx, p) })
 	}
-	return s.claim(ctx, tx, p)
+	return s.Store.ClaimTx(ctx, tx, p)
 }
 
 func (s *Store) claim(ctx context.Context, q querier, p durable.ClaimParams) (durable.ClaimResult, error) {
 	if err := p.Validate(); err != nil {
 		return durable.ClaimResult{}, err
 	}
-	ref, err := s.Ref(p.Scope)
+	ref, err := s.Store.Ref(p.Scope)
 	if err != nil {
 		return durable.ClaimResult{}, err
 	}
 	var gen int64
-	err = q.QueryRow(ctx, `INSERT INTO `+s.Table()+` (tenant_id, operation, key_hash, request_hash, state, generation,
+	err = q.QueryRow(ctx, `INSERT INTO `+s.pg.Table()+` (tenant_id, operation, key_hash, request_hash, state, generation,
 		owner_token, lease_expires_at, takeovers, created_at, expires_at)
 	VALUES ($1, $2, $3, $4, 'processing', GREATEST($5::bigint, 1), $6, clock_timestamp() + $7::bigint * interval '1 microsecond', 0,
 		clock_timestamp(), clock_timestamp() + $8::bigint * interval '1 microsecond')
@@ -109,12 +186,19 @@ func (s *Store) claim(ctx context.Context, q querier, p durable.ClaimParams) (du
 }
 
 // Complete is the real completion, or with CompleteWithoutFence one that
-// writes whatever token asks.
+// writes whatever token asks; with NoRereadAfterLostAck one that takes a
+// lost reply as fenced; with ReleaseAfterStart one that releases the
+// record when it could not be written.
 func (s *Store) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	if s.mode != CompleteWithoutFence {
-		return s.Store.Complete(ctx, ref, tok, res)
+	switch s.mode {
+	case CompleteWithoutFence:
+		return s.complete(ctx, s.pool, ref, res)
+	case NoRereadAfterLostAck:
+		return s.finishNoReread(ctx, durable.Completed, ref, tok, res)
+	case ReleaseAfterStart:
+		return s.releaseOnError(ctx, ref, tok, s.Store.Complete(ctx, ref, tok, res))
 	}
-	return s.complete(ctx, s.pool, ref, res)
+	return s.Store.Complete(ctx, ref, tok, res)
 }
 
 // CompleteTx is Complete inside tx.
@@ -125,20 +209,154 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok 
 	return s.complete(ctx, tx, ref, res)
 }
 
-func (s *Store) complete(ctx context.Context, q querier, ref durable.Ref, res durable.Result) error {
-	var headers []byte
-	if len(res.Headers) > 0 {
-		var err error
-		if headers, err = json.Marshal(res.Headers); err != nil {
-			return err
+// Fail is the real one, but for NoRereadAfterLostAck and
+// ReleaseAfterStart as in Complete.
+func (s *Store) Fail(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	switch s.mode {
+	case NoRereadAfterLostAck:
+		return s.finishNoReread(ctx, durable.Failed, ref, tok, res)
+	case ReleaseAfterStart:
+		return s.releaseOnError(ctx, ref, tok, s.Store.Fail(ctx, ref, tok, res))
+	}
+	return s.Store.Fail(ctx, ref, tok, res)
+}
+
+// MarkUncertain is the real one, or with ReleaseAfterStart a release: the
+// outcome was unknown, and the key is given back anyway.
+func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+	if s.mode == ReleaseAfterStart {
+		return s.Store.Release(ctx, ref, tok)
+	}
+	return s.Store.MarkUncertain(ctx, ref, tok)
+}
+
+// Renew is the real renewal; with ReleaseAfterStart a renewal that could
+// not be written releases the record, and with WorkerClockLease a renewal
+// sets the lease by the worker's clock.
+func (s *Store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+	err := s.Store.Renew(ctx, ref, tok, lease)
+	switch s.mode {
+	case ReleaseAfterStart:
+		return s.releaseOnError(ctx, ref, tok, err)
+	case WorkerClockLease:
+		if err == nil {
+			err = s.setLease(ctx, s.pool, ref, tok, lease)
 		}
 	}
-	body := res.Body
+	return err
+}
+
+// InTx is the real one; with NoRereadAfterLostAck a COMMIT whose outcome is
+// unknown is reported as refused: rolled back, nothing committed.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if s.mode != NoRereadAfterLostAck {
+		return s.Store.InTx(ctx, fn)
+	}
+	ran := false
+	err := s.Store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		err := fn(ctx, tx)
+		ran = err == nil
+		return err
+	})
+	if err != nil && ran && errors.Is(err, durable.ErrUnavailable) {
+		// The bug: the outcome is unknown, the record is not re-read.
+		return fmt.Errorf("broken: commit refused, transaction rolled back (its reply was lost; not re-read): %v", err)
+	}
+	return err
+}
+
+// releaseOnError releases the record when err says a write under tok
+// could not be done (anything but fenced), and returns err.
+func (s *Store) releaseOnError(ctx context.Context, ref durable.Ref, tok fence.Token, err error) error {
+	if err != nil && !errors.Is(err, durable.ErrFenced) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = s.Store.Release(rctx, ref, tok)
+	}
+	return err
+}
+
+// finishNoReread is a fenced Complete or Fail that takes a lost reply as
+// "not applied" (fenced) instead of re-reading the record.
+func (s *Store) finishNoReread(ctx context.Context, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	headers, body, err := encode(res)
+	if err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE `+s.pg.Table()+` SET state = '`+string(state)+`', status_code = $6, response_headers = $7::jsonb,
+		response_body = $8, response_version = $9, resource_id = $10, completed_at = clock_timestamp(), lease_expires_at = NULL,
+		expires_at = GREATEST(expires_at, clock_timestamp() + COALESCE(retention_us * interval '1 microsecond', expires_at - created_at))
+		WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3 AND generation = $4 AND owner_token = $5
+			AND state IN ('processing', 'uncertain')`,
+		ref.Tenant, ref.Operation, ref.KeyHash[:], int64(tok.Generation), tok.Owner, res.StatusCode, headers, body,
+		res.Version, res.ResourceID)
+	switch {
+	case err != nil:
+		// The bug: the write may have applied; taken as not applied.
+		return fmt.Errorf("broken: %s: %w (its reply was lost; not re-read): %v", state, durable.ErrFenced, err)
+	case tag.RowsAffected() == 0:
+		return fmt.Errorf("broken: %s: %w", state, durable.ErrFenced)
+	}
+	return nil
+}
+
+// clockClaim runs claim (the real one, on q) as if the lease were measured
+// by the worker's clock: first the record's lease is ended when the
+// worker's clock says it ran out, then an acquisition gets a lease that
+// ends at the worker's clock plus its length.
+func (s *Store) clockClaim(ctx context.Context, q querier, p durable.ClaimParams, claim func() (durable.ClaimResult, error)) (durable.ClaimResult, error) {
+	ref, err := s.Store.Ref(p.Scope)
+	if err != nil {
+		return durable.ClaimResult{}, err
+	}
+	// The bug: the worker's clock decides whether the lease ran out.
+	if _, err := q.Exec(ctx, `UPDATE `+s.pg.Table()+` SET lease_expires_at = clock_timestamp() - interval '1 millisecond'
+		WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3 AND state = 'processing' AND owner_token IS NOT NULL
+			AND lease_expires_at > clock_timestamp() AND lease_expires_at <= $4`,
+		ref.Tenant, ref.Operation, ref.KeyHash[:], s.now()); err != nil {
+		return durable.ClaimResult{}, fmt.Errorf("broken: claim: %w: %w", durable.ErrUnavailable, err)
+	}
+	res, err := claim()
+	if err == nil && res.Acquired {
+		err = s.setLease(ctx, q, ref, res.Token, p.Lease)
+	}
+	return res, err
+}
+
+// setLease sets the lease held by tok to end at the worker's clock plus
+// lease.
+func (s *Store) setLease(ctx context.Context, q querier, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+	_, err := q.Exec(ctx, `UPDATE `+s.pg.Table()+` SET lease_expires_at = $6
+		WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3 AND generation = $4 AND owner_token = $5 AND state = 'processing'`,
+		ref.Tenant, ref.Operation, ref.KeyHash[:], int64(tok.Generation), tok.Owner, s.now().Add(lease))
+	if err != nil {
+		return fmt.Errorf("broken: lease: %w: %w", durable.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// encode returns the stored forms of res's headers (jsonb, nil without
+// any) and body (never nil).
+func encode(res durable.Result) (headers, body []byte, err error) {
+	if len(res.Headers) > 0 {
+		if headers, err = json.Marshal(res.Headers); err != nil {
+			return nil, nil, err
+		}
+	}
+	body = res.Body
 	if body == nil {
 		body = []byte{}
 	}
+	return headers, body, nil
+}
+
+func (s *Store) complete(ctx context.Context, q querier, ref durable.Ref, res durable.Result) error {
+	headers, body, err := encode(res)
+	if err != nil {
+		return err
+	}
 	// The bug: no owner_token, generation or state in the WHERE clause.
-	_, err := q.Exec(ctx, `UPDATE `+s.Table()+` SET state = 'completed', status_code = $4, response_headers = $5::jsonb,
+	_, err = q.Exec(ctx, `UPDATE `+s.pg.Table()+` SET state = 'completed', status_code = $4, response_headers = $5::jsonb,
 		response_body = $6, response_version = $7, resource_id = $8, completed_at = clock_timestamp(), lease_expires_at = NULL
 		WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3`,
 		ref.Tenant, ref.Operation, ref.KeyHash[:], res.StatusCode, headers, body, res.Version, res.ResourceID)

@@ -1,0 +1,104 @@
+package chaos
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+)
+
+// noLiveLeaseTakeover is the invariant a leaseWatch checks: no claim takes
+// over a lease before it ran out by the database's clock.
+const noLiveLeaseTakeover = "no-live-lease-takeover"
+
+// leaseWatch is a durable store seen through a watch on its leases: it
+// notes, from the worker's side, the earliest moment each lease can run
+// out, and reports a takeover that returned before it. A claim or a renewal
+// sent at t sets the lease to the database's clock at the statement, which
+// is after t, plus its length; so a lease granted by a call sent at t is
+// live at least until t + lease (the database and the suite share the
+// machine's clock), and a takeover that returned before then took over a
+// live lease: leases measured by some other clock than the database's.
+type leaseWatch struct {
+	durable.Store[pgxTx]
+	e *env
+	f *leaseFloors
+}
+
+// leaseFloors are the floors of a scenario's leases, shared by the
+// watches of all its clients.
+type leaseFloors struct {
+	mu sync.Mutex
+	m  map[[32]byte]leaseFloor
+}
+
+type leaseFloor struct {
+	tok   fence.Token
+	until time.Time
+}
+
+// floorSlack absorbs the granularity of the two readings of one clock.
+const floorSlack = 5 * time.Millisecond
+
+func newLeaseFloors() *leaseFloors { return &leaseFloors{m: map[[32]byte]leaseFloor{}} }
+
+func (e *env) watchLeases(st durable.Store[pgxTx], f *leaseFloors) *leaseWatch {
+	return &leaseWatch{Store: st, e: e, f: f}
+}
+
+// acquired checks an acquisition sent at start that returned at end, and,
+// when set is true, records its lease.
+func (w *leaseWatch) acquired(res durable.ClaimResult, start, end time.Time, lease time.Duration, set bool) {
+	if !res.Acquired {
+		return
+	}
+	k := res.Ref.KeyHash
+	w.f.mu.Lock()
+	prev, ok := w.f.m[k]
+	if set && (!ok || res.Token.Generation >= prev.tok.Generation) {
+		w.f.m[k] = leaseFloor{tok: res.Token, until: start.Add(lease)}
+	}
+	w.f.mu.Unlock()
+	if ok && res.Takeover && res.Token.Generation > prev.tok.Generation && end.Add(floorSlack).Before(prev.until) {
+		w.e.violation(noLiveLeaseTakeover, history.OpName(w.e.keyspace[k], 1),
+			"generation %d took over generation %d %v before its lease could have run out by the database's clock",
+			res.Token.Generation, prev.tok.Generation, prev.until.Sub(end).Round(time.Millisecond))
+	}
+}
+
+func (w *leaseWatch) Claim(ctx context.Context, p durable.ClaimParams) (durable.ClaimResult, error) {
+	start := time.Now()
+	res, err := w.Store.Claim(ctx, p)
+	if err == nil {
+		w.acquired(res, start, time.Now(), p.Lease, true)
+	}
+	return res, err
+}
+
+// ClaimTx is checked like Claim; its lease is not recorded (it holds only
+// if the transaction commits, and then it is finished in it).
+func (w *leaseWatch) ClaimTx(ctx context.Context, tx pgxTx, p durable.ClaimParams) (durable.ClaimResult, error) {
+	start := time.Now()
+	res, err := w.Store.ClaimTx(ctx, tx, p)
+	if err == nil {
+		w.acquired(res, start, time.Now(), p.Lease, false)
+	}
+	return res, err
+}
+
+func (w *leaseWatch) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+	start := time.Now()
+	err := w.Store.Renew(ctx, ref, tok, lease)
+	if err == nil {
+		w.f.mu.Lock()
+		if f, ok := w.f.m[ref.KeyHash]; ok && f.tok.Equal(tok) && start.Add(lease).After(f.until) {
+			f.until = start.Add(lease)
+			w.f.m[ref.KeyHash] = f
+		}
+		w.f.mu.Unlock()
+	}
+	return err
+}
