@@ -9,8 +9,11 @@
 //
 // [Scenarios] lists them: the ten ambiguity windows of DESIGN.md (two of
 // them again over HTTP, with claim/claimhttp's middleware and retrying
-// Transport); the windows of the middleware's rule after a workflow
-// handler started, over HTTP:
+// Transport; in stale-owner the owner pauses right before its durable
+// completion, after every check of its own, so the completion it sends
+// after the takeover is the one the fence must reject); the windows of the
+// middleware's rule after a workflow handler started, over HTTP, each
+// counting the calls that reached the downstream (at most one per key):
 //
 //   - http-client-timeout: work longer than the lease outlives every
 //     client's timeout; the lease is kept alive, the retries replay;
@@ -29,9 +32,9 @@
 // then an uncertain operation reconciled after its retention and replayed,
 // never rerun (reconcile-after-retention); then Redis restarted empty,
 // failed over to a replica that missed writes, split-brained, down,
-// evicting, and re-running scripts after delayed replies; PostgreSQL backends terminated before a commit and
-// commits whose acknowledgement is lost; owners paused past their lease;
-// worker clocks far off.
+// evicting, and re-running scripts after delayed replies; PostgreSQL
+// backends terminated before a commit and commits whose acknowledgement is
+// lost; owners paused past their lease; worker clocks far off.
 //
 // Each scenario runs Iterations logical operations, each retried at once by
 // Clients clients (each with a Claimer and a Redis client of its own, like
@@ -65,11 +68,28 @@
 //
 // # Negative control
 //
-// [NegativeControl] runs scenarios against a deliberately broken store
-// (completions without the fence; claims that trust Redis and overwrite the
-// record). The checker must report violations; the suite's tests require
-// it. The broken store lives in an internal package: only the suite can
-// build it.
+// [NegativeControl] runs scenarios against a deliberately broken store,
+// one bug per rule; [NegativeModes] lists the scenarios that must catch
+// each:
+//
+//   - complete-without-fence: completions without the fence (caught by
+//     stale-owner, paused-owner, clock-skew);
+//   - claim-trusts-redis: claims that trust Redis and overwrite the record
+//     (redis-restart, redis-down);
+//   - release-after-start: the key given back after work started under a
+//     lease: MarkUncertain releases, and so does a renewal or a finish
+//     that could not be written (http-renewals-fail,
+//     http-panic-after-effect, http-finish-outage-long,
+//     reconcile-after-retention);
+//   - no-reread-after-lost-ack: a COMMIT or fenced finish whose reply was
+//     lost taken as not applied, without re-reading (db-cut-after-commit);
+//   - worker-clock-lease: leases set and compared by the worker's skewed
+//     clock instead of the database's (clock-skew, which watches that no
+//     claim takes over a lease before it could have run out by the
+//     database's clock).
+//
+// The checker must report violations; the suite's tests require it. The
+// broken store lives in an internal package: only the suite can build it.
 //
 // # Clocks
 //
@@ -79,7 +99,9 @@
 // breaker's NowFunc; the clock-skew scenario gives every worker's breaker a
 // clock hours off and jumping, and simulates a Redis clock jump by its
 // effect (PEXPIRE lease 1). Nothing may change, and the checker verifies
-// that nothing did.
+// that nothing did; the scenario also watches every claim and renewal and
+// reports a takeover that returned before the lease it took over could
+// have run out by the database's clock.
 //
 // # Isolation
 //

@@ -14,7 +14,8 @@
 //
 // -negative MODE runs the negative control instead: the scenarios that
 // expose MODE against a deliberately broken store; it exits 1 when the
-// checker does NOT catch the bug.
+// checker does NOT catch the bug. -list shows the scenarios, what each
+// forces, and the modes with the scenarios that catch each.
 package main
 
 import (
@@ -75,6 +76,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 				own = " (starts its own redis-server)"
 			}
 			fmt.Fprintf(w, "%s\t%s%s\n", s.Name, s.Forces, own)
+		}
+		fmt.Fprintln(w, "\nnegative control (-negative MODE): a broken store the checker must catch")
+		for _, m := range modes() {
+			fmt.Fprintf(w, "%s\t%s; caught by %s\n", m, chaos.NegativeModeBreaks(m), strings.Join(chaos.NegativeModes()[m], ", "))
 		}
 		w.Flush()
 		return 0
