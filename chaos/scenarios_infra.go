@@ -455,6 +455,7 @@ func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
 		e.planned(o, "vanish", 0.4, 0, 1)
 		if o.i%2 == 1 {
 			e.planned(o, "pause", 0.3, 3)
+			e.planned(o, "long-work", 0.5, 1)
 		}
 		// Redis outages make the breakers read their (skewed) clocks.
 		// The first is planned late, once the first leases were made
@@ -472,7 +473,17 @@ func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
 		}
 	}
 	w.inTx = func(ctx context.Context, a *attempt) error { vanish(ctx, a); return nil }
-	w.afterClaim = vanish
+	w.afterClaim = func(ctx context.Context, a *attempt) {
+		vanish(ctx, a)
+		if a.o.take("long-work") {
+			// Work longer than the lease, renewed by KeepAlive by the
+			// database's clock, while the others ask (through Redis, or
+			// straight to the database once the Redis lease vanished):
+			// no clock of theirs may end it early.
+			e.fault("work-past-lease")
+			time.Sleep(e.cfg.Lease * 3 / 2)
+		}
+	}
 	w.beforeComplete = func(_ context.Context, a *attempt) {
 		if a.o.take("pause") {
 			a.stopKeepAlive()
