@@ -17,11 +17,14 @@ const noLiveLeaseTakeover = "no-live-lease-takeover"
 // leaseWatch is a durable store seen through a watch on its leases: it
 // notes, from the worker's side, the earliest moment each lease can run
 // out, and reports a takeover that returned before it. A claim or a renewal
-// sent at t sets the lease to the database's clock at the statement, which
-// is after t, plus its length; so a lease granted by a call sent at t is
-// live at least until t + lease (the database and the suite share the
-// machine's clock), and a takeover that returned before then took over a
-// live lease: leases measured by some other clock than the database's.
+// sent at t runs its statement after t and sets the lease to end a lease's
+// length after that, by the database's clock; a takeover needs the
+// database's clock past that end. So at least a lease's length passes
+// between t and the return of the takeover's call, whatever the offset
+// between the database's clock and the suite's (only elapsed times are
+// compared, both on the suite's monotonic clock). A takeover that returned
+// sooner took over a live lease: leases measured by some other clock than
+// the database's.
 type leaseWatch struct {
 	durable.Store[pgxTx]
 	e *env
