@@ -222,7 +222,8 @@ func setupStaleOwner(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	// The takeovers must come after the paused owner's lease ran out.
+	w, err := e.standard(ctx, e.watchLeases(st, newLeaseFloors()), e.userRedis, claimerOpts{})
 	if err != nil {
 		return nil, err
 	}
