@@ -13,8 +13,11 @@
  *   NC_TRUSTREDIS   the claim trusts Redis's generation instead of GREATEST
  *   NC_WORKERCLOCK  lease decisions on the worker's (skewed) clock
  *   NC_NOREREAD     an ambiguous COMMIT is taken as applied, not re-read
- *   SWEEP_MONO      finding F1: "the generation never decreases", even across
- *                   a Sweep that deleted the row (it does not hold)
+ *   NC_NOFLOOR      finding F1, the old rule: no clock floor on a record the
+ *                   claim creates or restarts, and Sweep without the margin
+ *                   (a swept row's generation is handed out again)
+ *   STALE=2         a claim's clock reading may be older than the bound
+ *                   (SWEEPMARGIN - LAG) when it inserts: the same reuse
  * Bounds: NW workers, MAXTRY attempts each, NADOPT reconciler adoptions,
  * RFAULTS Redis faults, CRASHES worker crashes, DBFAULTS ambiguous commits
  * (T0, T1, T2: attempts of worker 0, 1, 2 when they differ).
@@ -63,6 +66,43 @@
 #define MODES 2
 #endif
 #define SKEW   1	/* worker clock error, +-, used by NC_WORKERCLOCK only */
+
+/*
+ * The database clock (clock_timestamp() in ms in the code), in abstract
+ * units, apart from the lease ticks: only its value when a claim or a Sweep
+ * reads it matters, so it starts at CLK0 and jumps forward by CLKJUMP, at
+ * any moment, at most CLKJUMPS times. It never steps back (the assumption).
+ * Redis's clock is taken to be the same one; a Redis proposal is untrusted
+ * anyway.
+ *   LAG          a record the claim creates or restarts gets a generation
+ *                of at least clk - LAG (60000 ms)
+ *   RLAG         claim.lua proposes at least clk - RLAG (59000 ms: LAG
+ *                less one unit, so the database keeps Redis's proposal)
+ *   SWEEPMARGIN  Sweep deletes a row only if gen < clk - SWEEPMARGIN
+ *                (120000 ms)
+ *   STALE        a claim statement read the clock when it started and may
+ *                insert up to STALE units later (it waited for the row
+ *                lock; lock_timeout bounds that). Safe while
+ *                SWEEPMARGIN >= LAG + STALE.
+ */
+#define LAG 1
+#define RLAG (LAG - 1)
+#define SWEEPMARGIN 2
+#ifndef STALE
+#define STALE 1
+#endif
+#define CLK0 (LAG + 2)	/* the clock floor starts positive */
+#ifndef CLKJUMP
+#define CLKJUMP (SWEEPMARGIN + 1)	/* one jump can make a young row sweepable */
+#endif
+#ifndef CLKJUMPS
+#define CLKJUMPS 1
+#endif
+#define CLKMAX (CLK0 + CLKJUMPS * CLKJUMP)
+#if STALE > 2
+#error "STALE > 2: extend pick_floor"
+#endif
+#define SUB0(a, b) ((a) > (b) -> (a) - (b) : 0)	/* a - b, or 0 below it */
 
 #ifdef NORESTART
 #define RESTARTS 0	/* retention never passes (expires_at far away) */
@@ -128,6 +168,9 @@ typedef Rds {
 };
 Rds rd;
 
+byte clk = CLK0;	/* the database clock (see LAG above) */
+byte fl;	/* scratch: the floor of the claim being run (0 outside it) */
+
 /* XNO...=1 switches one kind of Redis fault off (to measure what each costs) */
 #ifndef XNOFLUSH
 #define XNOFLUSH 0
@@ -165,6 +208,7 @@ byte nfinal;
 byte effects[MAXEP];	/* P1: business effects committed, per operation */
 byte ack[MAXEP];	/* P5: the result a client was told, per operation */
 byte last_gen;		/* P3 */
+bool gone;		/* P3: the row was deleted since last_gen */
 bool dn;		/* P4: the row's operation completed with ... */
 byte dn_gen;
 byte dn_own;
@@ -211,8 +255,10 @@ inline committed() {
 	if
 	:: row.ex ->
 		assert(row.ep < MAXEP);
-		PROP(3, row.gen >= last_gen);	/* P3 */
-		last_gen = row.gen;
+		/* P3: never lower; and a row created after a Sweep never reuses
+		 * the deleted row's generation */
+		PROP(3, row.gen >= last_gen && (!gone || row.gen > last_gen));
+		last_gen = row.gen; gone = 0;
 		if
 		:: dn && row.ep == dn_ep ->	/* P4 */
 			PROP(4, row.st == DONE && row.gen == dn_gen &&
@@ -233,11 +279,7 @@ inline committed() {
 		last_ep = row.ep
 	:: else ->
 		dn = 0; dn_gen = 0; dn_own = 0; dn_res = 0; dn_ep = 0;
-#ifndef SWEEP_MONO
-		last_gen = 0	/* a deleted row starts again (finding F1) */
-#else
-		skip
-#endif
+		gone = 1	/* last_gen stays: P3 holds across deletion */
 	fi
 }
 
@@ -248,8 +290,8 @@ inline acked(a_e, a_r) {
 }
 
 /* trail printing (spin -t); pan ignores printf */
-#define SHOWROW printf("      row: exists=%d state=%d gen=%d owner=%d lease=%d retain=%d result=%d op=%d | redis: lease=%d/gen %d counter=%d cached=%d\n", \
-	row.ex, row.st, row.gen, row.own, row.lrem, row.xrem, row.res, row.ep, rd.lown, rd.lgen, rd.ctr, rd.cval)
+#define SHOWROW printf("      row: exists=%d state=%d gen=%d owner=%d lease=%d retain=%d result=%d op=%d | redis: lease=%d/gen %d counter=%d cached=%d | clock %d\n", \
+	row.ex, row.st, row.gen, row.own, row.lrem, row.xrem, row.res, row.ep, rd.lown, rd.lgen, rd.ctr, rd.cval, clk)
 inline say(o) {
 	if
 	:: o == ACQ -> printf("acquired")
@@ -273,7 +315,9 @@ inline claim_lua(c_me, c_out, c_p, c_cr_, c_ce_) {
 	:: !rd.cval && rd.lown == c_me -> c_out = ACQ; c_p = rd.lgen	/* re-run: same generation */
 	:: !rd.cval && rd.lown != 0 && rd.lown != c_me -> c_out = BUSY
 	:: !rd.cval && rd.lown == 0 ->
-		rd.ctr++; rd.lown = c_me; rd.lgen = rd.ctr; rd.lrem = LEASE;
+		/* max(counter + 1, clock - RLAG), stored in the counter */
+		rd.ctr = (rd.ctr + 1 > SUB0(clk, RLAG) -> rd.ctr + 1 : SUB0(clk, RLAG));
+		rd.lown = c_me; rd.lgen = rd.ctr; rd.lrem = LEASE;
 		c_out = ACQ; c_p = rd.ctr
 	fi
 }
@@ -330,16 +374,43 @@ inline renew_lua(n_me) {
 
 /* ---------------- the durable store ---------------- */
 
+/* pick_floor: the clock floor of a claim statement, clock - LAG at the
+ * statement's start, which is up to STALE units before it writes */
+inline pick_floor() {
+	if
+	:: fl = SUB0(clk, LAG)
+#if STALE >= 1
+	:: fl = SUB0(clk, LAG + 1)
+#endif
+#if STALE >= 2
+	:: fl = SUB0(clk, LAG + 2)
+#endif
+	fi
+}
+
+#ifdef NC_NOFLOOR
+#define FLOORED(x) (x)
+#define SWEEPABLE_GEN 1
+#else
+/* GREATEST(x, the claim's clock floor) */
+#define FLOORED(x) ((x) > fl -> (x) : fl)
+/* Sweep: generation < clock - SWEEPMARGIN */
+#define SWEEPABLE_GEN (row.gen + SWEEPMARGIN < clk)
+#endif
+
 /*
  * db_claim: Store.Claim / Store.ClaimTx, ONE atomic statement:
  * INSERT ... ON CONFLICT DO UPDATE ... WHERE (a) takeover | (b) released |
  * (c) restart after retention; otherwise classify. The model has one
- * fingerprint, so the fingerprint conditions always hold.
+ * fingerprint, so the fingerprint conditions always hold. A record the
+ * claim creates or restarts (insert, (b), (c)) gets at least the clock
+ * floor; a takeover (a) does not.
  */
 inline db_claim(d_me, d_p, d_w, d_out, d_g, d_e, d_r) {
+	pick_floor();
 	if
 	:: !row.ex ->
-		row.ex = 1; row.st = PROC; row.gen = (d_p > 1 -> d_p : 1); row.own = d_me;
+		row.ex = 1; row.st = PROC; row.gen = FLOORED((d_p > 1 -> d_p : 1)); row.own = d_me;
 		row.lrem = LEASE; row.xrem = RETAIN; row.res = 0;
 		row.ep = (ever -> last_ep + 1 : 0);
 		d_out = ACQ
@@ -347,10 +418,12 @@ inline db_claim(d_me, d_p, d_w, d_out, d_g, d_e, d_r) {
 		NEWGEN(d_p); row.own = d_me; row.lrem = LEASE; row.xrem = RETAIN;
 		d_out = ACQ
 	:: row.ex && row.st == PROC && row.own == 0 ->	/* (b) */
-		NEWGEN(d_p); row.own = d_me; row.lrem = LEASE; row.xrem = RETAIN;
+		NEWGEN(d_p); row.gen = FLOORED(row.gen);
+		row.own = d_me; row.lrem = LEASE; row.xrem = RETAIN;
 		d_out = ACQ
 	:: row.ex && row.st == DONE && row.xrem == 0 && RESTARTS ->	/* (c) a new operation */
-		NEWGEN(d_p); row.own = d_me; row.lrem = LEASE; row.xrem = RETAIN;
+		NEWGEN(d_p); row.gen = FLOORED(row.gen);
+		row.own = d_me; row.lrem = LEASE; row.xrem = RETAIN;
 		row.st = PROC; row.res = 0; row.ep = row.ep + 1;
 		d_out = ACQ
 	:: else ->
@@ -361,7 +434,8 @@ inline db_claim(d_me, d_p, d_w, d_out, d_g, d_e, d_r) {
 		fi
 	fi;
 	d_g = row.gen;
-	d_e = row.ep
+	d_e = row.ep;
+	fl = 0
 }
 
 /* stage_complete: the fenced UPDATE of Store.Complete / CompleteTx:
@@ -896,9 +970,12 @@ end_env:
 	/* a commit nobody waits for any more lands, or not */
 	:: atomic { locked && lockby == PENDING; commit_apply(); printf("   the in-flight COMMIT lands\n"); SHOWROW }
 	:: atomic { locked && lockby == PENDING; commit_abort(); printf("   the in-flight COMMIT is rolled back\n") }
-	/* Store.Sweep: finished or released rows past retention, skipping locked */
+	/* the database clock moves forward */
+	:: d_step { clk < CLKMAX; clk = clk + CLKJUMP; printf("-- database clock %d\n", clk) }
+	/* Store.Sweep: finished or released rows past retention whose
+	 * generation is below the sweep margin, skipping locked */
 	:: d_step {
-			RESTARTS && !locked && row.ex && row.xrem == 0 &&
+			RESTARTS && !locked && row.ex && row.xrem == 0 && SWEEPABLE_GEN &&
 			(row.st == DONE || (row.st == PROC && row.own == 0));
 			CLEARROW(row);
 			committed();
