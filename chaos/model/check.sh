@@ -21,7 +21,7 @@ done
 
 jobs=${MODEL_JOBS:-2}
 depth=${MODEL_DEPTH:-20000}
-memlim=${MODEL_MEMLIM:-6000} # MB, per run
+memlim=${MODEL_MEMLIM:-8000} # MB, per run (r1 needs about 5.5 GB)
 
 # NAME  EXPECT  DEFINES
 #   EXPECT: ok, or Pn (a counterexample to property n is required)
