@@ -33,7 +33,7 @@ func registry() []scenario {
 		{name: "resource-changed", forces: "window 9: the stored success is replayed after the resource changed or was deleted", setup: setupResourceChanged},
 		{name: "downstream-incident", forces: "window 10: load during a downstream incident: bounded, jittered retries, no amplification", setup: setupIncident},
 		{name: "http-lost-response", forces: "window 3 over HTTP: the middleware commits, the connection drops before the response, the Transport retries: replayed", setup: setupHTTPLostResponse},
-		{name: "http-incident", forces: "window 10 over HTTP: the downstream fails, the middleware releases, Transports retry within their shared budget", setup: setupHTTPIncident},
+		{name: "http-incident", forces: "window 10 over HTTP: the downstream refuses before acting, the handler releases its key (ReleaseKey), Transports retry within their shared budget", setup: setupHTTPIncident},
 		{name: "http-client-timeout", forces: "window 5 over HTTP, workflow mode: work longer than the lease outlives every client's timeout; the middleware keeps the lease alive, the retries wait and replay", setup: setupHTTPClientTimeout},
 		{name: "http-client-disconnect", forces: "workflow handler: the clients disconnect right after the effect while the work goes on past the lease; their retries arrive during the work and must not run it again", setup: setupHTTPClientDisconnect},
 		{name: "http-renewals-fail", forces: "workflow handler: the store refuses renewals for longer than the lease after the effect; nobody takes over, the fenced completion still succeeds", setup: setupHTTPRenewalsFail},

@@ -251,6 +251,11 @@ func (s *service) handle(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		var de *fault.DownstreamError
 		switch {
+		case errors.As(err, &de) && de.Status == http.StatusServiceUnavailable:
+			// The downstream refused before acting: nothing happened, and
+			// only the handler can say so (the workflow rule).
+			_ = claimhttp.ReleaseKey(ctx)
+			answer(http.StatusServiceUnavailable, []byte(`{"error":"downstream unavailable"}`))
 		case errors.As(err, &de):
 			answer(http.StatusServiceUnavailable, []byte(`{"error":"downstream unavailable"}`))
 		case err != nil:

@@ -10,6 +10,10 @@ import (
 	"github.com/oncekey/oncekey/fence"
 )
 
+// commitRereadTimeout bounds the read that settles a COMMIT whose reply was
+// lost.
+const commitRereadTimeout = 5 * time.Second
+
 // Op describes the operation to the function run by [Claimer.Do].
 type Op struct {
 	// ID is the stable identity of the logical operation: use it as the
@@ -118,8 +122,13 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 	})
 	if txErr != nil {
 		if committed && errors.Is(txErr, durable.ErrUnavailable) {
-			// COMMIT was sent and failed: it may have applied. Read the truth.
-			if rec, err := c.store.Get(context.WithoutCancel(ctx), ref); err == nil &&
+			// COMMIT was sent and failed: it may have applied. Read the truth,
+			// even when the caller has given up, but not forever: a store that
+			// does not answer leaves the outcome unknown.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitRereadTimeout)
+			rec, err := c.store.Get(rctx, ref)
+			cancel()
+			if err == nil &&
 				rec.State == state && rec.Token.Equal(tok) && rec.Result != nil {
 				c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", ref)
 				c.acquired(ctx, ref, p, f, claimed)

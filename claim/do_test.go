@@ -3,9 +3,11 @@ package claim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -181,5 +183,50 @@ func TestClaimer_DoConnectionCutBeforeCommit(t *testing.T) {
 	}
 	if n := e.orderCount(out.OperationID); n != 1 {
 		t.Fatalf("orders = %d, want exactly 1", n)
+	}
+}
+
+// lostAckStore commits every transaction, reports its COMMIT reply as lost,
+// and never answers a read: the store a network partition leaves behind.
+type lostAckStore struct {
+	durable.Store[pgx.Tx]
+}
+
+func (s lostAckStore) InTx(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
+	if err := s.Store.InTx(ctx, fn); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: commit reply lost", durable.ErrUnavailable)
+}
+
+func (s lostAckStore) Get(ctx context.Context, _ durable.Ref) (durable.Record, error) {
+	<-ctx.Done()
+	return durable.Record{}, fmt.Errorf("%w: %w", durable.ErrUnavailable, ctx.Err())
+}
+
+// A COMMIT whose reply was lost is settled by a read; when the store does
+// not answer that read either, Do returns "unknown" (ErrUnavailable) after
+// a bounded wait instead of hanging, even though the caller's context has
+// no deadline.
+func TestClaimer_DoLostCommitReplyAndSilentStoreIsUnknownNotAHang(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withoutRed)
+	e.orders()
+	c, err := claim.New[pgx.Tx](lostAckStore{e.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Do(context.Background(), req("d-silent", "v1:a"), e.insertOrder)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, claim.ErrUnavailable) {
+			t.Fatalf("Do err = %v, want ErrUnavailable (outcome unknown)", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Do still waits on a read the store never answers")
 	}
 }
