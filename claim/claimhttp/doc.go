@@ -150,5 +150,6 @@
 // errors, 5xx, 429 and in-progress 409s with capped exponential backoff and
 // full jitter, honouring Retry-After and the request's deadline, within a
 // [RetryBudget] so that a fleet of clients adds a bounded fraction of load
-// during an incident. It never retries 400 or 422.
+// during an incident. It never retries 400 or 422, nor a replay of a
+// stored result, whatever its status.
 package claimhttp

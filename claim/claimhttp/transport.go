@@ -75,7 +75,9 @@ type TransportOptions struct {
 //   - It retries connection errors (the server may have committed and lost
 //     the response: the retry gets the stored result), 5xx but 501 and 505,
 //     429, and 409 whose body is a problem of type [ProblemInProgress]
-//     (never any other 409, nor 400, 422 or another 4xx).
+//     (never any other 409, nor 400, 422 or another 4xx). It never retries
+//     a replay ("Idempotent-Replayed: true"), whatever its status: a stored
+//     result is final for its key, and another attempt would get it again.
 //   - Between attempts it sleeps a capped exponential backoff with full
 //     jitter, and at least the response's Retry-After (seconds or an
 //     HTTP-date). It never sleeps past the request context's deadline: when
@@ -240,6 +242,11 @@ func (t *Transport) retryable(ctx context.Context, resp *http.Response, err erro
 		}
 		return true, 0
 	}
+	if replayed(resp) {
+		// The stored answer for the key: final, whatever its status.
+		// Another attempt gets the same bytes and only spends budget.
+		return false, 0
+	}
 	switch s := resp.StatusCode; {
 	case s == http.StatusTooManyRequests,
 		s >= 500 && s != http.StatusNotImplemented && s != http.StatusHTTPVersionNotSupported,
@@ -268,6 +275,12 @@ func (t *Transport) retryAfter(resp *http.Response) time.Duration {
 		return max(at.Sub(t.o.Now()), 0)
 	}
 	return 0
+}
+
+// replayed reports whether resp is a replay of a stored result
+// ("Idempotent-Replayed: true").
+func replayed(resp *http.Response) bool {
+	return strings.EqualFold(strings.TrimSpace(resp.Header.Get(HeaderReplayed)), "true")
 }
 
 // maxProblem bounds how much of a 409 body is read to find its type.

@@ -255,6 +255,12 @@ func TestTransport_CancelDuringSleepReturnsTheCause(t *testing.T) {
 
 func TestTransport_WhatIsRetried(t *testing.T) {
 	t.Parallel()
+	replayed := func(status int) func(w http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			w.Header().Set(claimhttp.HeaderReplayed, "true")
+			w.WriteHeader(status)
+		}
+	}
 	inProgress := func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", claimhttp.ProblemContentType)
 		w.Header().Set("Retry-After", "1")
@@ -286,6 +292,12 @@ func TestTransport_WhatIsRetried(t *testing.T) {
 			w.WriteHeader(422)
 			fmt.Fprintf(w, `{"type":%q}`, claimhttp.ProblemKeyReused)
 		}, false},
+		// A replay is the stored answer for the key: final, whatever its
+		// status. Retrying it cannot change it and only spends budget.
+		"503Replayed":  {replayed(503), false},
+		"500Replayed":  {replayed(500), false},
+		"429Replayed":  {replayed(429), false},
+		"409Replayed":  {func(w http.ResponseWriter) { w.Header().Set(claimhttp.HeaderReplayed, "true"); inProgress(w) }, false},
 		"201":          {func(w http.ResponseWriter) { w.WriteHeader(201) }, false},
 		"202Uncertain": {func(w http.ResponseWriter) { w.WriteHeader(202) }, false},
 	} {
