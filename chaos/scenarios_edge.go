@@ -15,6 +15,7 @@ import (
 	"github.com/oncekey/oncekey/chaos/fault"
 	"github.com/oncekey/oncekey/chaos/history"
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
@@ -799,7 +800,7 @@ func setupHTTPOversized(ctx context.Context, e *env) (*workload, error) {
 				return err
 			}
 			if rec.Result == nil || rec.Result.StatusCode != http.StatusOK || len(rec.Result.Body) != 0 ||
-				rec.Result.Headers[claimhttp.HeaderBodyOmitted] == nil {
+				rec.Result.Headers[claimclient.HeaderBodyOmitted] == nil {
 				e.violation("oversized-stored-without-body", o.key+"#1", "the record is %s with result %+v", rec.State, rec.Result)
 			}
 		}

@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/oncekey/oncekey/chaos/fault"
 	"github.com/oncekey/oncekey/chaos/history"
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/fence"
 )
@@ -33,7 +35,7 @@ type service struct {
 	d       *fault.Downstream
 	dTime   time.Duration
 	clients []*http.Client
-	budget  *claimhttp.RetryBudget
+	budget  *claimclient.RetryBudget
 
 	requests atomic.Int64 // requests that reached the server
 	logical  atomic.Int64 // requests the clients made (before their transports' retries)
@@ -97,12 +99,12 @@ func (e *env) newService(ctx context.Context, c *claim.Claimer[pgxTx], flow bool
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	e.onClose(func() { _ = s.srv.Close() })
-	s.budget, err = claimhttp.NewRetryBudget(claimhttp.BudgetOptions{})
+	s.budget, err = claimclient.NewRetryBudget(claimclient.BudgetOptions{})
 	if err != nil {
 		return nil, err
 	}
 	for i := 0; i < e.cfg.Clients; i++ {
-		tr, err := claimhttp.NewTransport(&http.Transport{MaxIdleConnsPerHost: 16}, claimhttp.TransportOptions{
+		tr, err := claimclient.NewTransport(&http.Transport{MaxIdleConnsPerHost: 16}, claimclient.Options{
 			MaxAttempts: 6, BaseDelay: e.cfg.Lease / 10, MaxDelay: e.cfg.Lease, MaxRetryAfter: 3 * e.cfg.Lease, Budget: s.budget,
 		})
 		if err != nil {
@@ -116,7 +118,7 @@ func (e *env) newService(ctx context.Context, c *claim.Claimer[pgxTx], flow bool
 func (s *service) url() string { return "http://" + s.ln.Addr().String() + "/ops" }
 
 func (s *service) op(r *http.Request) *op {
-	key, err := claimhttp.ParseKey(r.Header, "Idempotency-Key")
+	key, err := strconv.Unquote(r.Header.Get("Idempotency-Key")) // sent quoted by attempt
 	if err != nil {
 		return nil
 	}
@@ -151,7 +153,7 @@ func (s *service) outer(next http.Handler) http.Handler {
 			epoch, fp, _ := o.get()
 			call := history.Call{Key: o.key, Epoch: epoch, Client: 2000, Token: sr.tok, Fingerprint: fp, Body: history.Hash(sr.body),
 				Status: sr.status, Start: start, End: end}
-			published := tw.status == sr.status && bytes.Equal(tw.body.Bytes(), sr.body) && tw.header.Get(claimhttp.HeaderReplayed) == ""
+			published := tw.status == sr.status && bytes.Equal(tw.body.Bytes(), sr.body) && tw.header.Get(claimclient.HeaderReplayed) == ""
 			switch {
 			case sr.status >= 500 && published:
 				call.Kind, call.Note = history.NoEffect, "released"
@@ -289,10 +291,7 @@ func (s *service) attempt(ctx context.Context, w *workload, o *op, c int) bool {
 	e := s.e
 	s.logical.Add(1)
 	epoch, fp, _ := o.get()
-	key, err := claimhttp.FormatKey(o.scope.Key)
-	if err != nil {
-		return false
-	}
+	key := strconv.Quote(o.scope.Key) // the draft's sf-string form: chaos keys are printable ASCII
 	actx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	if s.requestCtx != nil {
@@ -325,7 +324,7 @@ func (s *service) attempt(ctx context.Context, w *workload, o *op, c int) bool {
 	case resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPaymentRequired:
 		call.Kind, call.Body, call.Status = history.Replay, history.Hash(body), resp.StatusCode
 		final = true
-		if resp.Header.Get(claimhttp.HeaderReplayed) == "true" {
+		if resp.Header.Get(claimclient.HeaderReplayed) == "true" {
 			e.observe("http-replayed")
 		}
 	default:

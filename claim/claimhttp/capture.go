@@ -6,12 +6,13 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/durable"
 )
 
 // resultVersion is the version of the stored representation written by this
 // package (durable.Result.Version): status, stored headers, body, with
-// HeaderBodyOmitted marking an omitted body.
+// claimclient.HeaderBodyOmitted marking an omitted body.
 const resultVersion = 1
 
 // capture is the ResponseWriter a guarded handler writes to. It buffers the
@@ -117,7 +118,7 @@ func (c *capture) result(stored []string, maxBody int64) durable.Result {
 	if int64(len(res.Body)) > maxBody {
 		res.Body = []byte{}
 		delete(h, "Content-Type")
-		h[HeaderBodyOmitted] = []string{"true"}
+		h[claimclient.HeaderBodyOmitted] = []string{"true"}
 	}
 	return res
 }
@@ -146,7 +147,7 @@ func writeStored(w http.ResponseWriter, res *durable.Result, replayed bool) {
 		h[k] = append([]string(nil), v...)
 	}
 	if replayed {
-		h.Set(HeaderReplayed, "true")
+		h.Set(claimclient.HeaderReplayed, "true")
 	}
 	status := res.StatusCode
 	if status == 0 {

@@ -87,9 +87,8 @@ func MarkUncertain(ctx context.Context) error {
 // the key (any payload) runs as a new execution. In transaction mode the
 // transaction rolls back.
 //
-// It is the only way, with a StatusFunc the application writes itself, that
-// a workflow-mode key is released after its handler started: the middleware
-// never assumes that nothing happened. [MarkUncertain] wins over it.
+// It is the only way that a workflow-mode key is released after its handler
+// started: the middleware never assumes that nothing happened. [MarkUncertain] wins over it.
 // Errors: [ErrNotGuarded] outside a guarded handler.
 func ReleaseKey(ctx context.Context) error {
 	op := opFrom(ctx)

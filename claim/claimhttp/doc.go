@@ -1,7 +1,8 @@
 // Package claimhttp puts the claim protocol of package claim in front of
 // net/http handlers ([Middleware]), following the IETF httpapi
-// Idempotency-Key draft, and gives clients a retrying transport that sends
-// keys and retries safely ([Transport]).
+// Idempotency-Key draft. Its clients use package claimclient: a retrying
+// transport that sends keys and retries safely, and the problem types and
+// response fields they match.
 //
 //	claimer, _ := claim.New[pgx.Tx](store, claim.WithRedis(rdb, lua.Options{}))
 //	guard, err := claimhttp.Middleware(claimer, claimhttp.Options{
@@ -15,10 +16,12 @@
 // Guarded requests are those with a guarded method (POST and PATCH by
 // default). In order, and before anything is reserved:
 //
-//  1. The key is parsed from the Idempotency-Key field ([ParseKey]): the
-//     draft's sf-string `"..."` or a bare key, on exactly one field line, 1
-//     to 255 printable ASCII characters. Missing: 400 (unless optional);
-//     malformed: 400.
+//  1. The key is parsed from the Idempotency-Key field (Options.Header): the
+//     draft's RFC 8941 sf-string `"..."` (only \" and \\ are escapes, no
+//     parameters) or a bare key (visible ASCII without spaces, '"', ',',
+//     ';' or '\'), on exactly one field line, 1 to 255 printable ASCII
+//     characters once unquoted. Missing: 400 (unless Options.Optional
+//     allows it); malformed: 400.
 //  2. The tenant comes from Options.TenantFunc (authentication, never a
 //     client header); the operation from Options.OperationFunc, by default
 //     the method and the matched route pattern, so the same key on two
@@ -30,12 +33,14 @@
 //     if the durable store is down the answer is 503 and the handler never
 //     runs.
 //  5. The handler's response is buffered and published only after its
-//     result is durable. Options.StatusFunc decides by status whether it is
-//     stored as completed, stored as failed, or released. In transaction
-//     mode the default is [DefaultStatusFunc] (2xx and 3xx completed, 4xx
-//     failed except 408, 409, 425 and 429, which release like 5xx: the
-//     rollback makes that safe); in workflow mode the default stores every
-//     response (below 400 completed, the rest failed).
+//     result is durable. Its status decides whether it is stored as
+//     completed, stored as failed, or released. In transaction mode 1xx to
+//     3xx are completed; 408, 409, 425 and 429 ("not now", not "never")
+//     and 5xx release, since the rollback makes that safe; every other 4xx
+//     is failed, a final answer replayed rather than re-evaluated. In
+//     workflow mode every response is stored (below 400 completed, the
+//     rest failed). In either mode a handler releases the key by calling
+//     [ReleaseKey].
 //
 // # Two modes
 //
@@ -57,8 +62,7 @@
 // happened. From then on the middleware only records an outcome: completed,
 // failed, or uncertain ("do not run again; reconcile"). It never releases
 // the key on its own initiative. A release after the start happens only on
-// the application's word that nothing happened: [ReleaseKey], or a
-// StatusFunc of its own that returns [Release]. So:
+// the application's word that nothing happened: [ReleaseKey]. So:
 //
 //   - The work outlives its client. The handler's context is detached from
 //     the request's cancellation: a client that disconnects cancels
@@ -80,7 +84,7 @@
 //     key is free, which is safe there.)
 //   - The finishing write is retried while the store is unreachable, for
 //     up to Options.FinishTimeout. If it still is, the client gets 202
-//     ([ProblemInProgress], Location) rather than "not processed", the
+//     (in progress, Location) rather than "not processed", the
 //     record stays processing under its lease, retries see it in progress,
 //     and the middleware keeps the lease renewed and retries in the
 //     background until the outcome is written or the lease runs out. Only
@@ -89,6 +93,9 @@
 //     downstream as the idempotency key is for.
 //
 // # Answers
+//
+// The problem types are the constants of package claimclient
+// (claimclient.ProblemKeyMissing and so on):
 //
 //	situation                                 status  problem type
 //	key missing where required                400     ProblemKeyMissing
@@ -102,12 +109,15 @@
 //	handled, result not recorded yet          202     ProblemInProgress, Location
 //	outcome unknown, being reconciled         202     ProblemUncertain, Location
 //	durable store down                        503     ProblemUnavailable, Retry-After
+//	operation not nameable, internal error    500     ProblemInternal
 //	completed or failed before                the stored status, headers, body,
 //	                                                  plus Idempotent-Replayed: true
 //
-// Problems are RFC 9457 application/problem+json with stable type URIs and
-// titles (see [Problem]); none quotes the key, the tenant or the body.
-// Location is Options.OperationPath followed by the operation identity,
+// Problems are RFC 9457 application/problem+json documents with the members
+// "type", "title" (stable per type), "status", "detail" (a fixed sentence
+// per cause) and, on in-progress and uncertain answers, "operation_id" (see
+// [OperationID]); none quotes the key, the tenant or the body. Location is
+// Options.OperationPath followed by the operation identity,
 // "/operations/op_..."; re-sending the request with the same key is always
 // a valid way to poll.
 //
@@ -120,6 +130,10 @@
 // record is gone and the same key starts a new operation.
 //
 // # Replays and their limits
+//
+// This section is the one description of what is stored and replayed; the
+// Options fields that tune it (StoredHeaders, MaxStoredBody,
+// MaxResponseBody) only give their defaults.
 //
 // A replay carries the stored status, the stored headers (Options.
 // StoredHeaders, by default the representation and location headers, never
@@ -145,10 +159,8 @@
 //
 // # The client side
 //
-// [Transport] adds a fresh 128-bit key in the quoted form to requests with
-// unsafe methods, keeps it across its retries, and retries connection
-// errors, 5xx, 429 and in-progress 409s with capped exponential backoff and
-// full jitter, honouring Retry-After and the request's deadline, within a
-// [RetryBudget] so that a fleet of clients adds a bounded fraction of load
-// during an incident. It never retries 400 or 422.
+// Package claimclient's Transport adds a fresh key to unsafe requests,
+// keeps it across its retries, and retries only what is safe to retry
+// (connection errors, 5xx, 429 and in-progress answers, never a replay)
+// within a retry budget.
 package claimhttp

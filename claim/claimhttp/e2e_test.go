@@ -3,11 +3,13 @@ package claimhttp_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 )
 
@@ -54,23 +56,85 @@ func TestTransport_AgainstServerThatDropsTheResponseAfterCommit(t *testing.T) {
 			d := &dropAfterCommit{next: f.h}
 			srv := httptest.NewServer(d)
 			defer srv.Close()
-			clk := newFakeClock()
-			tr := newTransport(t, clk, claimhttp.TransportOptions{})
+			base := &countingBase{next: &http.Transport{}}
+			defer base.next.CloseIdleConnections()
+			tr, err := claimclient.NewTransport(base, claimclient.Options{BaseDelay: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
 
 			req := post(t, srv.URL+"/orders", `{"item":"book"}`)
 			req.Header.Set("Authorization", "Bearer acme")
 			resp, body := send(t, tr, req)
-			if resp.StatusCode != http.StatusCreated || resp.Header.Get(claimhttp.HeaderReplayed) != "true" {
-				t.Fatalf("status %d replayed=%q body %s; want the replay of the committed order", resp.StatusCode, resp.Header.Get(claimhttp.HeaderReplayed), body)
+			if resp.StatusCode != http.StatusCreated || resp.Header.Get(claimclient.HeaderReplayed) != "true" {
+				t.Fatalf("status %d replayed=%q body %s; want the replay of the committed order", resp.StatusCode, resp.Header.Get(claimclient.HeaderReplayed), body)
 			}
 			if n := f.rows("acme"); n != 1 {
 				t.Fatalf("orders = %d, want exactly 1", n)
 			}
-			if d.requests.Load() != 2 || len(clk.take()) != 1 {
-				t.Fatalf("server saw %d requests; want the first and the transport's one retry", d.requests.Load())
+			// Two round trips through the base: the retry was the
+			// transport's, not one http.Transport made on its own.
+			if d.requests.Load() != 2 || base.calls.Load() != 2 {
+				t.Fatalf("server saw %d requests, base %d round trips; want the first and the transport's one retry", d.requests.Load(), base.calls.Load())
 			}
 		})
 	}
+}
+
+// In workflow mode a 503 after the handler started is stored as failed and
+// replayed. The transport retries the first answer (not a replay: the
+// handler's own), gets the replay, and stops there: a stored answer is
+// final for its key, and more attempts would only spend the retry budget.
+func TestTransport_StopsAtAReplayedFailure(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{redis: true, options: claimhttp.Options{}})
+	srv := httptest.NewServer(f.h)
+	defer srv.Close()
+	base := &countingBase{next: &http.Transport{}}
+	defer base.next.CloseIdleConnections()
+	tr, err := claimclient.NewTransport(base, claimclient.Options{MaxAttempts: 4, BaseDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := post(t, srv.URL+"/orders", `{"item":"book","status":503}`)
+	req.Header.Set("Authorization", "Bearer acme")
+	resp, body := send(t, tr, req)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(claimclient.HeaderReplayed) != "true" {
+		t.Fatalf("status %d replayed=%q body %s; want the replayed 503", resp.StatusCode, resp.Header.Get(claimclient.HeaderReplayed), body)
+	}
+	if base.calls.Load() != 2 || f.runs.Load() != 1 {
+		t.Fatalf("%d round trips, %d handler runs; want 2 (the answer, then its replay) and 1", base.calls.Load(), f.runs.Load())
+	}
+}
+
+// countingBase counts the round trips a Transport makes through it.
+type countingBase struct {
+	next  *http.Transport
+	calls atomic.Int64
+}
+
+func (c *countingBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.calls.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+func post(t *testing.T, url, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body)) // sets GetBody
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func send(t *testing.T, tr http.RoundTripper, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	defer resp.Body.Close()
+	return resp, readAll(t, resp.Body)
 }
 
 // Fifty clients send the same request at once; each has its own Transport
@@ -112,7 +176,7 @@ func TestMiddleware_ConcurrentIdenticalRequests(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range clients {
 				wg.Go(func() {
-					tr, err := claimhttp.NewTransport(base, claimhttp.TransportOptions{MaxAttempts: 10})
+					tr, err := claimclient.NewTransport(base, claimclient.Options{MaxAttempts: 10})
 					if err != nil {
 						t.Error(err)
 						return
@@ -163,4 +227,13 @@ func (s *statusWriter) Write(p []byte) (int, error) {
 		s.status = http.StatusOK
 	}
 	return s.ResponseWriter.Write(p)
+}
+
+// dropConnection closes the client's connection without a response.
+func dropConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(err)
+	}
+	conn.Close()
 }

@@ -5,14 +5,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimhttp"
@@ -89,52 +86,4 @@ func ExampleMiddleware() {
 	// 201 true 86400 {"id":1,"item":"book"}
 	// 422  86400 {"type":"https://oncekey.dev/problems/key-reused","title":"Idempotency key reused","status":422,"detail":"This key was already used for a different request."}
 	// orders: 1
-}
-
-// The transport adds a key to the POST, retries the 503 with the same key
-// and a jittered backoff, and returns the success.
-func ExampleTransport() {
-	var attempts atomic.Int32
-	keys := make(chan string, 2)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		keys <- r.Header.Get("Idempotency-Key")
-		if attempts.Add(1) == 1 {
-			http.Error(w, "overloaded", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprint(w, "created")
-	}))
-	defer srv.Close()
-
-	tr, err := claimhttp.NewTransport(nil, claimhttp.TransportOptions{BaseDelay: time.Millisecond})
-	if err != nil {
-		panic(err)
-	}
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	resp, err := client.Post(srv.URL, "application/json", strings.NewReader(`{"item":"book"}`))
-	if err != nil {
-		panic(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	first, second := <-keys, <-keys
-	fmt.Println(resp.StatusCode, string(body), "after", attempts.Load(), "attempts")
-	fmt.Println("quoted key:", strings.HasPrefix(first, `"`), "same key on the retry:", first == second)
-	// Output:
-	// 201 created after 2 attempts
-	// quoted key: true same key on the retry: true
-}
-
-// ParseKey accepts the draft's quoted form and the bare form.
-func ExampleParseKey() {
-	for _, v := range []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `order-42`, `"a \"quoted\" key"`, `"unterminated`} {
-		key, err := claimhttp.ParseKey(http.Header{"Idempotency-Key": {v}}, "")
-		fmt.Printf("%q %v\n", key, err)
-	}
-	// Output:
-	// "8e03978e-40d5-43e8-bc93-6894a57f9324" <nil>
-	// "order-42" <nil>
-	// "a \"quoted\" key" <nil>
-	// "" claimhttp: idempotency key invalid: unterminated string
 }

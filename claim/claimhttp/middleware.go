@@ -10,6 +10,8 @@ import (
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -59,35 +61,35 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.next.ServeHTTP(w, r)
 		return
 	}
-	key, keyErr := ParseKey(r.Header, m.o.Header)
-	if errors.Is(keyErr, ErrKeyMissing) && m.optional(r) {
+	key, keyErr := wire.ParseKey(r.Header, m.o.Header)
+	if errors.Is(keyErr, wire.ErrKeyMissing) && m.optional(r) {
 		g.next.ServeHTTP(w, r)
 		return
 	}
 	operation := g.operation(r)
 	if operation != "" {
 		secs := int64(m.c.RetentionFor(operation) / time.Second)
-		w.Header().Set(HeaderRetention, strconv.FormatInt(secs, 10))
+		w.Header().Set(claimclient.HeaderRetention, strconv.FormatInt(secs, 10))
 	}
 	switch {
-	case errors.Is(keyErr, ErrKeyMissing):
-		writeProblem(w, http.StatusBadRequest, ProblemKeyMissing, "This request requires an "+m.o.Header+" field.", "", 0)
+	case errors.Is(keyErr, wire.ErrKeyMissing):
+		writeProblem(w, http.StatusBadRequest, claimclient.ProblemKeyMissing, "This request requires an "+m.o.Header+" field.", "", 0)
 		return
 	case keyErr != nil:
-		writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, "The "+m.o.Header+" field must appear once and hold one quoted string or bare key of 1 to 255 printable ASCII characters.", "", 0)
+		writeProblem(w, http.StatusBadRequest, claimclient.ProblemKeyInvalid, "The "+m.o.Header+" field must appear once and hold one quoted string or bare key of 1 to 255 printable ASCII characters.", "", 0)
 		return
 	case operation == "" && m.o.OperationFunc == nil:
 		m.o.Logger.Error("claimhttp: no route pattern to name the operation by: wrap each route of net/http's ServeMux, or set Options.OperationFunc from your router's pattern")
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The operation could not be named.", "", 0)
+		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The operation could not be named.", "", 0)
 		return
 	case operation == "":
 		m.o.Logger.Error("claimhttp: OperationFunc returned an empty operation")
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The operation could not be named.", "", 0)
+		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The operation could not be named.", "", 0)
 		return
 	}
 	tenant, err := m.o.TenantFunc(r)
 	if err != nil || tenant == "" {
-		writeProblem(w, http.StatusUnauthorized, ProblemUnidentified, "The caller could not be identified.", "", 0)
+		writeProblem(w, http.StatusUnauthorized, claimclient.ProblemUnidentified, "The caller could not be identified.", "", 0)
 		return
 	}
 	scope := durable.Scope{Tenant: tenant, Operation: operation, Key: key}
@@ -95,7 +97,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var se *durable.ScopeError
 		errors.As(err, &se)
 		m.o.Logger.Error("claimhttp: invalid scope from TenantFunc or OperationFunc", "field", se.Field, "reason", se.Reason)
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The request could not be scoped.", "", 0)
+		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be scoped.", "", 0)
 		return
 	}
 	copts := m.o.Canon
@@ -103,14 +105,14 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fp, err := canon.Request(r, copts)
 	switch {
 	case errors.Is(err, canon.ErrTooLarge):
-		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "The request body is larger than this endpoint accepts.", "", 0)
+		writeProblem(w, http.StatusRequestEntityTooLarge, claimclient.ProblemBodyTooLarge, "The request body is larger than this endpoint accepts.", "", 0)
 		return
 	case errors.Is(err, canon.ErrInvalidOptions):
 		m.o.Logger.Error("claimhttp: fingerprint options", "err", err)
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The request could not be fingerprinted.", "", 0)
+		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be fingerprinted.", "", 0)
 		return
 	case err != nil:
-		writeProblem(w, http.StatusBadRequest, ProblemBodyInvalid, "The request body could not be read or canonicalized.", "", 0)
+		writeProblem(w, http.StatusBadRequest, claimclient.ProblemBodyInvalid, "The request body could not be read or canonicalized.", "", 0)
 		return
 	}
 	req := claim.Request{Scope: scope, Fingerprint: string(fp)}
@@ -122,10 +124,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (m *middleware[TTx]) optional(r *http.Request) bool {
-	if m.o.OptionalFunc != nil {
-		return m.o.OptionalFunc(r)
-	}
-	return m.o.Optional
+	return m.o.Optional != nil && m.o.Optional(r)
 }
 
 func (g *guarded[TTx]) operation(r *http.Request) string {
@@ -155,10 +154,10 @@ func (g *guarded[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req claim
 			return durable.Result{}, errRelease
 		}
 		res := cw.result(m.o.stored, m.o.MaxStoredBody)
-		switch m.o.StatusFunc(cw.status) {
-		case StoreCompleted:
+		switch txStatus(cw.status) {
+		case storeCompleted:
 			return res, nil
-		case StoreFailed:
+		case storeFailed:
 			return durable.Result{}, claim.Reject(res)
 		default:
 			return durable.Result{}, errRelease
@@ -186,8 +185,7 @@ func (g *guarded[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req claim
 // Once the handler has started, its effect may have happened: from then on
 // the middleware only records an outcome (completed, failed or uncertain),
 // and releases the key only when the application said that nothing happened
-// ([ReleaseKey], or a StatusFunc the application wrote that answers
-// [Release]). When no outcome can be written at all, the record stays
+// ([ReleaseKey]). When no outcome can be written at all, the record stays
 // processing under its lease; see settle.
 func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req claim.Request) {
 	m := g.m
@@ -267,7 +265,7 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 		m.pending(w, opID)
 	default:
 		m.o.Logger.Error("claimhttp: "+a.kind.String()+" failed; response discarded", "op", opID, "err", err)
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The request was processed but its result could not be recorded.", opID, 0)
+		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request was processed but its result could not be recorded.", opID, 0)
 	}
 }
 
@@ -294,15 +292,15 @@ func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder 
 	}
 	if m.c.Policy().Polls() {
 		w.Header().Set("Location", m.o.OperationPath+opID)
-		writeProblem(w, http.StatusAccepted, ProblemInProgress, "A request with this key is still being processed; poll the Location or retry the request.", opID, retry)
+		writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "A request with this key is still being processed; poll the Location or retry the request.", opID, retry)
 		return
 	}
-	writeProblem(w, http.StatusConflict, ProblemInProgress, "A request with this key is still being processed; retry after the Retry-After delay.", opID, retry)
+	writeProblem(w, http.StatusConflict, claimclient.ProblemInProgress, "A request with this key is still being processed; retry after the Retry-After delay.", opID, retry)
 }
 
 func (m *middleware[TTx]) uncertain(w http.ResponseWriter, opID string) {
 	w.Header().Set("Location", m.o.OperationPath+opID)
-	writeProblem(w, http.StatusAccepted, ProblemUncertain, "The outcome of the request with this key is not known yet and is being reconciled; it will not run again.", opID, m.o.RetryAfter)
+	writeProblem(w, http.StatusAccepted, claimclient.ProblemUncertain, "The outcome of the request with this key is not known yet and is being reconciled; it will not run again.", opID, m.o.RetryAfter)
 }
 
 // pending answers a request whose handler ran but whose outcome could not
@@ -311,16 +309,16 @@ func (m *middleware[TTx]) uncertain(w http.ResponseWriter, opID string) {
 // keeps trying. A retry sees it in progress, then its result.
 func (m *middleware[TTx]) pending(w http.ResponseWriter, opID string) {
 	w.Header().Set("Location", m.o.OperationPath+opID)
-	writeProblem(w, http.StatusAccepted, ProblemInProgress, "The request was processed, but its result is not recorded yet; retry with the same key or poll the Location.", opID, m.o.RetryAfter)
+	writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "The request was processed, but its result is not recorded yet; retry with the same key or poll the Location.", opID, m.o.RetryAfter)
 }
 
 func (m *middleware[TTx]) unavailable(w http.ResponseWriter) {
-	writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "The request was not processed; retry after the Retry-After delay.", "", m.o.RetryAfter)
+	writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "The request was not processed; retry after the Retry-After delay.", "", m.o.RetryAfter)
 }
 
 func (m *middleware[TTx]) tooLarge(w http.ResponseWriter, opID string) {
 	m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; transaction rolled back", "op", opID)
-	writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The response could not be produced.", "", 0)
+	writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The response could not be produced.", "", 0)
 }
 
 // claimError answers an error from Claim or Do. The handler's result was
@@ -328,11 +326,11 @@ func (m *middleware[TTx]) tooLarge(w http.ResponseWriter, opID string) {
 func (m *middleware[TTx]) claimError(w http.ResponseWriter, opID string, err error) {
 	switch {
 	case errors.Is(err, claim.ErrMismatch):
-		writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused, "This key was already used for a different request.", "", 0)
+		writeProblem(w, http.StatusUnprocessableEntity, claimclient.ProblemKeyReused, "This key was already used for a different request.", "", 0)
 	case errors.Is(err, claim.ErrUnavailable), errors.Is(err, claim.ErrLeaseExpired):
 		m.unavailable(w)
 	default:
 		m.o.Logger.Error("claimhttp: claim failed", "op", opID, "err", err)
-		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "The request could not be processed.", "", 0)
+		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be processed.", "", 0)
 	}
 }

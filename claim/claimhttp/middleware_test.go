@@ -16,6 +16,7 @@ import (
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
@@ -41,7 +42,7 @@ func TestMiddleware_Protocol(t *testing.T) {
 					if first.Code != http.StatusCreated {
 						t.Fatalf("first = %d %s", first.Code, first.Body)
 					}
-					if first.Header().Get(claimhttp.HeaderReplayed) != "" {
+					if first.Header().Get(claimclient.HeaderReplayed) != "" {
 						t.Fatal("first response marked as replayed")
 					}
 					if first.Header().Get("Set-Cookie") == "" || first.Header().Get("X-Trace") == "" {
@@ -52,8 +53,8 @@ func TestMiddleware_Protocol(t *testing.T) {
 						if again.Code != first.Code || again.Body.String() != first.Body.String() {
 							t.Fatalf("replay = %d %q, want %d %q", again.Code, again.Body, first.Code, first.Body)
 						}
-						if again.Header().Get(claimhttp.HeaderReplayed) != "true" {
-							t.Fatalf("replay lacks %s: true", claimhttp.HeaderReplayed)
+						if again.Header().Get(claimclient.HeaderReplayed) != "true" {
+							t.Fatalf("replay lacks %s: true", claimclient.HeaderReplayed)
 						}
 						for _, h := range []string{"Content-Type", "Location"} {
 							if again.Header().Get(h) != first.Header().Get(h) {
@@ -75,7 +76,7 @@ func TestMiddleware_Protocol(t *testing.T) {
 					}
 					before := f.runs.Load()
 					w := f.post("acme", "k-reuse", `{"item":"lamp"}`)
-					wantProblem(t, w, http.StatusUnprocessableEntity, claimhttp.ProblemKeyReused, "k-reuse")
+					wantProblem(t, w, http.StatusUnprocessableEntity, claimclient.ProblemKeyReused, "k-reuse")
 					if f.runs.Load() != before {
 						t.Fatal("handler ran for a reused key")
 					}
@@ -84,8 +85,8 @@ func TestMiddleware_Protocol(t *testing.T) {
 				t.Run("TwoTenantsOneKeyAreTwoOperations", func(t *testing.T) {
 					a := f.post("tenant-a", "k-shared", `{"item":"book"}`)
 					b := f.post("tenant-b", "k-shared", `{"item":"book"}`)
-					if a.Code != http.StatusCreated || b.Code != http.StatusCreated || b.Header().Get(claimhttp.HeaderReplayed) != "" {
-						t.Fatalf("a = %d, b = %d %q", a.Code, b.Code, b.Header().Get(claimhttp.HeaderReplayed))
+					if a.Code != http.StatusCreated || b.Code != http.StatusCreated || b.Header().Get(claimclient.HeaderReplayed) != "" {
+						t.Fatalf("a = %d, b = %d %q", a.Code, b.Code, b.Header().Get(claimclient.HeaderReplayed))
 					}
 					if a.Body.String() == b.Body.String() {
 						t.Fatal("two tenants got the same order")
@@ -98,7 +99,7 @@ func TestMiddleware_Protocol(t *testing.T) {
 				t.Run("SameKeyOnTwoRoutesNeverCollides", func(t *testing.T) {
 					a := f.post("routes", "k-route", `{"item":"book"}`)
 					b := f.serve(newRequest("routes", http.MethodPost, "/refunds", "k-route", `{"item":"book"}`))
-					if a.Code != http.StatusCreated || b.Code != http.StatusCreated || b.Header().Get(claimhttp.HeaderReplayed) != "" {
+					if a.Code != http.StatusCreated || b.Code != http.StatusCreated || b.Header().Get(claimclient.HeaderReplayed) != "" {
 						t.Fatalf("orders = %d, refunds = %d", a.Code, b.Code)
 					}
 				})
@@ -141,7 +142,7 @@ func TestMiddleware_Protocol(t *testing.T) {
 					}
 					runs := f.runs.Load()
 					w := f.post("acme", "k-panic", `{"item":"book"}`)
-					wantProblem(t, w, http.StatusAccepted, claimhttp.ProblemUncertain, "k-panic")
+					wantProblem(t, w, http.StatusAccepted, claimclient.ProblemUncertain, "k-panic")
 					if f.runs.Load() != runs {
 						t.Fatal("the handler ran again after a panic")
 					}
@@ -154,7 +155,7 @@ func TestMiddleware_Protocol(t *testing.T) {
 					// and replayed; nothing runs twice.
 					before := f.rows("s5xx")
 					w := f.post("s5xx", "k-5xx", `{"item":"book","status":503}`)
-					if w.Code != http.StatusServiceUnavailable || w.Header().Get("Content-Type") == claimhttp.ProblemContentType {
+					if w.Code != http.StatusServiceUnavailable || w.Header().Get("Content-Type") == problemContentType {
 						t.Fatalf("5xx = %d %s", w.Code, w.Body)
 					}
 					rec, err := f.record("s5xx", "k-5xx")
@@ -173,7 +174,7 @@ func TestMiddleware_Protocol(t *testing.T) {
 					}
 					runs := f.runs.Load()
 					again := f.post("s5xx", "k-5xx", `{"item":"book","status":503}`)
-					replayed := again.Header().Get(claimhttp.HeaderReplayed) == "true"
+					replayed := again.Header().Get(claimclient.HeaderReplayed) == "true"
 					if mode.tx == replayed || (f.runs.Load() == runs) != replayed {
 						t.Fatalf("retry after 5xx: replayed %v, ran %v", replayed, f.runs.Load() != runs)
 					}
@@ -219,7 +220,7 @@ func TestMiddleware_Protocol(t *testing.T) {
 					}
 					runs := f.runs.Load()
 					again := f.post("s4xx", "k-402", `{"item":"book","status":402}`)
-					if again.Code != http.StatusPaymentRequired || again.Body.String() != first.Body.String() || again.Header().Get(claimhttp.HeaderReplayed) != "true" {
+					if again.Code != http.StatusPaymentRequired || again.Body.String() != first.Body.String() || again.Header().Get(claimclient.HeaderReplayed) != "true" {
 						t.Fatalf("replay = %d %s", again.Code, again.Body)
 					}
 					if f.runs.Load() != runs {
@@ -275,9 +276,9 @@ func TestMiddleware_RejectsBeforeClaiming(t *testing.T) {
 
 	t.Run("MissingKeyIs400", func(t *testing.T) {
 		w := f.post("acme", "", `{"item":"book"}`)
-		wantProblem(t, w, http.StatusBadRequest, claimhttp.ProblemKeyMissing, "")
-		if w.Header().Get(claimhttp.HeaderRetention) != "86400" {
-			t.Fatalf("retention header = %q", w.Header().Get(claimhttp.HeaderRetention))
+		wantProblem(t, w, http.StatusBadRequest, claimclient.ProblemKeyMissing, "")
+		if w.Header().Get(claimclient.HeaderRetention) != "86400" {
+			t.Fatalf("retention header = %q", w.Header().Get(claimclient.HeaderRetention))
 		}
 		if f.runs.Load() != 0 {
 			t.Fatal("handler ran")
@@ -302,7 +303,7 @@ func TestMiddleware_RejectsBeforeClaiming(t *testing.T) {
 				for _, l := range lines {
 					r.Header.Add("Idempotency-Key", l)
 				}
-				wantProblem(t, f.serve(r), http.StatusBadRequest, claimhttp.ProblemKeyInvalid, strings.Trim(lines[0], `"`))
+				wantProblem(t, f.serve(r), http.StatusBadRequest, claimclient.ProblemKeyInvalid, strings.Trim(lines[0], `"`))
 				if f.runs.Load() != 0 {
 					t.Fatal("handler ran")
 				}
@@ -315,28 +316,28 @@ func TestMiddleware_RejectsBeforeClaiming(t *testing.T) {
 		r.Header.Set("Idempotency-Key", "k-bare")
 		quoted := f.post("bare", "k-bare", `{"item":"book"}`) // the same key, quoted
 		first := f.serve(r)
-		if quoted.Code != http.StatusCreated || first.Header().Get(claimhttp.HeaderReplayed) != "true" {
-			t.Fatalf("quoted %d, bare %d replayed=%q: the two forms name different keys", quoted.Code, first.Code, first.Header().Get(claimhttp.HeaderReplayed))
+		if quoted.Code != http.StatusCreated || first.Header().Get(claimclient.HeaderReplayed) != "true" {
+			t.Fatalf("quoted %d, bare %d replayed=%q: the two forms name different keys", quoted.Code, first.Code, first.Header().Get(claimclient.HeaderReplayed))
 		}
 		f.runs.Store(0)
 	})
 
 	t.Run("BodyOverTheLimitIs413", func(t *testing.T) {
 		big := `{"item":"` + strings.Repeat("b", 100) + `"}`
-		wantProblem(t, f.post("acme", "k-big", big), http.StatusRequestEntityTooLarge, claimhttp.ProblemBodyTooLarge, "k-big")
+		wantProblem(t, f.post("acme", "k-big", big), http.StatusRequestEntityTooLarge, claimclient.ProblemBodyTooLarge, "k-big")
 		notClaimed(t, "acme", "k-big")
 	})
 
 	t.Run("InvalidBodyIs400", func(t *testing.T) {
 		for i, body := range []string{`{"item":`, `{"item":"a","item":"b"}`, `{"n":9007199254740993}`} {
 			key := fmt.Sprintf("k-invalid-%d", i)
-			wantProblem(t, f.post("acme", key, body), http.StatusBadRequest, claimhttp.ProblemBodyInvalid, key)
+			wantProblem(t, f.post("acme", key, body), http.StatusBadRequest, claimclient.ProblemBodyInvalid, key)
 			notClaimed(t, "acme", key)
 		}
 	})
 
 	t.Run("NoTenantIs401", func(t *testing.T) {
-		wantProblem(t, f.post("", "k-anon", `{"item":"book"}`), http.StatusUnauthorized, claimhttp.ProblemUnidentified, "k-anon")
+		wantProblem(t, f.post("", "k-anon", `{"item":"book"}`), http.StatusUnauthorized, claimclient.ProblemUnidentified, "k-anon")
 		if f.runs.Load() != 0 {
 			t.Fatal("handler ran")
 		}
@@ -344,8 +345,8 @@ func TestMiddleware_RejectsBeforeClaiming(t *testing.T) {
 
 	t.Run("UnguardedMethodPassesThrough", func(t *testing.T) {
 		w := f.serve(newRequest("acme", http.MethodGet, "/orders", "", ""))
-		if w.Code != http.StatusOK || w.Body.String() != "listing" || w.Header().Get(claimhttp.HeaderRetention) != "" {
-			t.Fatalf("GET = %d %q retention=%q", w.Code, w.Body, w.Header().Get(claimhttp.HeaderRetention))
+		if w.Code != http.StatusOK || w.Body.String() != "listing" || w.Header().Get(claimclient.HeaderRetention) != "" {
+			t.Fatalf("GET = %d %q retention=%q", w.Code, w.Body, w.Header().Get(claimclient.HeaderRetention))
 		}
 	})
 }
@@ -354,17 +355,17 @@ func TestMiddleware_OptionalKey(t *testing.T) {
 	t.Parallel()
 	f := setup(t, config{options: claimhttp.Options{
 		InTransaction: true,
-		OptionalFunc:  func(r *http.Request) bool { return r.URL.Query().Has("optional") },
+		Optional:      func(r *http.Request) bool { return r.URL.Query().Has("optional") },
 	}})
 	r := newRequest("acme", http.MethodPost, "/orders?optional", "", `{"item":"book"}`)
 	w := f.serve(r)
 	if w.Code != http.StatusInternalServerError { // the handler runs unguarded: no transaction
 		t.Fatalf("optional without key = %d %s", w.Code, w.Body)
 	}
-	if w.Header().Get(claimhttp.HeaderRetention) != "" {
+	if w.Header().Get(claimclient.HeaderRetention) != "" {
 		t.Fatal("unguarded request advertises retention")
 	}
-	wantProblem(t, f.post("acme", "", `{"item":"book"}`), http.StatusBadRequest, claimhttp.ProblemKeyMissing, "")
+	wantProblem(t, f.post("acme", "", `{"item":"book"}`), http.StatusBadRequest, claimclient.ProblemKeyMissing, "")
 	// With a key the route is guarded as usual.
 	r = newRequest("acme", http.MethodPost, "/orders?optional", "k-opt", `{"item":"book"}`)
 	if w := f.serve(r); w.Code != http.StatusCreated {
@@ -383,12 +384,12 @@ func TestMiddleware_RetentionHeader(t *testing.T) {
 		first := f.serve(newRequest("acme", http.MethodPost, tc.path, "k-ret", `{"item":"book"}`))
 		replay := f.serve(newRequest("acme", http.MethodPost, tc.path, "k-ret", `{"item":"book"}`))
 		reused := f.serve(newRequest("acme", http.MethodPost, tc.path, "k-ret", `{"item":"other"}`))
-		if first.Code != http.StatusCreated || replay.Header().Get(claimhttp.HeaderReplayed) != "true" || reused.Code != http.StatusUnprocessableEntity {
+		if first.Code != http.StatusCreated || replay.Header().Get(claimclient.HeaderReplayed) != "true" || reused.Code != http.StatusUnprocessableEntity {
 			t.Fatalf("%s: %d, %d, %d", tc.path, first.Code, replay.Code, reused.Code)
 		}
 		for i, w := range []http.Header{first.Header(), replay.Header(), reused.Header()} {
-			if got := w.Get(claimhttp.HeaderRetention); got != tc.want {
-				t.Fatalf("%s response %d: %s = %q, want %s", tc.path, i, claimhttp.HeaderRetention, got, tc.want)
+			if got := w.Get(claimclient.HeaderRetention); got != tc.want {
+				t.Fatalf("%s response %d: %s = %q, want %s", tc.path, i, claimclient.HeaderRetention, got, tc.want)
 			}
 		}
 	}
@@ -427,7 +428,7 @@ func TestMiddleware_StoreDownIs503(t *testing.T) {
 				}
 				h := authenticate(guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true })))
 				w := httptestServe(h, newRequest("acme", http.MethodPost, "/orders", "k-down", `{"item":"book"}`))
-				wantProblem(t, w, http.StatusServiceUnavailable, claimhttp.ProblemUnavailable, "k-down")
+				wantProblem(t, w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "k-down")
 				if w.Header().Get("Retry-After") == "" {
 					t.Fatal("503 without Retry-After")
 				}
@@ -463,7 +464,7 @@ func TestMiddleware_InProgress(t *testing.T) {
 			dup := f.post("acme", "k-busy", `{"item":"book"}`)
 			close(gate)
 			wg.Wait()
-			p := wantProblem(t, dup, tc.status, claimhttp.ProblemInProgress, "k-busy")
+			p := wantProblem(t, dup, tc.status, claimclient.ProblemInProgress, "k-busy")
 			if ra, err := strconv.Atoi(dup.Header().Get("Retry-After")); err != nil || ra < 1 {
 				t.Fatalf("Retry-After = %q", dup.Header().Get("Retry-After"))
 			}
@@ -471,7 +472,7 @@ func TestMiddleware_InProgress(t *testing.T) {
 				t.Fatalf("operation_id = %q", p.OperationID)
 			}
 			loc := dup.Header().Get("Location")
-			if tc.status == http.StatusAccepted && loc != claimhttp.DefaultOperationPath+p.OperationID {
+			if tc.status == http.StatusAccepted && loc != "/operations/"+p.OperationID {
 				t.Fatalf("Location = %q, want the operation resource", loc)
 			}
 			if tc.status == http.StatusConflict && loc != "" {
@@ -496,8 +497,8 @@ func TestMiddleware_Uncertain(t *testing.T) {
 	t.Parallel()
 	f := setup(t, config{redis: true})
 	w := f.post("acme", "k-unsure", `{"item":"book","uncertain":true}`)
-	p := wantProblem(t, w, http.StatusAccepted, claimhttp.ProblemUncertain, "k-unsure")
-	if w.Header().Get("Location") != claimhttp.DefaultOperationPath+p.OperationID {
+	p := wantProblem(t, w, http.StatusAccepted, claimclient.ProblemUncertain, "k-unsure")
+	if w.Header().Get("Location") != "/operations/"+p.OperationID {
 		t.Fatalf("Location = %q", w.Header().Get("Location"))
 	}
 	rec, err := f.record("acme", "k-unsure")
@@ -506,7 +507,7 @@ func TestMiddleware_Uncertain(t *testing.T) {
 	}
 	runs := f.runs.Load()
 	again := f.post("acme", "k-unsure", `{"item":"book","uncertain":true}`)
-	wantProblem(t, again, http.StatusAccepted, claimhttp.ProblemUncertain, "k-unsure")
+	wantProblem(t, again, http.StatusAccepted, claimclient.ProblemUncertain, "k-unsure")
 	if f.runs.Load() != runs {
 		t.Fatal("an uncertain operation ran again")
 	}
@@ -537,14 +538,14 @@ func TestMiddleware_FencedCompletionIsNotPublished(t *testing.T) {
 			<-entered
 			f.expireLease("acme", "k-stale")
 			fresh := f.post("acme", "k-stale", `{"item":"book"}`) // takes over
-			if fresh.Code != http.StatusCreated || fresh.Header().Get(claimhttp.HeaderReplayed) != "" {
+			if fresh.Code != http.StatusCreated || fresh.Header().Get(claimclient.HeaderReplayed) != "" {
 				t.Fatalf("takeover = %d %s", fresh.Code, fresh.Body)
 			}
 			close(gate)
 			wg.Wait()
-			wantProblem(t, stale, http.StatusConflict, claimhttp.ProblemInProgress, "k-stale")
+			wantProblem(t, stale, http.StatusConflict, claimclient.ProblemInProgress, "k-stale")
 			replay := f.post("acme", "k-stale", `{"item":"book"}`)
-			if replay.Body.String() != fresh.Body.String() || replay.Header().Get(claimhttp.HeaderReplayed) != "true" {
+			if replay.Body.String() != fresh.Body.String() || replay.Header().Get(claimclient.HeaderReplayed) != "true" {
 				t.Fatalf("replay = %s, want the new owner's %s", replay.Body, fresh.Body)
 			}
 		})
@@ -560,13 +561,13 @@ func TestMiddleware_LargeResponses(t *testing.T) {
 
 			t.Run("BodyOverMaxStoredBodyIsOmittedFromReplays", func(t *testing.T) {
 				first := f.post("acme", "k-large", `{"item":"book","size":2000}`)
-				if first.Code != http.StatusCreated || first.Body.Len() < 2000 || first.Header().Get(claimhttp.HeaderBodyOmitted) != "" {
+				if first.Code != http.StatusCreated || first.Body.Len() < 2000 || first.Header().Get(claimclient.HeaderBodyOmitted) != "" {
 					t.Fatalf("first = %d, %d bytes", first.Code, first.Body.Len())
 				}
 				again := f.post("acme", "k-large", `{"item":"book","size":2000}`)
 				h := again.Header()
 				if again.Code != http.StatusCreated || again.Body.Len() != 0 ||
-					h.Get(claimhttp.HeaderBodyOmitted) != "true" || h.Get(claimhttp.HeaderReplayed) != "true" ||
+					h.Get(claimclient.HeaderBodyOmitted) != "true" || h.Get(claimclient.HeaderReplayed) != "true" ||
 					h.Get("Location") != first.Header().Get("Location") || h.Get("Content-Type") != "" {
 					t.Fatalf("replay = %d %q %v", again.Code, again.Body, h)
 				}
@@ -587,13 +588,13 @@ func TestMiddleware_LargeResponses(t *testing.T) {
 				w := f.post("huge", "k-huge", `{"item":"book","size":9000}`)
 				rec, err := f.record("huge", "k-huge")
 				if mode.tx {
-					wantProblem(t, w, http.StatusInternalServerError, claimhttp.ProblemInternal, "k-huge")
+					wantProblem(t, w, http.StatusInternalServerError, claimclient.ProblemInternal, "k-huge")
 					if !errors.Is(err, durable.ErrNotFound) || f.rows("huge") != 0 {
 						t.Fatalf("record = %+v, %v, rows %d; want none", rec, err, f.rows("huge"))
 					}
 					return
 				}
-				if w.Code != http.StatusCreated || w.Body.Len() != 0 || w.Header().Get(claimhttp.HeaderBodyOmitted) != "true" {
+				if w.Code != http.StatusCreated || w.Body.Len() != 0 || w.Header().Get(claimclient.HeaderBodyOmitted) != "true" {
 					t.Fatalf("first = %d %q %v", w.Code, w.Body, w.Header())
 				}
 				if err != nil || rec.State != durable.Completed || rec.Result.StatusCode != http.StatusCreated {
@@ -601,7 +602,7 @@ func TestMiddleware_LargeResponses(t *testing.T) {
 				}
 				runs := f.runs.Load()
 				again := f.post("huge", "k-huge", `{"item":"book","size":9000}`)
-				if again.Code != http.StatusCreated || again.Header().Get(claimhttp.HeaderReplayed) != "true" || f.runs.Load() != runs || f.rows("huge") != 1 {
+				if again.Code != http.StatusCreated || again.Header().Get(claimclient.HeaderReplayed) != "true" || f.runs.Load() != runs || f.rows("huge") != 1 {
 					t.Fatalf("retry = %d %v; runs %d -> %d, rows %d", again.Code, again.Header(), runs, f.runs.Load(), f.rows("huge"))
 				}
 			})
@@ -644,7 +645,7 @@ func TestMiddleware_NoRoutePatternIsRefused(t *testing.T) {
 	h := authenticate(guard(mux)) // around the mux: r.Pattern is not set yet
 	runs := f.runs.Load()
 	w := httptestServe(h, newRequest("acme", http.MethodPost, "/orders/42/refunds", "k-mux", `{"item":"book"}`))
-	wantProblem(t, w, http.StatusInternalServerError, claimhttp.ProblemInternal, "k-mux")
+	wantProblem(t, w, http.StatusInternalServerError, claimclient.ProblemInternal, "k-mux")
 	if f.runs.Load() != runs {
 		t.Fatal("the handler ran without a named operation")
 	}
@@ -721,7 +722,7 @@ func TestMiddleware_RejectsBadOptions(t *testing.T) {
 		"CanonBadPointer":    {func(o *claimhttp.Options) { o.Canon.Exclude = []string{"no-slash"} }, "Canon"},
 		"CanonNegativeBody":  {func(o *claimhttp.Options) { o.Canon.MaxBody = -1 }, "Canon"},
 		"StoredContentLen":   {func(o *claimhttp.Options) { o.StoredHeaders = []string{"content-length"} }, "StoredHeaders"},
-		"StoredReplayMarker": {func(o *claimhttp.Options) { o.StoredHeaders = []string{claimhttp.HeaderReplayed} }, "StoredHeaders"},
+		"StoredReplayMarker": {func(o *claimhttp.Options) { o.StoredHeaders = []string{claimclient.HeaderReplayed} }, "StoredHeaders"},
 		"NegativeStored":     {func(o *claimhttp.Options) { o.MaxStoredBody = -1 }, "MaxStoredBody"},
 		"ResponseUnderStore": {func(o *claimhttp.Options) { o.MaxStoredBody, o.MaxResponseBody = 10, 5 }, "MaxResponseBody"},
 		"NegativeRetry":      {func(o *claimhttp.Options) { o.RetryAfter = -time.Second }, "RetryAfter"},
@@ -739,19 +740,5 @@ func TestMiddleware_RejectsBadOptions(t *testing.T) {
 	}
 	if _, err := claimhttp.Middleware(c, ok); err != nil {
 		t.Errorf("valid options: %v", err)
-	}
-}
-
-func TestDefaultStatusFunc(t *testing.T) {
-	t.Parallel()
-	for status, want := range map[int]claimhttp.Disposition{
-		200: claimhttp.StoreCompleted, 201: claimhttp.StoreCompleted, 204: claimhttp.StoreCompleted, 303: claimhttp.StoreCompleted,
-		400: claimhttp.StoreFailed, 402: claimhttp.StoreFailed, 404: claimhttp.StoreFailed, 422: claimhttp.StoreFailed,
-		408: claimhttp.Release, 409: claimhttp.Release, 425: claimhttp.Release, 429: claimhttp.Release,
-		500: claimhttp.Release, 502: claimhttp.Release, 503: claimhttp.Release, 504: claimhttp.Release,
-	} {
-		if got := claimhttp.DefaultStatusFunc(status); got != want {
-			t.Errorf("DefaultStatusFunc(%d) = %v, want %v", status, got, want)
-		}
 	}
 }

@@ -10,92 +10,66 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/canon"
-)
-
-// Headers the middleware adds to responses.
-const (
-	// HeaderReplayed marks a replayed response: "true".
-	HeaderReplayed = "Idempotent-Replayed"
-	// HeaderBodyOmitted marks a stored result whose body was larger than
-	// Options.MaxStoredBody and was not stored: "true". Its replays carry
-	// the status and stored headers with an empty body.
-	HeaderBodyOmitted = "Idempotent-Body-Omitted"
-	// HeaderRetention advertises, on every response of a guarded request,
-	// the retention window of its operation in whole seconds (rounded
-	// down): how long after the first accepted request a retry with the
-	// same key is still answered from the record. After it the key starts
-	// a new operation.
-	HeaderRetention = "Idempotency-Retention"
+	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/claim/internal/wire"
 )
 
 // Defaults of [Options].
 const (
-	DefaultMaxStoredBody   int64 = 1 << 20
-	DefaultMaxResponseBody int64 = 16 << 20
-	DefaultRetryAfter            = time.Second
-	DefaultOperationPath         = "/operations/"
-	DefaultFinishTimeout         = 10 * time.Second
+	defaultMaxStoredBody   int64 = 1 << 20
+	defaultMaxResponseBody int64 = 16 << 20
+	defaultRetryAfter            = time.Second
+	defaultOperationPath         = "/operations/"
+	defaultFinishTimeout         = 10 * time.Second
 )
 
-// DefaultStoredHeaders are the response headers stored with a result and
-// replayed, when Options.StoredHeaders is nil: the ones that describe the
+// defaultStoredHeaders are the response headers stored with a result and
+// replayed when Options.StoredHeaders is nil: the ones that describe the
 // representation and the created resource. Set-Cookie, Date, Vary and the
 // hop-by-hop headers are deliberately absent.
-var DefaultStoredHeaders = []string{
+var defaultStoredHeaders = []string{
 	"Cache-Control", "Content-Language", "Content-Location", "Content-Type",
 	"ETag", "Last-Modified", "Link", "Location",
 }
 
-// Disposition is what the middleware does with a handler's response once
-// the handler returned.
-type Disposition int
+// disposition is what the middleware does with a handler's response once
+// the handler returned, by its status (see the package documentation,
+// "What the middleware does with a guarded request", step 5).
+type disposition int
 
 const (
-	// StoreCompleted stores the response as the operation's result (state
-	// completed) and replays it to every retry.
-	StoreCompleted Disposition = iota + 1
-	// StoreFailed stores the response as a final business rejection (state
-	// failed) and replays it to every retry.
-	StoreFailed
-	// Release stores nothing and frees the key: the next request with the
-	// key runs again. In transaction mode the handler's writes roll back.
-	Release
+	storeCompleted disposition = iota + 1 // stored as the result, replayed
+	storeFailed                           // stored as a final rejection, replayed
+	release                               // nothing stored, the key is free
 )
 
-func (d Disposition) valid() bool { return d >= StoreCompleted && d <= Release }
-
-// DefaultStatusFunc is the default Options.StatusFunc in transaction mode
-// (Options.InTransaction), where a released response rolls the handler's
-// writes back with the claim, so releasing is always safe:
-//
-//   - 1xx, 2xx and 3xx: StoreCompleted;
-//   - 408, 409, 425 and 429: Release. They say "not now" (timeout, a
-//     conflict with the resource's current state, too early, rate
-//     limited), not "never": storing them would replay a transient refusal
-//     for the whole retention window;
-//   - every other 4xx: StoreFailed, a final answer to this request (a
-//     declined payment, a resource that does not exist), replayed rather
-//     than re-evaluated;
-//   - 5xx: Release: the transaction rolled back, so the retry runs again.
-//
-// It is not the default in workflow mode, where the handler's effects do not
-// roll back: there every status is stored (below 400 as completed, the rest
-// as failed, replayed to every retry), and a key is released only when the
-// handler calls [ReleaseKey] or a StatusFunc the application wrote says
-// [Release]. A workflow handler that passes DefaultStatusFunc explicitly
-// takes on the promise that its 408, 409, 425, 429 and 5xx answers come
-// before any effect.
-func DefaultStatusFunc(status int) Disposition {
+// txStatus is the status policy in transaction mode (package
+// documentation, step 5): a released response rolls the handler's writes
+// back with the claim, so releasing is always safe, and the "not now"
+// answers (408, 409, 425, 429) and 5xx release rather than replay a
+// transient refusal for the whole retention window.
+func txStatus(status int) disposition {
 	switch {
 	case status < 400:
-		return StoreCompleted
+		return storeCompleted
 	case status == http.StatusRequestTimeout, status == http.StatusConflict,
 		status == http.StatusTooEarly, status == http.StatusTooManyRequests:
-		return Release
+		return release
 	case status < 500:
-		return StoreFailed
+		return storeFailed
 	}
-	return Release
+	return release
+}
+
+// workflowStatus is the status policy in workflow mode, where the handler's
+// effects do not roll back: it never releases, because the handler may
+// have acted. Below 400 the response is stored as completed, the rest as
+// failed; a key is released only when the handler calls [ReleaseKey].
+func workflowStatus(status int) disposition {
+	if status < 400 {
+		return storeCompleted
+	}
+	return storeFailed
 }
 
 // Options configure [Middleware]. Only TenantFunc is required.
@@ -125,22 +99,19 @@ type Options struct {
 	// r.Pattern) answers 500 and logs why.
 	OperationFunc func(r *http.Request) string
 
-	// Header is the field carrying the key. Defaults to [DefaultHeader].
+	// Header is the field carrying the key. Defaults to "Idempotency-Key".
 	Header string
 
 	// Methods are the guarded methods; others pass through untouched.
 	// Defaults to POST and PATCH.
 	Methods []string
 
-	// Optional lets requests without a key pass through unguarded (no
-	// claim, no retention header). Defaults to false: a missing key
-	// answers 400 (ProblemKeyMissing). A present but invalid key is
-	// always 400.
-	Optional bool
-	// OptionalFunc, when set, decides per request whether a missing key is
-	// allowed, overriding Optional. Wrapping routes with two middlewares
-	// works as well.
-	OptionalFunc func(r *http.Request) bool
+	// Optional, when set, decides per request whether a request without a
+	// key passes through unguarded (no claim, no retention header). When
+	// nil, or when it returns false, a missing key answers 400
+	// (ProblemKeyMissing); a present but invalid key is always 400. For
+	// every request: func(*http.Request) bool { return true }.
+	Optional func(r *http.Request) bool
 
 	// Canon configures the request fingerprint: included headers, excluded
 	// JSON members, the body limit (default 1 MiB). Leave Canon.Operation
@@ -149,37 +120,25 @@ type Options struct {
 	// (ProblemBodyTooLarge), both before anything is claimed.
 	Canon canon.Options
 
+	// StoredHeaders, MaxStoredBody and MaxResponseBody decide what is
+	// stored and replayed, and how much of a response is buffered; what a
+	// replay then carries is described once, in the package documentation
+	// ("Replays and their limits").
+	//
 	// StoredHeaders lists the response headers stored with a result and
-	// replayed. Defaults to [DefaultStoredHeaders]. The first response
-	// carries every header the handler set; replays carry only these.
+	// replayed. Defaults to Cache-Control, Content-Language,
+	// Content-Location, Content-Type, ETag, Last-Modified, Link and
+	// Location; hop-by-hop headers, Content-Length, Date, Retry-After and
+	// the middleware's own cannot be stored.
 	StoredHeaders []string
-
 	// MaxStoredBody is the largest response body stored with a result.
-	// Defaults to [DefaultMaxStoredBody] (1 MiB). A larger body reaches the
-	// first client in full, but the result is stored without it: status,
-	// stored headers (less Content-Type) and resource id (the Location
-	// header), plus "Idempotent-Body-Omitted: true". Replays then say so;
-	// a truncated body is never replayed as if complete.
+	// Defaults to 1 MiB.
 	MaxStoredBody int64
-
-	// MaxResponseBody bounds how much of a response is buffered: the
-	// response is published only once its result is durable. A handler
-	// that writes more gets [ErrResponseTooLarge] from Write. In
-	// transaction mode the transaction rolls back, the key is free and the
-	// client gets 500 (ProblemInternal). In workflow mode, where the work
-	// may have had its effect, the result is stored by its status without a
-	// body (as for MaxStoredBody, with "Idempotent-Body-Omitted: true"), and
-	// the first client gets exactly what its retries will. Defaults to
-	// [DefaultMaxResponseBody] (16 MiB); at least MaxStoredBody.
+	// MaxResponseBody bounds how much of a response is buffered (it is
+	// published only once its result is durable); a handler that writes
+	// more gets [ErrResponseTooLarge] from Write. Defaults to 16 MiB; at
+	// least MaxStoredBody.
 	MaxResponseBody int64
-
-	// StatusFunc decides by status code what becomes of a response.
-	// Defaults to [DefaultStatusFunc] in transaction mode; in workflow mode
-	// to storing every response (below 400 completed, the rest failed):
-	// after a workflow handler started, the middleware never releases the
-	// key unless the application says nothing happened ([ReleaseKey], or a
-	// StatusFunc of its own that returns [Release]).
-	StatusFunc func(status int) Disposition
 
 	// InTransaction runs the handler inside [claim.Claimer.Do]: the claim,
 	// the handler's writes through [Tx] and the stored result commit in one
@@ -187,7 +146,9 @@ type Options struct {
 	// transaction holds a row lock that duplicates wait on. Without it the
 	// middleware runs in workflow mode: it claims (the claim commits on its
 	// own), runs the handler under a lease renewed by [claim.Lease.KeepAlive],
-	// and completes, fails or releases the lease, fenced.
+	// and completes, fails or marks the record uncertain, fenced. The
+	// response's status decides whether it is stored or the key released,
+	// by a fixed policy per mode (package documentation, step 5).
 	InTransaction bool
 
 	// RetryAfter is the Retry-After sent with in-progress answers (capped
@@ -201,7 +162,7 @@ type Options struct {
 	// The service serves that resource if it wants one (for example from
 	// its own table keyed by [OperationID]); re-sending the original
 	// request with the same key is always a valid way to poll. Defaults to
-	// [DefaultOperationPath].
+	// "/operations/".
 	OperationPath string
 
 	// FinishTimeout bounds how long the client waits for the durable step
@@ -233,8 +194,8 @@ var reserved = map[string]bool{
 	"Connection": true, "Content-Length": true, "Date": true, "Keep-Alive": true,
 	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
 	"Upgrade": true, "Retry-After": true,
-	http.CanonicalHeaderKey(HeaderReplayed): true, http.CanonicalHeaderKey(HeaderBodyOmitted): true,
-	http.CanonicalHeaderKey(HeaderRetention): true,
+	http.CanonicalHeaderKey(claimclient.HeaderReplayed): true, http.CanonicalHeaderKey(claimclient.HeaderBodyOmitted): true,
+	http.CanonicalHeaderKey(claimclient.HeaderRetention): true,
 }
 
 func configErr(format string, args ...any) error {
@@ -247,9 +208,9 @@ func resolve(o Options) (resolved, error) {
 		return r, configErr("TenantFunc is required (the tenant must come from authentication)")
 	}
 	if r.Header == "" {
-		r.Header = DefaultHeader
+		r.Header = wire.Header
 	}
-	if !isToken(r.Header) {
+	if !wire.IsToken(r.Header) {
 		return r, configErr("Header %q is not a field name", r.Header)
 	}
 	r.Header = http.CanonicalHeaderKey(r.Header)
@@ -260,7 +221,7 @@ func resolve(o Options) (resolved, error) {
 		return r, configErr("Methods is empty")
 	}
 	for _, m := range r.Methods {
-		if !isToken(m) {
+		if !wire.IsToken(m) {
 			return r, configErr("Methods: %q is not a method", m)
 		}
 		r.methods[m] = true
@@ -274,10 +235,10 @@ func resolve(o Options) (resolved, error) {
 	}
 	list := r.StoredHeaders
 	if list == nil {
-		list = DefaultStoredHeaders
+		list = defaultStoredHeaders
 	}
 	for _, h := range list {
-		if !isToken(h) {
+		if !wire.IsToken(h) {
 			return r, configErr("StoredHeaders: %q is not a field name", h)
 		}
 		c := http.CanonicalHeaderKey(h)
@@ -290,59 +251,36 @@ func resolve(o Options) (resolved, error) {
 	case r.MaxStoredBody < 0:
 		return r, configErr("MaxStoredBody must not be negative")
 	case r.MaxStoredBody == 0:
-		r.MaxStoredBody = DefaultMaxStoredBody
+		r.MaxStoredBody = defaultMaxStoredBody
 	}
 	switch {
 	case r.MaxResponseBody < 0:
 		return r, configErr("MaxResponseBody must not be negative")
 	case r.MaxResponseBody == 0:
-		r.MaxResponseBody = max(DefaultMaxResponseBody, r.MaxStoredBody)
+		r.MaxResponseBody = max(defaultMaxResponseBody, r.MaxStoredBody)
 	}
 	if r.MaxResponseBody < r.MaxStoredBody {
 		return r, configErr("MaxResponseBody (%d) must be at least MaxStoredBody (%d)", r.MaxResponseBody, r.MaxStoredBody)
-	}
-	if r.StatusFunc == nil {
-		r.StatusFunc = DefaultStatusFunc
-		if !r.InTransaction {
-			r.StatusFunc = workflowStatusFunc
-		}
 	}
 	switch {
 	case r.RetryAfter < 0:
 		return r, configErr("RetryAfter must not be negative")
 	case r.RetryAfter == 0:
-		r.RetryAfter = DefaultRetryAfter
+		r.RetryAfter = defaultRetryAfter
 	}
 	if r.OperationPath == "" {
-		r.OperationPath = DefaultOperationPath
+		r.OperationPath = defaultOperationPath
 	}
 	switch {
 	case r.FinishTimeout < 0:
 		return r, configErr("FinishTimeout must not be negative")
 	case r.FinishTimeout == 0:
-		r.FinishTimeout = DefaultFinishTimeout
+		r.FinishTimeout = defaultFinishTimeout
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
 	return r, nil
-}
-
-// isToken reports whether s is an RFC 9110 token (a field name or method).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // defaultOperation is the default OperationFunc: the method and the route
@@ -361,16 +299,6 @@ func defaultOperation(r *http.Request) string {
 		p = strings.TrimLeft(p[i:], " \t")
 	}
 	return r.Method + " " + p
-}
-
-// workflowStatusFunc is the default Options.StatusFunc in workflow mode: it
-// never releases, because the handler may have acted (see
-// [DefaultStatusFunc]).
-func workflowStatusFunc(status int) Disposition {
-	if status < 400 {
-		return StoreCompleted
-	}
-	return StoreFailed
 }
 
 var errRelease = errors.New("claimhttp: released by status policy")

@@ -53,7 +53,7 @@ func apply[TTx any](ctx context.Context, l *claim.Lease[TTx], s settlement) erro
 
 // settlementFor decides what becomes of a handler's response. An uncertain
 // mark wins over everything; a release happens only when the handler
-// called ReleaseKey or the application's StatusFunc asked for it. A
+// called ReleaseKey; every response is stored otherwise (workflowStatus). A
 // response over MaxResponseBody is stored by its status without its body,
 // as one over MaxStoredBody is.
 func (m *middleware[TTx]) settlementFor(op *opInfo, cw *capture) settlement {
@@ -68,14 +68,8 @@ func (m *middleware[TTx]) settlementFor(op *opInfo, cw *capture) settlement {
 		maxStored = -1 // omit the body: it was never whole
 	}
 	res := cw.result(m.o.stored, maxStored)
-	switch d := m.o.StatusFunc(cw.status); {
-	case d == StoreCompleted:
+	if workflowStatus(cw.status) == storeCompleted {
 		return settlement{kind: settleComplete, res: res}
-	case d == Release:
-		return settlement{kind: settleRelease}
-	case !d.valid():
-		// Not the application's word that nothing happened: store it.
-		m.o.Logger.Error("claimhttp: StatusFunc returned an invalid Disposition; storing the response as failed", "status", cw.status)
 	}
 	return settlement{kind: settleFail, res: res}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/testenv"
@@ -221,7 +222,7 @@ func newRequest(tenant, method, path, key, body string) *http.Request {
 		r.Header.Set("Authorization", "Bearer "+tenant)
 	}
 	if key != "" {
-		q, err := claimhttp.FormatKey(key)
+		q, err := wire.FormatKey(key)
 		if err != nil {
 			panic(err)
 		}
@@ -271,17 +272,29 @@ func (f *fixture) expireLease(tenant, key string) {
 	}
 }
 
-func problemOf(t *testing.T, w *httptest.ResponseRecorder) claimhttp.Problem {
+// problemContentType is the media type of the middleware's problems.
+const problemContentType = "application/problem+json"
+
+// problem is an RFC 9457 problem document as the middleware writes it.
+type problem struct {
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	Status      int    `json:"status"`
+	Detail      string `json:"detail,omitempty"`
+	OperationID string `json:"operation_id,omitempty"`
+}
+
+func problemOf(t *testing.T, w *httptest.ResponseRecorder) problem {
 	t.Helper()
 	return decodeProblem(t, w.Header(), w.Body.Bytes())
 }
 
-func decodeProblem(t *testing.T, h http.Header, body []byte) claimhttp.Problem {
+func decodeProblem(t *testing.T, h http.Header, body []byte) problem {
 	t.Helper()
-	if ct := h.Get("Content-Type"); ct != claimhttp.ProblemContentType {
-		t.Fatalf("Content-Type = %q, want %s; body %s", ct, claimhttp.ProblemContentType, body)
+	if ct := h.Get("Content-Type"); ct != problemContentType {
+		t.Fatalf("Content-Type = %q, want %s; body %s", ct, problemContentType, body)
 	}
-	var p claimhttp.Problem
+	var p problem
 	if err := json.Unmarshal(body, &p); err != nil {
 		t.Fatalf("problem body %s: %v", body, err)
 	}
@@ -290,7 +303,7 @@ func decodeProblem(t *testing.T, h http.Header, body []byte) claimhttp.Problem {
 
 // wantProblem checks the status and type of a problem response, and that
 // it does not echo the key.
-func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int, typ, key string) claimhttp.Problem {
+func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int, typ, key string) problem {
 	t.Helper()
 	if w.Code != status {
 		t.Fatalf("status = %d, want %d; body %s", w.Code, status, w.Body)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
@@ -100,7 +101,7 @@ func wantOneEffect(t *testing.T, f *fixture, tenant, key, body string, state dur
 	}
 	runs := f.runs.Load()
 	again := f.post(tenant, key, body)
-	if state.Finished() && again.Header().Get(claimhttp.HeaderReplayed) != "true" {
+	if state.Finished() && again.Header().Get(claimclient.HeaderReplayed) != "true" {
 		t.Fatalf("retry = %d %s, want a replay", again.Code, again.Body)
 	}
 	if f.runs.Load() != runs {
@@ -181,7 +182,7 @@ func TestWorkflow_ClientDisconnectDoesNotStopTheWork(t *testing.T) {
 		cancel() // the client disconnects
 		time.Sleep(lease + lease/2)
 		retry := f.post(tenant, "k-gone", `{"item":"book"}`)
-		wantProblem(t, retry, http.StatusConflict, claimhttp.ProblemInProgress, "k-gone")
+		wantProblem(t, retry, http.StatusConflict, claimclient.ProblemInProgress, "k-gone")
 		wg.Wait()
 		if got := handlerCtxErr.Load(); got != "<nil>" {
 			t.Fatalf("the handler's context ended with %v after the client left", got)
@@ -211,7 +212,7 @@ func TestWorkflow_PanicAfterTheEffect(t *testing.T) {
 		f.onEffect.Store(nil)
 		runs := f.runs.Load()
 		w := f.post(tenant, "k-boom", `{"item":"book"}`)
-		wantProblem(t, w, http.StatusAccepted, claimhttp.ProblemUncertain, "k-boom")
+		wantProblem(t, w, http.StatusAccepted, claimclient.ProblemUncertain, "k-boom")
 		if f.runs.Load() != runs || f.rows(tenant) != 1 {
 			t.Fatalf("runs %d -> %d, rows %d", runs, f.runs.Load(), f.rows(tenant))
 		}
@@ -253,13 +254,13 @@ func TestWorkflow_CompletionOutageLongerThanFinishTimeout(t *testing.T) {
 		tenant := t.Name()
 		f.afterEffect(func(*http.Request) { fl.finishDown.Store(true) })
 		w := f.post(tenant, "k-long", `{"item":"book"}`)
-		p := wantProblem(t, w, http.StatusAccepted, claimhttp.ProblemInProgress, "k-long")
-		if w.Header().Get("Location") != claimhttp.DefaultOperationPath+p.OperationID {
+		p := wantProblem(t, w, http.StatusAccepted, claimclient.ProblemInProgress, "k-long")
+		if w.Header().Get("Location") != "/operations/"+p.OperationID {
 			t.Fatalf("Location = %q", w.Header().Get("Location"))
 		}
 		f.onEffect.Store(nil)
 		runs := f.runs.Load()
-		wantProblem(t, f.post(tenant, "k-long", `{"item":"book"}`), http.StatusConflict, claimhttp.ProblemInProgress, "k-long")
+		wantProblem(t, f.post(tenant, "k-long", `{"item":"book"}`), http.StatusConflict, claimclient.ProblemInProgress, "k-long")
 		if f.runs.Load() != runs {
 			t.Fatal("a retry ran during the outage")
 		}

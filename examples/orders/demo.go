@@ -7,12 +7,13 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/claimclient"
 )
 
 // duplicates is how many concurrent requests the demo sends with one key.
@@ -44,7 +45,7 @@ func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error
 	var wg sync.WaitGroup
 	for i := range duplicates {
 		wg.Go(func() {
-			tr, err := claimhttp.NewTransport(counted, claimhttp.TransportOptions{MaxAttempts: 10})
+			tr, err := claimclient.NewTransport(counted, claimclient.Options{MaxAttempts: 10})
 			if err != nil {
 				replies[i].err = err
 				return
@@ -71,12 +72,12 @@ func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error
 
 	// 2. The same key for another request: rejected, nothing reserved.
 	r := d.post(raw, acme, key1, `{"item":"lamp","quantity":1}`)
-	d.expect(r.status == http.StatusUnprocessableEntity && r.problem.Type == claimhttp.ProblemKeyReused, "reused key: %s, want 422 %s", r, claimhttp.ProblemKeyReused)
+	d.expect(r.status == http.StatusUnprocessableEntity && r.problem.Type == claimclient.ProblemKeyReused, "reused key: %s, want 422 %s", r, claimclient.ProblemKeyReused)
 	d.say("2. the same key for another item: %s", r)
 
 	// 3. No key where one is required.
 	r = d.post(raw, acme, "", book)
-	d.expect(r.status == http.StatusBadRequest && r.problem.Type == claimhttp.ProblemKeyMissing, "no key: %s, want 400 %s", r, claimhttp.ProblemKeyMissing)
+	d.expect(r.status == http.StatusBadRequest && r.problem.Type == claimclient.ProblemKeyMissing, "no key: %s, want 400 %s", r, claimclient.ProblemKeyMissing)
 	d.say("3. no key: %s", r)
 
 	// 4. The lost response: the service commits, then the connection is
@@ -86,7 +87,7 @@ func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error
 	cut.arm(key2)
 	fresh := &http.Transport{} // a new connection: net/http itself does not retry it
 	defer fresh.CloseIdleConnections()
-	tr, err := claimhttp.NewTransport(fresh, claimhttp.TransportOptions{})
+	tr, err := claimclient.NewTransport(fresh, claimclient.Options{})
 	if err != nil {
 		return err
 	}
@@ -145,8 +146,8 @@ type reply struct {
 	status   int
 	replayed bool
 	body     []byte
-	problem  claimhttp.Problem // set for problem+json answers
-	order    Order             // set for order answers
+	problem  problemDoc // set for problem+json answers
+	order    Order      // set for order answers
 }
 
 // String reads like "201 (replayed)" or "422 Idempotency key reused".
@@ -157,7 +158,7 @@ func (r reply) String() string {
 	case r.problem.Type != "":
 		return fmt.Sprintf("%d %s", r.status, r.problem.Title)
 	case r.replayed:
-		return fmt.Sprintf("%d (%s: true)", r.status, claimhttp.HeaderReplayed)
+		return fmt.Sprintf("%d (%s: true)", r.status, claimclient.HeaderReplayed)
 	}
 	return fmt.Sprint(r.status)
 }
@@ -171,11 +172,7 @@ func (d *demo) post(c *http.Client, tenant, key, body string) reply {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tenant)
 	if key != "" {
-		v, err := claimhttp.FormatKey(key)
-		if err != nil {
-			return reply{err: err}
-		}
-		req.Header.Set("Idempotency-Key", v)
+		req.Header.Set("Idempotency-Key", strconv.Quote(key)) // the draft's sf-string form
 	}
 	return do(c, req)
 }
@@ -209,9 +206,9 @@ func do(c *http.Client, req *http.Request) reply {
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	r := reply{err: err, status: resp.StatusCode, body: body, replayed: resp.Header.Get(claimhttp.HeaderReplayed) == "true"}
+	r := reply{err: err, status: resp.StatusCode, body: body, replayed: resp.Header.Get(claimclient.HeaderReplayed) == "true"}
 	switch mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt {
-	case claimhttp.ProblemContentType:
+	case problemContentType:
 		_ = json.Unmarshal(body, &r.problem)
 	case "application/json":
 		_ = json.Unmarshal(body, &r.order)
@@ -220,7 +217,7 @@ func do(c *http.Client, req *http.Request) reply {
 }
 
 func mustKey() string {
-	k, err := claimhttp.NewKey()
+	k, err := claimclient.NewKey()
 	if err != nil {
 		panic(err)
 	}
@@ -267,7 +264,7 @@ func (c *cutter) requests() int {
 }
 
 func (c *cutter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if key, err := claimhttp.ParseKey(r.Header, ""); err == nil {
+	if key, err := strconv.Unquote(r.Header.Get("Idempotency-Key")); err == nil { // the transport sends it quoted
 		c.mu.Lock()
 		if c.key != "" && key == c.key {
 			c.seen++

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/claimclient"
 )
 
 const book = `{"item":"book","quantity":1}`
@@ -124,7 +124,7 @@ func TestOrders_FiftyConcurrentIdenticalRequests(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range clients {
 			wg.Go(func() {
-				replies[i] = f.post(f.transport(claimhttp.TransportOptions{MaxAttempts: 20}), "acme", key, book)
+				replies[i] = f.post(f.transport(claimclient.Options{MaxAttempts: 20}), "acme", key, book)
 			})
 		}
 		wg.Wait()
@@ -153,8 +153,8 @@ func TestOrders_SameKeyAnotherRequestIs422(t *testing.T) {
 		key := mustKey()
 		first := f.post(nil, "acme", key, book)
 		wantStatus(t, "first", first, http.StatusCreated, "")
-		wantStatus(t, "another item", f.post(nil, "acme", key, `{"item":"lamp","quantity":1}`), http.StatusUnprocessableEntity, claimhttp.ProblemKeyReused)
-		wantStatus(t, "another quantity", f.post(nil, "acme", key, `{"item":"book","quantity":2}`), http.StatusUnprocessableEntity, claimhttp.ProblemKeyReused)
+		wantStatus(t, "another item", f.post(nil, "acme", key, `{"item":"lamp","quantity":1}`), http.StatusUnprocessableEntity, claimclient.ProblemKeyReused)
+		wantStatus(t, "another quantity", f.post(nil, "acme", key, `{"item":"book","quantity":2}`), http.StatusUnprocessableEntity, claimclient.ProblemKeyReused)
 		again := f.post(nil, "acme", key, `{ "quantity": 1, "item": "book" }`) // the same request, spelled differently
 		if again.status != http.StatusCreated || !again.replayed() || again.body != first.body {
 			t.Fatalf("retry: %d replayed=%v %s; want the replay of %s", again.status, again.replayed(), again.body, first.body)
@@ -193,9 +193,9 @@ func TestOrders_TwoTenantsOneKeyAreTwoOrders(t *testing.T) {
 // runs with the same key.
 func TestOrders_RefusedRequestsReserveNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, f *fixture) {
-		wantStatus(t, "no key", f.post(nil, "acme", "", book), http.StatusBadRequest, claimhttp.ProblemKeyMissing)
+		wantStatus(t, "no key", f.post(nil, "acme", "", book), http.StatusBadRequest, claimclient.ProblemKeyMissing)
 		key := mustKey()
-		wantStatus(t, "no credential", f.post(nil, "", key, book), http.StatusUnauthorized, claimhttp.ProblemUnidentified)
+		wantStatus(t, "no credential", f.post(nil, "", key, book), http.StatusUnauthorized, claimclient.ProblemUnidentified)
 		wantStatus(t, "quantity 0", f.post(nil, "acme", key, `{"item":"book","quantity":0}`), http.StatusBadRequest, problemInvalidOrder)
 		wantStatus(t, "unknown field", f.post(nil, "acme", key, `{"item":"book","quantity":1,"price":0}`), http.StatusBadRequest, problemInvalidOrder)
 		if n := f.orders("acme"); n != 0 {
@@ -217,7 +217,7 @@ func TestOrders_CutResponseIsRetriedAndReplayed(t *testing.T) {
 		f.cut.arm(key)
 		fresh := &http.Transport{} // a new connection, which net/http does not retry on its own
 		defer fresh.CloseIdleConnections()
-		tr, err := claimhttp.NewTransport(fresh, claimhttp.TransportOptions{BaseDelay: 10 * time.Millisecond})
+		tr, err := claimclient.NewTransport(fresh, claimclient.Options{BaseDelay: 10 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

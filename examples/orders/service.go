@@ -225,10 +225,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// problemContentType is the media type of RFC 9457 problems.
+const problemContentType = "application/problem+json"
+
+// problemDoc is an RFC 9457 problem document, with the members the
+// middleware's problems have (see the claimhttp package documentation).
+type problemDoc struct {
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	Status      int    `json:"status"`
+	Detail      string `json:"detail,omitempty"`
+	OperationID string `json:"operation_id,omitempty"`
+}
+
 // problem writes an RFC 9457 problem, in the middleware's format.
 func problem(w http.ResponseWriter, status int, typ, title, detail string) {
-	w.Header().Set("Content-Type", claimhttp.ProblemContentType)
+	w.Header().Set("Content-Type", problemContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(claimhttp.Problem{Type: typ, Title: title, Status: status, Detail: detail})
+	_ = json.NewEncoder(w).Encode(problemDoc{Type: typ, Title: title, Status: status, Detail: detail})
 }

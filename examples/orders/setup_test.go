@@ -8,13 +8,14 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
@@ -97,11 +98,11 @@ type response struct {
 	status  int
 	header  http.Header
 	body    string
-	problem claimhttp.Problem
+	problem problemDoc
 	order   Order
 }
 
-func (r response) replayed() bool { return r.header.Get(claimhttp.HeaderReplayed) == "true" }
+func (r response) replayed() bool { return r.header.Get(claimclient.HeaderReplayed) == "true" }
 
 // post sends POST /orders through rt (the fixture's plain client when
 // nil). tenant "" sends no credential, key "" no key.
@@ -116,11 +117,7 @@ func (f *fixture) post(rt http.RoundTripper, tenant, key, body string) response 
 		req.Header.Set("Authorization", "Bearer "+tenant)
 	}
 	if key != "" {
-		v, err := claimhttp.FormatKey(key)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		req.Header.Set("Idempotency-Key", v)
+		req.Header.Set("Idempotency-Key", strconv.Quote(key)) // the draft's sf-string form
 	}
 	return f.do(rt, req)
 }
@@ -152,7 +149,7 @@ func (f *fixture) do(rt http.RoundTripper, req *http.Request) response {
 	}
 	r := response{status: resp.StatusCode, header: resp.Header, body: string(b)}
 	switch mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt {
-	case claimhttp.ProblemContentType:
+	case problemContentType:
 		if err := json.Unmarshal(b, &r.problem); err != nil {
 			f.t.Errorf("problem %s: %v", b, err)
 		}
@@ -164,9 +161,9 @@ func (f *fixture) do(rt http.RoundTripper, req *http.Request) response {
 
 // transport returns a retrying client transport over the fixture's
 // connections, with its own retry budget.
-func (f *fixture) transport(o claimhttp.TransportOptions) *claimhttp.Transport {
+func (f *fixture) transport(o claimclient.Options) *claimclient.Transport {
 	f.t.Helper()
-	tr, err := claimhttp.NewTransport(f.base, o)
+	tr, err := claimclient.NewTransport(f.base, o)
 	if err != nil {
 		f.t.Fatal(err)
 	}

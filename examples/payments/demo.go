@@ -9,12 +9,13 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/claimclient"
 )
 
 // duplicates is how many concurrent requests the demo sends with one key.
@@ -49,7 +50,7 @@ func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error
 	var wg sync.WaitGroup
 	for i := range duplicates {
 		wg.Go(func() {
-			tr, err := claimhttp.NewTransport(counted, claimhttp.TransportOptions{MaxAttempts: 10})
+			tr, err := claimclient.NewTransport(counted, claimclient.Options{MaxAttempts: 10})
 			if err != nil {
 				replies[i].err = err
 				return
@@ -78,7 +79,7 @@ func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error
 
 	// 2. The same key for another amount: rejected, nothing charged.
 	r := d.post(raw, tenant, key1, `{"amount":2599,"currency":"EUR"}`)
-	d.expect(r.status == http.StatusUnprocessableEntity && r.problem.Type == claimhttp.ProblemKeyReused, "reused key: %s, want 422", r)
+	d.expect(r.status == http.StatusUnprocessableEntity && r.problem.Type == claimclient.ProblemKeyReused, "reused key: %s, want 422", r)
 	d.say("2. the same key for another amount: %s", r)
 
 	// 3. The unknown outcome: the gateway charges, then times out. The
@@ -92,7 +93,7 @@ func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error
 	gw.setMode(modeNormal)
 	op := r.problem.OperationID
 	ch, posts, charged := gw.chargeFor(op)
-	d.expect(r.status == http.StatusAccepted && r.problem.Type == claimhttp.ProblemUncertain && op != "", "gateway timeout: %s, want 202 %s", r, claimhttp.ProblemUncertain)
+	d.expect(r.status == http.StatusAccepted && r.problem.Type == claimclient.ProblemUncertain && op != "", "gateway timeout: %s, want 202 %s", r, claimclient.ProblemUncertain)
 	d.expect(charged && posts == 1, "the gateway holds charged=%v after %d requests, want one charge", charged, posts)
 	d.say("3. the gateway made charge %s, then timed out: %s, Location %s", ch.ID, r, r.location)
 	start := time.Now()
@@ -151,8 +152,8 @@ type reply struct {
 	replayed bool
 	location string
 	body     []byte
-	problem  claimhttp.Problem // set for problem+json answers
-	payment  Payment           // set for payment answers
+	problem  problemDoc // set for problem+json answers
+	payment  Payment    // set for payment answers
 }
 
 // String reads like "201 (Idempotent-Replayed: true)" or "202 Outcome
@@ -164,7 +165,7 @@ func (r reply) String() string {
 	case r.problem.Type != "":
 		return fmt.Sprintf("%d %s", r.status, r.problem.Title)
 	case r.replayed:
-		return fmt.Sprintf("%d (%s: true)", r.status, claimhttp.HeaderReplayed)
+		return fmt.Sprintf("%d (%s: true)", r.status, claimclient.HeaderReplayed)
 	}
 	return fmt.Sprint(r.status)
 }
@@ -177,11 +178,7 @@ func (d *demo) post(c *http.Client, tenant, key, body string) reply {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tenant)
-	v, err := claimhttp.FormatKey(key)
-	if err != nil {
-		return reply{err: err}
-	}
-	req.Header.Set("Idempotency-Key", v)
+	req.Header.Set("Idempotency-Key", strconv.Quote(key)) // the draft's sf-string form
 	resp, err := c.Do(req)
 	if err != nil {
 		return reply{err: err}
@@ -189,9 +186,9 @@ func (d *demo) post(c *http.Client, tenant, key, body string) reply {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	r := reply{err: err, status: resp.StatusCode, body: b, location: resp.Header.Get("Location"),
-		replayed: resp.Header.Get(claimhttp.HeaderReplayed) == "true"}
+		replayed: resp.Header.Get(claimclient.HeaderReplayed) == "true"}
 	switch mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt {
-	case claimhttp.ProblemContentType:
+	case problemContentType:
 		_ = json.Unmarshal(b, &r.problem)
 	case "application/json":
 		_ = json.Unmarshal(b, &r.payment)
@@ -200,7 +197,7 @@ func (d *demo) post(c *http.Client, tenant, key, body string) reply {
 }
 
 func mustKey() string {
-	k, err := claimhttp.NewKey()
+	k, err := claimclient.NewKey()
 	if err != nil {
 		panic(err)
 	}

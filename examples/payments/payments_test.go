@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/claimclient"
 )
 
 const pay = `{"amount":1299,"currency":"EUR"}`
@@ -84,7 +84,7 @@ func TestPayments_UncertainIsReconciledThenReplayed(t *testing.T) {
 		f.gw.setMode(modeTimeoutAfterCharge)
 		r := f.post(nil, "acme", key, pay)
 		f.gw.setMode(modeNormal)
-		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimhttp.ProblemUncertain)
+		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimclient.ProblemUncertain)
 		op := r.problem.OperationID
 		if loc := r.header.Get("Location"); op == "" || loc != "/operations/"+op {
 			t.Errorf("Location = %q, operation_id %q", loc, op)
@@ -93,7 +93,7 @@ func TestPayments_UncertainIsReconciledThenReplayed(t *testing.T) {
 		if !charged || posts != 1 {
 			t.Fatalf("gateway: charged=%v after %d requests with the operation id; want one charge", charged, posts)
 		}
-		wantStatus(t, "retry while uncertain", f.post(nil, "acme", key, pay), http.StatusAccepted, claimhttp.ProblemUncertain)
+		wantStatus(t, "retry while uncertain", f.post(nil, "acme", key, pay), http.StatusAccepted, claimclient.ProblemUncertain)
 
 		rep, err := f.app.reconcileOnce(t.Context())
 		if err != nil || rep.Completed != 1 {
@@ -124,7 +124,7 @@ func TestPayments_UncertainWithoutChargeIsReconciledAsNotCharged(t *testing.T) {
 		f.gw.setMode(modeTimeoutBeforeCharge)
 		r := f.post(nil, "acme", key, pay)
 		f.gw.setMode(modeNormal)
-		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimhttp.ProblemUncertain)
+		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimclient.ProblemUncertain)
 		rep, err := f.app.reconcileOnce(t.Context())
 		if err != nil || rep.Failed != 1 {
 			t.Fatalf("reconcile: %+v, %v; want 1 failed", rep, err)
@@ -150,7 +150,7 @@ func TestPayments_FiftyConcurrentDuplicatesChargeOnce(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range clients {
 			wg.Go(func() {
-				replies[i] = f.post(f.transport(claimhttp.TransportOptions{MaxAttempts: 20}), "acme", key, pay)
+				replies[i] = f.post(f.transport(claimclient.Options{MaxAttempts: 20}), "acme", key, pay)
 			})
 		}
 		wg.Wait()
@@ -180,7 +180,7 @@ func TestPayments_DeclineIsReplayedAndReuseIs422(t *testing.T) {
 		if again.status != http.StatusPaymentRequired || !again.replayed() || again.body != first.body {
 			t.Fatalf("retry: %d replayed=%v %s; want the replayed 402", again.status, again.replayed(), again.body)
 		}
-		wantStatus(t, "another amount", f.post(nil, "acme", key, pay), http.StatusUnprocessableEntity, claimhttp.ProblemKeyReused)
+		wantStatus(t, "another amount", f.post(nil, "acme", key, pay), http.StatusUnprocessableEntity, claimclient.ProblemKeyReused)
 		if _, requests := f.gw.totals(); requests != 1 {
 			t.Errorf("gateway got %d charge requests, want 1", requests)
 		}

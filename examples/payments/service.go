@@ -69,13 +69,13 @@ func resultFor(ch Charge) (durable.State, durable.Result) {
 // notCharged is the stored answer for a payment the gateway has no charge
 // for: final (424), so that no retry with the key charges later.
 func notCharged() durable.Result {
-	body, _ := json.Marshal(claimhttp.Problem{
+	body, _ := json.Marshal(problemDoc{
 		Type: problemNotCharged, Title: "Payment not made", Status: http.StatusFailedDependency,
 		Detail: "The gateway did not answer and has no charge for this payment: nothing was charged. Send a new request with a new key to pay.",
 	})
 	return durable.Result{
 		StatusCode: http.StatusFailedDependency,
-		Headers:    map[string][]string{"Content-Type": {claimhttp.ProblemContentType}, "Cache-Control": {"no-store"}},
+		Headers:    map[string][]string{"Content-Type": {problemContentType}, "Cache-Control": {"no-store"}},
 		Body:       append(body, '\n'),
 		Version:    1,
 	}
@@ -265,10 +265,23 @@ func writeResult(w http.ResponseWriter, res durable.Result) {
 	_, _ = w.Write(res.Body)
 }
 
+// problemContentType is the media type of RFC 9457 problems.
+const problemContentType = "application/problem+json"
+
+// problemDoc is an RFC 9457 problem document, with the members the
+// middleware's problems have (see the claimhttp package documentation).
+type problemDoc struct {
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	Status      int    `json:"status"`
+	Detail      string `json:"detail,omitempty"`
+	OperationID string `json:"operation_id,omitempty"`
+}
+
 // problem writes an RFC 9457 problem, in the middleware's format.
 func problem(w http.ResponseWriter, status int, typ, title, detail string) {
-	w.Header().Set("Content-Type", claimhttp.ProblemContentType)
+	w.Header().Set("Content-Type", problemContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(claimhttp.Problem{Type: typ, Title: title, Status: status, Detail: detail})
+	_ = json.NewEncoder(w).Encode(problemDoc{Type: typ, Title: title, Status: status, Detail: detail})
 }

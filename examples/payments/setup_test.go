@@ -7,13 +7,14 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
@@ -105,11 +106,11 @@ type response struct {
 	status  int
 	header  http.Header
 	body    string
-	problem claimhttp.Problem
+	problem problemDoc
 	payment Payment
 }
 
-func (r response) replayed() bool { return r.header.Get(claimhttp.HeaderReplayed) == "true" }
+func (r response) replayed() bool { return r.header.Get(claimclient.HeaderReplayed) == "true" }
 
 // post sends POST /payments through rt (the fixture's plain client when
 // nil).
@@ -121,11 +122,7 @@ func (f *fixture) post(rt http.RoundTripper, tenant, key, body string) response 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tenant)
-	v, err := claimhttp.FormatKey(key)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	req.Header.Set("Idempotency-Key", v)
+	req.Header.Set("Idempotency-Key", strconv.Quote(key)) // the draft's sf-string form
 	c := f.client
 	if rt != nil {
 		c = &http.Client{Transport: rt, Timeout: 60 * time.Second}
@@ -142,7 +139,7 @@ func (f *fixture) post(rt http.RoundTripper, tenant, key, body string) response 
 	}
 	r := response{status: resp.StatusCode, header: resp.Header, body: string(b)}
 	switch mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt {
-	case claimhttp.ProblemContentType:
+	case problemContentType:
 		if err := json.Unmarshal(b, &r.problem); err != nil {
 			f.t.Errorf("problem %s: %v", b, err)
 		}
@@ -152,9 +149,9 @@ func (f *fixture) post(rt http.RoundTripper, tenant, key, body string) response 
 	return r
 }
 
-func (f *fixture) transport(o claimhttp.TransportOptions) *claimhttp.Transport {
+func (f *fixture) transport(o claimclient.Options) *claimclient.Transport {
 	f.t.Helper()
-	tr, err := claimhttp.NewTransport(f.base, o)
+	tr, err := claimclient.NewTransport(f.base, o)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package claimhttp_test
+package wire_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -27,25 +27,25 @@ func TestParseKey(t *testing.T) {
 		{"QuotedMaxLength", []string{`"` + long + `"`}, long, nil},
 		{"BareMaxLength", []string{long}, long, nil},
 		{"BarePunctuation", []string{"a:b/c=d+e{f}"}, "a:b/c=d+e{f}", nil},
-		{"Missing", nil, "", claimhttp.ErrKeyMissing},
-		{"TwoFieldLines", []string{`"a"`, `"a"`}, "", claimhttp.ErrKeyInvalid},
-		{"Empty", []string{""}, "", claimhttp.ErrKeyInvalid},
-		{"EmptyString", []string{`""`}, "", claimhttp.ErrKeyInvalid},
-		{"TooLong", []string{`"` + long + `k"`}, "", claimhttp.ErrKeyInvalid},
-		{"BareTooLong", []string{long + "k"}, "", claimhttp.ErrKeyInvalid},
-		{"Unterminated", []string{`"abc`}, "", claimhttp.ErrKeyInvalid},
-		{"EndsInEscape", []string{`"abc\`}, "", claimhttp.ErrKeyInvalid},
-		{"UnknownEscape", []string{`"a\nb"`}, "", claimhttp.ErrKeyInvalid},
-		{"Parameters", []string{`"abc";v=1`}, "", claimhttp.ErrKeyInvalid},
-		{"TwoStrings", []string{`"a", "b"`}, "", claimhttp.ErrKeyInvalid},
-		{"BareList", []string{"a,b"}, "", claimhttp.ErrKeyInvalid},
-		{"BareSpace", []string{"a b"}, "", claimhttp.ErrKeyInvalid},
-		{"BareParameter", []string{"a;b"}, "", claimhttp.ErrKeyInvalid},
-		{"BareQuoteInside", []string{`a"b`}, "", claimhttp.ErrKeyInvalid},
-		{"NonASCIIQuoted", []string{"\"caf\xc3\xa9\""}, "", claimhttp.ErrKeyInvalid},
-		{"NonASCIIBare", []string{"caf\xc3\xa9"}, "", claimhttp.ErrKeyInvalid},
-		{"ControlQuoted", []string{"\"a\x01b\""}, "", claimhttp.ErrKeyInvalid},
-		{"TabInsideQuoted", []string{"\"a\tb\""}, "", claimhttp.ErrKeyInvalid},
+		{"Missing", nil, "", wire.ErrKeyMissing},
+		{"TwoFieldLines", []string{`"a"`, `"a"`}, "", wire.ErrKeyInvalid},
+		{"Empty", []string{""}, "", wire.ErrKeyInvalid},
+		{"EmptyString", []string{`""`}, "", wire.ErrKeyInvalid},
+		{"TooLong", []string{`"` + long + `k"`}, "", wire.ErrKeyInvalid},
+		{"BareTooLong", []string{long + "k"}, "", wire.ErrKeyInvalid},
+		{"Unterminated", []string{`"abc`}, "", wire.ErrKeyInvalid},
+		{"EndsInEscape", []string{`"abc\`}, "", wire.ErrKeyInvalid},
+		{"UnknownEscape", []string{`"a\nb"`}, "", wire.ErrKeyInvalid},
+		{"Parameters", []string{`"abc";v=1`}, "", wire.ErrKeyInvalid},
+		{"TwoStrings", []string{`"a", "b"`}, "", wire.ErrKeyInvalid},
+		{"BareList", []string{"a,b"}, "", wire.ErrKeyInvalid},
+		{"BareSpace", []string{"a b"}, "", wire.ErrKeyInvalid},
+		{"BareParameter", []string{"a;b"}, "", wire.ErrKeyInvalid},
+		{"BareQuoteInside", []string{`a"b`}, "", wire.ErrKeyInvalid},
+		{"NonASCIIQuoted", []string{"\"caf\xc3\xa9\""}, "", wire.ErrKeyInvalid},
+		{"NonASCIIBare", []string{"caf\xc3\xa9"}, "", wire.ErrKeyInvalid},
+		{"ControlQuoted", []string{"\"a\x01b\""}, "", wire.ErrKeyInvalid},
+		{"TabInsideQuoted", []string{"\"a\tb\""}, "", wire.ErrKeyInvalid},
 		{"ByteSequence", []string{":aGVsbG8=:"}, ":aGVsbG8=:", nil}, // a bare key, not an sf-binary
 	}
 	for _, tt := range tests {
@@ -55,7 +55,7 @@ func TestParseKey(t *testing.T) {
 			for _, l := range tt.lines {
 				h.Add("Idempotency-Key", l)
 			}
-			got, err := claimhttp.ParseKey(h, "")
+			got, err := wire.ParseKey(h, "")
 			if tt.err != nil {
 				if !errors.Is(err, tt.err) {
 					t.Fatalf("ParseKey = %q, %v; want %v", got, err, tt.err)
@@ -78,10 +78,10 @@ func TestParseKey_CustomHeader(t *testing.T) {
 	t.Parallel()
 	h := http.Header{}
 	h.Set("X-Request-Key", `"abc"`)
-	if got, err := claimhttp.ParseKey(h, "x-request-key"); err != nil || got != "abc" {
+	if got, err := wire.ParseKey(h, "x-request-key"); err != nil || got != "abc" {
 		t.Fatalf("ParseKey = %q, %v", got, err)
 	}
-	if _, err := claimhttp.ParseKey(h, ""); !errors.Is(err, claimhttp.ErrKeyMissing) {
+	if _, err := wire.ParseKey(h, ""); !errors.Is(err, wire.ErrKeyMissing) {
 		t.Fatalf("default header: %v, want ErrKeyMissing", err)
 	}
 }
@@ -93,33 +93,15 @@ func TestFormatKey(t *testing.T) {
 		`a"b\c`:  `"a\"b\\c"`,
 		"sp ace": `"sp ace"`,
 	} {
-		got, err := claimhttp.FormatKey(key)
+		got, err := wire.FormatKey(key)
 		if err != nil || got != want {
 			t.Errorf("FormatKey(%q) = %q, %v; want %q", key, got, err, want)
 		}
 	}
 	for _, bad := range []string{"", strings.Repeat("x", 256), "é", "a\nb"} {
-		if _, err := claimhttp.FormatKey(bad); !errors.Is(err, claimhttp.ErrKeyInvalid) {
+		if _, err := wire.FormatKey(bad); !errors.Is(err, wire.ErrKeyInvalid) {
 			t.Errorf("FormatKey(%q) err = %v, want ErrKeyInvalid", bad, err)
 		}
-	}
-}
-
-func TestNewKey(t *testing.T) {
-	t.Parallel()
-	seen := map[string]bool{}
-	for range 100 {
-		k, err := claimhttp.NewKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(k) != 32 || strings.Trim(k, "0123456789abcdef") != "" {
-			t.Fatalf("NewKey = %q, want 32 hex characters", k)
-		}
-		if seen[k] {
-			t.Fatalf("NewKey repeated %q", k)
-		}
-		seen[k] = true
 	}
 }
 
@@ -131,9 +113,9 @@ func FuzzParseKey(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, v string) {
 		h := http.Header{"Idempotency-Key": {v}}
-		key, err := claimhttp.ParseKey(h, "")
+		key, err := wire.ParseKey(h, "")
 		if err != nil {
-			if !errors.Is(err, claimhttp.ErrKeyInvalid) {
+			if !errors.Is(err, wire.ErrKeyInvalid) {
 				t.Fatalf("ParseKey(%q) error %v does not match ErrKeyInvalid", v, err)
 			}
 		} else if verr := durable.ValidateKey(key); verr != nil {
@@ -141,14 +123,23 @@ func FuzzParseKey(f *testing.F) {
 		}
 		// Round trip: any valid key, formatted, parses back to itself.
 		if durable.ValidateKey(v) == nil {
-			q, err := claimhttp.FormatKey(v)
+			q, err := wire.FormatKey(v)
 			if err != nil {
 				t.Fatalf("FormatKey(%q): %v", v, err)
 			}
-			back, err := claimhttp.ParseKey(http.Header{"Idempotency-Key": {q}}, "")
+			back, err := wire.ParseKey(http.Header{"Idempotency-Key": {q}}, "")
 			if err != nil || back != v {
 				t.Fatalf("ParseKey(FormatKey(%q)) = %q, %v", v, back, err)
 			}
 		}
 	})
+}
+
+func BenchmarkParseKey(b *testing.B) {
+	h := http.Header{"Idempotency-Key": {`"8e03978e-40d5-43e8-bc93-6894a57f9324"`}}
+	for b.Loop() {
+		if _, err := wire.ParseKey(h, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

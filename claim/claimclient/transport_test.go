@@ -1,4 +1,4 @@
-package claimhttp_test
+package claimclient_test
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/claim/internal/wire"
 )
 
 // fakeClock is the injected clock and sleep: Sleep records each duration
@@ -80,21 +81,23 @@ func newStub(t *testing.T, respond func(n int64, w http.ResponseWriter, r *http.
 	return s
 }
 
-func newTransport(t *testing.T, clk *fakeClock, o claimhttp.TransportOptions) *claimhttp.Transport {
+// newTransport returns a transport on clk (the real clock when nil), with
+// c's Jitter and Sleep when set; a nil Budget gets one of its own on clk.
+func newTransport(t *testing.T, clk *fakeClock, o claimclient.Options, c ...claimclient.Clock) *claimclient.Transport {
 	t.Helper()
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)
+	var hooks claimclient.Clock
+	if len(c) > 0 {
+		hooks = c[0]
+	}
 	if clk != nil {
-		o.Now, o.Sleep = clk.Now, clk.Sleep
-		if o.Budget == nil {
-			b, err := claimhttp.NewRetryBudget(claimhttp.BudgetOptions{Now: clk.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			o.Budget = b
+		hooks.Now = clk.Now
+		if hooks.Sleep == nil {
+			hooks.Sleep = clk.Sleep
 		}
 	}
-	tr, err := claimhttp.NewTransport(base, o)
+	tr, err := claimclient.NewTransportWithClock(base, o, hooks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,12 +137,12 @@ func TestTransport_503sStayWithinBudgetAndBackoff(t *testing.T) {
 	t.Parallel()
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "") })
 	clk := newFakeClock()
-	budget, err := claimhttp.NewRetryBudget(claimhttp.BudgetOptions{Ratio: 0.1, Floor: 10, Window: time.Hour, Now: clk.Now})
+	budget, err := claimclient.NewRetryBudgetWithClock(claimclient.BudgetOptions{Ratio: 0.1, Floor: 10, Window: time.Hour}, clk.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const base, maxDelay = 100 * time.Millisecond, 300 * time.Millisecond
-	tr := newTransport(t, clk, claimhttp.TransportOptions{MaxAttempts: 4, BaseDelay: base, MaxDelay: maxDelay, Budget: budget})
+	tr := newTransport(t, clk, claimclient.Options{MaxAttempts: 4, BaseDelay: base, MaxDelay: maxDelay, Budget: budget})
 
 	const requests = 200
 	retries := 0
@@ -192,7 +195,7 @@ func TestTransport_HonoursRetryAfter(t *testing.T) {
 				}
 				w.WriteHeader(http.StatusCreated)
 			})
-			tr := newTransport(t, clk, claimhttp.TransportOptions{BaseDelay: 100 * time.Millisecond})
+			tr := newTransport(t, clk, claimclient.Options{BaseDelay: 100 * time.Millisecond})
 			if resp, _ := send(t, tr, post(t, s.srv.URL, "x")); resp.StatusCode != http.StatusCreated {
 				t.Fatalf("status = %d", resp.StatusCode)
 			}
@@ -207,7 +210,7 @@ func TestTransport_HonoursRetryAfter(t *testing.T) {
 		t.Parallel()
 		clk := newFakeClock()
 		s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "3600") })
-		tr := newTransport(t, clk, claimhttp.TransportOptions{MaxRetryAfter: time.Minute})
+		tr := newTransport(t, clk, claimclient.Options{MaxRetryAfter: time.Minute})
 		if resp, _ := send(t, tr, post(t, s.srv.URL, "x")); resp.StatusCode != http.StatusServiceUnavailable || s.attempts.Load() != 1 || len(clk.take()) != 0 {
 			t.Fatalf("status %d after %d attempts", resp.StatusCode, s.attempts.Load())
 		}
@@ -219,7 +222,7 @@ func TestTransport_NeverSleepsPastTheDeadline(t *testing.T) {
 	clk := newFakeClock()
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "") })
 	maxJitter := func(n time.Duration) time.Duration { return n - 1 } // the upper bound, deterministically
-	tr := newTransport(t, clk, claimhttp.TransportOptions{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond, Jitter: maxJitter})
+	tr := newTransport(t, clk, claimclient.Options{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond}, claimclient.Clock{Jitter: maxJitter})
 	deadline := clk.Now().Add(250 * time.Millisecond)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -242,7 +245,7 @@ func TestTransport_CancelDuringSleepReturnsTheCause(t *testing.T) {
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "") })
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("caller gave up")
-	tr := newTransport(t, nil, claimhttp.TransportOptions{Sleep: func(ctx context.Context, d time.Duration) error {
+	tr := newTransport(t, nil, claimclient.Options{}, claimclient.Clock{Sleep: func(ctx context.Context, d time.Duration) error {
 		cancel(cause)
 		<-ctx.Done()
 		return context.Cause(ctx)
@@ -255,11 +258,17 @@ func TestTransport_CancelDuringSleepReturnsTheCause(t *testing.T) {
 
 func TestTransport_WhatIsRetried(t *testing.T) {
 	t.Parallel()
+	replayed := func(status int) func(w http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			w.Header().Set(claimclient.HeaderReplayed, "true")
+			w.WriteHeader(status)
+		}
+	}
 	inProgress := func(w http.ResponseWriter) {
-		w.Header().Set("Content-Type", claimhttp.ProblemContentType)
+		w.Header().Set("Content-Type", "application/problem+json")
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusConflict)
-		fmt.Fprintf(w, `{"type":%q,"title":"Request in progress","status":409}`, claimhttp.ProblemInProgress)
+		fmt.Fprintf(w, `{"type":%q,"title":"Request in progress","status":409}`, claimclient.ProblemInProgress)
 	}
 	for name, tc := range map[string]struct {
 		first func(w http.ResponseWriter)
@@ -277,15 +286,21 @@ func TestTransport_WhatIsRetried(t *testing.T) {
 		"404":           {func(w http.ResponseWriter) { w.WriteHeader(404) }, false},
 		"409Plain":      {func(w http.ResponseWriter) { http.Error(w, "conflict", http.StatusConflict) }, false},
 		"409OtherProblem": {func(w http.ResponseWriter) {
-			w.Header().Set("Content-Type", claimhttp.ProblemContentType)
+			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(409)
 			fmt.Fprint(w, `{"type":"https://example.com/other"}`)
 		}, false},
 		"422KeyReused": {func(w http.ResponseWriter) {
-			w.Header().Set("Content-Type", claimhttp.ProblemContentType)
+			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(422)
-			fmt.Fprintf(w, `{"type":%q}`, claimhttp.ProblemKeyReused)
+			fmt.Fprintf(w, `{"type":%q}`, claimclient.ProblemKeyReused)
 		}, false},
+		// A replay is the stored answer for the key: final, whatever its
+		// status. Retrying it cannot change it and only spends budget.
+		"503Replayed":  {replayed(503), false},
+		"500Replayed":  {replayed(500), false},
+		"429Replayed":  {replayed(429), false},
+		"409Replayed":  {func(w http.ResponseWriter) { w.Header().Set(claimclient.HeaderReplayed, "true"); inProgress(w) }, false},
 		"201":          {func(w http.ResponseWriter) { w.WriteHeader(201) }, false},
 		"202Uncertain": {func(w http.ResponseWriter) { w.WriteHeader(202) }, false},
 	} {
@@ -300,7 +315,7 @@ func TestTransport_WhatIsRetried(t *testing.T) {
 				fmt.Fprint(w, "done")
 			})
 			clk := newFakeClock()
-			resp, body := send(t, newTransport(t, clk, claimhttp.TransportOptions{}), post(t, s.srv.URL, "payload"))
+			resp, body := send(t, newTransport(t, clk, claimclient.Options{}), post(t, s.srv.URL, "payload"))
 			retried := s.attempts.Load() == 2
 			if retried != tc.retry {
 				t.Fatalf("attempts = %d, want retry=%v", s.attempts.Load(), tc.retry)
@@ -323,11 +338,11 @@ func TestTransport_InspectedProblemStaysReadable(t *testing.T) {
 	t.Parallel()
 	const problem = `{"type":"https://example.com/other","detail":"keep me"}`
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", claimhttp.ProblemContentType)
+		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusConflict)
 		fmt.Fprint(w, problem)
 	})
-	if _, body := send(t, newTransport(t, newFakeClock(), claimhttp.TransportOptions{}), post(t, s.srv.URL, "x")); body != problem {
+	if _, body := send(t, newTransport(t, newFakeClock(), claimclient.Options{}), post(t, s.srv.URL, "x")); body != problem {
 		t.Fatalf("body = %q, want %q", body, problem)
 	}
 }
@@ -341,7 +356,7 @@ func TestTransport_Keys(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	tr := newTransport(t, newFakeClock(), claimhttp.TransportOptions{})
+	tr := newTransport(t, newFakeClock(), claimclient.Options{})
 
 	t.Run("AddedQuotedAndKeptAcrossRetries", func(t *testing.T) {
 		for range 2 {
@@ -359,7 +374,7 @@ func TestTransport_Keys(t *testing.T) {
 			t.Fatalf("keys = %q; want one fresh key per request, kept across its retry", keys)
 		}
 		for _, k := range keys {
-			parsed, err := claimhttp.ParseKey(http.Header{"Idempotency-Key": {k}}, "")
+			parsed, err := wire.ParseKey(http.Header{"Idempotency-Key": {k}}, "")
 			if !strings.HasPrefix(k, `"`) || err != nil || len(parsed) != 32 {
 				t.Fatalf("key %q (parsed %q, %v): want a quoted 128-bit key", k, parsed, err)
 			}
@@ -397,7 +412,7 @@ func TestTransport_UnrewindableBodyIsSentOnce(t *testing.T) {
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "") })
 	req := post(t, s.srv.URL, "x")
 	req.Body, req.GetBody = io.NopCloser(strings.NewReader("x")), nil
-	resp, _ := send(t, newTransport(t, newFakeClock(), claimhttp.TransportOptions{}), req)
+	resp, _ := send(t, newTransport(t, newFakeClock(), claimclient.Options{}), req)
 	if resp.StatusCode != http.StatusServiceUnavailable || s.attempts.Load() != 1 {
 		t.Fatalf("status %d, attempts %d; want one attempt", resp.StatusCode, s.attempts.Load())
 	}
@@ -415,7 +430,7 @@ func TestTransport_RetriesConnectionErrors(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	clk := newFakeClock()
-	resp, _ := send(t, newTransport(t, clk, claimhttp.TransportOptions{}), post(t, s.srv.URL, "x"))
+	resp, _ := send(t, newTransport(t, clk, claimclient.Options{}), post(t, s.srv.URL, "x"))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if resp.StatusCode != http.StatusCreated || len(s.keys) != 2 || s.keys[0] != s.keys[1] || s.keys[0] == "" {
@@ -437,13 +452,13 @@ func dropConnection(w http.ResponseWriter) {
 
 func TestNewTransport_RejectsBadOptions(t *testing.T) {
 	t.Parallel()
-	for name, o := range map[string]claimhttp.TransportOptions{
+	for name, o := range map[string]claimclient.Options{
 		"Header":      {Header: "bad header"},
 		"MaxAttempts": {MaxAttempts: -1},
 		"BaseDelay":   {BaseDelay: -1},
 		"MaxDelay":    {BaseDelay: time.Second, MaxDelay: time.Millisecond},
 	} {
-		if _, err := claimhttp.NewTransport(nil, o); !errors.Is(err, claimhttp.ErrConfig) || !strings.Contains(err.Error(), name) {
+		if _, err := claimclient.NewTransport(nil, o); !errors.Is(err, claimclient.ErrConfig) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}
@@ -452,7 +467,7 @@ func TestNewTransport_RejectsBadOptions(t *testing.T) {
 func TestRetryBudget(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	b, err := claimhttp.NewRetryBudget(claimhttp.BudgetOptions{Ratio: 0.5, Floor: 2, Window: 10 * time.Second, Now: clk.Now})
+	b, err := claimclient.NewRetryBudgetWithClock(claimclient.BudgetOptions{Ratio: 0.5, Floor: 2, Window: 10 * time.Second}, clk.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,12 +497,26 @@ func TestRetryBudget(t *testing.T) {
 		t.Fatalf("after the window: %d retries, want the floor 2", n)
 	}
 
-	for name, o := range map[string]claimhttp.BudgetOptions{
+	// A negative Floor means none: with no requests, no retry.
+	none, err := claimclient.NewRetryBudgetWithClock(claimclient.BudgetOptions{Floor: -1}, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if none.TryRetry() {
+		t.Fatal("Floor -1: a retry without requests, want none")
+	}
+	for range 10 {
+		none.Request()
+	}
+	if !none.TryRetry() || none.TryRetry() {
+		t.Fatal("Floor -1 after 10 requests: want exactly 1 retry (10% of 10)")
+	}
+
+	for name, o := range map[string]claimclient.BudgetOptions{
 		"Ratio":  {Ratio: 1.5},
-		"Floor":  {Floor: -1},
 		"Window": {Window: time.Millisecond},
 	} {
-		if _, err := claimhttp.NewRetryBudget(o); !errors.Is(err, claimhttp.ErrConfig) || !strings.Contains(err.Error(), name) {
+		if _, err := claimclient.NewRetryBudget(o); !errors.Is(err, claimclient.ErrConfig) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}
@@ -513,7 +542,7 @@ func TestTransport_RewindsTheBodyWithGetBody(t *testing.T) {
 		return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
 	})
 	clk := newFakeClock()
-	tr, err := claimhttp.NewTransport(base, claimhttp.TransportOptions{Now: clk.Now, Sleep: clk.Sleep})
+	tr, err := claimclient.NewTransportWithClock(base, claimclient.Options{}, claimclient.Clock{Now: clk.Now, Sleep: clk.Sleep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,4 +557,30 @@ func TestTransport_RewindsTheBodyWithGetBody(t *testing.T) {
 	if len(bodies) != 3 || bodies[0] != "payload" || bodies[1] != "payload" || bodies[2] != "payload" || calls != 2 {
 		t.Fatalf("bodies %q, GetBody called %d times; want the payload three times, two rewinds", bodies, calls)
 	}
+}
+func TestNewKey(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 100 {
+		k, err := claimclient.NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(k) != 32 || strings.Trim(k, "0123456789abcdef") != "" {
+			t.Fatalf("NewKey = %q, want 32 hex characters", k)
+		}
+		if seen[k] {
+			t.Fatalf("NewKey repeated %q", k)
+		}
+		seen[k] = true
+	}
+}
+
+func readAll(t *testing.T, r io.Reader) string {
+	t.Helper()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

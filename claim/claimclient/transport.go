@@ -1,4 +1,4 @@
-package claimhttp
+package claimclient
 
 import (
 	"bytes"
@@ -15,19 +15,21 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oncekey/oncekey/claim/internal/wire"
 )
 
-// Defaults of [TransportOptions].
+// Defaults of [Options].
 const (
-	DefaultMaxAttempts   = 4
-	DefaultBaseDelay     = 100 * time.Millisecond
-	DefaultMaxDelay      = 5 * time.Second
-	DefaultMaxRetryAfter = 30 * time.Second
+	defaultMaxAttempts   = 4
+	defaultBaseDelay     = 100 * time.Millisecond
+	defaultMaxDelay      = 5 * time.Second
+	defaultMaxRetryAfter = 30 * time.Second
 )
 
-// TransportOptions configure a [Transport]. The zero value is usable.
-type TransportOptions struct {
-	// Header is the field carrying the key. Defaults to [DefaultHeader].
+// Options configure a [Transport]. The zero value is usable.
+type Options struct {
+	// Header is the field carrying the key. Defaults to "Idempotency-Key".
 	Header string
 
 	// MaxAttempts bounds the attempts per request, the first included.
@@ -37,7 +39,7 @@ type TransportOptions struct {
 	// BaseDelay and MaxDelay shape the backoff: before retry n (1, 2, ...)
 	// the transport sleeps a uniformly random duration in
 	// [0, min(MaxDelay, BaseDelay×2^(n-1))) ("full jitter"). Default 100ms
-	// and 5s.
+	// and 5s (at least BaseDelay).
 	BaseDelay, MaxDelay time.Duration
 
 	// MaxRetryAfter is the longest Retry-After the transport waits out;
@@ -47,21 +49,33 @@ type TransportOptions struct {
 
 	// Budget limits retries across requests. Defaults to a budget of its
 	// own with the [BudgetOptions] defaults (10% of requests plus 10 per
-	// 10s window) on the transport's clock. Share one budget between
-	// transports to bound them together.
+	// 10s window). Share one budget between transports to bound them
+	// together.
 	Budget *RetryBudget
+}
 
-	// NewKey makes the key added to requests that lack one. Defaults to
-	// [NewKey] (128 bits from crypto/rand).
-	NewKey func() (string, error)
+// hooks are the clock, the sleep (which must return early with an error
+// when ctx is done), the randomness (a uniform duration in [0, n)) and the
+// key source of a Transport; tests replace them.
+type hooks struct {
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) error
+	jitter func(n time.Duration) time.Duration
+	newKey func() (string, error)
+}
 
-	// Now, Sleep and Jitter are the clock, the sleep (which must return
-	// early with an error when ctx is done) and the randomness (a uniform
-	// duration in [0, n)), injected for tests. Default: time.Now, a timer,
-	// math/rand/v2.
-	Now    func() time.Time
-	Sleep  func(ctx context.Context, d time.Duration) error
-	Jitter func(n time.Duration) time.Duration
+func defaultHooks() hooks {
+	return hooks{
+		now:   time.Now,
+		sleep: sleep,
+		jitter: func(n time.Duration) time.Duration {
+			if n <= 0 {
+				return 0
+			}
+			return rand.N(n)
+		},
+		newKey: NewKey,
+	}
 }
 
 // Transport is an http.RoundTripper that makes unsafe requests safe to
@@ -75,7 +89,9 @@ type TransportOptions struct {
 //   - It retries connection errors (the server may have committed and lost
 //     the response: the retry gets the stored result), 5xx but 501 and 505,
 //     429, and 409 whose body is a problem of type [ProblemInProgress]
-//     (never any other 409, nor 400, 422 or another 4xx).
+//     (never any other 409, nor 400, 422 or another 4xx). It never retries
+//     a replay ("Idempotent-Replayed: true"), whatever its status: a stored
+//     result is final for its key, and another attempt would get it again.
 //   - Between attempts it sleeps a capped exponential backoff with full
 //     jitter, and at least the response's Retry-After (seconds or an
 //     HTTP-date). It never sleeps past the request context's deadline: when
@@ -89,70 +105,58 @@ type TransportOptions struct {
 // base transport produced it. It is safe for concurrent use.
 type Transport struct {
 	base   http.RoundTripper
-	o      TransportOptions
+	o      Options
+	h      hooks
 	header string
 }
 
 // NewTransport returns a Transport over base (http.DefaultTransport when
 // nil). Errors: [ErrConfig] naming the bad option.
-func NewTransport(base http.RoundTripper, o TransportOptions) (*Transport, error) {
+func NewTransport(base http.RoundTripper, o Options) (*Transport, error) {
+	return newTransport(base, o, defaultHooks())
+}
+
+func newTransport(base http.RoundTripper, o Options, h hooks) (*Transport, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
 	if o.Header == "" {
-		o.Header = DefaultHeader
+		o.Header = wire.Header
 	}
-	if !isToken(o.Header) {
-		return nil, configErr("TransportOptions.Header %q is not a field name", o.Header)
+	if !wire.IsToken(o.Header) {
+		return nil, configErr("Options.Header %q is not a field name", o.Header)
 	}
 	switch {
 	case o.MaxAttempts < 0:
-		return nil, configErr("TransportOptions.MaxAttempts must not be negative")
+		return nil, configErr("Options.MaxAttempts must not be negative")
 	case o.MaxAttempts == 0:
-		o.MaxAttempts = DefaultMaxAttempts
+		o.MaxAttempts = defaultMaxAttempts
 	}
 	for name, d := range map[string]time.Duration{"BaseDelay": o.BaseDelay, "MaxDelay": o.MaxDelay, "MaxRetryAfter": o.MaxRetryAfter} {
 		if d < 0 {
-			return nil, configErr("TransportOptions.%s must not be negative", name)
+			return nil, configErr("Options.%s must not be negative", name)
 		}
 	}
 	if o.BaseDelay == 0 {
-		o.BaseDelay = DefaultBaseDelay
+		o.BaseDelay = defaultBaseDelay
 	}
 	if o.MaxDelay == 0 {
-		o.MaxDelay = max(DefaultMaxDelay, o.BaseDelay)
+		o.MaxDelay = max(defaultMaxDelay, o.BaseDelay)
 	}
 	if o.MaxDelay < o.BaseDelay {
-		return nil, configErr("TransportOptions.MaxDelay must be at least BaseDelay")
+		return nil, configErr("Options.MaxDelay must be at least BaseDelay")
 	}
 	if o.MaxRetryAfter == 0 {
-		o.MaxRetryAfter = DefaultMaxRetryAfter
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Sleep == nil {
-		o.Sleep = sleep
-	}
-	if o.Jitter == nil {
-		o.Jitter = func(n time.Duration) time.Duration {
-			if n <= 0 {
-				return 0
-			}
-			return rand.N(n)
-		}
-	}
-	if o.NewKey == nil {
-		o.NewKey = NewKey
+		o.MaxRetryAfter = defaultMaxRetryAfter
 	}
 	if o.Budget == nil {
-		b, err := NewRetryBudget(BudgetOptions{Now: o.Now})
+		b, err := newRetryBudget(BudgetOptions{}, h.now)
 		if err != nil {
 			return nil, err
 		}
 		o.Budget = b
 	}
-	return &Transport{base: base, o: o, header: http.CanonicalHeaderKey(o.Header)}, nil
+	return &Transport{base: base, o: o, h: h, header: http.CanonicalHeaderKey(o.Header)}, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -179,20 +183,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	out := req
 	if !safeMethod(req.Method) && len(req.Header.Values(t.header)) == 0 {
-		key, err := t.o.NewKey()
+		key, err := t.h.newKey()
 		var v string
 		if err == nil {
-			v, err = FormatKey(key)
+			v, err = wire.FormatKey(key)
 		}
 		if err != nil {
 			closeBody(req)
-			return nil, fmt.Errorf("claimhttp: transport: new key: %w", err)
+			return nil, fmt.Errorf("claimclient: new key: %w", err)
 		}
 		out = req.Clone(ctx) // shares the body; the caller's request is left alone
 		out.Header.Set(t.header, v)
 	}
 	rewindable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	t.o.Budget.Request()
+	t.o.Budget.request()
 	for attempt := 1; ; attempt++ {
 		resp, err := t.base.RoundTrip(out)
 		retry, after := t.retryable(ctx, resp, err)
@@ -203,20 +207,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if ceiling <= 0 || ceiling > t.o.MaxDelay {
 			ceiling = t.o.MaxDelay
 		}
-		delay := after + t.o.Jitter(ceiling)
-		if dl, ok := ctx.Deadline(); ok && !t.o.Now().Add(delay).Before(dl) {
+		delay := after + t.h.jitter(ceiling)
+		if dl, ok := ctx.Deadline(); ok && !t.h.now().Add(delay).Before(dl) {
 			return resp, err // the next attempt could not start in time
 		}
 		next, rerr := rewind(out)
 		if rerr != nil {
 			return resp, err
 		}
-		if !t.o.Budget.TryRetry() {
+		if !t.o.Budget.tryRetry() {
 			closeBody(next)
 			return resp, err
 		}
 		discard(resp)
-		if serr := t.o.Sleep(ctx, delay); serr != nil {
+		if serr := t.h.sleep(ctx, delay); serr != nil {
 			closeBody(next)
 			return nil, serr
 		}
@@ -239,6 +243,11 @@ func (t *Transport) retryable(ctx context.Context, resp *http.Response, err erro
 			return false, 0 // retrying cannot fix a certificate
 		}
 		return true, 0
+	}
+	if replayed(resp) {
+		// The stored answer for the key: final, whatever its status.
+		// Another attempt gets the same bytes and only spends budget.
+		return false, 0
 	}
 	switch s := resp.StatusCode; {
 	case s == http.StatusTooManyRequests,
@@ -265,9 +274,15 @@ func (t *Transport) retryAfter(resp *http.Response) time.Duration {
 		return time.Duration(n) * time.Second
 	}
 	if at, err := http.ParseTime(v); err == nil {
-		return max(at.Sub(t.o.Now()), 0)
+		return max(at.Sub(t.h.now()), 0)
 	}
 	return 0
+}
+
+// replayed reports whether resp is a replay of a stored result
+// ("Idempotent-Replayed: true").
+func replayed(resp *http.Response) bool {
+	return strings.EqualFold(strings.TrimSpace(resp.Header.Get(HeaderReplayed)), "true")
 }
 
 // maxProblem bounds how much of a 409 body is read to find its type.
@@ -278,7 +293,7 @@ const maxProblem = 64 << 10
 // leaves the body readable from the start.
 func inProgress(resp *http.Response) bool {
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if mt != ProblemContentType || resp.Body == nil {
+	if mt != wire.ProblemContentType || resp.Body == nil {
 		return false
 	}
 	head, err := io.ReadAll(io.LimitReader(resp.Body, maxProblem))

@@ -1,8 +1,12 @@
-package claimhttp
+// Package wire holds what the server middleware (claimhttp) and the client
+// transport (claimclient) share and neither exports: the default key field,
+// the problem media type and the key's encoding on the wire. The response
+// fields and problem types are exported once, by claimclient, which
+// claimhttp imports.
+package wire
 
 import (
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,11 +14,28 @@ import (
 	"github.com/oncekey/oncekey/durable"
 )
 
-// DefaultHeader is the field that carries the idempotency key.
-const DefaultHeader = "Idempotency-Key"
+// Header is the default field that carries the idempotency key.
+const Header = "Idempotency-Key"
+
+// ProblemContentType is the media type of every error response the
+// middleware writes (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+var (
+	// ErrKeyMissing is returned by [ParseKey] when the request carries no
+	// idempotency key field.
+	ErrKeyMissing = errors.New("idempotency key missing")
+
+	// ErrKeyInvalid is returned by [ParseKey] for a key that is neither an
+	// RFC 8941 sf-string nor a bare key, that is sent on more than one
+	// field line, or that is not 1 to 255 printable ASCII characters after
+	// unquoting, and by [FormatKey] for a key it cannot encode. The message
+	// never quotes the key.
+	ErrKeyInvalid = errors.New("idempotency key invalid")
+)
 
 // ParseKey returns the idempotency key carried by the field name of h
-// (canonicalized; [DefaultHeader] when name is empty).
+// (canonicalized; [Header] when name is empty).
 //
 // The field must appear on exactly one field line. Its value, with
 // surrounding spaces and tabs ignored, is either
@@ -32,7 +53,7 @@ const DefaultHeader = "Idempotency-Key"
 // quotes the value.
 func ParseKey(h http.Header, name string) (string, error) {
 	if name == "" {
-		name = DefaultHeader
+		name = Header
 	}
 	vals := h.Values(name)
 	switch len(vals) {
@@ -114,7 +135,7 @@ func parseSFString(v string) (string, string, error) {
 }
 
 // FormatKey returns key as an RFC 8941 sf-string, the form the httpapi
-// draft defines and [Transport] sends: double-quoted, with '"' and '\'
+// draft defines and the client transport sends: double-quoted, with '"' and '\'
 // escaped. Errors: [ErrKeyInvalid] for a key that fails
 // [durable.ValidateKey].
 func FormatKey(key string) (string, error) {
@@ -134,12 +155,19 @@ func FormatKey(key string) (string, error) {
 	return b.String(), nil
 }
 
-// NewKey returns a fresh idempotency key: 128 bits from crypto/rand, as 32
-// lowercase hex characters.
-func NewKey() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("claimhttp: new key: %w", err)
+// IsToken reports whether s is an RFC 9110 token (a field name or method).
+func IsToken(s string) bool {
+	if s == "" {
+		return false
 	}
-	return hex.EncodeToString(b[:]), nil
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

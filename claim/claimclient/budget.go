@@ -1,4 +1,4 @@
-package claimhttp
+package claimclient
 
 import (
 	"sync"
@@ -7,30 +7,26 @@ import (
 
 // Defaults of a [RetryBudget].
 const (
-	DefaultBudgetRatio  = 0.1
-	DefaultBudgetFloor  = 10
-	DefaultBudgetWindow = 10 * time.Second
+	defaultBudgetRatio  = 0.1
+	defaultBudgetFloor  = 10
+	defaultBudgetWindow = 10 * time.Second
 )
 
 // budgetSlots is the resolution of the sliding window.
 const budgetSlots = 10
 
-// BudgetOptions configure a [RetryBudget].
+// BudgetOptions configure a [RetryBudget]. The zero value is usable.
 type BudgetOptions struct {
 	// Ratio is the fraction of requests that may be retried over the
 	// window, between 0 and 1. Defaults to 0.1 (10%).
 	Ratio float64
 	// Floor is how many retries the window allows on top of the ratio, so
-	// a client with little traffic can still retry. Defaults to 10; set
-	// NoFloor for none.
+	// a client with little traffic can still retry. Defaults to 10; a
+	// negative Floor means none.
 	Floor int
-	// NoFloor makes the floor zero.
-	NoFloor bool
 	// Window is the length of the sliding window. Defaults to 10s; at
 	// least 10ms.
 	Window time.Duration
-	// Now is the clock. Defaults to time.Now.
-	Now func() time.Time
 }
 
 // RetryBudget bounds retries to Floor + Ratio × requests over a sliding
@@ -56,30 +52,29 @@ type budgetSlot struct {
 // NewRetryBudget returns a budget. Errors: [ErrConfig] naming the bad
 // option.
 func NewRetryBudget(o BudgetOptions) (*RetryBudget, error) {
+	return newRetryBudget(o, time.Now)
+}
+
+func newRetryBudget(o BudgetOptions, now func() time.Time) (*RetryBudget, error) {
 	switch {
 	case o.Ratio < 0 || o.Ratio > 1:
 		return nil, configErr("BudgetOptions.Ratio must be between 0 and 1, got %v", o.Ratio)
 	case o.Ratio == 0:
-		o.Ratio = DefaultBudgetRatio
+		o.Ratio = defaultBudgetRatio
 	}
 	switch {
-	case o.NoFloor:
-		o.Floor = 0
 	case o.Floor < 0:
-		return nil, configErr("BudgetOptions.Floor must not be negative")
+		o.Floor = 0
 	case o.Floor == 0:
-		o.Floor = DefaultBudgetFloor
+		o.Floor = defaultBudgetFloor
 	}
 	switch {
 	case o.Window == 0:
-		o.Window = DefaultBudgetWindow
+		o.Window = defaultBudgetWindow
 	case o.Window < 10*time.Millisecond:
 		return nil, configErr("BudgetOptions.Window must be at least 10ms")
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	return &RetryBudget{ratio: o.Ratio, floor: o.Floor, slot: o.Window / budgetSlots, now: o.Now}, nil
+	return &RetryBudget{ratio: o.Ratio, floor: o.Floor, slot: o.Window / budgetSlots, now: now}, nil
 }
 
 // current returns the slot for now, reset if it held an older period, and
@@ -99,17 +94,17 @@ func (b *RetryBudget) current() (s *budgetSlot, requests, retries int) {
 	return s, requests, retries
 }
 
-// Request records an original (not retried) request.
-func (b *RetryBudget) Request() {
+// request records an original (not retried) request.
+func (b *RetryBudget) request() {
 	b.mu.Lock()
 	s, _, _ := b.current()
 	s.requests++
 	b.mu.Unlock()
 }
 
-// TryRetry withdraws one retry and reports true when the window allows it,
+// tryRetry withdraws one retry and reports true when the window allows it,
 // and reports false, recording nothing, when the budget is spent.
-func (b *RetryBudget) TryRetry() bool {
+func (b *RetryBudget) tryRetry() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, requests, retries := b.current()
