@@ -120,7 +120,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 		if committed && errors.Is(txErr, durable.ErrUnavailable) {
 			// COMMIT was sent and failed: it may have applied. Read the truth.
 			if rec, err := c.store.Get(context.WithoutCancel(ctx), ref); err == nil &&
-				rec.State == state && rec.Token.Equal(tok) && rec.Result != nil {
+				rec.State == state && rec.Token == tok && rec.Result != nil {
 				c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", ref)
 				c.acquired(ctx, ref, p, f, claimed)
 				return c.executed(ctx, opID, ref, tok, p, state, *rec.Result, sent), nil
