@@ -64,7 +64,7 @@
 // 2^53: 9007199254740993 and 9007199254740992 canonicalize alike, and a
 // 64-bit account id sent as a number could replay another account's result.
 // [JSON] follows the RFC. The fingerprinting path ([Request], [JSONStrict])
-// instead rejects, with a [*SyntaxError] matching [ErrPrecision], every plain
+// instead rejects, with a [*SyntaxError] matching [ErrInvalid], every plain
 // integer literal (digits with an optional minus sign, no fraction and no
 // exponent) whose double does not print as the same integer under RFC 8785:
 // 9007199254740993 and 1000000000000000000000 (which prints as 1e+21) fail,
@@ -72,18 +72,18 @@
 // [Options.AllowImpreciseNumbers] turns the rule off. Numbers written with a
 // fraction or an exponent are rounded as the RFC says (only plain integers
 // are checked; exact decimals such as money belong in strings too), numbers
-// too small for a double round to 0, and numbers too large fail with
-// [ErrNumberOverflow]. A rejected integer inside an excluded member does
-// not fail the request.
+// too small for a double round to 0, and numbers too large fail. A rejected
+// integer inside an excluded member does not fail the request.
 //
 // # Limits and errors
 //
-// Nesting deeper than [MaxDepth] fails with [ErrTooDeep]; duplicate member
-// names, invalid UTF-8 and lone surrogate escapes fail too, as RFC 8785
-// requires (see the sentinels in errors.go). For an HTTP layer:
-// [ErrTooLarge] is 413, [ErrInvalidOptions] is a server misconfiguration,
-// and every other error from [Request] is 400. No error message quotes the
-// input.
+// Nesting deeper than 1000 levels fails; so do duplicate member names,
+// invalid UTF-8 and lone surrogate escapes, as RFC 8785 requires. Three
+// sentinels classify the errors, one branch each for an HTTP layer:
+// [ErrInvalid] (the input cannot be fingerprinted) is 400, [ErrTooLarge]
+// is 413, [ErrInvalidOptions] is a server misconfiguration (500); an error
+// reading the body (the client went away) matches none of them. No error
+// message quotes the input.
 //
 // # Versions
 //

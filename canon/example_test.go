@@ -48,7 +48,7 @@ func ExampleRequest() {
 	big := httptest.NewRequest("POST", "/v1/accounts", strings.NewReader(`{"id": 9007199254740993}`))
 	big.Header.Set("Content-Type", "application/json")
 	_, err := canon.Request(big, opts)
-	fmt.Println(errors.Is(err, canon.ErrPrecision))
+	fmt.Println(errors.Is(err, canon.ErrInvalid))
 	// Output:
 	// v1 true
 	// {"currency":"EUR","client_ts":"10:01","amount":1.25e3}

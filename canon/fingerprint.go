@@ -24,9 +24,6 @@ const (
 	tagSum     = "oncekey/canon/v1/sum\x00"
 )
 
-// String returns f as stored: "v1:..." .
-func (f Fingerprint) String() string { return string(f) }
-
 // Version returns the canonical-form version, "v1" for every fingerprint
 // this version of the package makes, or "" if f has no version prefix.
 func (f Fingerprint) Version() string {

@@ -11,10 +11,9 @@ import (
 	"unsafe"
 )
 
-// MaxDepth is the deepest nesting of arrays and objects that [JSON] accepts;
-// deeper input fails with [ErrTooDeep]. The top-level array or object is
-// depth 1.
-const MaxDepth = 1000
+// maxDepth is the deepest nesting of arrays and objects that [JSON] accepts.
+// The top-level array or object is depth 1.
+const maxDepth = 1000
 
 // JSON returns the RFC 8785 (JSON Canonicalization Scheme) form of the JSON
 // text src:
@@ -31,10 +30,11 @@ const MaxDepth = 1000
 // Integers beyond 2^53 are rounded to the nearest double, exactly as the RFC
 // says; fingerprinting uses [JSONStrict] instead, which rejects them.
 //
-// Errors are [*SyntaxError] values matching [ErrInvalidJSON] and one of
-// ErrInvalidUTF8, ErrLoneSurrogate, ErrDuplicateKey, ErrNumberOverflow or
-// ErrTooDeep (ErrInvalidJSON alone for other syntax errors). src is not
-// retained or modified; the result is a new slice.
+// Input that is not JSON, or that RFC 8785 forbids (invalid UTF-8, a lone
+// surrogate escape, a duplicate member name, a number beyond a double's
+// range), and nesting deeper than 1000 levels fail with a [*SyntaxError]
+// matching [ErrInvalid]. src is not retained or modified; the result is a
+// new slice.
 func JSON(src []byte) ([]byte, error) {
 	return canonicalJSON(nil, src, false, nil)
 }
@@ -42,7 +42,7 @@ func JSON(src []byte) ([]byte, error) {
 // JSONStrict is [JSON] with the fingerprinting precision rule: a plain
 // integer literal (no fraction, no exponent) whose double does not print as
 // the same integer, such as 9007199254740993 or 1000000000000000000000,
-// fails with a [*SyntaxError] matching [ErrPrecision]. So two different
+// fails with a [*SyntaxError] matching [ErrInvalid]. So two different
 // integers can never share a canonical form. Use it, then [Sum], to
 // fingerprint JSON that does not arrive in an *http.Request; [Request] uses
 // it for JSON bodies.
@@ -154,7 +154,7 @@ func (p *parser) parse() (value, error) {
 	}
 	p.skipSpace()
 	if p.pos < len(p.src) {
-		return v, syntaxErr(p.pos, ErrInvalidJSON, "unexpected data after the top-level value")
+		return v, syntaxErr(p.pos, errSyntax, "unexpected data after the top-level value")
 	}
 	return v, nil
 }
@@ -173,7 +173,7 @@ func (p *parser) skipSpace() {
 func (p *parser) value() (value, error) {
 	p.skipSpace()
 	if p.pos >= len(p.src) {
-		return value{}, syntaxErr(p.pos, ErrInvalidJSON, "unexpected end of input")
+		return value{}, syntaxErr(p.pos, errSyntax, "unexpected end of input")
 	}
 	switch c := p.src[p.pos]; c {
 	case '{':
@@ -201,16 +201,16 @@ func (p *parser) value() (value, error) {
 			return p.number()
 		}
 		if c >= utf8.RuneSelf {
-			return value{}, syntaxErr(p.pos, ErrInvalidJSON, "unexpected non-ASCII byte")
+			return value{}, syntaxErr(p.pos, errSyntax, "unexpected non-ASCII byte")
 		}
-		return value{}, syntaxErr(p.pos, ErrInvalidJSON, "unexpected character")
+		return value{}, syntaxErr(p.pos, errSyntax, "unexpected character")
 	}
 }
 
 func (p *parser) literal(lit string) (value, error) {
 	end := p.pos + len(lit)
 	if end > len(p.src) || string(p.src[p.pos:end]) != lit {
-		return value{}, syntaxErr(p.pos, ErrInvalidJSON, "invalid literal")
+		return value{}, syntaxErr(p.pos, errSyntax, "invalid literal")
 	}
 	v := value{off: p.pos, n: int32(len(lit)), kind: kindLit}
 	p.pos = end
@@ -219,8 +219,8 @@ func (p *parser) literal(lit string) (value, error) {
 
 func (p *parser) enter() error {
 	p.depth++
-	if p.depth > MaxDepth {
-		return syntaxErr(p.pos, ErrTooDeep, "more than "+strconv.Itoa(MaxDepth)+" levels")
+	if p.depth > maxDepth {
+		return syntaxErr(p.pos, errTooDeep, "more than "+strconv.Itoa(maxDepth)+" levels")
 	}
 	return nil
 }
@@ -243,7 +243,7 @@ func (p *parser) array() (value, error) {
 			p.stack = append(p.stack, member{val: v})
 			p.skipSpace()
 			if p.pos >= len(p.src) {
-				return value{}, syntaxErr(p.pos, ErrInvalidJSON, "unexpected end of input in array")
+				return value{}, syntaxErr(p.pos, errSyntax, "unexpected end of input in array")
 			}
 			c := p.src[p.pos]
 			p.pos++
@@ -251,7 +251,7 @@ func (p *parser) array() (value, error) {
 				break
 			}
 			if c != ',' {
-				return value{}, syntaxErr(p.pos-1, ErrInvalidJSON, "expected ',' or ']'")
+				return value{}, syntaxErr(p.pos-1, errSyntax, "expected ',' or ']'")
 			}
 		}
 	}
@@ -282,7 +282,7 @@ func (p *parser) object() (value, error) {
 		for {
 			p.skipSpace()
 			if p.pos >= len(p.src) || p.src[p.pos] != '"' {
-				return value{}, syntaxErr(p.pos, ErrInvalidJSON, "expected a member name")
+				return value{}, syntaxErr(p.pos, errSyntax, "expected a member name")
 			}
 			off, n, flags, esc, err := p.string()
 			if err != nil {
@@ -290,7 +290,7 @@ func (p *parser) object() (value, error) {
 			}
 			p.skipSpace()
 			if p.pos >= len(p.src) || p.src[p.pos] != ':' {
-				return value{}, syntaxErr(p.pos, ErrInvalidJSON, "expected ':'")
+				return value{}, syntaxErr(p.pos, errSyntax, "expected ':'")
 			}
 			p.pos++
 			v, err := p.value()
@@ -300,7 +300,7 @@ func (p *parser) object() (value, error) {
 			p.stack = append(p.stack, member{keyOff: off, keyLen: n, keyFlags: flags, keyEsc: esc, val: v})
 			p.skipSpace()
 			if p.pos >= len(p.src) {
-				return value{}, syntaxErr(p.pos, ErrInvalidJSON, "unexpected end of input in object")
+				return value{}, syntaxErr(p.pos, errSyntax, "unexpected end of input in object")
 			}
 			c := p.src[p.pos]
 			p.pos++
@@ -308,7 +308,7 @@ func (p *parser) object() (value, error) {
 				break
 			}
 			if c != ',' {
-				return value{}, syntaxErr(p.pos-1, ErrInvalidJSON, "expected ',' or '}'")
+				return value{}, syntaxErr(p.pos-1, errSyntax, "expected ',' or '}'")
 			}
 		}
 	}
@@ -328,7 +328,7 @@ func (p *parser) object() (value, error) {
 	}
 	for i := 1; i < len(ms); i++ {
 		if bytes.Equal(p.key(&ms[i-1]), p.key(&ms[i])) {
-			return value{}, syntaxErr(start, ErrDuplicateKey, "in the object starting here")
+			return value{}, syntaxErr(start, errDuplicate, "in the object starting here")
 		}
 	}
 	return v, nil
@@ -395,16 +395,16 @@ func (p *parser) string() (off int, n int32, flags uint8, esc bool, err error) {
 			case '\\':
 				return p.stringSlow(start, i)
 			default:
-				return 0, 0, 0, false, syntaxErr(i, ErrInvalidJSON, "control character in string")
+				return 0, 0, 0, false, syntaxErr(i, errSyntax, "control character in string")
 			}
 		}
 		r, size := utf8.DecodeRune(src[i:])
 		if r == utf8.RuneError && size == 1 {
-			return 0, 0, 0, false, syntaxErr(i, ErrInvalidUTF8, "")
+			return 0, 0, 0, false, syntaxErr(i, errUTF8, "")
 		}
 		i += size
 	}
-	return 0, 0, 0, false, syntaxErr(p.pos, ErrInvalidJSON, "unterminated string")
+	return 0, 0, 0, false, syntaxErr(p.pos, errSyntax, "unterminated string")
 }
 
 // stringSlow decodes a string with escapes into the arena; src[start:i] is
@@ -427,10 +427,10 @@ func (p *parser) stringSlow(start, i int) (off int, n int32, flags uint8, esc bo
 				return a0, int32(len(p.arena) - a0), inArena, esc, nil
 			case '\\':
 			default:
-				return 0, 0, 0, false, syntaxErr(i, ErrInvalidJSON, "control character in string")
+				return 0, 0, 0, false, syntaxErr(i, errSyntax, "control character in string")
 			}
 			if i+1 >= len(src) {
-				return 0, 0, 0, false, syntaxErr(i, ErrInvalidJSON, "unterminated string")
+				return 0, 0, 0, false, syntaxErr(i, errSyntax, "unterminated string")
 			}
 			var d byte
 			switch src[i+1] {
@@ -460,7 +460,7 @@ func (p *parser) stringSlow(start, i int) (off int, n int32, flags uint8, esc bo
 				i = next
 				continue
 			default:
-				return 0, 0, 0, false, syntaxErr(i, ErrInvalidJSON, "invalid escape")
+				return 0, 0, 0, false, syntaxErr(i, errSyntax, "invalid escape")
 			}
 			p.arena = append(p.arena, d)
 			i += 2
@@ -468,12 +468,12 @@ func (p *parser) stringSlow(start, i int) (off int, n int32, flags uint8, esc bo
 		}
 		r, size := utf8.DecodeRune(src[i:])
 		if r == utf8.RuneError && size == 1 {
-			return 0, 0, 0, false, syntaxErr(i, ErrInvalidUTF8, "")
+			return 0, 0, 0, false, syntaxErr(i, errUTF8, "")
 		}
 		p.arena = append(p.arena, src[i:i+size]...)
 		i += size
 	}
-	return 0, 0, 0, false, syntaxErr(p.pos, ErrInvalidJSON, "unterminated string")
+	return 0, 0, 0, false, syntaxErr(p.pos, errSyntax, "unterminated string")
 }
 
 // unicodeEscape decodes the \uXXXX escape at src[i], and the low half that
@@ -481,24 +481,24 @@ func (p *parser) stringSlow(start, i int) (off int, n int32, flags uint8, esc bo
 func (p *parser) unicodeEscape(i int) (rune, int, error) {
 	r, ok := hex4(p.src, i+2)
 	if !ok {
-		return 0, 0, syntaxErr(i, ErrInvalidJSON, "invalid \\u escape")
+		return 0, 0, syntaxErr(i, errSyntax, "invalid \\u escape")
 	}
 	switch {
 	case r < 0xD800 || r > 0xDFFF:
 		return r, i + 6, nil
 	case r >= 0xDC00:
-		return 0, 0, syntaxErr(i, ErrLoneSurrogate, "low surrogate without a high one")
+		return 0, 0, syntaxErr(i, errSurrogate, "low surrogate without a high one")
 	}
 	j := i + 6
 	if j+1 >= len(p.src) || p.src[j] != '\\' || p.src[j+1] != 'u' {
-		return 0, 0, syntaxErr(i, ErrLoneSurrogate, "high surrogate without a low one")
+		return 0, 0, syntaxErr(i, errSurrogate, "high surrogate without a low one")
 	}
 	lo, ok := hex4(p.src, j+2)
 	if !ok {
-		return 0, 0, syntaxErr(j, ErrInvalidJSON, "invalid \\u escape")
+		return 0, 0, syntaxErr(j, errSyntax, "invalid \\u escape")
 	}
 	if lo < 0xDC00 || lo > 0xDFFF {
-		return 0, 0, syntaxErr(i, ErrLoneSurrogate, "high surrogate without a low one")
+		return 0, 0, syntaxErr(i, errSurrogate, "high surrogate without a low one")
 	}
 	return 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00), j + 6, nil
 }
@@ -541,7 +541,7 @@ func (p *parser) number() (value, error) {
 			i++
 		}
 	default:
-		return value{}, syntaxErr(start, ErrInvalidJSON, "invalid number")
+		return value{}, syntaxErr(start, errSyntax, "invalid number")
 	}
 	intEnd := i
 	fracStart, fracEnd := i, i
@@ -552,7 +552,7 @@ func (p *parser) number() (value, error) {
 			i++
 		}
 		if i == fracStart {
-			return value{}, syntaxErr(start, ErrInvalidJSON, "invalid number")
+			return value{}, syntaxErr(start, errSyntax, "invalid number")
 		}
 		fracEnd = i
 	}
@@ -568,7 +568,7 @@ func (p *parser) number() (value, error) {
 			i++
 		}
 		if i == d {
-			return value{}, syntaxErr(start, ErrInvalidJSON, "invalid number")
+			return value{}, syntaxErr(start, errSyntax, "invalid number")
 		}
 	}
 	p.pos = i
@@ -630,9 +630,9 @@ func parseFloat(lit []byte) (float64, error) {
 	f, err := strconv.ParseFloat(unsafe.String(&lit[0], len(lit)), 64)
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) && math.IsInf(f, 0) {
-			return 0, &SyntaxError{Err: ErrNumberOverflow}
+			return 0, &SyntaxError{kind: errOverflow}
 		}
-		return 0, &SyntaxError{Err: ErrInvalidJSON, Detail: "invalid number"}
+		return 0, &SyntaxError{kind: errSyntax, Detail: "invalid number"}
 	}
 	return f, nil
 }
@@ -654,7 +654,7 @@ func (p *parser) write(dst []byte, v *value) ([]byte, error) {
 			return append(dst, lit...), nil
 		}
 		if p.strict {
-			return dst, syntaxErr(v.off, ErrPrecision, "send integers beyond 2^53 as strings")
+			return dst, syntaxErr(v.off, errPrecision, "send integers beyond 2^53 as strings")
 		}
 		f, err := parseFloat(lit) // succeeded once already
 		if err != nil {

@@ -148,7 +148,7 @@ func TestJSON_Numbers(t *testing.T) {
 	}
 	for _, in := range []string{"1E400", "-1E400", "1e309", "1.7976931348623159e308", strings.Repeat("9", 400)} {
 		_, err := canon.JSON([]byte(`{"n":` + in + `}`))
-		if !errors.Is(err, canon.ErrNumberOverflow) || !errors.Is(err, canon.ErrInvalidJSON) {
+		if !errors.Is(err, canon.ErrOverflow) || !errors.Is(err, canon.ErrInvalid) {
 			t.Errorf("JSON(%s): err = %v, want ErrNumberOverflow", in, err)
 		}
 	}
@@ -223,69 +223,69 @@ func TestJSON_Errors(t *testing.T) {
 		in   string
 		want error
 	}{
-		{"", canon.ErrInvalidJSON},
-		{" \n", canon.ErrInvalidJSON},
-		{"{", canon.ErrInvalidJSON},
-		{"}", canon.ErrInvalidJSON},
-		{"[1,]", canon.ErrInvalidJSON},
-		{"[,1]", canon.ErrInvalidJSON},
-		{"[1 2]", canon.ErrInvalidJSON},
-		{`{"a":1,}`, canon.ErrInvalidJSON},
-		{`{"a" 1}`, canon.ErrInvalidJSON},
-		{`{a:1}`, canon.ErrInvalidJSON},
-		{`{"a":1}{}`, canon.ErrInvalidJSON},
-		{`{"a":1} x`, canon.ErrInvalidJSON},
-		{"tru", canon.ErrInvalidJSON},
-		{"nul", canon.ErrInvalidJSON},
-		{"True", canon.ErrInvalidJSON},
-		{"NaN", canon.ErrInvalidJSON},
-		{"Infinity", canon.ErrInvalidJSON},
-		{"01", canon.ErrInvalidJSON},
-		{"-", canon.ErrInvalidJSON},
-		{"+1", canon.ErrInvalidJSON},
-		{"1.", canon.ErrInvalidJSON},
-		{".5", canon.ErrInvalidJSON},
-		{"1e", canon.ErrInvalidJSON},
-		{"1e+", canon.ErrInvalidJSON},
-		{"0x10", canon.ErrInvalidJSON},
-		{"1_000", canon.ErrInvalidJSON},
-		{`"abc`, canon.ErrInvalidJSON},
-		{`"\x"`, canon.ErrInvalidJSON},
-		{`"\u12"`, canon.ErrInvalidJSON},
-		{`"\u12G4"`, canon.ErrInvalidJSON},
-		{`"\`, canon.ErrInvalidJSON},
-		{"\"a\nb\"", canon.ErrInvalidJSON},
-		{"\"a\tb\"", canon.ErrInvalidJSON},
-		{"\"\x00\"", canon.ErrInvalidJSON},
-		{"\xef\xbb\xbf{}", canon.ErrInvalidJSON}, // a byte order mark
-		{"[\xe2\x80\xa8]", canon.ErrInvalidJSON}, // U+2028 outside a string
-		{"\"\xff\"", canon.ErrInvalidUTF8},
-		{"\"\xc0\xaf\"", canon.ErrInvalidUTF8},         // overlong '/'
-		{"\"\xed\xa0\x80\"", canon.ErrInvalidUTF8},     // UTF-8-encoded surrogate
-		{"\"\xf4\x90\x80\x80\"", canon.ErrInvalidUTF8}, // beyond U+10FFFF
-		{"\"\xe2\x82\"", canon.ErrInvalidUTF8},         // truncated
-		{"\"\\n\xff\"", canon.ErrInvalidUTF8},          // after an escape
-		{"{\"\xff\":1}", canon.ErrInvalidUTF8},
-		{`"\ud800"`, canon.ErrLoneSurrogate},
-		{`"\udc00"`, canon.ErrLoneSurrogate},
-		{`"\ud800\u0041"`, canon.ErrLoneSurrogate},
-		{`"\ud800\ud800"`, canon.ErrLoneSurrogate},
-		{`"\ude00\ud83d"`, canon.ErrLoneSurrogate},
-		{`"\ud83dx"`, canon.ErrLoneSurrogate},
-		{`{"\udfff":1}`, canon.ErrLoneSurrogate},
-		{`{"a":1,"a":2}`, canon.ErrDuplicateKey},
-		{`{"a":1,"b":2,"a":1}`, canon.ErrDuplicateKey},
-		{`{"a":1,"\u0061":2}`, canon.ErrDuplicateKey},
-		{`{"é":1,"\u00e9":2}`, canon.ErrDuplicateKey},
-		{`[{"x":{"k":1,"k":1}}]`, canon.ErrDuplicateKey},
-		{"1e400", canon.ErrNumberOverflow},
+		{"", canon.ErrSyntax},
+		{" \n", canon.ErrSyntax},
+		{"{", canon.ErrSyntax},
+		{"}", canon.ErrSyntax},
+		{"[1,]", canon.ErrSyntax},
+		{"[,1]", canon.ErrSyntax},
+		{"[1 2]", canon.ErrSyntax},
+		{`{"a":1,}`, canon.ErrSyntax},
+		{`{"a" 1}`, canon.ErrSyntax},
+		{`{a:1}`, canon.ErrSyntax},
+		{`{"a":1}{}`, canon.ErrSyntax},
+		{`{"a":1} x`, canon.ErrSyntax},
+		{"tru", canon.ErrSyntax},
+		{"nul", canon.ErrSyntax},
+		{"True", canon.ErrSyntax},
+		{"NaN", canon.ErrSyntax},
+		{"Infinity", canon.ErrSyntax},
+		{"01", canon.ErrSyntax},
+		{"-", canon.ErrSyntax},
+		{"+1", canon.ErrSyntax},
+		{"1.", canon.ErrSyntax},
+		{".5", canon.ErrSyntax},
+		{"1e", canon.ErrSyntax},
+		{"1e+", canon.ErrSyntax},
+		{"0x10", canon.ErrSyntax},
+		{"1_000", canon.ErrSyntax},
+		{`"abc`, canon.ErrSyntax},
+		{`"\x"`, canon.ErrSyntax},
+		{`"\u12"`, canon.ErrSyntax},
+		{`"\u12G4"`, canon.ErrSyntax},
+		{`"\`, canon.ErrSyntax},
+		{"\"a\nb\"", canon.ErrSyntax},
+		{"\"a\tb\"", canon.ErrSyntax},
+		{"\"\x00\"", canon.ErrSyntax},
+		{"\xef\xbb\xbf{}", canon.ErrSyntax}, // a byte order mark
+		{"[\xe2\x80\xa8]", canon.ErrSyntax}, // U+2028 outside a string
+		{"\"\xff\"", canon.ErrUTF8},
+		{"\"\xc0\xaf\"", canon.ErrUTF8},         // overlong '/'
+		{"\"\xed\xa0\x80\"", canon.ErrUTF8},     // UTF-8-encoded surrogate
+		{"\"\xf4\x90\x80\x80\"", canon.ErrUTF8}, // beyond U+10FFFF
+		{"\"\xe2\x82\"", canon.ErrUTF8},         // truncated
+		{"\"\\n\xff\"", canon.ErrUTF8},          // after an escape
+		{"{\"\xff\":1}", canon.ErrUTF8},
+		{`"\ud800"`, canon.ErrSurrogate},
+		{`"\udc00"`, canon.ErrSurrogate},
+		{`"\ud800\u0041"`, canon.ErrSurrogate},
+		{`"\ud800\ud800"`, canon.ErrSurrogate},
+		{`"\ude00\ud83d"`, canon.ErrSurrogate},
+		{`"\ud83dx"`, canon.ErrSurrogate},
+		{`{"\udfff":1}`, canon.ErrSurrogate},
+		{`{"a":1,"a":2}`, canon.ErrDuplicate},
+		{`{"a":1,"b":2,"a":1}`, canon.ErrDuplicate},
+		{`{"a":1,"\u0061":2}`, canon.ErrDuplicate},
+		{`{"é":1,"\u00e9":2}`, canon.ErrDuplicate},
+		{`[{"x":{"k":1,"k":1}}]`, canon.ErrDuplicate},
+		{"1e400", canon.ErrOverflow},
 		{deep(canon.MaxDepth + 1), canon.ErrTooDeep},
 		{strings.Repeat(`{"a":`, canon.MaxDepth+1) + "1" + strings.Repeat("}", canon.MaxDepth+1), canon.ErrTooDeep},
 		{strings.Repeat("[", 100000), canon.ErrTooDeep},
 	}
 	for _, c := range cases {
 		out, err := canon.JSON([]byte(c.in))
-		if !errors.Is(err, c.want) || !errors.Is(err, canon.ErrInvalidJSON) {
+		if !errors.Is(err, c.want) || !errors.Is(err, canon.ErrInvalid) {
 			t.Errorf("JSON(%q) = %q, %v; want %v", c.in, out, err, c.want)
 			continue
 		}
@@ -310,11 +310,11 @@ func TestJSON_ErrorOffsets(t *testing.T) {
 		off  int64
 		want error
 	}{
-		{`{"a":1,"b":2 "c":3}`, 13, canon.ErrInvalidJSON},
-		{"[\"ok\",\"\xff\"]", 7, canon.ErrInvalidUTF8},
-		{`[1, "\ud800"]`, 5, canon.ErrLoneSurrogate},
-		{`[0, 1e999]`, 4, canon.ErrNumberOverflow},
-		{`[[], {"k":1, "k":2}]`, 5, canon.ErrDuplicateKey},
+		{`{"a":1,"b":2 "c":3}`, 13, canon.ErrSyntax},
+		{"[\"ok\",\"\xff\"]", 7, canon.ErrUTF8},
+		{`[1, "\ud800"]`, 5, canon.ErrSurrogate},
+		{`[0, 1e999]`, 4, canon.ErrOverflow},
+		{`[[], {"k":1, "k":2}]`, 5, canon.ErrDuplicate},
 	}
 	for _, c := range cases {
 		_, err := canon.JSON([]byte(c.in))
@@ -388,8 +388,8 @@ func TestJSONStrict_Precision(t *testing.T) {
 		`{"a":{"b":[1,2,18446744073709551615]}}`,
 	} {
 		out, err := canon.JSONStrict([]byte(in))
-		if !errors.Is(err, canon.ErrPrecision) || errors.Is(err, canon.ErrInvalidJSON) {
-			t.Errorf("JSONStrict(%s) = %s, %v; want ErrPrecision alone", in, out, err)
+		if !errors.Is(err, canon.ErrPrecision) || !errors.Is(err, canon.ErrInvalid) || errors.Is(err, canon.ErrSyntax) {
+			t.Errorf("JSONStrict(%s) = %s, %v; want ErrInvalid for precision, not a syntax error", in, out, err)
 		}
 		var se *canon.SyntaxError
 		if !errors.As(err, &se) || se.Offset <= 0 {

@@ -15,9 +15,8 @@ import (
 	"strings"
 )
 
-// DefaultMaxBody is the body limit [Request] applies when Options.MaxBody is
-// zero: 1 MiB.
-const DefaultMaxBody int64 = 1 << 20
+// defaultMaxBody is the body limit when Options.MaxBody is zero: 1 MiB.
+const defaultMaxBody int64 = 1 << 20
 
 // Options says what [Request] puts into a fingerprint beyond the fixed
 // parts (method, path, query, body). The zero value is usable: no
@@ -46,8 +45,8 @@ type Options struct {
 	Exclude []string
 
 	// MaxBody is the largest body, in bytes, that is read; a longer one
-	// fails with a [*TooLargeError] without the rest being read. Defaults
-	// to [DefaultMaxBody] (1 MiB).
+	// fails with [ErrTooLarge] without the rest being read. Defaults to
+	// 1 MiB.
 	MaxBody int64
 
 	// AllowImpreciseNumbers turns off the precision rule (see [JSONStrict]):
@@ -57,36 +56,24 @@ type Options struct {
 	AllowImpreciseNumbers bool
 }
 
-// Request returns the fingerprint of r's intent.
-//
-// The fingerprint covers, in this order: the method; opts.Operation; the
-// URL path (escaped form, with percent escapes of unreserved characters
-// decoded and the others' hex uppercased); the query parameters sorted by
-// name then value; the headers in opts.Headers; and the body, read up to
-// opts.MaxBody and canonicalized by its Content-Type: application/json and
-// every +json type through [JSONStrict] (minus opts.Exclude), with the
-// media type; application/x-www-form-urlencoded as its parameters sorted
-// by name then value, with the media type; an empty body as empty; anything
-// else as its raw bytes, with the media type and its parameters. See the
-// package documentation for what is left out.
+// Request returns the fingerprint of r's intent: what enters it, and how
+// each kind of body does, is listed in the package documentation.
 //
 // Request reads the body and replaces r.Body with one that yields the same
 // bytes (closing it closes the original), so the handler reads the body as
 // sent; on a too-large or read error it yields what was read followed by the
 // unread rest. It changes nothing else in r.
 //
-// Errors: [ErrInvalidOptions] (a programming error); [*TooLargeError]
-// matching [ErrTooLarge] (also for an http.MaxBytesReader that trips);
-// [ErrReadBody]; [ErrInvalidQuery]; [ErrInvalidForm]; and for JSON bodies
-// the [*SyntaxError] values of [JSONStrict], matching [ErrInvalidJSON] or
-// [ErrPrecision].
+// Errors match [ErrInvalidOptions] (a programming error), [ErrTooLarge]
+// (also for an http.MaxBytesReader that trips) or [ErrInvalid]; an error
+// reading the body matches none of them.
 func Request(r *http.Request, opts Options) (Fingerprint, error) {
 	maxBody := opts.MaxBody
 	switch {
 	case maxBody < 0:
 		return "", fmt.Errorf("%w: MaxBody must not be negative", ErrInvalidOptions)
 	case maxBody == 0:
-		maxBody = DefaultMaxBody
+		maxBody = defaultMaxBody
 	}
 	headers, err := headerNames(opts.Headers)
 	if err != nil {
@@ -117,7 +104,7 @@ func Request(r *http.Request, opts Options) (Fingerprint, error) {
 	b = appendField(b, path)
 	query, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return "", ErrInvalidQuery
+		return "", errQuery
 	}
 	b = appendValues(b, query)
 
@@ -161,7 +148,7 @@ func Request(r *http.Request, opts Options) (Fingerprint, error) {
 		case "form":
 			form, err := url.ParseQuery(string(body))
 			if err != nil {
-				return "", ErrInvalidForm
+				return "", errForm
 			}
 			b = appendValues(b, form)
 		default:
@@ -312,7 +299,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		return nil, nil
 	}
 	if r.ContentLength > limit {
-		return nil, &TooLargeError{Limit: limit} // nothing read, r.Body untouched
+		return nil, &tooLargeError{limit: limit} // nothing read, r.Body untouched
 	}
 	orig := r.Body
 	var buf bytes.Buffer
@@ -326,11 +313,11 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		var mbe *http.MaxBytesError
 		switch {
 		case err == nil:
-			return nil, &TooLargeError{Limit: limit}
+			return nil, &tooLargeError{limit: limit}
 		case errors.As(err, &mbe):
-			return nil, &TooLargeError{Limit: min(limit, mbe.Limit)}
+			return nil, &tooLargeError{limit: min(limit, mbe.Limit)}
 		default:
-			return nil, fmt.Errorf("%w: %w", ErrReadBody, err)
+			return nil, fmt.Errorf("%w: %w", errReadBody, err)
 		}
 	}
 	r.Body = &replayBody{Reader: bytes.NewReader(data), orig: orig}

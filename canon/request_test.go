@@ -190,8 +190,8 @@ func TestRequest_Precision(t *testing.T) {
 	t.Parallel()
 	json := func(body string) reqSpec { return reqSpec{contentType: "application/json", body: body} }
 	_, err := canon.Request(newReq(json(`{"id":9007199254740993}`)), canon.Options{})
-	if !errors.Is(err, canon.ErrPrecision) {
-		t.Fatalf(`{"id":9007199254740993}: err = %v, want ErrPrecision`, err)
+	if !errors.Is(err, canon.ErrPrecision) || !errors.Is(err, canon.ErrInvalid) {
+		t.Fatalf(`{"id":9007199254740993}: err = %v, want ErrInvalid (precision)`, err)
 	}
 	if errors.Is(err, canon.ErrTooLarge) || errors.Is(err, canon.ErrInvalidOptions) {
 		t.Fatalf("precision error %v must map to 400", err)
@@ -238,9 +238,8 @@ func TestRequest_TooLarge(t *testing.T) {
 		r.Body, r.ContentLength = src, -1 // unknown length, like chunked
 		r.Header.Set("Content-Type", "application/json")
 		_, err := canon.Request(r, canon.Options{MaxBody: 1000})
-		var tl *canon.TooLargeError
-		if !errors.Is(err, canon.ErrTooLarge) || !errors.As(err, &tl) || tl.Limit != 1000 {
-			t.Fatalf("err = %v, want *TooLargeError{1000}", err)
+		if !errors.Is(err, canon.ErrTooLarge) || canon.TooLargeLimit(err) != 1000 {
+			t.Fatalf("err = %v, want ErrTooLarge with limit 1000", err)
 		}
 		if src.read != 1001 {
 			t.Fatalf("read %d bytes; want the limit plus one", src.read)
@@ -281,9 +280,8 @@ func TestRequest_TooLarge(t *testing.T) {
 		r.ContentLength = -1
 		r.Body = http.MaxBytesReader(httptest.NewRecorder(), r.Body, 50)
 		_, err := canon.Request(r, canon.Options{})
-		var tl *canon.TooLargeError
-		if !errors.As(err, &tl) || tl.Limit != 50 {
-			t.Fatalf("err = %v, want *TooLargeError{50}", err)
+		if !errors.Is(err, canon.ErrTooLarge) || canon.TooLargeLimit(err) != 50 {
+			t.Fatalf("err = %v, want ErrTooLarge with limit 50", err)
 		}
 	})
 	t.Run("NegativeMaxBody", func(t *testing.T) {
@@ -393,7 +391,7 @@ func TestRequest_Forms(t *testing.T) {
 	}
 	for _, b := range []string{"a=%zz", "a=1;b=2"} {
 		_, err := canon.Request(newReq(reqSpec{contentType: "application/x-www-form-urlencoded", body: b}), canon.Options{})
-		if !errors.Is(err, canon.ErrInvalidForm) {
+		if !errors.Is(err, canon.ErrForm) || !errors.Is(err, canon.ErrInvalid) {
 			t.Errorf("form %q: err = %v, want ErrInvalidForm", b, err)
 		}
 	}
@@ -433,7 +431,7 @@ func TestRequest_URL(t *testing.T) {
 	for _, q := range []string{"/x?a=%zz", "/x?a=1;b=2"} {
 		r := httptest.NewRequest(http.MethodGet, "/x", nil)
 		r.URL.RawQuery = q[3:]
-		if _, err := canon.Request(r, canon.Options{}); !errors.Is(err, canon.ErrInvalidQuery) {
+		if _, err := canon.Request(r, canon.Options{}); !errors.Is(err, canon.ErrQuery) || !errors.Is(err, canon.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalidQuery", q, err)
 		}
 	}
@@ -497,10 +495,10 @@ func TestRequest_HeadersAndBodies(t *testing.T) {
 	if raw("application/problem+json", `{"b":1,"a":2}`) != raw("application/problem+json", `{"a":2,"b":1}`) {
 		t.Error("+json body not canonicalized")
 	}
-	if _, err := canon.Request(newReq(reqSpec{contentType: "application/json", body: `{"a":1,"a":2}`}), canon.Options{}); !errors.Is(err, canon.ErrDuplicateKey) || !errors.Is(err, canon.ErrInvalidJSON) {
+	if _, err := canon.Request(newReq(reqSpec{contentType: "application/json", body: `{"a":1,"a":2}`}), canon.Options{}); !errors.Is(err, canon.ErrDuplicate) || !errors.Is(err, canon.ErrInvalid) {
 		t.Errorf("duplicate keys: err = %v", err)
 	}
-	if _, err := canon.Request(newReq(reqSpec{contentType: "application/vnd.api+json", body: `{`}), canon.Options{}); !errors.Is(err, canon.ErrInvalidJSON) {
+	if _, err := canon.Request(newReq(reqSpec{contentType: "application/vnd.api+json", body: `{`}), canon.Options{}); !errors.Is(err, canon.ErrSyntax) {
 		t.Errorf("broken +json body: err = %v", err)
 	}
 }
@@ -527,7 +525,7 @@ func TestRequest_InvalidOptions(t *testing.T) {
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
 	fp := fingerprint(t, reqSpec{}, canon.Options{})
-	if !regexp.MustCompile(`^v1:[A-Za-z0-9_-]{43}$`).MatchString(fp.String()) {
+	if !regexp.MustCompile(`^v1:[A-Za-z0-9_-]{43}$`).MatchString(string(fp)) {
 		t.Fatalf("fingerprint %q is not v1: + 43 base64url characters", fp)
 	}
 	if fp.Version() != "v1" || canon.Fingerprint("garbage").Version() != "" || canon.Fingerprint("v2:x").Version() != "v2" {
@@ -542,5 +540,27 @@ func TestFingerprint(t *testing.T) {
 	}
 	if s != canon.Sum([]byte("ab"), []byte("c")) || s.Version() != "v1" || len(s) != 46 {
 		t.Fatal("Sum")
+	}
+}
+
+type failingReader struct{ err error }
+
+func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
+func (f failingReader) Close() error             { return nil }
+
+// A read error is neither the client's input nor a size or configuration
+// problem: it matches none of the three sentinels and wraps the reader's
+// error.
+func TestRequest_ReadError(t *testing.T) {
+	t.Parallel()
+	gone := errors.New("client went away")
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Body, r.ContentLength = failingReader{gone}, -1
+	_, err := canon.Request(r, canon.Options{})
+	if !errors.Is(err, canon.ErrReadBody) || !errors.Is(err, gone) {
+		t.Fatalf("err = %v, want a read error wrapping the reader's", err)
+	}
+	if errors.Is(err, canon.ErrInvalid) || errors.Is(err, canon.ErrTooLarge) || errors.Is(err, canon.ErrInvalidOptions) {
+		t.Fatalf("read error %v matches a sentinel", err)
 	}
 }

@@ -97,7 +97,7 @@ func (w *leaseWatch) Renew(ctx context.Context, ref durable.Ref, tok fence.Token
 	err := w.Store.Renew(ctx, ref, tok, lease)
 	if err == nil {
 		w.f.mu.Lock()
-		if f, ok := w.f.m[ref.KeyHash]; ok && f.tok.Equal(tok) && start.Add(lease).After(f.until) {
+		if f, ok := w.f.m[ref.KeyHash]; ok && f.tok == tok && start.Add(lease).After(f.until) {
 			f.until = start.Add(lease)
 			w.f.m[ref.KeyHash] = f
 		}

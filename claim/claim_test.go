@@ -114,7 +114,7 @@ func TestClaimer_Outcomes(t *testing.T) {
 					t.Fatal(err)
 				}
 				again := mustClaim(t, c, req("k-release", "v1:other"), claim.Acquired)
-				if !again.Lease.Token().Newer(out.Lease.Token()) {
+				if again.Lease.Token().Generation <= out.Lease.Token().Generation {
 					t.Fatalf("generation after release %v, before %v", again.Lease.Token(), out.Lease.Token())
 				}
 				if err := out.Lease.Complete(t.Context(), result("stale")); !errors.Is(err, claim.ErrFenced) {
@@ -329,7 +329,7 @@ func TestLease_StaleOwnerIsFenced(t *testing.T) {
 			old := mustClaim(t, e.c, r, claim.Acquired)
 			e.expireLease(r) // the owner paused past its lease
 			cur := mustClaim(t, e.c, r, claim.Acquired)
-			if !cur.Lease.Token().Newer(old.Lease.Token()) {
+			if cur.Lease.Token().Generation <= old.Lease.Token().Generation {
 				t.Fatalf("takeover generation %v not newer than %v", cur.Lease.Token(), old.Lease.Token())
 			}
 			if err := old.Lease.Complete(t.Context(), result("stale")); !errors.Is(err, claim.ErrFenced) {
@@ -346,7 +346,7 @@ func TestLease_StaleOwnerIsFenced(t *testing.T) {
 				t.Fatalf("replayed %q, want the new owner's result", rep.Result.Body)
 			}
 			rec, err := e.store.Get(t.Context(), e.ref(r))
-			if err != nil || rec.Takeovers != 1 || !rec.Token.Equal(cur.Lease.Token()) {
+			if err != nil || rec.Takeovers != 1 || rec.Token != cur.Lease.Token() {
 				t.Fatalf("record %+v, %v", rec, err)
 			}
 		})

@@ -129,7 +129,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 			rec, err := c.store.Get(rctx, ref)
 			cancel()
 			if err == nil &&
-				rec.State == state && rec.Token.Equal(tok) && rec.Result != nil {
+				rec.State == state && rec.Token == tok && rec.Result != nil {
 				c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", ref)
 				c.acquired(ctx, ref, p, f, claimed)
 				return c.executed(ctx, opID, ref, tok, p, state, *rec.Result, sent), nil

@@ -115,7 +115,7 @@ func TestLease_KeepAliveExpiryKeepsTheKey(t *testing.T) {
 		t.Fatalf("stop = %v, want ErrLeaseExpired", err)
 	}
 	rec, err := e.store.Get(t.Context(), e.ref(r))
-	if err != nil || rec.Released || !rec.Token.Equal(out.Lease.Token()) {
+	if err != nil || rec.Released || rec.Token != out.Lease.Token() {
 		t.Fatalf("record after ErrLeaseExpired = %+v, %v; want still held by the first worker", rec, err)
 	}
 	if err := out.Lease.Complete(t.Context(), result("recorded")); err != nil {

@@ -276,7 +276,7 @@ func TestClaimer_LostRedisClaimReply(t *testing.T) {
 		e.flushRedis()
 		out := mustClaim(t, lost, r, claim.Acquired)
 		tok := out.Lease.Token()
-		if !tok.Newer(prev.Lease.Token()) {
+		if tok.Generation <= prev.Lease.Token().Generation {
 			t.Fatalf("generation %v not newer than %v", tok, prev.Lease.Token())
 		}
 		k := lua.KeysFor(e.prefix, e.ref(r))

@@ -12,10 +12,10 @@ import (
 // from the newest token it has seen, and a newer token replaces the stored one.
 func accept(highest *fence.Token, incoming fence.Token) bool {
 	switch {
-	case incoming.Newer(*highest):
+	case incoming.Generation > highest.Generation:
 		*highest = incoming
 		return true
-	case incoming.Equal(*highest):
+	case incoming == *highest:
 		return true
 	default:
 		return false

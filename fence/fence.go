@@ -38,10 +38,10 @@
 //     Fencing-Token: 42.5f0c1c9e-8d1e-4a51-9a59-2a4a0f4f6a11 (see [Token.String]).
 //  2. Parse it with [Parse] and keep, per resource, the highest generation it
 //     has accepted.
-//  3. Reject a write whose generation is lower than the one stored
-//     ([Token.Newer] tells which of two tokens is newer); accept an equal one
-//     only from the same owner ([Token.Equal]); store a higher one before
-//     applying the write, in the same transaction.
+//  3. Reject a write whose generation is lower than the one stored; accept
+//     an equal one only from the same owner (the same Token, compared with
+//     ==); store a higher one before applying the write, in the same
+//     transaction.
 //
 // The generation orders writers; the owner tells two writers apart in the
 // rare case where a data-losing Redis proposed one generation twice (the
@@ -60,27 +60,16 @@ import (
 // ErrInvalidToken is returned by [Parse] for a string that is not a token.
 var ErrInvalidToken = errors.New("fence: invalid token")
 
-// Token is a fencing token: the generation of a claim and the owner that holds it.
-// The zero Token means "no token".
+// Token is a fencing token: the generation of a claim and the owner that
+// holds it. Tokens are comparable: two are the same token exactly when they
+// are ==, the zero Token means "no token", and of two tokens the one with
+// the higher Generation was issued later.
 type Token struct {
 	// Generation rises monotonically per idempotency key. It is at least 1 for
 	// any token the durable store issued.
 	Generation uint64
 	// Owner is the random identity of the worker holding the claim.
 	Owner uuid.UUID
-}
-
-// IsZero reports whether t is the zero Token.
-func (t Token) IsZero() bool { return t.Generation == 0 && t.Owner == uuid.Nil }
-
-// Newer reports whether t was issued after other: its generation is higher.
-// Two tokens with the same generation are not ordered by Newer.
-func (t Token) Newer(other Token) bool { return t.Generation > other.Generation }
-
-// Equal reports whether t and other are the same token: same generation and
-// same owner.
-func (t Token) Equal(other Token) bool {
-	return t.Generation == other.Generation && t.Owner == other.Owner
 }
 
 // String returns the token as "<generation>.<owner>", for example

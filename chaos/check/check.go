@@ -196,7 +196,7 @@ func Check(in Input, opts Options) Report {
 	reported := map[genKey]bool{}
 	grants := map[string][]history.Call{} // per op: definite grants
 	for _, c := range in.Calls {
-		if c.Ambiguous || c.Token.IsZero() {
+		if c.Ambiguous || (c.Token.Generation == 0 && c.Token.Owner == uuid.Nil) {
 			continue
 		}
 		switch c.Kind {

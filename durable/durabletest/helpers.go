@@ -219,7 +219,7 @@ func waitRetentionPassed[TTx any](t testing.TB, s durable.Store[TTx], ref durabl
 
 func checkToken(t testing.TB, what string, got, want fence.Token) {
 	t.Helper()
-	if !got.Equal(want) {
+	if got != want {
 		t.Fatalf("%s: token %v; want %v", what, got, want)
 	}
 }

@@ -133,7 +133,7 @@ func (c *contract[TTx]) concurrentClaims(t *testing.T) {
 		if r == nil {
 			t.Fatalf("claim %d: neither acquired nor given the existing record", i)
 		}
-		if r.State != durable.Processing || r.Released || !r.Token.Equal(winner) || r.LeaseRemaining <= 0 || r.Fingerprint != fp1 {
+		if r.State != durable.Processing || r.Released || r.Token != winner || r.LeaseRemaining <= 0 || r.Fingerprint != fp1 {
 			t.Fatalf("claim %d saw %+v; want the winner's live processing record %v", i, *r, winner)
 		}
 	}

@@ -316,7 +316,7 @@ func TestStore_ClaimAfterWaitingSeesTheCommittedVersion(t *testing.T) {
 		}
 		return first
 	}, sc)
-	if res.Acquired || res.Record == nil || res.Record.State != durable.Completed || !res.Record.Token.Equal(tok) || n != 1 {
+	if res.Acquired || res.Record == nil || res.Record.State != durable.Completed || res.Record.Token != tok || n != 1 {
 		t.Fatalf("claim after waiting on an update = %+v (%d statements); want the completed record in 1 statement", res, n)
 	}
 
@@ -329,7 +329,7 @@ func TestStore_ClaimAfterWaitingSeesTheCommittedVersion(t *testing.T) {
 		}
 		return r.Token
 	}, sc)
-	if res.Acquired || res.Record == nil || res.Record.State != durable.Processing || !res.Record.Token.Equal(tok) || n != 2 {
+	if res.Acquired || res.Record == nil || res.Record.State != durable.Processing || res.Record.Token != tok || n != 2 {
 		t.Fatalf("claim after waiting on an insert = %+v (%d statements); want the processing record, read again (2 statements)", res, n)
 	}
 }

@@ -90,7 +90,7 @@ func (s *Store) resolve(ctx context.Context, ref durable.Ref, tok fence.Token, w
 	case g < tok.Generation, g == tok.Generation && !rec.Released && rec.Token.Owner != tok.Owner:
 		return fencedErr(w.op)
 	case g == tok.Generation && w.notApplied(rec):
-		if rec.Token.Equal(tok) && !rec.State.Finished() {
+		if rec.Token == tok && !rec.State.Finished() {
 			return unavailable(w.op+" (not in effect after a lost reply; retry)", cause)
 		}
 		return fencedErr(w.op)
@@ -127,7 +127,7 @@ func (s *Store) finish(ctx context.Context, q querier, op string, state durable.
 		sql:  sql,
 		args: fenceArgs(ref, tok, res.StatusCode, jsonHeaders, body, res.Version, res.ResourceID, bin),
 		applied: func(rec durable.Record) bool {
-			return rec.State == state && rec.Token.Equal(tok) && sameResult(rec.Result, res)
+			return rec.State == state && rec.Token == tok && sameResult(rec.Result, res)
 		},
 		// At tok's generation a finish is final: unfinished under tok, or
 		// finished otherwise, or released (a finished record is never
@@ -186,7 +186,7 @@ func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.To
 		sql:  s.q.markUncertain,
 		args: fenceArgs(ref, tok),
 		applied: func(rec durable.Record) bool {
-			return rec.State == durable.Uncertain && rec.Token.Equal(tok)
+			return rec.State == durable.Uncertain && rec.Token == tok
 		},
 		// Processing under tok, or released (only a processing record is
 		// released): not marked. Finished under tok: it may have been

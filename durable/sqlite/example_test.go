@@ -68,7 +68,7 @@ func Example() {
 	fmt.Println("first: acquired", first.Acquired)
 	retry := placeOrder()
 	fmt.Println("retry: acquired", retry.Acquired, "replays", retry.Record.Result.StatusCode, string(retry.Record.Result.Body))
-	fmt.Println("retry: under the first token", retry.Record.Token.Equal(first.Token))
+	fmt.Println("retry: under the first token", retry.Record.Token == first.Token)
 
 	var orders int
 	if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {

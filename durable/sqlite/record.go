@@ -111,7 +111,7 @@ func sameResult(stored *durable.Result, res durable.Result) bool {
 
 // heldBy reports whether rec carries tok.
 func heldBy(rec durable.Record, tok fence.Token) bool {
-	return rec.Token.Equal(tok)
+	return rec.Token == tok
 }
 
 func validRef(ref durable.Ref) error {

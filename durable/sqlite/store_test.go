@@ -145,7 +145,7 @@ func TestStore_Claim(t *testing.T) {
 		if want := uint64(rec.CreatedAt.UnixMilli() - 60_000); r.Token.Generation != want {
 			t.Fatalf("generation %d, want the clock floor %d", r.Token.Generation, want)
 		}
-		if rec.State != durable.Processing || !rec.Token.Equal(r.Token) || rec.LeaseRemaining <= 0 || rec.Expired() {
+		if rec.State != durable.Processing || rec.Token != r.Token || rec.LeaseRemaining <= 0 || rec.Expired() {
 			t.Fatalf("record %+v", rec)
 		}
 		if rec.ExpiresAt.Sub(rec.CreatedAt) != time.Hour {
@@ -171,7 +171,7 @@ func TestStore_Claim(t *testing.T) {
 		sc := newScope()
 		first := mustClaim(t, s, params(sc, "v1:a"))
 		r := mustClaim(t, s, params(sc, "v1:a"))
-		if r.Acquired || r.Record == nil || r.Record.State != durable.Processing || !r.Record.Token.Equal(first.Token) {
+		if r.Acquired || r.Record == nil || r.Record.State != durable.Processing || r.Record.Token != first.Token {
 			t.Fatalf("got %+v", r)
 		}
 		if r.Record.LeaseRemaining <= 0 {
@@ -205,7 +205,7 @@ func TestStore_Claim(t *testing.T) {
 			t.Fatalf("got %+v", second)
 		}
 		rec := mustGet(t, s, first.Ref)
-		if rec.Takeovers != 1 || !rec.CreatedAt.Equal(created) || !rec.Token.Equal(second.Token) {
+		if rec.Takeovers != 1 || !rec.CreatedAt.Equal(created) || rec.Token != second.Token {
 			t.Fatalf("record %+v", rec)
 		}
 		// The stale owner is fenced everywhere.
@@ -500,7 +500,7 @@ func TestStore_FencedWrites(t *testing.T) {
 		if err != nil || tok.Generation != r.Token.Generation+7 {
 			t.Fatalf("Adopt: %v %v", tok, err)
 		}
-		if rec := mustGet(t, s, r.Ref); rec.State != durable.Processing || !rec.Token.Equal(tok) {
+		if rec := mustGet(t, s, r.Ref); rec.State != durable.Processing || rec.Token != tok {
 			t.Fatalf("record %+v", rec)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -62,8 +63,10 @@ func main() {
 	}
 }
 
-// run opens the services, builds the service and serves it until ctx is
-// done, or, with -demo, runs the demo against it and returns its verdict.
+// run opens the services, builds the service, starts its sweeper and
+// serves it until ctx is done, or, with -demo, runs the demo against it and
+// returns its verdict. The sweeper stops after the server, before the
+// stores close.
 func run(ctx context.Context, o options, out io.Writer) error {
 	level := slog.LevelWarn
 	if o.verbose {
@@ -78,10 +81,18 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	for _, line := range b.Describe() {
 		fmt.Fprintln(out, "orders:", line)
 	}
-	h, err := newService(ctx, b, log)
+	a, err := newService(ctx, b, log)
 	if err != nil {
 		return err
 	}
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = a.sweep(sweepCtx) })
+	defer func() {
+		stopSweep()
+		wg.Wait()
+	}()
+	h := a.handler
 	addr := o.addr
 	var cut *cutter
 	if o.demo {

@@ -43,10 +43,20 @@ const (
 // lease expires, although the result is durable.
 const lease = 5 * time.Second
 
+// app is the service: its handler and the sweeper that must run beside it.
+type app struct {
+	handler http.Handler
+	// sweep deletes finished records past their retention, every minute
+	// until ctx is done (Claimer.RunSweeper). Nothing else deletes them:
+	// without it the idempotency table only grows.
+	sweep func(context.Context) error
+}
+
 // newService builds the service on b: its table, a Claimer on b's durable
-// store with b's Redis in front, and the routes. The durable store's
-// transaction type decides the type parameter, hence the two branches.
-func newService(ctx context.Context, b *backend.Backend, log *slog.Logger) (http.Handler, error) {
+// store with b's Redis in front, the routes and the sweeper. The durable
+// store's transaction type decides the type parameter, hence the two
+// branches.
+func newService(ctx context.Context, b *backend.Backend, log *slog.Logger) (*app, error) {
 	opts := append(b.ClaimOptions(), claim.WithLease(lease), claim.WithLogger(log))
 	if b.Postgres != nil {
 		orders, err := newPGOrders(ctx, b.Pool)
@@ -78,8 +88,9 @@ type service[TTx any] struct {
 
 // routes wires the handlers: demo authentication first (demoauth: do
 // not copy it, put your own authentication there), then per route
-// validation, then the idempotency middleware in transaction mode.
-func routes[TTx any](c *claim.Claimer[TTx], orders orderStore[TTx], log *slog.Logger) (http.Handler, error) {
+// validation, then the idempotency middleware in transaction mode; and the
+// Claimer's sweeper.
+func routes[TTx any](c *claim.Claimer[TTx], orders orderStore[TTx], log *slog.Logger) (*app, error) {
 	guard, err := claimhttp.Middleware(c, claimhttp.Options{
 		TenantFunc:    demoauth.Tenant,
 		InTransaction: true, // the handler's insert joins the claim's transaction
@@ -93,7 +104,8 @@ func routes[TTx any](c *claim.Claimer[TTx], orders orderStore[TTx], log *slog.Lo
 	mux.Handle("POST /orders", validOrder(guard(http.HandlerFunc(s.create))))
 	mux.HandleFunc("GET /orders/{id}", s.get)
 	mux.HandleFunc("GET /orders", s.list)
-	return demoauth.Middleware(mux), nil
+	sweep := func(ctx context.Context) error { return c.RunSweeper(ctx, claim.SweeperOptions{}) }
+	return &app{handler: demoauth.Middleware(mux), sweep: sweep}, nil
 }
 
 // create inserts the order in the transaction that holds the claim. The

@@ -81,11 +81,11 @@ func setup(t *testing.T, cfg backend.Config) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	h, err := newService(t.Context(), b, slog.New(slog.DiscardHandler))
+	a, err := newService(t.Context(), b, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut := &cutter{next: h}
+	cut := &cutter{next: a.handler}
 	srv := httptest.NewServer(cut)
 	t.Cleanup(srv.Close)
 	base := &http.Transport{MaxIdleConnsPerHost: 64}

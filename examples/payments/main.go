@@ -82,8 +82,8 @@ func main() {
 	}
 }
 
-// run opens the services, starts the fake gateway, the service and its
-// reconciler, and serves until ctx is done, or, with -demo, runs the demo
+// run opens the services, starts the fake gateway, the service, its
+// reconciler and its sweeper, and serves until ctx is done, or, with -demo, runs the demo
 // against them and returns its verdict.
 func run(ctx context.Context, o options, out io.Writer) error {
 	level := slog.LevelWarn
@@ -116,11 +116,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	recCtx, stopRec := context.WithCancel(ctx)
+	bgCtx, stopBg := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = a.reconcile(recCtx) })
+	wg.Go(func() { _ = a.reconcile(bgCtx) })
+	wg.Go(func() { _ = a.sweep(bgCtx) })
 	defer func() {
-		stopRec()
+		stopBg()
 		wg.Wait()
 	}()
 

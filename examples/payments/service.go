@@ -89,6 +89,10 @@ type app struct {
 	reconcileOnce func(context.Context) (claim.Report, error)
 	// reconcile runs passes every interval until ctx is done.
 	reconcile func(context.Context) error
+	// sweep deletes finished records past their retention, every minute
+	// until ctx is done (Claimer.RunSweeper). Nothing else deletes them:
+	// without it the idempotency table only grows.
+	sweep func(context.Context) error
 }
 
 // lease is how long a claim holds a key before another request may take it
@@ -100,7 +104,7 @@ type app struct {
 const lease = 5 * time.Second
 
 // newService builds the service on b, calling the gateway through gw, with
-// a reconciler that runs every interval. The durable store's transaction
+// a reconciler that runs every interval and a sweeper. The durable store's transaction
 // type decides the type parameter, hence the two branches; the service
 // itself never touches a transaction (workflow mode).
 func newService(b *backend.Backend, gw *gatewayClient, log *slog.Logger, interval time.Duration) (*app, error) {
@@ -134,7 +138,8 @@ func build[TTx any](c *claim.Claimer[TTx], gw *gatewayClient, log *slog.Logger, 
 	}
 	mux := http.NewServeMux()
 	mux.Handle(operation, validPayment(guard(http.HandlerFunc(s.pay))))
-	return &app{handler: demoauth.Middleware(mux), reconcileOnce: rec.RunOnce, reconcile: rec.Run}, nil
+	sweep := func(ctx context.Context) error { return c.RunSweeper(ctx, claim.SweeperOptions{}) }
+	return &app{handler: demoauth.Middleware(mux), reconcileOnce: rec.RunOnce, reconcile: rec.Run, sweep: sweep}, nil
 }
 
 // service holds the handler and the reconciler's resolve function.
