@@ -28,14 +28,10 @@ type Options struct {
 	Operation string
 
 	// Headers lists the semantic request headers to include, such as
-	// "Content-Language" or "Prefer". Names are case-insensitive; each
-	// enters as its lowercased name with its values (in received order,
-	// each trimmed of spaces and tabs), and the headers are taken in sorted
-	// name order, so the order of this list does not matter. "Host" means
-	// r.Host. A listed header that is absent differs from one present with
-	// an empty value. Defaults to none: transport headers (traceparent,
-	// user-agent, content-length, accept-encoding, ...) never enter unless
-	// listed here.
+	// "Content-Language" or "Prefer", case-insensitively and in any order
+	// (the package documentation says how they enter). A listed header
+	// that is absent differs from one present with an empty value.
+	// Defaults to none: transport headers never enter unless listed here.
 	Headers []string
 
 	// Exclude lists RFC 6901 JSON Pointers to object members of a JSON body
