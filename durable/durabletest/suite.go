@@ -25,7 +25,7 @@ import (
 // ErrMismatch for another fingerprint; exact replay of completed and failed
 // results; Release; retention restarts and Sweep in batches (processing and
 // uncertain records kept and counted by Stats); isolation of tenants and
-// operations; ClaimTx/CompleteTx commit and rollback, and a concurrent
+// operations; Claim and Complete inside InTx: commit and rollback, and a concurrent
 // claimer blocked until commit; ErrUnavailable from an unreachable store;
 // ErrInvalidScope with nothing written; a lost COMMIT acknowledgement
 // resolved by reading; idempotent Complete; MarkUncertain, Adopt and
@@ -60,8 +60,8 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 		{"SweepDeletesOnlyFinishedExpiredRecordsInBatchesAndGenerationsRiseAcrossIt", c.sweep},
 		{"TenantsAndOperationsNeverInteract", c.isolation},
 		{"ClaimAndCompleteInTheCallersTransaction", c.inTx},
-		{"ClaimTxBlocksAConcurrentClaimerUntilCommit", c.claimTxBlocks},
-		{"ClaimTxRollbackLetsTheBlockedClaimerAcquire", c.claimTxRollback},
+		{"ClaimInTxBlocksAConcurrentClaimerUntilCommit", c.claimTxBlocks},
+		{"ClaimInTxRollbackLetsTheBlockedClaimerAcquire", c.claimTxRollback},
 		{"UnreachableStoreReturnsErrUnavailable", c.unreachable},
 		{"InvalidParametersReturnErrInvalidScopeAndWriteNothing", c.invalid},
 		{"LostCommitAckIsResolvedByReadingTheRecord", c.lostCommitAck},
@@ -105,7 +105,7 @@ func (c *contract[TTx]) concurrentClaims(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			r, err := s.Claim(ctx, params(sc, fp1, long, long))
+			r, err := s.Claim(ctx, noTx[TTx](), params(sc, fp1, long, long))
 			out[i] = outcome{r, err}
 		})
 	}
@@ -166,12 +166,12 @@ func (c *contract[TTx]) takeover(t *testing.T) {
 	a = mustAcquire(t, s, params(sc, fp1, short, long))
 	waitLeaseExpired(t, s, ref)
 	// An expired lease is not free for another request.
-	_, err := s.Claim(ctx, params(sc, fp2, long, long))
+	_, err := s.Claim(ctx, noTx[TTx](), params(sc, fp2, long, long))
 	wantErr(t, "claim with another fingerprint after expiry", err, durable.ErrMismatch)
 	checkToken(t, "after the mismatch", mustGet(t, s, ref).Token, a)
 
 	pb := params(sc, fp1, long, long)
-	res, err := s.Claim(ctx, pb)
+	res, err := s.Claim(ctx, noTx[TTx](), pb)
 	must(t, "takeover claim", err)
 	if !res.Acquired || !res.Takeover || res.Restarted {
 		t.Fatalf("takeover claim = %+v; want acquired as a takeover", res)
@@ -181,21 +181,21 @@ func (c *contract[TTx]) takeover(t *testing.T) {
 		t.Fatalf("takeover token %v after %v; want the new owner and a higher generation", b, a)
 	}
 
-	wantErr(t, "old owner's Complete", s.Complete(ctx, ref, a, sampleResult()), durable.ErrFenced)
+	wantErr(t, "old owner's Complete", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()), durable.ErrFenced)
 	rec = mustGet(t, s, ref)
 	checkState(t, "after the fenced Complete", rec, durable.Processing)
 	checkToken(t, "after the fenced Complete", rec.Token, b)
 	if rec.Result != nil || rec.Takeovers != 1 {
 		t.Fatalf("after the fenced Complete: result %+v, takeovers %d; want none and 1", rec.Result, rec.Takeovers)
 	}
-	wantErr(t, "old owner's Fail", s.Fail(ctx, ref, a, rejection()), durable.ErrFenced)
+	wantErr(t, "old owner's Fail", s.Fail(ctx, noTx[TTx](), ref, a, rejection()), durable.ErrFenced)
 	wantErr(t, "old owner's Renew", s.Renew(ctx, ref, a, long), durable.ErrFenced)
 	wantErr(t, "old owner's MarkUncertain", s.MarkUncertain(ctx, ref, a), durable.ErrFenced)
-	wantErr(t, "old owner's Release", s.Release(ctx, ref, a), durable.ErrFenced)
+	wantErr(t, "old owner's Release", s.Release(ctx, noTx[TTx](), ref, a), durable.ErrFenced)
 
 	won := durable.Result{StatusCode: 200, Body: []byte("new owner"), Version: 1}
-	must(t, "new owner's Complete", s.Complete(ctx, ref, b, won))
-	wantErr(t, "old owner's late Complete", s.Complete(ctx, ref, a, sampleResult()), durable.ErrFenced)
+	must(t, "new owner's Complete", s.Complete(ctx, noTx[TTx](), ref, b, won))
+	wantErr(t, "old owner's late Complete", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()), durable.ErrFenced)
 	rec = mustGet(t, s, ref)
 	checkState(t, "after completion", rec, durable.Completed)
 	checkToken(t, "after completion", rec.Token, b)
@@ -253,7 +253,7 @@ func (c *contract[TTx]) mismatch(t *testing.T) {
 	sc := newScope()
 	ref := mustRef(t, s, sc)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
-	res, err := s.Claim(ctx, params(sc, fp2, long, long))
+	res, err := s.Claim(ctx, noTx[TTx](), params(sc, fp2, long, long))
 	wantErr(t, "claim with another fingerprint while processing", err, durable.ErrMismatch)
 	if res.Acquired {
 		t.Fatal("a mismatching claim acquired")
@@ -263,8 +263,8 @@ func (c *contract[TTx]) mismatch(t *testing.T) {
 	if rec.Fingerprint != fp1 {
 		t.Fatalf("fingerprint %q; want %q", rec.Fingerprint, fp1)
 	}
-	must(t, "Complete", s.Complete(ctx, ref, a, sampleResult()))
-	res, err = s.Claim(ctx, params(sc, fp2, long, long))
+	must(t, "Complete", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()))
+	res, err = s.Claim(ctx, noTx[TTx](), params(sc, fp2, long, long))
 	wantErr(t, "claim with another fingerprint after completion", err, durable.ErrMismatch)
 	if res.Acquired {
 		t.Fatal("a mismatching claim acquired a completed record")
@@ -290,7 +290,7 @@ func (c *contract[TTx]) replay(t *testing.T) {
 		sc := newScope()
 		ref := mustRef(t, s, sc)
 		a := mustAcquire(t, s, params(sc, fp1, long, long))
-		must(t, "Complete", s.Complete(ctx, ref, a, want))
+		must(t, "Complete", s.Complete(ctx, noTx[TTx](), ref, a, want))
 		if want.Body == nil {
 			want.Body = []byte{}
 		}
@@ -315,15 +315,15 @@ func (c *contract[TTx]) failReplay(t *testing.T) {
 	sc := newScope()
 	ref := mustRef(t, s, sc)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
-	must(t, "Fail", s.Fail(ctx, ref, a, rejection()))
-	must(t, "Fail again with the same token and result", s.Fail(ctx, ref, a, rejection()))
-	wantErr(t, "Complete after Fail", s.Complete(ctx, ref, a, sampleResult()), durable.ErrFenced)
+	must(t, "Fail", s.Fail(ctx, noTx[TTx](), ref, a, rejection()))
+	must(t, "Fail again with the same token and result", s.Fail(ctx, noTx[TTx](), ref, a, rejection()))
+	wantErr(t, "Complete after Fail", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()), durable.ErrFenced)
 	rec := mustNotAcquire(t, s, params(sc, fp1, long, long))
 	checkState(t, "replay", rec, durable.Failed)
 	if !equalResult(rec.Result, rejection()) {
 		t.Fatalf("replayed %+v; want %+v", rec.Result, rejection())
 	}
-	_, err := s.Claim(ctx, params(sc, fp2, long, long))
+	_, err := s.Claim(ctx, noTx[TTx](), params(sc, fp2, long, long))
 	wantErr(t, "claim with another fingerprint", err, durable.ErrMismatch)
 	if !equalResult(mustGet(t, s, ref).Result, rejection()) {
 		t.Fatal("failed record changed")
@@ -344,22 +344,22 @@ func (c *contract[TTx]) completeTwice(t *testing.T) {
 		{Generation: a.Generation, Owner: uuid.New()},
 		{},
 	} {
-		wantErr(t, "Complete with token "+wrong.String(), s.Complete(ctx, ref, wrong, sampleResult()), durable.ErrFenced)
-		wantErr(t, "Fail with token "+wrong.String(), s.Fail(ctx, ref, wrong, rejection()), durable.ErrFenced)
+		wantErr(t, "Complete with token "+wrong.String(), s.Complete(ctx, noTx[TTx](), ref, wrong, sampleResult()), durable.ErrFenced)
+		wantErr(t, "Fail with token "+wrong.String(), s.Fail(ctx, noTx[TTx](), ref, wrong, rejection()), durable.ErrFenced)
 		wantErr(t, "MarkUncertain with token "+wrong.String(), s.MarkUncertain(ctx, ref, wrong), durable.ErrFenced)
-		wantErr(t, "Release with token "+wrong.String(), s.Release(ctx, ref, wrong), durable.ErrFenced)
+		wantErr(t, "Release with token "+wrong.String(), s.Release(ctx, noTx[TTx](), ref, wrong), durable.ErrFenced)
 	}
 	checkState(t, "after the fenced writes", mustGet(t, s, ref), durable.Processing)
-	must(t, "Complete", s.Complete(ctx, ref, a, sampleResult()))
-	must(t, "Complete again", s.Complete(ctx, ref, a, sampleResult()))
-	must(t, "CompleteTx again", s.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		return s.CompleteTx(ctx, tx, ref, a, sampleResult())
+	must(t, "Complete", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()))
+	must(t, "Complete again", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()))
+	must(t, "Complete in tx again", s.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		return s.Complete(ctx, tx, ref, a, sampleResult())
 	}))
 	other := durable.Result{StatusCode: 500, Body: []byte("other")}
-	wantErr(t, "Complete with another result", s.Complete(ctx, ref, a, other), durable.ErrFenced)
-	wantErr(t, "Fail after Complete", s.Fail(ctx, ref, a, rejection()), durable.ErrFenced)
+	wantErr(t, "Complete with another result", s.Complete(ctx, noTx[TTx](), ref, a, other), durable.ErrFenced)
+	wantErr(t, "Fail after Complete", s.Fail(ctx, noTx[TTx](), ref, a, rejection()), durable.ErrFenced)
 	wantErr(t, "MarkUncertain after Complete", s.MarkUncertain(ctx, ref, a), durable.ErrFenced)
-	wantErr(t, "Release after Complete", s.Release(ctx, ref, a), durable.ErrFenced)
+	wantErr(t, "Release after Complete", s.Release(ctx, noTx[TTx](), ref, a), durable.ErrFenced)
 	rec := mustGet(t, s, ref)
 	checkState(t, "after the repeats", rec, durable.Completed)
 	if !equalResult(rec.Result, sampleResult()) {
@@ -367,7 +367,7 @@ func (c *contract[TTx]) completeTwice(t *testing.T) {
 	}
 	wrong := a
 	wrong.Owner = uuid.New()
-	wantErr(t, "Complete with another owner and the same generation", s.Complete(ctx, ref, wrong, sampleResult()), durable.ErrFenced)
+	wantErr(t, "Complete with another owner and the same generation", s.Complete(ctx, noTx[TTx](), ref, wrong, sampleResult()), durable.ErrFenced)
 }
 
 // 6. Release frees the key for a fresh claim (any fingerprint); the released
@@ -378,39 +378,39 @@ func (c *contract[TTx]) release(t *testing.T) {
 	sc := newScope()
 	ref := mustRef(t, s, sc)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
-	must(t, "Release", s.Release(ctx, ref, a))
+	must(t, "Release", s.Release(ctx, noTx[TTx](), ref, a))
 	rec := mustGet(t, s, ref)
 	if !rec.Released || rec.State != durable.Processing || rec.Token.Owner != uuid.Nil ||
 		rec.Token.Generation != a.Generation || rec.LeaseRemaining != 0 {
 		t.Fatalf("released record %+v; want processing, released, no owner, generation %d kept", rec, a.Generation)
 	}
-	wantErr(t, "released owner's Complete", s.Complete(ctx, ref, a, sampleResult()), durable.ErrFenced)
-	wantErr(t, "released owner's Fail", s.Fail(ctx, ref, a, rejection()), durable.ErrFenced)
+	wantErr(t, "released owner's Complete", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()), durable.ErrFenced)
+	wantErr(t, "released owner's Fail", s.Fail(ctx, noTx[TTx](), ref, a, rejection()), durable.ErrFenced)
 	wantErr(t, "released owner's Renew", s.Renew(ctx, ref, a, long), durable.ErrFenced)
 	wantErr(t, "released owner's MarkUncertain", s.MarkUncertain(ctx, ref, a), durable.ErrFenced)
 
 	pb := params(sc, fp2, long, long) // a new operation: any fingerprint
-	res, err := s.Claim(ctx, pb)
+	res, err := s.Claim(ctx, noTx[TTx](), pb)
 	must(t, "claim after release", err)
 	if !res.Acquired || !res.Restarted || res.Takeover || res.Token.Generation <= a.Generation {
 		t.Fatalf("claim after release = %+v; want a restart above generation %d", res, a.Generation)
 	}
-	wantErr(t, "released owner's late Complete", s.Complete(ctx, ref, a, sampleResult()), durable.ErrFenced)
-	wantErr(t, "released owner's late Release", s.Release(ctx, ref, a), durable.ErrFenced)
-	must(t, "new owner's Complete", s.Complete(ctx, ref, res.Token, sampleResult()))
+	wantErr(t, "released owner's late Complete", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()), durable.ErrFenced)
+	wantErr(t, "released owner's late Release", s.Release(ctx, noTx[TTx](), ref, a), durable.ErrFenced)
+	must(t, "new owner's Complete", s.Complete(ctx, noTx[TTx](), ref, res.Token, sampleResult()))
 	rec = mustGet(t, s, ref)
 	checkToken(t, "after release and reclaim", rec.Token, res.Token)
 	if rec.Fingerprint != fp2 || rec.Released {
 		t.Fatalf("record %+v; want the new operation's", rec)
 	}
 
-	// ReleaseTx inside a transaction.
+	// Release in tx inside a transaction.
 	sc = newScope()
 	ref = mustRef(t, s, sc)
 	a = mustAcquire(t, s, params(sc, fp1, long, long))
-	must(t, "InTx ReleaseTx", s.InTx(ctx, func(ctx context.Context, tx TTx) error { return s.ReleaseTx(ctx, tx, ref, a) }))
+	must(t, "InTx Release in tx", s.InTx(ctx, func(ctx context.Context, tx TTx) error { return s.Release(ctx, tx, ref, a) }))
 	if !mustGet(t, s, ref).Released {
-		t.Fatal("ReleaseTx committed but the record is not released")
+		t.Fatal("Release in tx committed but the record is not released")
 	}
 }
 
@@ -424,8 +424,10 @@ func (c *contract[TTx]) retentionRestart(t *testing.T) {
 		name string
 		do   func(ref durable.Ref, tok fence.Token) error
 	}{
-		{"completed", func(ref durable.Ref, tok fence.Token) error { return s.Complete(ctx, ref, tok, sampleResult()) }},
-		{"failed", func(ref durable.Ref, tok fence.Token) error { return s.Fail(ctx, ref, tok, rejection()) }},
+		{"completed", func(ref durable.Ref, tok fence.Token) error {
+			return s.Complete(ctx, noTx[TTx](), ref, tok, sampleResult())
+		}},
+		{"failed", func(ref durable.Ref, tok fence.Token) error { return s.Fail(ctx, noTx[TTx](), ref, tok, rejection()) }},
 	} {
 		sc := newScope()
 		ref := mustRef(t, s, sc)
@@ -433,7 +435,7 @@ func (c *contract[TTx]) retentionRestart(t *testing.T) {
 		must(t, finish.name, finish.do(ref, a))
 		waitRetentionPassed(t, s, ref)
 		pb := params(sc, fp2, long, long)
-		res, err := s.Claim(ctx, pb)
+		res, err := s.Claim(ctx, noTx[TTx](), pb)
 		must(t, "claim past retention", err)
 		if !res.Acquired || !res.Restarted || res.Takeover || res.Token.Generation <= a.Generation {
 			t.Fatalf("%s past retention: claim = %+v; want a restart above %d", finish.name, res, a.Generation)
@@ -441,7 +443,7 @@ func (c *contract[TTx]) retentionRestart(t *testing.T) {
 		rec := mustGet(t, s, ref)
 		checkState(t, "restarted", rec, durable.Processing)
 		checkToken(t, "restarted", rec.Token, res.Token)
-		if rec.Result != nil || !rec.CompletedAt.IsZero() || rec.Fingerprint != fp2 || rec.Expired() {
+		if rec.Result != nil || !rec.CompletedAt.IsZero() || rec.Fingerprint != fp2 || rec.ExpiresIn <= 0 {
 			t.Fatalf("restarted record %+v: want no result, the new fingerprint, a new retention", rec)
 		}
 	}
@@ -455,7 +457,7 @@ func (c *contract[TTx]) retentionRestart(t *testing.T) {
 			must(t, "MarkUncertain", s.MarkUncertain(ctx, ref, a))
 		}
 		waitRetentionPassed(t, s, ref)
-		_, err := s.Claim(ctx, params(sc, fp2, long, long))
+		_, err := s.Claim(ctx, noTx[TTx](), params(sc, fp2, long, long))
 		wantErr(t, "claim of a "+string(state)+" record past retention with another fingerprint", err, durable.ErrMismatch)
 		rec := mustNotAcquire(t, s, params(sc, fp1, long, long))
 		checkState(t, string(state)+" past retention", rec, state)
@@ -488,12 +490,14 @@ func (c *contract[TTx]) sweep(t *testing.T) {
 		}
 		return rec{ref, state, sc, tok}
 	}
-	complete := func(ref durable.Ref, tok fence.Token) error { return s.Complete(ctx, ref, tok, sampleResult()) }
+	complete := func(ref durable.Ref, tok fence.Token) error {
+		return s.Complete(ctx, noTx[TTx](), ref, tok, sampleResult())
+	}
 	for range 4 {
 		gone = append(gone, create(short, complete, durable.Completed))
 	}
-	gone = append(gone, create(short, func(ref durable.Ref, tok fence.Token) error { return s.Fail(ctx, ref, tok, rejection()) }, durable.Failed))
-	gone = append(gone, create(short, func(ref durable.Ref, tok fence.Token) error { return s.Release(ctx, ref, tok) }, durable.Processing))
+	gone = append(gone, create(short, func(ref durable.Ref, tok fence.Token) error { return s.Fail(ctx, noTx[TTx](), ref, tok, rejection()) }, durable.Failed))
+	gone = append(gone, create(short, func(ref durable.Ref, tok fence.Token) error { return s.Release(ctx, noTx[TTx](), ref, tok) }, durable.Processing))
 	stuck = append(stuck, create(short, nil, durable.Processing), create(short, nil, durable.Processing))
 	stuck = append(stuck, create(short, func(ref durable.Ref, tok fence.Token) error { return s.MarkUncertain(ctx, ref, tok) }, durable.Uncertain))
 	kept = append(kept, create(long, complete, durable.Completed), create(long, complete, durable.Completed))
@@ -558,7 +562,7 @@ func (c *contract[TTx]) sweep(t *testing.T) {
 		if i%2 == 1 {
 			p.Proposed = r.tok.Generation
 		}
-		res, err := s.Claim(ctx, p)
+		res, err := s.Claim(ctx, noTx[TTx](), p)
 		must(t, "claim of a swept scope", err)
 		if !res.Acquired || res.Takeover || res.Restarted || res.Token.Generation <= r.tok.Generation {
 			t.Fatalf("claim of a swept scope = %+v; want a fresh record above the swept generation %d", res, r.tok.Generation)
@@ -589,7 +593,7 @@ func (c *contract[TTx]) isolation(t *testing.T) {
 			fp = fp2 // a different request under the same key: no mismatch across scopes
 		}
 		p := params(sc, fp, long, long)
-		res, err := s.Claim(ctx, p)
+		res, err := s.Claim(ctx, noTx[TTx](), p)
 		must(t, fmt.Sprintf("claim of scope %d", i), err)
 		if !res.Acquired || res.Takeover || res.Restarted || res.Token.Owner != p.Owner {
 			t.Fatalf("scope %d: claim = %+v; want a fresh acquisition of its own record", i, res)
@@ -599,10 +603,10 @@ func (c *contract[TTx]) isolation(t *testing.T) {
 	if len(ids) != len(scopes) {
 		t.Fatal("two scopes share an operation identity")
 	}
-	must(t, "Complete scope 0", s.Complete(ctx, refs[0], toks[0], sampleResult()))
-	must(t, "Release scope 1", s.Release(ctx, refs[1], toks[1]))
+	must(t, "Complete scope 0", s.Complete(ctx, noTx[TTx](), refs[0], toks[0], sampleResult()))
+	must(t, "Release scope 1", s.Release(ctx, noTx[TTx](), refs[1], toks[1]))
 	must(t, "MarkUncertain scope 2", s.MarkUncertain(ctx, refs[2], toks[2]))
-	wantErr(t, "scope 3 completed with scope 0's token", s.Complete(ctx, refs[3], toks[0], sampleResult()), durable.ErrFenced)
+	wantErr(t, "scope 3 completed with scope 0's token", s.Complete(ctx, noTx[TTx](), refs[3], toks[0], sampleResult()), durable.ErrFenced)
 	for i, want := range []durable.State{durable.Completed, durable.Processing, durable.Uncertain, durable.Processing, durable.Processing} {
 		rec := mustGet(t, s, refs[i])
 		checkState(t, fmt.Sprintf("scope %d", i), rec, want)
@@ -626,14 +630,14 @@ func (c *contract[TTx]) inTx(t *testing.T) {
 	ref := mustRef(t, s, sc)
 
 	claimAndComplete := func(ctx context.Context, tx TTx) (fence.Token, error) {
-		res, err := s.ClaimTx(ctx, tx, params(sc, fp1, long, long))
+		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
 		if err != nil {
 			return fence.Token{}, err
 		}
 		if !res.Acquired {
-			return fence.Token{}, fmt.Errorf("ClaimTx did not acquire: %+v", res.Record)
+			return fence.Token{}, fmt.Errorf("claim in tx did not acquire: %+v", res.Record)
 		}
-		return res.Token, s.CompleteTx(ctx, tx, ref, res.Token, sampleResult())
+		return res.Token, s.Complete(ctx, tx, ref, res.Token, sampleResult())
 	}
 
 	err := s.InTx(ctx, func(ctx context.Context, tx TTx) error {
@@ -672,27 +676,27 @@ func (c *contract[TTx]) inTx(t *testing.T) {
 		t.Fatalf("committed result %+v", rec.Result)
 	}
 
-	// Inside a transaction a finished record replays too; FailTx commits.
+	// Inside a transaction a finished record replays too; Fail in tx commits.
 	must(t, "InTx replay", s.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		res, err := s.ClaimTx(ctx, tx, params(sc, fp1, long, long))
+		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
 		if err != nil {
 			return err
 		}
 		if res.Acquired || res.Record == nil || res.Record.State != durable.Completed {
-			return fmt.Errorf("ClaimTx of a completed record = %+v; want the replay", res)
+			return fmt.Errorf("claim in tx of a completed record = %+v; want the replay", res)
 		}
 		return nil
 	}))
 	sc2 := newScope()
 	ref2 := mustRef(t, s, sc2)
-	must(t, "InTx FailTx", s.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		res, err := s.ClaimTx(ctx, tx, params(sc2, fp1, long, long))
+	must(t, "InTx Fail in tx", s.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		res, err := s.Claim(ctx, tx, params(sc2, fp1, long, long))
 		if err != nil {
 			return err
 		}
-		return s.FailTx(ctx, tx, ref2, res.Token, rejection())
+		return s.Fail(ctx, tx, ref2, res.Token, rejection())
 	}))
-	checkState(t, "FailTx committed", mustGet(t, s, ref2), durable.Failed)
+	checkState(t, "Fail in tx committed", mustGet(t, s, ref2), durable.Failed)
 }
 
 // waitBlocked returns once a concurrent claimer is (very likely) blocked on
@@ -728,16 +732,16 @@ func (c *contract[TTx]) claimTxBlocks(t *testing.T) {
 	done := make(chan outcome, 1)
 	var tok fence.Token
 	err := s.InTx(tctx, func(ctx context.Context, tx TTx) error {
-		res, err := s.ClaimTx(ctx, tx, params(sc, fp1, long, long))
+		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
 		if err != nil {
 			return err
 		}
 		if !res.Acquired {
-			return fmt.Errorf("ClaimTx did not acquire: %+v", res.Record)
+			return fmt.Errorf("claim in tx did not acquire: %+v", res.Record)
 		}
 		tok = res.Token
 		go func() {
-			r, err := s.Claim(tctx, params(sc, fp1, long, long))
+			r, err := s.Claim(tctx, noTx[TTx](), params(sc, fp1, long, long))
 			done <- outcome{r, err}
 		}()
 		if err := c.waitBlocked(s, done); err != nil {
@@ -748,7 +752,7 @@ func (c *contract[TTx]) claimTxBlocks(t *testing.T) {
 			return fmt.Errorf("the concurrent claim returned while the transaction was open: %+v, %v", o.res, o.err)
 		default:
 		}
-		return s.CompleteTx(ctx, tx, ref, tok, sampleResult())
+		return s.Complete(ctx, tx, ref, tok, sampleResult())
 	})
 	must(t, "InTx", err)
 	var o outcome
@@ -776,15 +780,15 @@ func (c *contract[TTx]) claimTxRollback(t *testing.T) {
 	sc := newScope()
 	done := make(chan outcome, 1)
 	err := s.InTx(tctx, func(ctx context.Context, tx TTx) error {
-		res, err := s.ClaimTx(ctx, tx, params(sc, fp1, long, long))
+		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
 		if err != nil {
 			return err
 		}
 		if !res.Acquired {
-			return fmt.Errorf("ClaimTx did not acquire: %+v", res.Record)
+			return fmt.Errorf("claim in tx did not acquire: %+v", res.Record)
 		}
 		go func() {
-			r, err := s.Claim(tctx, params(sc, fp2, long, long))
+			r, err := s.Claim(tctx, noTx[TTx](), params(sc, fp2, long, long))
 			done <- outcome{r, err}
 		}()
 		if err := c.waitBlocked(s, done); err != nil {
@@ -825,16 +829,16 @@ func (c *contract[TTx]) unreachable(t *testing.T) {
 			t.Errorf("%s on an unreachable store = %v; want ErrUnavailable", what, err)
 		}
 	}
-	_, err = s.Claim(ctx, params(sc, fp1, long, long))
+	_, err = s.Claim(ctx, noTx[TTx](), params(sc, fp1, long, long))
 	check("Claim", err)
-	check("Complete", s.Complete(ctx, ref, tok, sampleResult()))
-	check("Fail", s.Fail(ctx, ref, tok, rejection()))
+	check("Complete", s.Complete(ctx, noTx[TTx](), ref, tok, sampleResult()))
+	check("Fail", s.Fail(ctx, noTx[TTx](), ref, tok, rejection()))
 	check("MarkUncertain", s.MarkUncertain(ctx, ref, tok))
 	check("Renew", s.Renew(ctx, ref, tok, long))
-	check("Release", s.Release(ctx, ref, tok))
-	_, err = s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: long})
+	check("Release", s.Release(ctx, noTx[TTx](), ref, tok))
+	_, err = s.Adopt(ctx, ref, uuid.New(), 0, long)
 	check("Adopt", err)
-	_, err = s.Pending(ctx, durable.PendingParams{Limit: 10})
+	_, err = s.Pending(ctx, 0, 10)
 	check("Pending", err)
 	_, err = s.Get(ctx, ref)
 	check("Get", err)
@@ -858,11 +862,11 @@ func (c *contract[TTx]) invalid(t *testing.T) {
 	cases := map[string]func(p *durable.ClaimParams){
 		"empty tenant":           func(p *durable.ClaimParams) { p.Scope.Tenant = "" },
 		"tenant not UTF-8":       func(p *durable.ClaimParams) { p.Scope.Tenant = "t\xff" },
-		"tenant too long":        func(p *durable.ClaimParams) { p.Scope.Tenant = strings.Repeat("t", durable.MaxNameLen+1) },
+		"tenant too long":        func(p *durable.ClaimParams) { p.Scope.Tenant = strings.Repeat("t", 513) },
 		"empty operation":        func(p *durable.ClaimParams) { p.Scope.Operation = "" },
 		"control in operation":   func(p *durable.ClaimParams) { p.Scope.Operation = "POST\n/orders" },
 		"empty key":              func(p *durable.ClaimParams) { p.Scope.Key = "" },
-		"key of 256 bytes":       func(p *durable.ClaimParams) { p.Scope.Key = strings.Repeat("k", durable.MaxKeyLen+1) },
+		"key of 256 bytes":       func(p *durable.ClaimParams) { p.Scope.Key = strings.Repeat("k", 256) },
 		"key with a newline":     func(p *durable.ClaimParams) { p.Scope.Key = "key\n" },
 		"key not ASCII":          func(p *durable.ClaimParams) { p.Scope.Key = "clé" },
 		"key with DEL":           func(p *durable.ClaimParams) { p.Scope.Key = "key\x7f" },
@@ -879,7 +883,7 @@ func (c *contract[TTx]) invalid(t *testing.T) {
 	for name, mutate := range cases {
 		p := base
 		mutate(&p)
-		res, err := s.Claim(ctx, p)
+		res, err := s.Claim(ctx, noTx[TTx](), p)
 		if !errors.Is(err, durable.ErrInvalidScope) || res.Acquired {
 			t.Errorf("Claim with %s = %+v, %v; want ErrInvalidScope", name, res, err)
 		}
@@ -888,11 +892,11 @@ func (c *contract[TTx]) invalid(t *testing.T) {
 			t.Errorf("Claim with %s: %v is not a *durable.ScopeError", name, err)
 		}
 		err = s.InTx(ctx, func(ctx context.Context, tx TTx) error {
-			_, err := s.ClaimTx(ctx, tx, p)
+			_, err := s.Claim(ctx, tx, p)
 			return err
 		})
 		if !errors.Is(err, durable.ErrInvalidScope) {
-			t.Errorf("ClaimTx with %s = %v; want ErrInvalidScope", name, err)
+			t.Errorf("Claim in tx with %s = %v; want ErrInvalidScope", name, err)
 		}
 		if p.Scope.Validate() != nil {
 			if _, err := s.Ref(p.Scope); !errors.Is(err, durable.ErrInvalidScope) {
@@ -901,12 +905,12 @@ func (c *contract[TTx]) invalid(t *testing.T) {
 		}
 	}
 	ref := mustRef(t, s, base.Scope)
-	_, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.Nil, Lease: long})
+	_, err := s.Adopt(ctx, ref, uuid.Nil, 0, long)
 	wantErr(t, "Adopt with a nil owner", err, durable.ErrInvalidScope)
-	_, err = s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: 0})
+	_, err = s.Adopt(ctx, ref, uuid.New(), 0, 0)
 	wantErr(t, "Adopt with a zero lease", err, durable.ErrInvalidScope)
 	wantErr(t, "Renew with a zero lease", s.Renew(ctx, ref, fence.Token{Generation: 1, Owner: uuid.New()}, 0), durable.ErrInvalidScope)
-	_, err = s.Pending(ctx, durable.PendingParams{Limit: 0})
+	_, err = s.Pending(ctx, 0, 0)
 	wantErr(t, "Pending with limit 0", err, durable.ErrInvalidScope)
 
 	mustNotFound(t, s, ref)
@@ -938,15 +942,15 @@ func (c *contract[TTx]) lostCommitAck(t *testing.T) {
 	var tok fence.Token
 	arm()
 	err := s.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		res, err := s.ClaimTx(ctx, tx, params(sc, fp1, long, long))
+		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
 		if err != nil {
 			return err
 		}
 		if !res.Acquired {
-			return fmt.Errorf("ClaimTx did not acquire: %+v", res.Record)
+			return fmt.Errorf("claim in tx did not acquire: %+v", res.Record)
 		}
 		tok = res.Token
-		return s.CompleteTx(ctx, tx, ref, tok, sampleResult())
+		return s.Complete(ctx, tx, ref, tok, sampleResult())
 	})
 	if !errors.Is(err, durable.ErrUnavailable) {
 		t.Fatalf("InTx with a lost COMMIT ack = %v; want ErrUnavailable (outcome unknown)", err)
@@ -957,7 +961,7 @@ func (c *contract[TTx]) lostCommitAck(t *testing.T) {
 	if !equalResult(rec.Result, sampleResult()) {
 		t.Fatalf("committed result %+v", rec.Result)
 	}
-	must(t, "retried Complete with the same token", s.Complete(ctx, ref, tok, sampleResult()))
+	must(t, "retried Complete with the same token", s.Complete(ctx, noTx[TTx](), ref, tok, sampleResult()))
 	if r := mustNotAcquire(t, s, params(sc, fp1, long, long)); r.State != durable.Completed {
 		t.Fatalf("a retry of the request saw %+v; want the replay", r)
 	}
@@ -967,13 +971,13 @@ func (c *contract[TTx]) lostCommitAck(t *testing.T) {
 	ref = mustRef(t, s, sc)
 	tok = mustAcquire(t, s, params(sc, fp1, long, long))
 	arm()
-	err = s.InTx(ctx, func(ctx context.Context, tx TTx) error { return s.CompleteTx(ctx, tx, ref, tok, sampleResult()) })
+	err = s.InTx(ctx, func(ctx context.Context, tx TTx) error { return s.Complete(ctx, tx, ref, tok, sampleResult()) })
 	if !errors.Is(err, durable.ErrUnavailable) {
 		t.Fatalf("InTx with a lost COMMIT ack = %v; want ErrUnavailable", err)
 	}
 	checkState(t, "the truth after the lost ack", mustGet(t, s, ref), durable.Completed)
-	must(t, "retried Complete with the same token", s.Complete(ctx, ref, tok, sampleResult()))
-	wantErr(t, "Complete with the same token and another result", s.Complete(ctx, ref, tok, rejection()), durable.ErrFenced)
+	must(t, "retried Complete with the same token", s.Complete(ctx, noTx[TTx](), ref, tok, sampleResult()))
+	wantErr(t, "Complete with the same token and another result", s.Complete(ctx, noTx[TTx](), ref, tok, rejection()), durable.ErrFenced)
 }
 
 // 12. A generation never decreases for a scope, across takeovers, releases,
@@ -1006,18 +1010,18 @@ func (c *contract[TTx]) monotonic(t *testing.T) {
 	claim("first claim", fp1, 5, short, long)
 	waitLeaseExpired(t, s, ref)
 	tok := claim("takeover with a lower proposal", fp1, 1, long, long)
-	must(t, "Release", s.Release(ctx, ref, tok))
+	must(t, "Release", s.Release(ctx, noTx[TTx](), ref, tok))
 	tok = claim("claim after release, no proposal", fp2, 0, long, short)
 	must(t, "MarkUncertain", s.MarkUncertain(ctx, ref, tok))
-	adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Proposed: 2, Lease: long})
+	adopted, err := s.Adopt(ctx, ref, uuid.New(), 2, long)
 	must(t, "Adopt", err)
 	seen("adoption with a lower proposal", adopted)
-	must(t, "Complete by the adopter", s.Complete(ctx, ref, adopted, sampleResult()))
+	must(t, "Complete by the adopter", s.Complete(ctx, noTx[TTx](), ref, adopted, sampleResult()))
 	waitRetentionPassed(t, s, ref)
 	tok = claim("restart past retention with a lower proposal", fp1, 1, long, long)
-	must(t, "Release", s.Release(ctx, ref, tok))
+	must(t, "Release", s.Release(ctx, noTx[TTx](), ref, tok))
 	tok = claim("claim after release with a higher proposal", fp1, 50, long, long)
-	must(t, "Release", s.Release(ctx, ref, tok))
+	must(t, "Release", s.Release(ctx, noTx[TTx](), ref, tok))
 	claim("claim after release with an old proposal", fp1, 3, long, long)
 }
 
@@ -1037,7 +1041,7 @@ func (c *contract[TTx]) uncertain(t *testing.T) {
 	}
 	rec = mustNotAcquire(t, s, params(sc, fp1, long, long))
 	checkState(t, "claim of an uncertain record", rec, durable.Uncertain)
-	_, err := s.Claim(ctx, params(sc, fp2, long, long))
+	_, err := s.Claim(ctx, noTx[TTx](), params(sc, fp2, long, long))
 	wantErr(t, "claim of an uncertain record with another fingerprint", err, durable.ErrMismatch)
 	wantErr(t, "Renew of an uncertain record not adopted", s.Renew(ctx, ref, a, long), durable.ErrFenced)
 	if !pendingHas(t, s, ref, 0) {
@@ -1045,7 +1049,7 @@ func (c *contract[TTx]) uncertain(t *testing.T) {
 	}
 
 	r := uuid.New()
-	adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: r, Lease: long})
+	adopted, err := s.Adopt(ctx, ref, r, 0, long)
 	must(t, "Adopt", err)
 	if adopted.Owner != r || adopted.Generation != a.Generation+1 {
 		t.Fatalf("adopted token %v; want owner %v at generation %d", adopted, r, a.Generation+1)
@@ -1059,27 +1063,27 @@ func (c *contract[TTx]) uncertain(t *testing.T) {
 	if pendingHas(t, s, ref, 0) {
 		t.Fatal("Pending lists an uncertain record adopted under a live lease")
 	}
-	_, err = s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: long})
+	_, err = s.Adopt(ctx, ref, uuid.New(), 0, long)
 	wantErr(t, "Adopt of an adopted record", err, durable.ErrBusy)
-	wantErr(t, "original owner's Complete", s.Complete(ctx, ref, a, sampleResult()), durable.ErrFenced)
-	wantErr(t, "original owner's Fail", s.Fail(ctx, ref, a, rejection()), durable.ErrFenced)
+	wantErr(t, "original owner's Complete", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()), durable.ErrFenced)
+	wantErr(t, "original owner's Fail", s.Fail(ctx, noTx[TTx](), ref, a, rejection()), durable.ErrFenced)
 	must(t, "adopter's Renew", s.Renew(ctx, ref, adopted, long))
-	must(t, "adopter's Complete", s.Complete(ctx, ref, adopted, sampleResult()))
+	must(t, "adopter's Complete", s.Complete(ctx, noTx[TTx](), ref, adopted, sampleResult()))
 	rec = mustGet(t, s, ref)
 	checkState(t, "reconciled", rec, durable.Completed)
 	checkToken(t, "reconciled", rec.Token, adopted)
 	if !equalResult(rec.Result, sampleResult()) {
 		t.Fatalf("reconciled result %+v", rec.Result)
 	}
-	_, err = s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: long})
+	_, err = s.Adopt(ctx, ref, uuid.New(), 0, long)
 	wantErr(t, "Adopt of a completed record", err, durable.ErrBusy)
-	_, err = s.Adopt(ctx, durable.AdoptParams{Ref: mustRef(t, s, newScope()), Owner: uuid.New(), Lease: long})
+	_, err = s.Adopt(ctx, mustRef(t, s, newScope()), uuid.New(), 0, long)
 	wantErr(t, "Adopt of no record", err, durable.ErrNotFound)
 }
 
 func pendingHas[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref, staleFor time.Duration) bool {
 	t.Helper()
-	recs, err := s.Pending(ctxFor(t), durable.PendingParams{StaleFor: staleFor, Limit: 100})
+	recs, err := s.Pending(ctxFor(t), staleFor, 100)
 	must(t, "Pending", err)
 	for _, r := range recs {
 		if r.Ref == ref {
@@ -1097,11 +1101,11 @@ func (c *contract[TTx]) adoptBusy(t *testing.T) {
 	sc := newScope()
 	ref := mustRef(t, s, sc)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
-	_, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: long})
+	_, err := s.Adopt(ctx, ref, uuid.New(), 0, long)
 	wantErr(t, "Adopt of a live lease", err, durable.ErrBusy)
 	checkToken(t, "after the refused Adopt", mustGet(t, s, ref).Token, a)
-	must(t, "Release", s.Release(ctx, ref, a))
-	_, err = s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: long})
+	must(t, "Release", s.Release(ctx, noTx[TTx](), ref, a))
+	_, err = s.Adopt(ctx, ref, uuid.New(), 0, long)
 	wantErr(t, "Adopt of a released record", err, durable.ErrBusy)
 
 	sc = newScope()
@@ -1109,15 +1113,15 @@ func (c *contract[TTx]) adoptBusy(t *testing.T) {
 	a = mustAcquire(t, s, params(sc, fp1, short, long))
 	waitLeaseExpired(t, s, ref)
 	r := uuid.New()
-	adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: r, Proposed: a.Generation + 40, Lease: long})
+	adopted, err := s.Adopt(ctx, ref, r, a.Generation+40, long)
 	must(t, "Adopt of an expired lease", err)
 	if adopted.Owner != r || adopted.Generation != a.Generation+40 {
 		t.Fatalf("adopted %v; want owner %v at the proposed generation %d", adopted, r, a.Generation+40)
 	}
 	rec := mustGet(t, s, ref)
 	checkState(t, "adopted processing record", rec, durable.Processing)
-	wantErr(t, "expired owner's Complete", s.Complete(ctx, ref, a, sampleResult()), durable.ErrFenced)
-	must(t, "adopter's Complete", s.Complete(ctx, ref, adopted, sampleResult()))
+	wantErr(t, "expired owner's Complete", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()), durable.ErrFenced)
+	must(t, "adopter's Complete", s.Complete(ctx, noTx[TTx](), ref, adopted, sampleResult()))
 }
 
 // Pending lists processing records whose lease expired at least StaleFor
@@ -1140,17 +1144,17 @@ func (c *contract[TTx]) pending(t *testing.T) {
 	live, _ := mk(long)
 	adopted, adoptedTok := mk(long)
 	must(t, "MarkUncertain", s.MarkUncertain(ctx, adopted, adoptedTok))
-	_, err := s.Adopt(ctx, durable.AdoptParams{Ref: adopted, Owner: uuid.New(), Lease: long})
+	_, err := s.Adopt(ctx, adopted, uuid.New(), 0, long)
 	must(t, "Adopt", err)
 	done, doneTok := mk(long)
-	must(t, "Complete", s.Complete(ctx, done, doneTok, sampleResult()))
+	must(t, "Complete", s.Complete(ctx, noTx[TTx](), done, doneTok, sampleResult()))
 	released, releasedTok := mk(long)
-	must(t, "Release", s.Release(ctx, released, releasedTok))
+	must(t, "Release", s.Release(ctx, noTx[TTx](), released, releasedTok))
 	waitLeaseExpired(t, s, stale)
 
-	refs := func(p durable.PendingParams) []durable.Ref {
+	refs := func(staleFor time.Duration, limit int) []durable.Ref {
 		t.Helper()
-		recs, err := s.Pending(ctx, p)
+		recs, err := s.Pending(ctx, staleFor, limit)
 		must(t, "Pending", err)
 		var out []durable.Ref
 		for i, r := range recs {
@@ -1168,9 +1172,9 @@ func (c *contract[TTx]) pending(t *testing.T) {
 				what, got, want, stale, free, live, adopted, done, released)
 		}
 	}
-	eq("Pending", refs(durable.PendingParams{Limit: 10}), []durable.Ref{stale, free})
-	eq("Pending limit 1", refs(durable.PendingParams{Limit: 1}), []durable.Ref{stale})
-	eq("Pending stale for an hour", refs(durable.PendingParams{StaleFor: time.Hour, Limit: 10}), []durable.Ref{free})
+	eq("Pending", refs(0, 10), []durable.Ref{stale, free})
+	eq("Pending limit 1", refs(0, 1), []durable.Ref{stale})
+	eq("Pending stale for an hour", refs(time.Hour, 10), []durable.Ref{free})
 }
 
 // Renew extends the lease only for the token that holds the record.
@@ -1191,7 +1195,7 @@ func (c *contract[TTx]) renew(t *testing.T) {
 	if l := mustGet(t, s, ref).LeaseRemaining; l <= 30*time.Minute {
 		t.Fatalf("a fenced Renew changed the lease to %v", l)
 	}
-	_, err := s.Claim(ctx, params(sc, fp1, long, long))
+	_, err := s.Claim(ctx, noTx[TTx](), params(sc, fp1, long, long))
 	must(t, "claim during the renewed lease", err)
 	checkToken(t, "during the renewed lease", mustGet(t, s, ref).Token, a)
 
@@ -1202,7 +1206,7 @@ func (c *contract[TTx]) renew(t *testing.T) {
 	b := mustAcquire(t, s, params(sc, fp1, long, long))
 	wantErr(t, "Renew after a takeover", s.Renew(ctx, ref, a, time.Hour), durable.ErrFenced)
 	checkToken(t, "after the fenced Renew", mustGet(t, s, ref).Token, b)
-	must(t, "Complete", s.Complete(ctx, ref, b, sampleResult()))
+	must(t, "Complete", s.Complete(ctx, noTx[TTx](), ref, b, sampleResult()))
 	wantErr(t, "Renew of a completed record", s.Renew(ctx, ref, b, time.Hour), durable.ErrFenced)
 	if l := mustGet(t, s, ref).LeaseRemaining; l != 0 {
 		t.Fatalf("completed record has a lease of %v", l)
@@ -1224,13 +1228,13 @@ func (c *contract[TTx]) stats(t *testing.T) {
 	}
 	mk(long) // processing, live
 	_, ref, tok := mk(long)
-	must(t, "Complete", s.Complete(ctx, ref, tok, sampleResult()))
+	must(t, "Complete", s.Complete(ctx, noTx[TTx](), ref, tok, sampleResult()))
 	_, ref, tok = mk(long)
-	must(t, "Fail", s.Fail(ctx, ref, tok, rejection()))
+	must(t, "Fail", s.Fail(ctx, noTx[TTx](), ref, tok, rejection()))
 	_, ref, tok = mk(long)
 	must(t, "MarkUncertain", s.MarkUncertain(ctx, ref, tok))
 	_, ref, tok = mk(long)
-	must(t, "Release", s.Release(ctx, ref, tok))
+	must(t, "Release", s.Release(ctx, noTx[TTx](), ref, tok))
 	_, staleRef, _ := mk(short) // processing, lease expired
 	sc, takenRef, _ := mk(short)
 	waitLeaseExpired(t, s, staleRef)
@@ -1272,7 +1276,7 @@ func (c *contract[TTx]) roundTrips(t *testing.T) {
 	}
 	var tok fence.Token
 	count("a fresh Claim", func() { tok = mustAcquire(t, s, params(sc, fp1, long, long)) })
-	count("Complete", func() { must(t, "Complete", s.Complete(ctx, ref, tok, sampleResult())) })
+	count("Complete", func() { must(t, "Complete", s.Complete(ctx, noTx[TTx](), ref, tok, sampleResult())) })
 	count("a replaying Claim", func() { mustNotAcquire(t, s, params(sc, fp1, long, long)) })
 	count("Get", func() { mustGet(t, s, ref) })
 }
@@ -1298,24 +1302,26 @@ func (c *contract[TTx]) finishAfterRetention(t *testing.T) {
 	inTx := func(fn func(ctx context.Context, tx TTx) error) error { return s.InTx(ctx, fn) }
 	cases := []pending{
 		{name: "Complete", state: durable.Completed, result: sampleResult(),
-			finish: func(ref durable.Ref, tok fence.Token) error { return s.Complete(ctx, ref, tok, sampleResult()) }},
-		{name: "Fail", state: durable.Failed, result: rejection(),
-			finish: func(ref durable.Ref, tok fence.Token) error { return s.Fail(ctx, ref, tok, rejection()) }},
-		{name: "CompleteTx", state: durable.Completed, result: sampleResult(),
 			finish: func(ref durable.Ref, tok fence.Token) error {
-				return inTx(func(ctx context.Context, tx TTx) error { return s.CompleteTx(ctx, tx, ref, tok, sampleResult()) })
+				return s.Complete(ctx, noTx[TTx](), ref, tok, sampleResult())
 			}},
-		{name: "FailTx", state: durable.Failed, result: rejection(),
+		{name: "Fail", state: durable.Failed, result: rejection(),
+			finish: func(ref durable.Ref, tok fence.Token) error { return s.Fail(ctx, noTx[TTx](), ref, tok, rejection()) }},
+		{name: "Complete in tx", state: durable.Completed, result: sampleResult(),
 			finish: func(ref durable.Ref, tok fence.Token) error {
-				return inTx(func(ctx context.Context, tx TTx) error { return s.FailTx(ctx, tx, ref, tok, rejection()) })
+				return inTx(func(ctx context.Context, tx TTx) error { return s.Complete(ctx, tx, ref, tok, sampleResult()) })
+			}},
+		{name: "Fail in tx", state: durable.Failed, result: rejection(),
+			finish: func(ref durable.Ref, tok fence.Token) error {
+				return inTx(func(ctx context.Context, tx TTx) error { return s.Fail(ctx, tx, ref, tok, rejection()) })
 			}},
 		{name: "adopter's Complete", state: durable.Completed, result: sampleResult(),
 			finish: func(ref durable.Ref, tok fence.Token) error {
-				adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: long})
+				adopted, err := s.Adopt(ctx, ref, uuid.New(), 0, long)
 				if err != nil {
 					return err
 				}
-				return s.Complete(ctx, ref, adopted, sampleResult())
+				return s.Complete(ctx, noTx[TTx](), ref, adopted, sampleResult())
 			}},
 	}
 	for i := range cases {
@@ -1334,7 +1340,7 @@ func (c *contract[TTx]) finishAfterRetention(t *testing.T) {
 		must(t, pc.name+" after the retention passed", pc.finish(pc.ref, pc.tok))
 		rec := mustGet(t, s, pc.ref)
 		checkState(t, pc.name, rec, pc.state)
-		if rec.Expired() || rec.ExpiresIn > retention || rec.ExpiresIn < retention-700*time.Millisecond {
+		if rec.ExpiresIn <= 0 || rec.ExpiresIn > retention || rec.ExpiresIn < retention-700*time.Millisecond {
 			t.Fatalf("%s after the retention passed: ExpiresIn %v; want about a full retention (%v) from the finish",
 				pc.name, rec.ExpiresIn, retention)
 		}
@@ -1346,7 +1352,7 @@ func (c *contract[TTx]) finishAfterRetention(t *testing.T) {
 		if !equalResult(r.Result, pc.result) {
 			t.Fatalf("%s: a retry replayed %+v; want %+v", pc.name, r.Result, pc.result)
 		}
-		_, err := s.Claim(ctx, params(pc.sc, fp2, long, retention))
+		_, err := s.Claim(ctx, noTx[TTx](), params(pc.sc, fp2, long, retention))
 		wantErr(t, pc.name+": another request with the key right after", err, durable.ErrMismatch)
 	}
 }
@@ -1363,7 +1369,7 @@ func (c *contract[TTx]) takeoverRetention(t *testing.T) {
 	before := waitRecord(t, s, ref, "half the retention to pass", func(r durable.Record) bool {
 		return r.LeaseRemaining <= 0 && r.ExpiresIn <= retention/2
 	})
-	res, err := s.Claim(ctxFor(t), params(sc, fp1, long, retention))
+	res, err := s.Claim(ctxFor(t), noTx[TTx](), params(sc, fp1, long, retention))
 	must(t, "takeover", err)
 	if !res.Acquired || !res.Takeover {
 		t.Fatalf("claim after the lease expired = %+v; want a takeover", res)
@@ -1413,20 +1419,20 @@ func (c *contract[TTx]) headersExact(t *testing.T) {
 	sc := newScope()
 	ref := mustRef(t, s, sc)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
-	must(t, "Complete", s.Complete(ctx, ref, a, res))
+	must(t, "Complete", s.Complete(ctx, noTx[TTx](), ref, a, res))
 	for what, rec := range map[string]durable.Record{"Get": mustGet(t, s, ref), "a replaying Claim": mustNotAcquire(t, s, params(sc, fp1, long, long))} {
 		if !equalResult(rec.Result, res) {
 			t.Fatalf("%s: headers %q; want exactly %q", what, rec.Result.Headers, res.Headers)
 		}
 	}
-	must(t, "Complete again with the same result", s.Complete(ctx, ref, a, res))
-	must(t, "CompleteTx again with the same result", s.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		return s.CompleteTx(ctx, tx, ref, a, res)
+	must(t, "Complete again with the same result", s.Complete(ctx, noTx[TTx](), ref, a, res))
+	must(t, "Complete in tx again with the same result", s.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		return s.Complete(ctx, tx, ref, a, res)
 	}))
 	other := res
 	other.Headers = maps.Clone(res.Headers)
 	other.Headers["Etag"] = []string{"\"\x81\xff\""} // one byte apart: alike after a lossy encoding
-	wantErr(t, "Complete again with an ETag one byte apart", s.Complete(ctx, ref, a, other), durable.ErrFenced)
+	wantErr(t, "Complete again with an ETag one byte apart", s.Complete(ctx, noTx[TTx](), ref, a, other), durable.ErrFenced)
 	if rec := mustGet(t, s, ref); !equalResult(rec.Result, res) {
 		t.Fatalf("stored headers changed to %q", rec.Result.Headers)
 	}
@@ -1435,8 +1441,8 @@ func (c *contract[TTx]) headersExact(t *testing.T) {
 	sc = newScope()
 	ref = mustRef(t, s, sc)
 	a = mustAcquire(t, s, params(sc, fp1, long, long))
-	must(t, "Fail", s.Fail(ctx, ref, a, res))
-	must(t, "Fail again with the same result", s.Fail(ctx, ref, a, res))
+	must(t, "Fail", s.Fail(ctx, noTx[TTx](), ref, a, res))
+	must(t, "Fail again with the same result", s.Fail(ctx, noTx[TTx](), ref, a, res))
 	if rec := mustGet(t, s, ref); !equalResult(rec.Result, res) {
 		t.Fatalf("failed record headers %q; want exactly %q", rec.Result.Headers, res.Headers)
 	}
@@ -1456,11 +1462,11 @@ func (c *contract[TTx]) definiteCommitFailure(t *testing.T) {
 	sc := newScope()
 	ref := mustRef(t, s, sc)
 	err := s.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		res, err := s.ClaimTx(ctx, tx, params(sc, fp1, long, long))
+		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
 		if err != nil {
 			return err
 		}
-		if err := s.CompleteTx(ctx, tx, ref, res.Token, sampleResult()); err != nil {
+		if err := s.Complete(ctx, tx, ref, res.Token, sampleResult()); err != nil {
 			return err
 		}
 		return c.h.BreakCommit(ctx, tx)
@@ -1474,14 +1480,14 @@ func (c *contract[TTx]) definiteCommitFailure(t *testing.T) {
 		sc := newScope()
 		ref := mustRef(t, s, sc)
 		must(t, fmt.Sprintf("InTx #%d after the refused COMMIT", i), s.InTx(ctx, func(ctx context.Context, tx TTx) error {
-			res, err := s.ClaimTx(ctx, tx, params(sc, fp1, long, long))
+			res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
 			if err != nil {
 				return err
 			}
-			return s.CompleteTx(ctx, tx, ref, res.Token, sampleResult())
+			return s.Complete(ctx, tx, ref, res.Token, sampleResult())
 		}))
 		checkState(t, "after the refused COMMIT", mustGet(t, s, ref), durable.Completed)
 	}
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
-	must(t, "Complete", s.Complete(ctx, ref, a, sampleResult()))
+	must(t, "Complete", s.Complete(ctx, noTx[TTx](), ref, a, sampleResult()))
 }

@@ -59,7 +59,7 @@ func newService(ctx context.Context, b *backend.Backend, log *slog.Logger) (http
 		}
 		return routes(c, orders, log)
 	}
-	orders, err := newSQLiteOrders(ctx, b.SQLite.DB())
+	orders, err := newSQLiteOrders(ctx, b.DB)
 	if err != nil {
 		return nil, err
 	}
