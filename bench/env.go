@@ -42,7 +42,8 @@ var result = durable.Result{
 type env struct {
 	cfg    config
 	pool   *pgxpool.Pool
-	store  *postgres.Store
+	store  durable.Store[pgx.Tx]
+	table  string // the store's table, schema-qualified
 	rdb    *redis.Client
 	schema string
 	prefix string
@@ -108,9 +109,10 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 	if err != nil {
 		return e, err
 	}
+	e.table = e.schema + ".idempotency_requests"
 	// Registered before Migrate: a half-made schema is dropped too.
 	e.closers = append(e.closers, e.dropSchema)
-	if err := e.store.Migrate(cctx); err != nil {
+	if err := postgres.Migrate(cctx, e.pool, postgres.WithSchema(e.schema)); err != nil {
 		return e, err
 	}
 	e.withRedis, err = e.claimer(e.rdb, func(s lua.BreakerState) {

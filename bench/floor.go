@@ -54,7 +54,7 @@ func newFloors(ctx context.Context, e *env) (*floors, error) {
 		return nil, err
 	}
 	f.selectSQL = `SELECT state, request_hash, status_code, response_headers, response_body, response_version, resource_id
-FROM ` + e.store.Table() + ` WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3`
+FROM ` + e.table + ` WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3`
 	return f, nil
 }
 

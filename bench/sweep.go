@@ -27,13 +27,13 @@ func (s *sweeper) fill(ctx context.Context, r *round) error {
 	}
 	e := s.e
 	var left int
-	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.store.Table()+` WHERE expires_at <= clock_timestamp()`).Scan(&left); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.table+` WHERE expires_at <= clock_timestamp()`).Scan(&left); err != nil {
 		return fmt.Errorf("bench: sweep: backlog: %w", err)
 	}
 	if left >= e.cfg.backlog {
 		return nil
 	}
-	_, err := e.pool.Exec(ctx, `INSERT INTO `+e.store.Table()+` (tenant_id, operation, key_hash, request_hash, state,
+	_, err := e.pool.Exec(ctx, `INSERT INTO `+e.table+` (tenant_id, operation, key_hash, request_hash, state,
 		generation, owner_token, status_code, response_headers, response_body, response_version, resource_id,
 		created_at, completed_at, expires_at)
 	SELECT $1::text, $2::text, sha256(convert_to($3::text || g::text, 'UTF8')), $4::text, 'completed',
@@ -44,7 +44,7 @@ func (s *sweeper) fill(ctx context.Context, r *round) error {
 	if err != nil {
 		return fmt.Errorf("bench: sweep: backlog: %w", err)
 	}
-	if _, err := e.pool.Exec(ctx, `ANALYZE `+e.store.Table()); err != nil {
+	if _, err := e.pool.Exec(ctx, `ANALYZE `+e.table); err != nil {
 		return fmt.Errorf("bench: sweep: analyze: %w", err)
 	}
 	return nil

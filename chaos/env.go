@@ -72,7 +72,7 @@ func (e *env) store(o storeOpts, pool ...*pgxPool) (durable.Store[pgxTx], error)
 	if e.cfg.negative == "" {
 		return inner, nil
 	}
-	return broken.Wrap(st, p, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock))
+	return broken.Wrap(st, p, e.schema+"."+storeTable, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock))
 }
 
 // redisUser returns a client for the user's Redis, through addr when set

@@ -72,22 +72,13 @@ func (w *leaseWatch) acquired(res durable.ClaimResult, start, end time.Time, lea
 	}
 }
 
-func (w *leaseWatch) Claim(ctx context.Context, p durable.ClaimParams) (durable.ClaimResult, error) {
+// Claim is checked; the lease of a claim inside tx is not recorded (it
+// holds only if the transaction commits, and then it is finished in it).
+func (w *leaseWatch) Claim(ctx context.Context, tx pgxTx, p durable.ClaimParams) (durable.ClaimResult, error) {
 	start := time.Now()
-	res, err := w.Store.Claim(ctx, p)
+	res, err := w.Store.Claim(ctx, tx, p)
 	if err == nil {
-		w.acquired(res, start, time.Now(), p.Lease, true)
-	}
-	return res, err
-}
-
-// ClaimTx is checked like Claim; its lease is not recorded (it holds only
-// if the transaction commits, and then it is finished in it).
-func (w *leaseWatch) ClaimTx(ctx context.Context, tx pgxTx, p durable.ClaimParams) (durable.ClaimResult, error) {
-	start := time.Now()
-	res, err := w.Store.ClaimTx(ctx, tx, p)
-	if err == nil {
-		w.acquired(res, start, time.Now(), p.Lease, false)
+		w.acquired(res, start, time.Now(), p.Lease, tx == nil)
 	}
 	return res, err
 }

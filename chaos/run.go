@@ -163,10 +163,7 @@ func newRun(ctx context.Context, cfg Config) (*runEnv, error) {
 		err = r.tables.Create(pctx, admin)
 	}
 	if err == nil {
-		var st *postgres.Store
-		if st, err = postgres.New(admin, postgres.WithSchema(r.schema)); err == nil {
-			err = st.Migrate(pctx)
-		}
+		err = postgres.Migrate(pctx, admin, postgres.WithSchema(r.schema))
 	}
 	if err != nil {
 		r.close()
@@ -441,8 +438,11 @@ func (e *env) execute(ctx context.Context, s scenario) (check.Input, error) {
 	return in, nil
 }
 
+// storeTable is the durable store's table (postgres' default name).
+const storeTable = "idempotency_requests"
+
 func (e *env) records() history.Records {
-	return history.Records{Table: e.schema + "." + postgres.DefaultTable, Tenant: e.tenant, Operation: e.name, Keys: e.keyspace}
+	return history.Records{Table: e.schema + "." + storeTable, Tenant: e.tenant, Operation: e.name, Keys: e.keyspace}
 }
 
 var errCrash = errors.New("chaos: simulated crash")

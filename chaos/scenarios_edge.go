@@ -18,7 +18,6 @@ import (
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
 )
 
@@ -129,20 +128,26 @@ func (s *faultyStore) Renew(ctx context.Context, ref durable.Ref, tok fence.Toke
 	return s.Store.Renew(ctx, ref, tok, lease)
 }
 
-func (s *faultyStore) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+func (s *faultyStore) Complete(ctx context.Context, tx pgxTx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx != nil { // inside a transaction: not refused
+		return s.Store.Complete(ctx, tx, ref, tok, res)
+	}
 	if err := s.refused(ref, refuseComplete); err != nil {
 		return err
 	}
-	err := s.Store.Complete(ctx, ref, tok, res)
+	err := s.Store.Complete(ctx, nil, ref, tok, res)
 	s.finished(ref, err)
 	return err
 }
 
-func (s *faultyStore) Fail(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+func (s *faultyStore) Fail(ctx context.Context, tx pgxTx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx != nil { // inside a transaction: not refused
+		return s.Store.Fail(ctx, tx, ref, tok, res)
+	}
 	if err := s.refused(ref, refuseFail); err != nil {
 		return err
 	}
-	err := s.Store.Fail(ctx, ref, tok, res)
+	err := s.Store.Fail(ctx, nil, ref, tok, res)
 	s.finished(ref, err)
 	return err
 }
@@ -258,7 +263,7 @@ func (e *env) oneCallEach(d *fault.Downstream, ops []*op) {
 func (e *env) leaseOf(ctx context.Context, o *op) (gen uint64, state string, live bool, err error) {
 	var g int64
 	err = e.admin.QueryRow(ctx, `SELECT generation, state::text, COALESCE(lease_expires_at > clock_timestamp(), false)
-		FROM `+e.schema+`.`+postgres.DefaultTable+` WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3`,
+		FROM `+e.schema+`.`+storeTable+` WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3`,
 		e.tenant, e.name, o.ref.KeyHash[:]).Scan(&g, &state, &live)
 	return uint64(g), state, live, err
 }

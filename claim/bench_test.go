@@ -76,11 +76,11 @@ func newBenchFixture(b *testing.B, luaOpts *lua.Options) *benchFixture {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	st, err := postgres.New(pool, postgres.WithSchema(s.Name))
-	if err != nil {
+	if err := postgres.Migrate(context.Background(), pool, postgres.WithSchema(s.Name)); err != nil {
 		b.Fatal(err)
 	}
-	if err := st.Migrate(context.Background()); err != nil {
+	st, err := postgres.New(pool, postgres.WithSchema(s.Name))
+	if err != nil {
 		b.Fatal(err)
 	}
 	var opts []claim.Option

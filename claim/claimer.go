@@ -518,7 +518,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome[TTx], 
 	}
 	p.Proposed = f.proposed
 	read := time.Now() // the record's ExpiresIn is at most this old when it arrives
-	res, err := c.store.Claim(ctx, p)
+	res, err := c.store.Claim(ctx, *new(TTx), p)
 	if err != nil {
 		c.dropRedisLease(ctx, f, ref, p)
 		return Outcome[TTx]{OperationID: opID}, c.claimErr(ctx, err)

@@ -80,7 +80,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 		result    durable.Result
 		committed bool // fn and the completion succeeded inside the transaction
 		fnErr     error
-		read      time.Time // when ClaimTx was sent
+		read      time.Time // when the claim in tx was sent
 	)
 	defer func() {
 		if v := recover(); v != nil {
@@ -90,7 +90,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 	}()
 	txErr := c.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		read = time.Now()
-		res, err := c.store.ClaimTx(ctx, tx, p)
+		res, err := c.store.Claim(ctx, tx, p)
 		if err != nil {
 			return err
 		}
@@ -107,10 +107,10 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 		switch {
 		case fnErr == nil:
 			state = durable.Completed
-			err = c.store.CompleteTx(ctx, tx, ref, tok, result)
+			err = c.store.Complete(ctx, tx, ref, tok, result)
 		case errors.As(fnErr, &rej):
 			state, result = durable.Failed, rej.Result
-			err = c.store.FailTx(ctx, tx, ref, tok, result)
+			err = c.store.Fail(ctx, tx, ref, tok, result)
 		default:
 			return fnErr
 		}

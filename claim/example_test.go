@@ -21,17 +21,21 @@ import (
 // embedded returns a SQLite store in a temporary folder and an in-process
 // Redis: the embedded default, so the examples run with nothing installed.
 // In production use durable/postgres and a real Redis.
-func embedded() (*sqlite.Store, *redis.Client, func()) {
+func embedded() (durable.Store[*sql.Tx], *sql.DB, *redis.Client, func()) {
 	dir, err := os.MkdirTemp("", "oncekey-example")
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
-	store, err := sqlite.Open(ctx, filepath.Join(dir, "oncekey.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "oncekey.db"))
 	if err != nil {
 		panic(err)
 	}
-	if err := store.Migrate(ctx); err != nil {
+	if err := sqlite.Migrate(ctx, db); err != nil {
+		panic(err)
+	}
+	store, err := sqlite.New(db)
+	if err != nil {
 		panic(err)
 	}
 	mr, err := miniredis.Run()
@@ -39,10 +43,10 @@ func embedded() (*sqlite.Store, *redis.Client, func()) {
 		panic(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	return store, rdb, func() {
+	return store, db, rdb, func() {
 		rdb.Close()
 		mr.Close()
-		store.Close()
+		db.Close()
 		os.RemoveAll(dir)
 	}
 }
@@ -50,10 +54,10 @@ func embedded() (*sqlite.Store, *redis.Client, func()) {
 // Do claims the key, runs the business write and stores its result in one
 // transaction. The retry replays the stored result instead of running again.
 func ExampleClaimer_Do() {
-	store, rdb, cleanup := embedded()
+	store, db, rdb, cleanup := embedded()
 	defer cleanup()
 	ctx := context.Background()
-	if _, err := store.DB().ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, item TEXT)`); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, item TEXT)`); err != nil {
 		panic(err)
 	}
 
@@ -79,7 +83,7 @@ func ExampleClaimer_Do() {
 		fmt.Println(out.Kind, out.Result.StatusCode, string(out.Result.Body))
 	}
 	var n int
-	_ = store.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
+	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
 	fmt.Println("orders:", n)
 	// Output:
 	// executed 201 {"id":"ord_1"}
@@ -91,7 +95,7 @@ func ExampleClaimer_Do() {
 // identity goes downstream as that system's idempotency key; the completion
 // is fenced by the lease's token.
 func ExampleClaimer_Claim() {
-	store, rdb, cleanup := embedded()
+	store, _, rdb, cleanup := embedded()
 	defer cleanup()
 	ctx := context.Background()
 	c, err := claim.New[*sql.Tx](store, claim.WithRedis(rdb, lua.Options{}), claim.WithLease(10*time.Second))
@@ -133,7 +137,7 @@ func ExampleClaimer_Claim() {
 // A Reconciler resolves operations whose outcome was unknown by asking the
 // downstream system with the operation identity.
 func ExampleReconciler() {
-	store, _, cleanup := embedded()
+	store, _, _, cleanup := embedded()
 	defer cleanup()
 	ctx := context.Background()
 	c, err := claim.New[*sql.Tx](store)

@@ -100,9 +100,9 @@ func (l *Lease[TTx]) Fail(ctx context.Context, res durable.Result) error {
 func (l *Lease[TTx]) finish(ctx context.Context, state durable.State, res durable.Result) error {
 	var err error
 	if state == durable.Completed {
-		err = l.c.store.Complete(ctx, l.ref, l.tok, res)
+		err = l.c.store.Complete(ctx, *new(TTx), l.ref, l.tok, res)
 	} else {
-		err = l.c.store.Fail(ctx, l.ref, l.tok, res)
+		err = l.c.store.Fail(ctx, *new(TTx), l.ref, l.tok, res)
 	}
 	if err != nil {
 		if errors.Is(err, durable.ErrFenced) {
@@ -118,7 +118,7 @@ func (l *Lease[TTx]) finish(ctx context.Context, state durable.State, res durabl
 // Release gives the key back after a transient failure before any effect:
 // the next request with the key (any payload) runs as a new operation.
 func (l *Lease[TTx]) Release(ctx context.Context) error {
-	if err := l.c.store.Release(ctx, l.ref, l.tok); err != nil {
+	if err := l.c.store.Release(ctx, *new(TTx), l.ref, l.tok); err != nil {
 		return wrap("release", err)
 	}
 	l.releaseRedis(ctx)

@@ -96,7 +96,7 @@ func NewReconciler[TTx any](c *Claimer[TTx], resolve ResolveFunc, opts Reconcile
 // RunOnce runs one pass over at most Batch records. ctx bounds the pass.
 func (r *Reconciler[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	var rep Report
-	recs, err := r.c.store.Pending(ctx, durable.PendingParams{StaleFor: r.opts.StaleFor, Limit: r.opts.Batch})
+	recs, err := r.c.store.Pending(ctx, r.opts.StaleFor, r.opts.Batch)
 	if err != nil {
 		return rep, wrap("reconcile", err)
 	}
@@ -119,7 +119,7 @@ func (r *Reconciler[TTx]) RunOnce(ctx context.Context) (Report, error) {
 }
 
 func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, rep *Report) error {
-	tok, err := r.c.store.Adopt(ctx, durable.AdoptParams{Ref: rec.Ref, Owner: uuid.New(), Lease: r.opts.Lease})
+	tok, err := r.c.store.Adopt(ctx, rec.Ref, uuid.New(), 0, r.opts.Lease)
 	if err != nil {
 		return err
 	}
@@ -131,12 +131,12 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, rep *Repo
 	}
 	switch res.State {
 	case durable.Completed:
-		err = r.c.store.Complete(ctx, rec.Ref, tok, res.Result)
+		err = r.c.store.Complete(ctx, *new(TTx), rec.Ref, tok, res.Result)
 		if err == nil {
 			rep.Completed++
 		}
 	case durable.Failed:
-		err = r.c.store.Fail(ctx, rec.Ref, tok, res.Result)
+		err = r.c.store.Fail(ctx, *new(TTx), rec.Ref, tok, res.Result)
 		if err == nil {
 			rep.Failed++
 		}

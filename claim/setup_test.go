@@ -39,7 +39,7 @@ type env struct {
 	t      *testing.T
 	schema testenv.Schema
 	pool   *pgxpool.Pool
-	store  *postgres.Store
+	store  durable.Store[pgx.Tx]
 	rdb    *redis.Client // nil without Redis
 	prefix string
 	c      *claim.Claimer[pgx.Tx]
@@ -62,11 +62,11 @@ func setup(t *testing.T, mode string, opts ...claim.Option) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st, err := postgres.New(pool, postgres.WithSchema(s.Name))
-	if err != nil {
+	if err := postgres.Migrate(ctx, pool, postgres.WithSchema(s.Name)); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Migrate(ctx); err != nil {
+	st, err := postgres.New(pool, postgres.WithSchema(s.Name))
+	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, schema: s, pool: pool, store: st, stmts: ctr}

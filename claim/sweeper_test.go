@@ -34,7 +34,7 @@ func TestClaimer_Sweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err := e.store.Get(ctx, e.ref(req("s-stuck", "v1:a")))
-	if err != nil || !rec.Expired() {
+	if err != nil || rec.ExpiresIn > 0 {
 		t.Fatalf("stuck record after ageing: %+v, %v; want past its retention", rec, err)
 	}
 	n, err := e.c.Sweep(ctx, claim.SweeperOptions{Batch: 10})

@@ -69,11 +69,12 @@
 // clockMs(T) - 60000 <= g < clockMs(sweep) - 120000: it would have had to
 // start more than 60 s before the sweep and still be waiting, and every
 // store bounds a claim's wait (lock_timeout, the busy timeout) far below
-// that. This assumes the database server's clock does not step back by more
-// than about a minute; a larger step back (a badly set clock corrected
-// backwards) could let a claim after a sweep reuse a generation. Redis
-// proposes max(its counter+1, its clock in milliseconds), so its proposals
-// normally lead and are kept.
+// that: both backends reject a lock or busy timeout of 30 s or more. This
+// assumes the database server's clock does not step back by more than about a
+// minute; a larger step back (a badly set clock corrected backwards) could let
+// a claim after a sweep reuse a generation. Redis proposes max(its counter+1,
+// its clock in milliseconds - 59000) (lua/claim.lua), a second above the
+// store's floor, so its proposals normally lead and are kept.
 //
 // # Fencing
 //

@@ -8,12 +8,10 @@ import (
 	"log/slog"
 )
 
-// Limits on a [Scope].
+// Limits on a [Scope], in bytes.
 const (
-	// MaxKeyLen is the longest idempotency key accepted, in bytes.
-	MaxKeyLen = 255
-	// MaxNameLen is the longest tenant or operation name accepted, in bytes.
-	MaxNameLen = 512
+	maxKeyLen  = 255
+	maxNameLen = 512
 )
 
 // Scope names one logical operation: who asks (Tenant), what (Operation) and
@@ -28,8 +26,8 @@ type Scope struct {
 }
 
 // Validate checks the scope: tenant and operation non-empty valid UTF-8 of at
-// most [MaxNameLen] bytes without control characters (C0 U+0000 to U+001F,
-// DEL U+007F, C1 U+0080 to U+009F) nor U+FFFD; key 1 to [MaxKeyLen]
+// most 512 bytes without control characters (C0 U+0000 to U+001F,
+// DEL U+007F, C1 U+0080 to U+009F) nor U+FFFD; key 1 to 255
 // bytes of printable ASCII (0x20 to 0x7E). It returns a *[ScopeError], which
 // matches [ErrInvalidScope].
 func (s Scope) Validate() error {
@@ -42,13 +40,13 @@ func (s Scope) Validate() error {
 	return ValidateKey(s.Key)
 }
 
-// ValidateKey checks an idempotency key alone: 1 to [MaxKeyLen] bytes of
+// ValidateKey checks an idempotency key alone: 1 to 255 bytes of
 // printable ASCII. It returns a *[ScopeError] for field "key".
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
 		return &ScopeError{Field: "key", Reason: "empty"}
-	case len(key) > MaxKeyLen:
+	case len(key) > maxKeyLen:
 		return &ScopeError{Field: "key", Reason: "longer than 255 bytes"}
 	}
 	for i := 0; i < len(key); i++ {
@@ -63,7 +61,7 @@ func validName(field, v string) error {
 	if v == "" {
 		return &ScopeError{Field: field, Reason: "empty"}
 	}
-	if len(v) > MaxNameLen {
+	if len(v) > maxNameLen {
 		return &ScopeError{Field: field, Reason: "too long"}
 	}
 	for _, r := range v {

@@ -81,9 +81,6 @@ type Record struct {
 	ExpiresIn time.Duration
 }
 
-// Expired reports whether the record was past its retention when read.
-func (r Record) Expired() bool { return r.ExpiresIn <= 0 }
-
 // ClaimParams are the arguments of [Store.Claim].
 type ClaimParams struct {
 	Scope Scope
@@ -145,24 +142,6 @@ type ClaimResult struct {
 	Record *Record
 }
 
-// AdoptParams are the arguments of [Store.Adopt].
-type AdoptParams struct {
-	Ref      Ref
-	Owner    uuid.UUID
-	Proposed uint64
-	Lease    time.Duration
-}
-
-// PendingParams selects records for the reconciler in [Store.Pending].
-type PendingParams struct {
-	// StaleFor selects processing records whose lease expired at least this
-	// long ago by the database's clock. Uncertain records whose lease is
-	// free are always selected.
-	StaleFor time.Duration
-	// Limit bounds the batch; at least 1.
-	Limit int
-}
-
 // Stats summarizes the store for metrics and alerting.
 type Stats struct {
 	// ByState counts records per state (released records excluded).
@@ -188,9 +167,15 @@ type Stats struct {
 }
 
 // Store is the durable source of truth. TTx is the backend's transaction
-// type (pgx.Tx for PostgreSQL, *sql.Tx for SQLite): the ...Tx methods run
-// inside the caller's transaction, so a claim, the caller's business write and
-// the completion commit together.
+// type (pgx.Tx for PostgreSQL, *sql.Tx for SQLite).
+//
+// Claim, Complete, Fail and Release take a tx: the zero TTx (nil for both
+// backends) runs the write on its own, and a transaction from [Store.InTx]
+// runs it inside that transaction, so a claim, the caller's business write
+// and the completion commit together (river's executor, in one parameter
+// instead of a twin ...Tx method per write). Inside tx the write's outcome is
+// the transaction's: nothing is re-read after a lost reply, since the COMMIT
+// decides.
 //
 // Every method bounds its round trip by ctx. Errors: [ErrInvalidScope] for
 // bad arguments (nothing written), [ErrUnavailable] when the store cannot be
@@ -205,21 +190,17 @@ type Store[TTx any] interface {
 
 	// Claim atomically inserts or takes over the record (see the package
 	// documentation for the rule) and returns ErrMismatch for a record with
-	// another fingerprint.
-	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
-	// ClaimTx is Claim inside tx. A concurrent claimer of the same scope
+	// another fingerprint. Inside tx, a concurrent claimer of the same scope
 	// waits on the row until tx ends (bounded by the store's lock timeout).
-	ClaimTx(ctx context.Context, tx TTx, p ClaimParams) (ClaimResult, error)
+	Claim(ctx context.Context, tx TTx, p ClaimParams) (ClaimResult, error)
 
 	// Complete stores res and moves the record to completed, fenced by tok,
 	// and sets its expiry to at least its retention from now. Completing
 	// again with the same token and result (headers compared byte for byte)
 	// succeeds.
-	Complete(ctx context.Context, ref Ref, tok fence.Token, res Result) error
-	CompleteTx(ctx context.Context, tx TTx, ref Ref, tok fence.Token, res Result) error
+	Complete(ctx context.Context, tx TTx, ref Ref, tok fence.Token, res Result) error
 	// Fail stores res as a final business rejection (state failed), fenced.
-	Fail(ctx context.Context, ref Ref, tok fence.Token, res Result) error
-	FailTx(ctx context.Context, tx TTx, ref Ref, tok fence.Token, res Result) error
+	Fail(ctx context.Context, tx TTx, ref Ref, tok fence.Token, res Result) error
 	// MarkUncertain moves a processing record to uncertain and frees its
 	// lease for the reconciler, fenced.
 	MarkUncertain(ctx context.Context, ref Ref, tok fence.Token) error
@@ -228,16 +209,19 @@ type Store[TTx any] interface {
 	Renew(ctx context.Context, ref Ref, tok fence.Token, lease time.Duration) error
 	// Release frees a processing record for any new claim, fenced; the row
 	// and its generation are kept.
-	Release(ctx context.Context, ref Ref, tok fence.Token) error
-	ReleaseTx(ctx context.Context, tx TTx, ref Ref, tok fence.Token) error
+	Release(ctx context.Context, tx TTx, ref Ref, tok fence.Token) error
 
 	// Adopt takes over, for the reconciler, a record that is uncertain (its
-	// lease free) or processing with an expired lease. The state is kept;
-	// the generation becomes GREATEST(Proposed, stored+1). ErrNotFound,
-	// ErrBusy otherwise.
-	Adopt(ctx context.Context, p AdoptParams) (fence.Token, error)
-	// Pending lists records the reconciler should look at, oldest first.
-	Pending(ctx context.Context, p PendingParams) ([]Record, error)
+	// lease free) or processing with an expired lease, for owner (a fresh
+	// random identity, required) with a lease of lease (at least 1ms). The
+	// state is kept; the generation becomes GREATEST(proposed, stored+1)
+	// (proposed is Redis's generation, or 0). ErrNotFound, ErrBusy otherwise.
+	Adopt(ctx context.Context, ref Ref, owner uuid.UUID, proposed uint64, lease time.Duration) (fence.Token, error)
+	// Pending lists, oldest first, at most limit (at least 1) records the
+	// reconciler should look at: processing records whose lease expired at
+	// least staleFor ago by the database's clock, and uncertain records whose
+	// lease is free. Released records are not listed.
+	Pending(ctx context.Context, staleFor time.Duration, limit int) ([]Record, error)
 
 	// Get reads a record; ErrNotFound when there is none.
 	Get(ctx context.Context, ref Ref) (Record, error)

@@ -24,15 +24,19 @@ func ExampleMiddleware() {
 	dir, _ := os.MkdirTemp("", "claimhttp-example")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	store, err := sqlite.Open(ctx, filepath.Join(dir, "oncekey.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "oncekey.db"))
 	if err != nil {
 		panic(err)
 	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
+	defer db.Close()
+	if err := sqlite.Migrate(ctx, db); err != nil {
 		panic(err)
 	}
-	if _, err := store.DB().ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)`); err != nil {
+	store, err := sqlite.New(db)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)`); err != nil {
 		panic(err)
 	}
 
@@ -79,7 +83,7 @@ func ExampleMiddleware() {
 	send(`{"item":"lamp"}`)    // the same key for another request: 422
 
 	var n int
-	_ = store.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
+	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
 	fmt.Println("orders:", n)
 	// Output:
 	// 201  86400 {"id":1,"item":"book"}

@@ -57,7 +57,7 @@ func tenantOf(r *http.Request) (string, error) {
 type fixture struct {
 	t      testing.TB
 	schema testenv.Schema
-	store  *postgres.Store
+	store  durable.Store[pgx.Tx]
 	c      *claim.Claimer[pgx.Tx]
 	rdb    *redis.Client
 	prefix string
@@ -82,11 +82,11 @@ func setup(t testing.TB, cfg config) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	s := testenv.Postgres(t)
-	st, err := postgres.New(s.Pool, postgres.WithSchema(s.Name))
-	if err != nil {
+	if err := postgres.Migrate(ctx, s.Pool, postgres.WithSchema(s.Name)); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Migrate(ctx); err != nil {
+	st, err := postgres.New(s.Pool, postgres.WithSchema(s.Name))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Pool.Exec(ctx, `CREATE TABLE `+s.Name+`.orders (id bigserial PRIMARY KEY, tenant text NOT NULL, item text NOT NULL, op text NOT NULL)`); err != nil {

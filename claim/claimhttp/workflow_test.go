@@ -43,20 +43,26 @@ func (s *flaky) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lea
 	return s.Store.Renew(ctx, ref, tok, lease)
 }
 
-func (s *flaky) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+func (s *flaky) Complete(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx != nil { // inside the caller's transaction: not injected
+		return s.Store.Complete(ctx, tx, ref, tok, res)
+	}
 	s.finishes.Add(1)
 	if s.finishDown.Load() {
 		return errDown
 	}
-	return s.Store.Complete(ctx, ref, tok, res)
+	return s.Store.Complete(ctx, nil, ref, tok, res)
 }
 
-func (s *flaky) Fail(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+func (s *flaky) Fail(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx != nil { // inside the caller's transaction: not injected
+		return s.Store.Fail(ctx, tx, ref, tok, res)
+	}
 	s.finishes.Add(1)
 	if s.finishDown.Load() {
 		return errDown
 	}
-	return s.Store.Fail(ctx, ref, tok, res)
+	return s.Store.Fail(ctx, nil, ref, tok, res)
 }
 
 func (s *flaky) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {

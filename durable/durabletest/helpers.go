@@ -134,7 +134,7 @@ func mustRef[TTx any](t testing.TB, s durable.Store[TTx], sc durable.Scope) dura
 
 func mustAcquire[TTx any](t testing.TB, s durable.Store[TTx], p durable.ClaimParams) fence.Token {
 	t.Helper()
-	res, err := s.Claim(ctxFor(t), p)
+	res, err := s.Claim(ctxFor(t), noTx[TTx](), p)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -149,7 +149,7 @@ func mustAcquire[TTx any](t testing.TB, s durable.Store[TTx], p durable.ClaimPar
 
 func mustNotAcquire[TTx any](t testing.TB, s durable.Store[TTx], p durable.ClaimParams) durable.Record {
 	t.Helper()
-	res, err := s.Claim(ctxFor(t), p)
+	res, err := s.Claim(ctxFor(t), noTx[TTx](), p)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -214,7 +214,7 @@ func waitLeaseExpired[TTx any](t testing.TB, s durable.Store[TTx], ref durable.R
 
 func waitRetentionPassed[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref) durable.Record {
 	t.Helper()
-	return waitRecord(t, s, ref, "the retention to pass", durable.Record.Expired)
+	return waitRecord(t, s, ref, "the retention to pass", func(rec durable.Record) bool { return rec.ExpiresIn <= 0 })
 }
 
 func checkToken(t testing.TB, what string, got, want fence.Token) {
@@ -237,3 +237,7 @@ func longCtx(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// noTx returns the zero TTx, which runs a write on its own (outside any
+// transaction of the caller).
+func noTx[TTx any]() (tx TTx) { return tx }

@@ -32,11 +32,11 @@ func BenchmarkClaimComplete(b *testing.B) {
 		before := f.stmts.n.Load()
 		i := 0
 		for b.Loop() {
-			r, err := f.s.Claim(ctx, params(prefix, i))
+			r, err := f.s.Claim(ctx, nil, params(prefix, i))
 			if err != nil || !r.Acquired {
 				b.Fatalf("Claim = %+v, %v", r, err)
 			}
-			if err := f.s.Complete(ctx, r.Ref, r.Token, res); err != nil {
+			if err := f.s.Complete(ctx, nil, r.Ref, r.Token, res); err != nil {
 				b.Fatal(err)
 			}
 			i++
@@ -50,11 +50,11 @@ func BenchmarkClaimComplete(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			err := f.s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				r, err := f.s.ClaimTx(ctx, tx, params(prefix, i))
+				r, err := f.s.Claim(ctx, tx, params(prefix, i))
 				if err != nil {
 					return err
 				}
-				return f.s.CompleteTx(ctx, tx, r.Ref, r.Token, res)
+				return f.s.Complete(ctx, tx, r.Ref, r.Token, res)
 			})
 			if err != nil {
 				b.Fatal(err)

@@ -35,24 +35,21 @@ import (
 // It takes one round trip, two when the conflicting row was committed after
 // the statement started (the row is then read again). ctx bounds the round
 // trip; the lease is governed by p.Lease, measured by the database's clock.
-func (s *Store) Claim(ctx context.Context, p durable.ClaimParams) (durable.ClaimResult, error) {
+//
+// With a non-nil tx, which must be READ COMMITTED (as [durable.Store.InTx]
+// begins it), the claim runs inside tx: the claimed, taken over or classified
+// row stays locked until tx ends, so a concurrent claimer of the same scope
+// waits (bounded by lock_timeout) and then sees the committed outcome; a
+// rollback leaves the record as it was. An ambiguous failure is not re-read
+// then: the transaction is lost and the caller's COMMIT will report it.
+func (s *store) Claim(ctx context.Context, tx pgx.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
+	if tx != nil {
+		return s.claim(ctx, tx, p)
+	}
 	return s.claim(ctx, s.pool, p)
 }
 
-// ClaimTx is [Store.Claim] inside tx, which must be READ COMMITTED (as
-// [Store.InTx] begins it). The claimed, taken over or classified row stays
-// locked until tx ends, so a concurrent claimer of the same scope waits
-// (bounded by lock_timeout) and then sees the committed outcome; a rollback
-// leaves the record as it was. An ambiguous failure is not re-read here: the
-// transaction is lost and the caller's COMMIT will report it.
-func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
-	if tx == nil {
-		return durable.ClaimResult{}, ErrNilTx
-	}
-	return s.claim(ctx, tx, p)
-}
-
-func (s *Store) claim(ctx context.Context, q querier, p durable.ClaimParams) (durable.ClaimResult, error) {
+func (s *store) claim(ctx context.Context, q querier, p durable.ClaimParams) (durable.ClaimResult, error) {
 	if err := p.Validate(); err != nil {
 		return durable.ClaimResult{}, fmt.Errorf("durable/postgres: claim: %w", err)
 	}
@@ -112,7 +109,7 @@ func classify(res durable.ClaimResult, rec durable.Record, fingerprint string) (
 
 // resolveClaim learns the outcome of a claim whose connection was lost after
 // it was sent.
-func (s *Store) resolveClaim(ctx context.Context, p durable.ClaimParams, res durable.ClaimResult, cause error) (durable.ClaimResult, error) {
+func (s *store) resolveClaim(ctx context.Context, p durable.ClaimParams, res durable.ClaimResult, cause error) (durable.ClaimResult, error) {
 	// Detached: a caller whose context was cancelled (the likely reason the
 	// reply was lost) still learns whether it holds the key, instead of
 	// leaving a claim of its owner to block the key for a lease.

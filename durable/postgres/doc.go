@@ -7,13 +7,13 @@
 //	cfg, _ := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 //	_ = postgres.ConfigurePool(cfg)        // lock_timeout, idle_in_transaction_session_timeout
 //	pool, _ := pgxpool.NewWithConfig(ctx, cfg)
+//	_ = postgres.Migrate(ctx, pool)        // at start-up, from every instance
 //	store, _ := postgres.New(pool, postgres.WithKeySecret(secret))
-//	_ = store.Migrate(ctx)                 // at start-up, from every instance
 //
 // # Schema
 //
 // One row per (tenant_id, operation, key_hash) in table idempotency_requests
-// ([WithTable], [WithSchema]), created by [Store.Migrate] from the embedded
+// ([WithTable], [WithSchema]), created by [Migrate] from the embedded
 // files migration/001_create_idempotency_requests.up.sql and
 // 002_retention_and_binary_headers.up.sql (see [Migrations]). 002 adds
 // retention_us (the retention each claim stores, so that a late finish keeps
@@ -61,9 +61,9 @@
 //     wait for a row lock (Claim and the fenced writes) is sent in the same
 //     round trip as set_config('lock_timeout', ..., true), which holds for
 //     that statement's implicit transaction only.
-//   - [Store.InTx] sets both with SET LOCAL in its BEGIN (one round trip).
+//   - [durable.Store.InTx] sets both with SET LOCAL in its BEGIN (one round trip).
 //   - A transaction the caller began runs with its session's settings: begin
-//     it on a configured pool, or with [Store.InTx].
+//     it on a configured pool, or with [durable.Store.InTx].
 //
 // # Errors
 //
@@ -95,22 +95,22 @@
 //     message that says so. [durable.ErrFenced] always means "did not
 //     apply".
 //
-// In a transaction the outcome is decided by COMMIT. [Store.InTx] tells a
+// In a transaction the outcome is decided by COMMIT. [durable.Store.InTx] tells a
 // COMMIT the server refused (an ERROR: a deferred constraint, a
 // serialization failure; or ROLLBACK for a transaction that had failed),
 // which committed nothing and is returned as that error, from one whose
 // reply was lost or that was answered FATAL, which may have committed and is
 // returned wrapped in [durable.ErrUnavailable]: the caller re-reads with
-// [Store.Get].
+// [durable.Store.Get].
 //
 // # Retention
 //
 // expires_at is created_at + the claim's retention; Complete and Fail raise
 // it to at least their clock_timestamp() + the retention, so a record
 // finished late keeps a full retention; a takeover raises it to a full
-// retention from the takeover. [Store.Sweep] deletes finished and released
+// retention from the takeover. [durable.Store.Sweep] deletes finished and released
 // records past expires_at in bounded batches with FOR UPDATE SKIP LOCKED;
-// processing and uncertain records are never deleted, and [Store.Stats]
+// processing and uncertain records are never deleted, and [durable.Store.Stats]
 // counts them. A claim of a finished record past its retention starts a new
 // operation above the old generation.
 //

@@ -15,13 +15,9 @@ import (
 )
 
 var (
-	// ErrConfig is returned by [New] and [ConfigurePool] for an invalid
-	// option or argument; the message names it.
+	// ErrConfig is returned by [New], [Migrate] and [ConfigurePool] for an
+	// invalid option or argument; the message names it.
 	ErrConfig = errors.New("durable/postgres: invalid configuration")
-
-	// ErrNilTx is returned by the ...Tx methods when called with a nil
-	// transaction.
-	ErrNilTx = errors.New("durable/postgres: nil transaction")
 )
 
 // SQLSTATEs that mean "the store cannot serve this now; retry", reported as

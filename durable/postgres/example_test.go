@@ -30,21 +30,22 @@ func Example() {
 		panic(err)
 	}
 	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		panic(err)
+	}
 	store, err := postgres.New(pool, postgres.WithKeySecret([]byte(os.Getenv("IDEMPOTENCY_KEY_SECRET"))))
 	if err != nil {
 		panic(err)
 	}
-	if err := store.Migrate(ctx); err != nil {
-		panic(err)
-	}
 
-	res, err := store.Claim(ctx, durable.ClaimParams{
+	res, err := store.Claim(ctx, nil, durable.ClaimParams{
 		Scope:       durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "9b1f4c52-order-42"},
-		Fingerprint: "v1:…", // canon.Fingerprint of the request
+		Fingerprint: "v1:…",
 		Owner:       uuid.New(),
 		Lease:       30 * time.Second,
 		Retention:   24 * time.Hour,
 	})
+
 	switch {
 	case err != nil:
 		panic(err) // ErrMismatch, ErrUnavailable, ...
@@ -53,7 +54,7 @@ func Example() {
 		return
 	}
 	// ... run the operation, passing res.Ref.OperationID() downstream ...
-	err = store.Complete(ctx, res.Ref, res.Token, durable.Result{StatusCode: 201, Body: []byte(`{"id":"ord_1"}`)})
+	err = store.Complete(ctx, nil, res.Ref, res.Token, durable.Result{StatusCode: 201, Body: []byte(`{"id":"ord_1"}`)})
 	fmt.Println(err)
 }
 
@@ -71,14 +72,14 @@ func ExampleStore_InTx() {
 		Fingerprint: "v1:…", Owner: uuid.New(), Lease: 10 * time.Second, Retention: 24 * time.Hour,
 	}
 	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		res, err := store.ClaimTx(ctx, tx, p)
+		res, err := store.Claim(ctx, tx, p)
 		if err != nil || !res.Acquired {
 			return err // a replay: nothing to do
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO orders (id) VALUES ($1)", res.Ref.OperationID()); err != nil {
 			return err
 		}
-		return store.CompleteTx(ctx, tx, res.Ref, res.Token, durable.Result{StatusCode: 201})
+		return store.Complete(ctx, tx, res.Ref, res.Token, durable.Result{StatusCode: 201})
 	})
 	if err != nil {
 		// durable.ErrUnavailable from COMMIT: re-read with store.Get to learn the outcome.

@@ -11,15 +11,12 @@ import (
 
 // Defaults of the options.
 const (
-	// DefaultTable is the table name used without [WithTable].
-	DefaultTable = "idempotency_requests"
-	// DefaultLockTimeout bounds how long a statement of the store waits for
-	// a row lock held by another transaction.
-	DefaultLockTimeout = 5 * time.Second
-	// DefaultIdleInTxTimeout bounds how long a transaction may sit idle
-	// (a paused worker) before the server ends its session, releasing its
-	// row locks.
-	DefaultIdleInTxTimeout = 15 * time.Second
+	defaultTable           = "idempotency_requests"
+	defaultLockTimeout     = 5 * time.Second
+	defaultIdleInTxTimeout = 15 * time.Second
+	// maxLockTimeout bounds lock_timeout: a claim must never wait anywhere
+	// near the 60 s the generation floor leaves (see durable's "Generations").
+	maxLockTimeout = 30 * time.Second
 )
 
 // Runtime parameters that [ConfigurePool] sets and [New] looks for.
@@ -28,7 +25,7 @@ const (
 	paramIdleInTx    = "idle_in_transaction_session_timeout"
 )
 
-// Option configures a [Store] (and, for the timeouts, a pool in
+// Option configures [New] and [Migrate] (and, for the timeouts, a pool in
 // [ConfigurePool]).
 type Option func(*config) error
 
@@ -41,7 +38,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{table: DefaultTable, lockTimeout: DefaultLockTimeout, idleInTx: DefaultIdleInTxTimeout}
+	c := config{table: defaultTable, lockTimeout: defaultLockTimeout, idleInTx: defaultIdleInTxTimeout}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -56,7 +53,7 @@ func newConfig(opts []Option) (config, error) {
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // WithSchema places the table (and its state type) in schema, which
-// [Store.Migrate] creates if needed; every statement then names it
+// [Migrate] creates if needed; every statement then names it
 // explicitly. Without it the pool's search_path decides. The name must be a
 // lowercase SQL identifier (letters, digits, '_') of at most 63 bytes.
 func WithSchema(schema string) Option {
@@ -69,7 +66,7 @@ func WithSchema(schema string) Option {
 	}
 }
 
-// WithTable names the table. Defaults to [DefaultTable]. The name must be a
+// WithTable names the table. Defaults to "idempotency_requests". The name must be a
 // lowercase SQL identifier of at most 50 bytes (index names derive from it),
 // and not "idempotency_state", the name of the state type.
 func WithTable(table string) Option {
@@ -99,12 +96,14 @@ func WithKeySecret(secret []byte) Option {
 
 // WithLockTimeout sets lock_timeout: how long a statement waits for a row
 // lock before failing with [durable.ErrUnavailable] (retryable). Defaults to
-// [DefaultLockTimeout]; at least 1ms. See the package documentation for where
-// it applies.
+// 5s; at least 1ms and less than 30s, an error wrapping [ErrConfig]
+// otherwise: the generations a store hands out after a sweep rely on a claim
+// never waiting anywhere near a minute (see the durable package's
+// "Generations"). See the package documentation for where it applies.
 func WithLockTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: WithLockTimeout: must be at least 1ms", ErrConfig)
+		if d < time.Millisecond || d >= maxLockTimeout {
+			return fmt.Errorf("%w: WithLockTimeout: must be at least 1ms and less than 30s", ErrConfig)
 		}
 		c.lockTimeout = d
 		return nil
@@ -114,7 +113,7 @@ func WithLockTimeout(d time.Duration) Option {
 // WithIdleInTxTimeout sets idle_in_transaction_session_timeout: a session
 // whose transaction stays idle that long (a paused worker) is ended by the
 // server, which rolls the transaction back and frees its row locks. Defaults
-// to [DefaultIdleInTxTimeout]; at least 1ms.
+// to 15s; at least 1ms.
 func WithIdleInTxTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < time.Millisecond {

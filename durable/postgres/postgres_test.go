@@ -38,12 +38,13 @@ func (c *counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndDat
 
 // fixture is one store on a fresh schema.
 type fixture struct {
-	s      *postgres.Store
+	s      durable.Store[pgx.Tx]
 	pool   *pgxpool.Pool
 	schema testenv.Schema
 	stmts  *counter
 	app    string // application_name of the store's sessions
 	proxy  *cutProxy
+	opts   []postgres.Option // the store's options, for Migrate
 }
 
 type fixtureOpts struct {
@@ -56,7 +57,7 @@ type fixtureOpts struct {
 	opts      []postgres.Option
 }
 
-var fixtures sync.Map // *postgres.Store → *fixture
+var fixtures sync.Map // durable.Store[pgx.Tx] → *fixture
 
 func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	t.Helper()
@@ -94,12 +95,13 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.pool.Close)
+	f.opts = opts
 	f.s, err = postgres.New(f.pool, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !o.noMigrate {
-		if err := f.s.Migrate(ctx); err != nil {
+		if err := postgres.Migrate(ctx, f.pool, f.opts...); err != nil {
 			t.Fatalf("Migrate: %v", err)
 		}
 	}
@@ -126,7 +128,7 @@ func (f *fixture) lockWaiters() int {
 
 // unreachable returns a store on a pool whose server does not exist (a port
 // nothing listens on).
-func unreachable(t testing.TB) *postgres.Store {
+func unreachable(t testing.TB) durable.Store[pgx.Tx] {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

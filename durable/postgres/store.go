@@ -19,15 +19,13 @@ import (
 	"github.com/oncekey/oncekey/durable/internal/headers"
 )
 
-var _ durable.Store[pgx.Tx] = (*Store)(nil)
+var _ durable.Store[pgx.Tx] = (*store)(nil)
 
-// Store is the PostgreSQL implementation of [durable.Store], on a pgx v5
-// pool that belongs to the caller. It is safe for concurrent use. The
-// transaction type of its ...Tx methods is pgx.Tx.
-type Store struct {
+// store is the PostgreSQL implementation of [durable.Store], on a pgx v5
+// pool that belongs to the caller. It is safe for concurrent use.
+type store struct {
 	pool   *pgxpool.Pool
 	cfg    config
-	table  string // the table's name as written in statements (schema-qualified with WithSchema)
 	q      queries
 	lockMs string
 	// sessionOK: the pool's sessions carry lock_timeout (ConfigurePool or
@@ -36,18 +34,19 @@ type Store struct {
 	beginSQL  string
 }
 
-// New returns a store on pool. It does not touch the database; call
-// [Store.Migrate] once (at start-up, from any number of instances) to create
+// New returns a [durable.Store] on pool, with pgx.Tx as its transaction
+// type; it is safe for concurrent use. It does not touch the database; call
+// [Migrate] once (at start-up, from any number of instances) to create
 // the table.
 //
 // When the pool's runtime parameters include lock_timeout (see
 // [ConfigurePool]), the store relies on them. Otherwise every statement the
 // store sends on the pool that may wait for a row lock carries its own
 // lock_timeout (set_config(..., true) in the same round trip, scoped to that
-// statement's implicit transaction), and [Store.InTx] sets both timeouts at
+// statement's implicit transaction), and its InTx sets both timeouts at
 // BEGIN. It returns an error wrapping [ErrConfig] for a nil pool or an
 // invalid option.
-func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+func New(pool *pgxpool.Pool, opts ...Option) (durable.Store[pgx.Tx], error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: New: nil pool", ErrConfig)
 	}
@@ -60,10 +59,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		table = c.schema + "." + c.table
 	}
 	_, sessionOK := pool.Config().ConnConfig.RuntimeParams[paramLockTimeout]
-	return &Store{
+	return &store{
 		pool:      pool,
 		cfg:       c,
-		table:     table,
 		q:         buildQueries(table),
 		lockMs:    millis(c.lockTimeout),
 		sessionOK: sessionOK,
@@ -72,14 +70,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}, nil
 }
 
-// Table returns the table's name as the store writes it in statements:
-// schema-qualified when [WithSchema] was given.
-func (s *Store) Table() string { return s.table }
-
 // Ref returns the stored identity of sc: its key hashed with SHA-256, or
 // HMAC-SHA-256 under the [WithKeySecret] secret. It returns an error
 // matching [durable.ErrInvalidScope] for an invalid scope.
-func (s *Store) Ref(sc durable.Scope) (durable.Ref, error) {
+func (s *store) Ref(sc durable.Scope) (durable.Ref, error) {
 	if err := sc.Validate(); err != nil {
 		return durable.Ref{}, fmt.Errorf("durable/postgres: ref: %w", err)
 	}
@@ -94,18 +88,27 @@ type querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
+// on returns what a write runs on: tx, or the pool when tx is nil (the
+// zero pgx.Tx: the write on its own).
+func (s *store) on(tx pgx.Tx) querier {
+	if tx == nil {
+		return s.pool
+	}
+	return tx
+}
+
 // onPool reports whether q is the store's pool (not a transaction).
-func (s *Store) onPool(q querier) bool {
+func (s *store) onPool(q querier) bool {
 	p, ok := q.(*pgxpool.Pool)
 	return ok && p == s.pool
 }
 
 // bounded reports whether a statement on q must carry its own lock_timeout:
 // only on the pool, and only when its sessions do not.
-func (s *Store) bounded(q querier) bool { return !s.sessionOK && s.onPool(q) }
+func (s *store) bounded(q querier) bool { return !s.sessionOK && s.onPool(q) }
 
 // queryRow runs a one-row statement that may wait for a row lock.
-func (s *Store) queryRow(ctx context.Context, q querier, sql string, args []any, dest ...any) error {
+func (s *store) queryRow(ctx context.Context, q querier, sql string, args []any, dest ...any) error {
 	if !s.bounded(q) {
 		return q.QueryRow(ctx, sql, args...).Scan(dest...)
 	}
@@ -125,7 +128,7 @@ func (s *Store) queryRow(ctx context.Context, q querier, sql string, args []any,
 
 // exec runs a write that may wait for a row lock and returns the rows it
 // affected.
-func (s *Store) exec(ctx context.Context, q querier, sql string, args []any) (int64, error) {
+func (s *store) exec(ctx context.Context, q querier, sql string, args []any) (int64, error) {
 	if !s.bounded(q) {
 		tag, err := q.Exec(ctx, sql, args...)
 		return tag.RowsAffected(), err
@@ -245,11 +248,11 @@ func (r *rawRecord) record() (durable.Record, error) {
 // by the database's clock. It returns an error matching
 // [durable.ErrNotFound] when there is none and [durable.ErrUnavailable]
 // when the database cannot be reached.
-func (s *Store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error) {
+func (s *store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error) {
 	return s.get(ctx, s.pool, ref)
 }
 
-func (s *Store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Record, error) {
+func (s *store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Record, error) {
 	var raw rawRecord
 	if err := q.QueryRow(ctx, s.q.get, refArgs(ref)...).Scan(raw.targets()...); err != nil {
 		return durable.Record{}, translate("get", err)
@@ -257,19 +260,19 @@ func (s *Store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Re
 	return raw.record()
 }
 
-// Pending lists, oldest first, at most p.Limit records for the reconciler:
-// processing records whose lease expired at least p.StaleFor ago and
+// Pending lists, oldest first, at most limit records for the reconciler:
+// processing records whose lease expired at least staleFor ago and
 // uncertain records whose lease is free. Released records are not listed.
 // It returns [durable.ErrInvalidScope] for a limit below 1 or a negative
-// StaleFor, and [durable.ErrUnavailable] when the database cannot be reached.
-func (s *Store) Pending(ctx context.Context, p durable.PendingParams) ([]durable.Record, error) {
+// staleFor, and [durable.ErrUnavailable] when the database cannot be reached.
+func (s *store) Pending(ctx context.Context, staleFor time.Duration, limit int) ([]durable.Record, error) {
 	switch {
-	case p.Limit < 1 || p.Limit > math.MaxInt32:
+	case limit < 1 || limit > math.MaxInt32:
 		return nil, fmt.Errorf("durable/postgres: pending: %w", &durable.ScopeError{Field: "limit", Reason: "must be at least 1"})
-	case p.StaleFor < 0:
+	case staleFor < 0:
 		return nil, fmt.Errorf("durable/postgres: pending: %w", &durable.ScopeError{Field: "stale_for", Reason: "negative"})
 	}
-	rows, err := s.pool.Query(ctx, s.q.pending, p.StaleFor.Microseconds(), p.Limit)
+	rows, err := s.pool.Query(ctx, s.q.pending, staleFor.Microseconds(), limit)
 	if err != nil {
 		return nil, translate("pending", err)
 	}
@@ -299,10 +302,10 @@ func (s *Store) Pending(ctx context.Context, p durable.PendingParams) ([]durable
 // minute) stays until the clock passes it, so that generations rise across
 // the sweep (see the package documentation). Rows locked by a concurrent claim are skipped (FOR UPDATE SKIP
 // LOCKED), so a sweep never blocks a claim. Processing and uncertain
-// records are never deleted; [Store.Stats] counts them. Call it in a loop
+// records are never deleted; Stats counts them. Call it in a loop
 // until it returns less than batch. batch below 1 returns an error matching
 // [durable.ErrInvalidScope]; an unreachable database [durable.ErrUnavailable].
-func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
+func (s *store) Sweep(ctx context.Context, batch int) (int, error) {
 	if batch < 1 || batch > math.MaxInt32 {
 		return 0, fmt.Errorf("durable/postgres: sweep: %w", &durable.ScopeError{Field: "batch", Reason: "must be at least 1"})
 	}
@@ -316,7 +319,7 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 // Stats summarizes the table in one statement (a full scan: call it at a
 // metrics interval, not per request). It returns [durable.ErrUnavailable]
 // when the database cannot be reached.
-func (s *Store) Stats(ctx context.Context) (durable.Stats, error) {
+func (s *store) Stats(ctx context.Context) (durable.Stats, error) {
 	var proc, done, failed, unc, released, oldestUs, stale, unswept, stuck, takeovers int64
 	err := s.pool.QueryRow(ctx, s.q.stats).Scan(&proc, &done, &failed, &unc, &released, &oldestUs,
 		&stale, &unswept, &stuck, &takeovers)
@@ -352,11 +355,11 @@ func (s *Store) Stats(ctx context.Context) (durable.Stats, error) {
 //   - its reply lost or missing (a network error, a timeout, a closed
 //     connection, a FATAL answer): the outcome is unknown, since the server
 //     may have committed. It is returned wrapped in [durable.ErrUnavailable]:
-//     re-read with [Store.Get] to learn it.
+//     re-read with Get to learn it.
 //
 // READ COMMITTED is what makes a concurrent claimer wait on the row and then
 // see the committed outcome; under REPEATABLE READ it would fail instead.
-func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (s *store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: s.beginSQL})
 	if err != nil {
 		return translate("begin", err)

@@ -45,9 +45,9 @@ func ctxOf(t testing.TB) context.Context {
 	return ctx
 }
 
-func acquire(t testing.TB, s *postgres.Store, p durable.ClaimParams) fence.Token {
+func acquire(t testing.TB, s durable.Store[pgx.Tx], p durable.ClaimParams) fence.Token {
 	t.Helper()
-	res, err := s.Claim(ctxOf(t), p)
+	res, err := s.Claim(ctxOf(t), nil, p)
 	if err != nil || !res.Acquired {
 		t.Fatalf("Claim = %+v, %v; want acquired", res, err)
 	}
@@ -59,7 +59,7 @@ var result = durable.Result{StatusCode: 201, Body: []byte(`{"id":1}`), Version: 
 
 // secondStore opens another store on f's schema with its own pool and
 // statement counter (and f's application_name, so f.lockWaiters sees it).
-func secondStore(t testing.TB, f *fixture, opts ...postgres.Option) (*postgres.Store, *counter) {
+func secondStore(t testing.TB, f *fixture, opts ...postgres.Option) (durable.Store[pgx.Tx], *counter) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(f.schema.URL)
 	if err != nil {
@@ -113,15 +113,30 @@ func TestNew_RejectsInvalidOptions(t *testing.T) {
 		"schema with a space":   postgres.WithSchema("a b"),
 		"empty secret":          postgres.WithKeySecret(nil),
 		"zero lock timeout":     postgres.WithLockTimeout(0),
+		"lock timeout of 30s":   postgres.WithLockTimeout(30 * time.Second),
+		"lock timeout of 1h":    postgres.WithLockTimeout(time.Hour),
 		"tiny idle timeout":     postgres.WithIdleInTxTimeout(time.Microsecond),
 	} {
 		if _, err := postgres.New(pool, opt); !errors.Is(err, postgres.ErrConfig) {
 			t.Errorf("New with %s = %v; want ErrConfig", name, err)
 		}
 	}
-	s, err := postgres.New(pool, postgres.WithSchema("app"), postgres.WithTable("keys"))
-	if err != nil || s.Table() != "app.keys" {
-		t.Fatalf("New = %v, table %q; want app.keys", err, s.Table())
+	for name, opt := range map[string]postgres.Option{
+		"lock timeout just under 30s": postgres.WithLockTimeout(30*time.Second - time.Millisecond),
+		"lock timeout of 1ms":         postgres.WithLockTimeout(time.Millisecond),
+	} {
+		if _, err := postgres.New(pool, opt); err != nil {
+			t.Errorf("New with %s = %v; want it accepted", name, err)
+		}
+	}
+	if _, err := postgres.New(pool, postgres.WithSchema("app"), postgres.WithTable("keys")); err != nil {
+		t.Fatalf("New = %v", err)
+	}
+	if err := postgres.Migrate(context.Background(), nil); !errors.Is(err, postgres.ErrConfig) {
+		t.Fatalf("Migrate(nil) = %v; want ErrConfig", err)
+	}
+	if err := postgres.Migrate(context.Background(), pool, postgres.WithTable("Bad")); !errors.Is(err, postgres.ErrConfig) {
+		t.Fatalf("Migrate with a bad table = %v; want ErrConfig", err)
 	}
 }
 
@@ -208,9 +223,9 @@ func TestStore_PausedTransactionDoesNotBlockForever(t *testing.T) {
 			wake := func() { once.Do(func() { close(resume) }) }
 			t.Cleanup(wake) // before the pool closes, even when the test fails
 			pause := func(ctx context.Context, tx pgx.Tx) error {
-				res, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+				res, err := f.s.Claim(ctx, tx, claimParams(sc, time.Hour))
 				if err != nil || !res.Acquired {
-					return fmt.Errorf("ClaimTx = %+v, %v", res, err)
+					return fmt.Errorf("claim in tx = %+v, %v", res, err)
 				}
 				held <- nil
 				<-resume // the worker pauses with the row locked
@@ -237,7 +252,7 @@ func TestStore_PausedTransactionDoesNotBlockForever(t *testing.T) {
 			}
 
 			// While the paused transaction lives: bounded by lock_timeout.
-			_, err := f.s.Claim(ctx, claimParams(sc, time.Hour))
+			_, err := f.s.Claim(ctx, nil, claimParams(sc, time.Hour))
 			var pgErr *pgconn.PgError
 			if !errors.Is(err, durable.ErrUnavailable) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
 				t.Fatalf("claim behind a paused transaction = %v; want ErrUnavailable wrapping lock_timeout (55P03)", err)
@@ -245,7 +260,7 @@ func TestStore_PausedTransactionDoesNotBlockForever(t *testing.T) {
 			// Then the server ends the idle session and a new owner acquires.
 			deadline := time.Now().Add(20 * time.Second)
 			for {
-				res, err := f.s.Claim(ctx, claimParams(sc, time.Hour))
+				res, err := f.s.Claim(ctx, nil, claimParams(sc, time.Hour))
 				if err == nil && res.Acquired {
 					break
 				}
@@ -292,7 +307,7 @@ func TestStore_ClaimAfterWaitingSeesTheCommittedVersion(t *testing.T) {
 		done := make(chan out, 1)
 		go func() {
 			before := stmts.n.Load()
-			res, err := other.Claim(ctx, claimParams(sc, time.Hour))
+			res, err := other.Claim(ctx, nil, claimParams(sc, time.Hour))
 			done <- out{res, err, stmts.n.Load() - before}
 		}()
 		waitLockWaiter(t, f)
@@ -311,7 +326,7 @@ func TestStore_ClaimAfterWaitingSeesTheCommittedVersion(t *testing.T) {
 	ref, _ := f.s.Ref(sc)
 	first := acquire(t, f.s, claimParams(sc, time.Hour))
 	res, tok, n := run(func(tx pgx.Tx) fence.Token {
-		if err := f.s.CompleteTx(ctx, tx, ref, first, result); err != nil {
+		if err := f.s.Complete(ctx, tx, ref, first, result); err != nil {
 			t.Fatal(err)
 		}
 		return first
@@ -323,9 +338,9 @@ func TestStore_ClaimAfterWaitingSeesTheCommittedVersion(t *testing.T) {
 	// The row is inserted by a transaction that commits while the claim waits.
 	sc = scope()
 	res, tok, n = run(func(tx pgx.Tx) fence.Token {
-		r, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+		r, err := f.s.Claim(ctx, tx, claimParams(sc, time.Hour))
 		if err != nil || !r.Acquired {
-			t.Fatalf("ClaimTx = %+v, %v", r, err)
+			t.Fatalf("Claim in tx = %+v, %v", r, err)
 		}
 		return r.Token
 	}, sc)
@@ -355,7 +370,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			ref, _ := s.Ref(sc)
 			p := claimParams(sc, time.Hour)
 			f.proxy.arm(cutExec)
-			res, err := s.Claim(ctx, p)
+			res, err := s.Claim(ctx, nil, p)
 			lost("Claim")
 			if err != nil || !res.Acquired || res.Token.Owner != p.Owner {
 				t.Fatalf("Claim with a lost reply = %+v, %v; want acquired by re-reading", res, err)
@@ -373,7 +388,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			}
 
 			f.proxy.arm(cutExec)
-			err = s.Complete(ctx, ref, tok, result)
+			err = s.Complete(ctx, nil, ref, tok, result)
 			lost("Complete")
 			if err != nil {
 				t.Fatalf("Complete with a lost reply = %v; want success by re-reading", err)
@@ -385,7 +400,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			// A fenced write whose reply is lost stays fenced.
 			stale := fence.Token{Generation: tok.Generation, Owner: uuid.New()}
 			f.proxy.arm(cutExec)
-			err = s.Complete(ctx, ref, stale, result)
+			err = s.Complete(ctx, nil, ref, stale, result)
 			lost("stale Complete")
 			if !errors.Is(err, durable.ErrFenced) {
 				t.Fatalf("stale Complete with a lost reply = %v; want ErrFenced", err)
@@ -402,13 +417,13 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			}
 			r := uuid.New()
 			f.proxy.arm(cutExec)
-			adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: r, Lease: time.Hour})
+			adopted, err := s.Adopt(ctx, ref, r, 0, time.Hour)
 			lost("Adopt")
 			if err != nil || adopted.Owner != r || adopted.Generation != tok.Generation+1 {
 				t.Fatalf("Adopt with a lost reply = %v, %v", adopted, err)
 			}
 			f.proxy.arm(cutExec)
-			err = s.Fail(ctx, ref, adopted, result)
+			err = s.Fail(ctx, nil, ref, adopted, result)
 			lost("Fail")
 			if err != nil {
 				t.Fatalf("Fail with a lost reply = %v", err)
@@ -418,7 +433,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			ref, _ = s.Ref(sc)
 			tok = acquire(t, s, claimParams(sc, time.Hour))
 			f.proxy.arm(cutExec)
-			err = s.Release(ctx, ref, tok)
+			err = s.Release(ctx, nil, ref, tok)
 			lost("Release")
 			if err != nil {
 				t.Fatalf("Release with a lost reply = %v", err)
@@ -443,25 +458,25 @@ func TestStore_ClosedPoolIsUnavailable(t *testing.T) {
 			t.Errorf("%s on a closed pool = %v; want ErrUnavailable wrapping the closed pool", what, err)
 		}
 	}
-	_, err := f.s.Claim(ctx, claimParams(sc, time.Hour))
+	_, err := f.s.Claim(ctx, nil, claimParams(sc, time.Hour))
 	check("Claim", err)
-	check("Complete", f.s.Complete(ctx, ref, tok, result))
-	check("Fail", f.s.Fail(ctx, ref, tok, result))
+	check("Complete", f.s.Complete(ctx, nil, ref, tok, result))
+	check("Fail", f.s.Fail(ctx, nil, ref, tok, result))
 	check("Renew", f.s.Renew(ctx, ref, tok, time.Hour))
 	check("MarkUncertain", f.s.MarkUncertain(ctx, ref, tok))
-	check("Release", f.s.Release(ctx, ref, tok))
-	_, err = f.s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: time.Hour})
+	check("Release", f.s.Release(ctx, nil, ref, tok))
+	_, err = f.s.Adopt(ctx, ref, uuid.New(), 0, time.Hour)
 	check("Adopt", err)
 	_, err = f.s.Get(ctx, ref)
 	check("Get", err)
-	_, err = f.s.Pending(ctx, durable.PendingParams{Limit: 1})
+	_, err = f.s.Pending(ctx, 0, 1)
 	check("Pending", err)
 	_, err = f.s.Sweep(ctx, 1)
 	check("Sweep", err)
 	_, err = f.s.Stats(ctx)
 	check("Stats", err)
 	check("InTx", f.s.InTx(ctx, func(context.Context, pgx.Tx) error { return nil }))
-	check("Migrate", f.s.Migrate(ctx))
+	check("Migrate", postgres.Migrate(ctx, f.pool, f.opts...))
 }
 
 func TestStore_RefusedConnectionWrapsTheCause(t *testing.T) {
@@ -482,7 +497,7 @@ func TestStore_KeyIsStoredOnlyAsItsHash(t *testing.T) {
 	sc := durable.Scope{Tenant: "tenant", Operation: "POST /orders", Key: "raw-client-key-8c1d2e"}
 	tok := acquire(t, f.s, claimParams(sc, time.Hour))
 	ref, _ := f.s.Ref(sc)
-	if err := f.s.Complete(ctx, ref, tok, result); err != nil {
+	if err := f.s.Complete(ctx, nil, ref, tok, result); err != nil {
 		t.Fatal(err)
 	}
 	var dump string
@@ -522,7 +537,7 @@ func TestStore_RestartClearsTheStoredResult(t *testing.T) {
 	p := claimParams(sc, time.Hour)
 	p.Retention = 20 * time.Millisecond
 	tok := acquire(t, f.s, p)
-	if err := f.s.Complete(ctx, ref, tok, result); err != nil {
+	if err := f.s.Complete(ctx, nil, ref, tok, result); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(2 * time.Millisecond) {
@@ -530,14 +545,14 @@ func TestStore_RestartClearsTheStoredResult(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.Expired() {
+		if rec.ExpiresIn <= 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("retention never passed")
 		}
 	}
-	res, err := f.s.Claim(ctx, claimParams(sc, time.Hour))
+	res, err := f.s.Claim(ctx, nil, claimParams(sc, time.Hour))
 	if err != nil || !res.Restarted {
 		t.Fatalf("Claim = %+v, %v; want a restart", res, err)
 	}
@@ -556,28 +571,35 @@ func TestStore_ClaimCompleteInTxIsOneTransaction(t *testing.T) {
 	sc := scope()
 	before := f.stmts.n.Load()
 	err := f.s.InTx(ctxOf(t), func(ctx context.Context, tx pgx.Tx) error {
-		res, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+		res, err := f.s.Claim(ctx, tx, claimParams(sc, time.Hour))
 		if err != nil {
 			return err
 		}
-		return f.s.CompleteTx(ctx, tx, res.Ref, res.Token, result)
+		return f.s.Complete(ctx, tx, res.Ref, res.Token, result)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := f.stmts.n.Load() - before; n != 4 {
-		t.Fatalf("InTx(ClaimTx, CompleteTx) took %d statements; want 4 (BEGIN, claim, complete, COMMIT)", n)
+		t.Fatalf("InTx(Claim, Complete) took %d statements; want 4 (BEGIN, claim, complete, COMMIT)", n)
 	}
 }
 
-func TestStore_NilTx(t *testing.T) {
-	f := newFixture(t, fixtureOpts{noMigrate: true})
+// A nil pgx.Tx (the zero TTx) runs each write on its own: it commits
+// without a transaction of the caller's.
+func TestStore_NilTxWritesOnItsOwn(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
 	ctx := ctxOf(t)
-	if _, err := f.s.ClaimTx(ctx, nil, claimParams(scope(), time.Hour)); !errors.Is(err, postgres.ErrNilTx) {
-		t.Fatalf("ClaimTx(nil) = %v", err)
+	p := claimParams(scope(), time.Hour)
+	res, err := f.s.Claim(ctx, nil, p)
+	if err != nil || !res.Acquired {
+		t.Fatalf("Claim(nil tx) = %+v, %v; want acquired", res, err)
 	}
-	if err := f.s.CompleteTx(ctx, nil, durable.Ref{}, fence.Token{}, result); !errors.Is(err, postgres.ErrNilTx) {
-		t.Fatalf("CompleteTx(nil) = %v", err)
+	if err := f.s.Complete(ctx, nil, res.Ref, res.Token, result); err != nil {
+		t.Fatalf("Complete(nil tx) = %v", err)
+	}
+	if rec, err := f.s.Get(ctx, res.Ref); err != nil || rec.State != durable.Completed {
+		t.Fatalf("Get = %+v, %v; want completed", rec, err)
 	}
 }
 
@@ -603,11 +625,7 @@ func TestMigrate_ConcurrentInstances(t *testing.T) {
 		errs := make([]error, 8)
 		for i := range errs {
 			wg.Go(func() {
-				s, err := postgres.New(pool, opts...)
-				if err == nil {
-					err = s.Migrate(ctx)
-				}
-				errs[i] = err
+				errs[i] = postgres.Migrate(ctx, pool, opts...)
 			})
 		}
 		wg.Wait()
@@ -616,8 +634,11 @@ func TestMigrate_ConcurrentInstances(t *testing.T) {
 				t.Fatalf("Migrate #%d with %d options: %v", i, len(opts), err)
 			}
 		}
-		s, _ := postgres.New(pool, opts...)
-		if err := s.Migrate(ctx); err != nil {
+		if err := postgres.Migrate(ctx, pool, opts...); err != nil {
+			t.Fatalf("Migrate again: %v", err)
+		}
+		s, err := postgres.New(pool, opts...)
+		if err != nil {
 			t.Fatalf("Migrate again: %v", err)
 		}
 		acquire(t, s, claimParams(scope(), time.Hour))
@@ -650,7 +671,7 @@ func TestMigrate_DownThenUp(t *testing.T) {
 	if table != nil || typ != nil {
 		t.Fatalf("after down: table %v, type %v; want both gone", table, typ)
 	}
-	if err := f.s.Migrate(ctx); err != nil {
+	if err := postgres.Migrate(ctx, f.pool, f.opts...); err != nil {
 		t.Fatalf("up again: %v", err)
 	}
 	acquire(t, f.s, claimParams(scope(), time.Hour))
@@ -669,7 +690,7 @@ func TestStore_AmbiguousClaimIsResolvedAfterTheCallerCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctxOf(t))
 	defer cancel()
 	f.proxy.armThen(cutExec, cancel) // the claim applied; the caller goes away
-	res, err := f.s.Claim(ctx, p)
+	res, err := f.s.Claim(ctx, nil, p)
 	if f.proxy.cuts.Load() != 1 {
 		t.Fatal("the proxy did not cut the claim's reply")
 	}
@@ -680,10 +701,10 @@ func TestStore_AmbiguousClaimIsResolvedAfterTheCallerCancelled(t *testing.T) {
 		t.Fatalf("Claim whose caller cancelled after it applied = %+v, %v; want acquired, learnt by re-reading", res, err)
 	}
 	// The caller can act on the truth: here it releases the key at once.
-	if err := f.s.Release(ctxOf(t), ref, res.Token); err != nil {
+	if err := f.s.Release(ctxOf(t), nil, ref, res.Token); err != nil {
 		t.Fatalf("Release = %v", err)
 	}
-	if r, err := f.s.Claim(ctxOf(t), claimParams(sc, time.Hour)); err != nil || !r.Acquired {
+	if r, err := f.s.Claim(ctxOf(t), nil, claimParams(sc, time.Hour)); err != nil || !r.Acquired {
 		t.Fatalf("claim after the release = %+v, %v; want acquired", r, err)
 	}
 
@@ -699,13 +720,13 @@ func TestStore_AmbiguousClaimIsResolvedAfterTheCallerCancelled(t *testing.T) {
 	ctx, cancel = context.WithCancel(ctxOf(t))
 	f.proxy.armThen(cutExec, cancel)
 	owner := uuid.New()
-	adopted, err := f.s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: owner, Lease: time.Hour})
+	adopted, err := f.s.Adopt(ctx, ref, owner, 0, time.Hour)
 	if err != nil || adopted.Owner != owner {
 		t.Fatalf("Adopt whose caller cancelled after it applied = %v, %v; want adopted by re-reading", adopted, err)
 	}
 	ctx, cancel = context.WithCancel(ctxOf(t))
 	f.proxy.armThen(cutExec, cancel)
-	if err := f.s.Complete(ctx, ref, adopted, result); err != nil {
+	if err := f.s.Complete(ctx, nil, ref, adopted, result); err != nil {
 		t.Fatalf("Complete whose caller cancelled after it applied = %v; want success by re-reading", err)
 	}
 	if f.proxy.cuts.Load() != 4 {
@@ -730,13 +751,13 @@ func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
 	tok := acquire(t, f.s, claimParams(sc, time.Hour))
 	claimed := make(chan fence.Token, 1)
 	f.proxy.armThen(cutExec, func() {
-		res, err := other.Claim(ctx, claimParams(sc, time.Hour))
+		res, err := other.Claim(ctx, nil, claimParams(sc, time.Hour))
 		if err != nil || !res.Acquired {
 			t.Errorf("the new claim after the release = %+v, %v", res, err)
 		}
 		claimed <- res.Token
 	})
-	err := f.s.Release(ctx, ref, tok)
+	err := f.s.Release(ctx, nil, ref, tok)
 	if next := <-claimed; next.Generation <= tok.Generation {
 		t.Fatalf("the new claim after the release got %v", next)
 	}
@@ -749,7 +770,7 @@ func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
 	ref, _ = f.s.Ref(sc)
 	tok = acquire(t, f.s, claimParams(sc, time.Hour))
 	f.proxy.armThen(cutExec, func() {
-		if _, err := other.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: time.Hour}); err != nil {
+		if _, err := other.Adopt(ctx, ref, uuid.New(), 0, time.Hour); err != nil {
 			t.Errorf("Adopt: %v", err)
 		}
 	})
@@ -765,12 +786,12 @@ func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
 	// its generation) stays ErrFenced after a lost reply.
 	stale := fence.Token{Generation: tok.Generation + 1, Owner: uuid.New()}
 	f.proxy.arm(cutExec)
-	if err := f.s.Complete(ctx, ref, stale, result); !errors.Is(err, durable.ErrFenced) {
+	if err := f.s.Complete(ctx, nil, ref, stale, result); !errors.Is(err, durable.ErrFenced) {
 		t.Fatalf("Complete with a token the record never had, reply lost = %v; want ErrFenced", err)
 	}
 	// And so does a write of a generation the record never reached.
 	f.proxy.arm(cutExec)
-	if err := f.s.Release(ctx, ref, fence.Token{Generation: tok.Generation + 5, Owner: tok.Owner}); !errors.Is(err, durable.ErrFenced) {
+	if err := f.s.Release(ctx, nil, ref, fence.Token{Generation: tok.Generation + 5, Owner: tok.Owner}); !errors.Is(err, durable.ErrFenced) {
 		t.Fatalf("Release of a generation above the record's, reply lost = %v; want ErrFenced", err)
 	}
 	if n := f.proxy.cuts.Load(); n != 4 {
@@ -788,11 +809,11 @@ func TestStore_InTxCommitAnsweredWithRollbackIsDefinite(t *testing.T) {
 	sc := scope()
 	ref, _ := f.s.Ref(sc)
 	err := f.s.InTx(ctxOf(t), func(ctx context.Context, tx pgx.Tx) error {
-		res, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+		res, err := f.s.Claim(ctx, tx, claimParams(sc, time.Hour))
 		if err != nil {
 			return err
 		}
-		if err := f.s.CompleteTx(ctx, tx, ref, res.Token, result); err != nil {
+		if err := f.s.Complete(ctx, tx, ref, res.Token, result); err != nil {
 			return err
 		}
 		_, _ = tx.Exec(ctx, "SELECT 1/0") // fails; the caller ignores it
@@ -811,14 +832,14 @@ func TestStore_InTxCommitAnsweredWithRollbackIsDefinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = f.s.InTx(ctxOf(t), func(ctx context.Context, tx pgx.Tx) error {
-		res, err := f.s.ClaimTx(ctx, tx, claimParams(sc, time.Hour))
+		res, err := f.s.Claim(ctx, tx, claimParams(sc, time.Hour))
 		if err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES (1), (1)"); err != nil {
 			return err
 		}
-		return f.s.CompleteTx(ctx, tx, ref, res.Token, result)
+		return f.s.Complete(ctx, tx, ref, res.Token, result)
 	})
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || errors.Is(err, durable.ErrUnavailable) {
@@ -899,17 +920,17 @@ func TestMigrate_002ConvertsExistingRows(t *testing.T) {
 			t.Fatalf("%s: retention_us %d; want an hour", what, retUs)
 		}
 	}
-	if err := f.s.Migrate(ctx); err != nil {
+	if err := postgres.Migrate(ctx, f.pool, f.opts...); err != nil {
 		t.Fatalf("Migrate over 001: %v", err)
 	}
 	check("after Migrate")
-	if err := f.s.Migrate(ctx); err != nil {
+	if err := postgres.Migrate(ctx, f.pool, f.opts...); err != nil {
 		t.Fatalf("Migrate again: %v", err)
 	}
 	check("after Migrate again")
 
 	// The converted retention governs a late finish: two hours from now.
-	if err := f.s.Complete(ctx, openRef, openTok, result); err != nil {
+	if err := f.s.Complete(ctx, nil, openRef, openTok, result); err != nil {
 		t.Fatal(err)
 	}
 	if rec, _ := f.s.Get(ctx, openRef); rec.ExpiresIn < 2*time.Hour-time.Minute || rec.ExpiresIn > 2*time.Hour {
@@ -917,7 +938,7 @@ func TestMigrate_002ConvertsExistingRows(t *testing.T) {
 	}
 	// A row the previous version writes after the migration.
 	lateRef, lateTok := insert("processing", nil, 3*time.Hour)
-	if err := f.s.Complete(ctx, lateRef, lateTok, result); err != nil {
+	if err := f.s.Complete(ctx, nil, lateRef, lateTok, result); err != nil {
 		t.Fatal(err)
 	}
 	if rec, _ := f.s.Get(ctx, lateRef); rec.ExpiresIn < 3*time.Hour-time.Minute || rec.ExpiresIn > 3*time.Hour {
@@ -941,7 +962,7 @@ func TestMigrate_002ConvertsExistingRows(t *testing.T) {
 		AND attname IN ('retention_us', 'response_headers_bin') AND NOT attisdropped`).Scan(&cols); err != nil || cols != 0 {
 		t.Fatalf("after 002 down: %d new columns left, %v", cols, err)
 	}
-	if err := f.s.Migrate(ctx); err != nil {
+	if err := postgres.Migrate(ctx, f.pool, f.opts...); err != nil {
 		t.Fatalf("Migrate after 002 down: %v", err)
 	}
 	check("after down and up")

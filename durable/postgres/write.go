@@ -37,7 +37,7 @@ type fencedWrite struct {
 //     repeated), else ErrFenced;
 //   - a failure that may have applied (connection lost after sending, on the
 //     pool): the record is re-read (see resolve).
-func (s *Store) run(ctx context.Context, q querier, ref durable.Ref, tok fence.Token, w fencedWrite) error {
+func (s *store) run(ctx context.Context, q querier, ref durable.Ref, tok fence.Token, w fencedWrite) error {
 	n, err := s.exec(ctx, q, w.sql, w.args)
 	switch {
 	case err == nil && n == 1:
@@ -76,7 +76,7 @@ func (s *Store) run(ctx context.Context, q querier, ref durable.Ref, tok fence.T
 //     have led to): the write may have applied and been followed by other
 //     writes (a Release then a new claim, a MarkUncertain then an
 //     adoption), so the outcome is unknown: ErrUnavailable.
-func (s *Store) resolve(ctx context.Context, ref durable.Ref, tok fence.Token, w fencedWrite, cause error) error {
+func (s *store) resolve(ctx context.Context, ref durable.Ref, tok fence.Token, w fencedWrite, cause error) error {
 	rctx, cancel := detached(ctx)
 	defer cancel()
 	rec, gerr := s.get(rctx, s.pool, ref)
@@ -113,7 +113,7 @@ func fenceArgs(ref durable.Ref, tok fence.Token, more ...any) []any {
 	return append(append(refArgs(ref), int64(tok.Generation), pgUUID(tok.Owner)), more...)
 }
 
-func (s *Store) finish(ctx context.Context, q querier, op string, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
+func (s *store) finish(ctx context.Context, q querier, op string, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
 	bin, jsonHeaders, body, err := encodeResult(res)
 	if err != nil {
 		return fmt.Errorf("durable/postgres: %s: %w", op, err)
@@ -147,40 +147,27 @@ func (s *Store) finish(ctx context.Context, q querier, op string, state durable.
 // the truth (see the package documentation); if the record moved on since
 // (a newer owner), the outcome is unknown: an error matching
 // [durable.ErrUnavailable]. One round trip.
-func (s *Store) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	return s.finish(ctx, s.pool, "complete", durable.Completed, ref, tok, res)
-}
-
-// CompleteTx is [Store.Complete] inside tx: it commits with tx.
-func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	if tx == nil {
-		return ErrNilTx
-	}
-	return s.finish(ctx, tx, "complete", durable.Completed, ref, tok, res)
+//
+// With a non-nil tx it runs inside tx and commits with it; nothing is
+// re-read then (the caller's COMMIT decides).
+func (s *store) Complete(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	return s.finish(ctx, s.on(tx), "complete", durable.Completed, ref, tok, res)
 }
 
 // Fail stores res as a final business rejection (state failed), fenced
-// like [Store.Complete].
-func (s *Store) Fail(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	return s.finish(ctx, s.pool, "fail", durable.Failed, ref, tok, res)
-}
-
-// FailTx is [Store.Fail] inside tx.
-func (s *Store) FailTx(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	if tx == nil {
-		return ErrNilTx
-	}
-	return s.finish(ctx, tx, "fail", durable.Failed, ref, tok, res)
+// like Complete, inside tx when tx is not nil.
+func (s *store) Fail(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	return s.finish(ctx, s.on(tx), "fail", durable.Failed, ref, tok, res)
 }
 
 // MarkUncertain moves a processing record held by tok to uncertain and
-// clears its lease, so the reconciler can [Store.Adopt] it. The token stays
+// clears its lease, so the reconciler can Adopt it. The token stays
 // the record's until then (its owner may still Complete or Fail it).
 // Marking again with the same token succeeds; [durable.ErrFenced] otherwise.
 // When its reply is lost and the record was adopted since, the mark may
 // have applied before the adoption: the outcome is unknown, an error
 // matching [durable.ErrUnavailable], never ErrFenced.
-func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+func (s *store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
 	return s.run(ctx, s.pool, ref, tok, fencedWrite{
 		op:   "mark uncertain",
 		sql:  s.q.markUncertain,
@@ -201,7 +188,7 @@ func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.To
 // is renewed too as long as nobody took the record over: the token, not
 // the clock, decides who may write. lease must be at least 1ms
 // ([durable.ErrInvalidScope]).
-func (s *Store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+func (s *store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
 	if lease < time.Millisecond {
 		return fmt.Errorf("durable/postgres: renew: %w", &durable.ScopeError{Field: "lease", Reason: "shorter than 1ms"})
 	}
@@ -221,21 +208,9 @@ func (s *Store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lea
 // record since; [durable.ErrFenced] otherwise. When its reply is lost and
 // the record was claimed since, the release may have applied before that
 // claim: the outcome is unknown, an error matching [durable.ErrUnavailable],
-// never ErrFenced.
-func (s *Store) Release(ctx context.Context, ref durable.Ref, tok fence.Token) error {
-	return s.release(ctx, s.pool, ref, tok)
-}
-
-// ReleaseTx is [Store.Release] inside tx.
-func (s *Store) ReleaseTx(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token) error {
-	if tx == nil {
-		return ErrNilTx
-	}
-	return s.release(ctx, tx, ref, tok)
-}
-
-func (s *Store) release(ctx context.Context, q querier, ref durable.Ref, tok fence.Token) error {
-	return s.run(ctx, q, ref, tok, fencedWrite{
+// never ErrFenced. With a non-nil tx it runs inside tx.
+func (s *store) Release(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token) error {
+	return s.run(ctx, s.on(tx), ref, tok, fencedWrite{
 		op:   "release",
 		sql:  s.q.release,
 		args: fenceArgs(ref, tok),
@@ -253,33 +228,33 @@ func (s *Store) release(ctx context.Context, q querier, ref durable.Ref, tok fen
 
 // Adopt takes over, for the reconciler, a record that is uncertain with its
 // lease free (never adopted, or the adopter's lease expired) or processing
-// with an expired lease, under p.Owner with a lease of p.Lease. The state is
-// kept; the generation becomes GREATEST(p.Proposed, stored+1) and the
+// with an expired lease, under owner with a lease of lease. The state is
+// kept; the generation becomes GREATEST(proposed, stored+1) and the
 // record's takeovers count rises. It returns the new token, an error
 // matching [durable.ErrNotFound] when there is no record, [durable.ErrBusy]
 // when it is held by a live lease, released or finished, and
 // [durable.ErrInvalidScope] for a nil owner, a lease under 1ms or a proposal
 // out of range. A lost connection is resolved by re-reading, as for Claim.
-func (s *Store) Adopt(ctx context.Context, p durable.AdoptParams) (fence.Token, error) {
+func (s *store) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, proposed uint64, lease time.Duration) (fence.Token, error) {
 	switch {
-	case p.Owner == uuid.Nil:
+	case owner == uuid.Nil:
 		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", &durable.ScopeError{Field: "owner", Reason: "nil UUID"})
-	case p.Lease < time.Millisecond:
+	case lease < time.Millisecond:
 		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", &durable.ScopeError{Field: "lease", Reason: "shorter than 1ms"})
-	case p.Proposed > 1<<62:
+	case proposed > 1<<62:
 		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", &durable.ScopeError{Field: "proposed", Reason: "generation out of range"})
 	}
 	var (
 		gen   *int64
 		exist bool
 	)
-	args := append(refArgs(p.Ref), int64(p.Proposed), pgUUID(p.Owner), p.Lease.Microseconds())
+	args := append(refArgs(ref), int64(proposed), pgUUID(owner), lease.Microseconds())
 	if err := s.queryRow(ctx, s.pool, s.q.adopt, args, &gen, &exist); err != nil {
 		if isAmbiguous(err) {
 			rctx, cancel := detached(ctx)
-			rec, gerr := s.get(rctx, s.pool, p.Ref)
+			rec, gerr := s.get(rctx, s.pool, ref)
 			cancel()
-			if gerr == nil && rec.Token.Owner == p.Owner && !rec.Released {
+			if gerr == nil && rec.Token.Owner == owner && !rec.Released {
 				return rec.Token, nil
 			}
 		}
@@ -287,7 +262,7 @@ func (s *Store) Adopt(ctx context.Context, p durable.AdoptParams) (fence.Token, 
 	}
 	switch {
 	case gen != nil:
-		return fence.Token{Generation: uint64(*gen), Owner: p.Owner}, nil
+		return fence.Token{Generation: uint64(*gen), Owner: owner}, nil
 	case !exist:
 		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", durable.ErrNotFound)
 	}

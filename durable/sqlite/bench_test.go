@@ -36,11 +36,11 @@ func BenchmarkClaimComplete(b *testing.B) {
 		before := s.Statements()
 		i := 0
 		for b.Loop() {
-			r, err := s.Claim(ctx, p(i))
+			r, err := s.Claim(ctx, nil, p(i))
 			if err != nil || !r.Acquired {
 				b.Fatal(r, err)
 			}
-			if err := s.Complete(ctx, r.Ref, r.Token, res); err != nil {
+			if err := s.Complete(ctx, nil, r.Ref, r.Token, res); err != nil {
 				b.Fatal(err)
 			}
 			i++
@@ -54,11 +54,11 @@ func BenchmarkClaimComplete(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-				r, err := s.ClaimTx(ctx, tx, p(i))
+				r, err := s.Claim(ctx, tx, p(i))
 				if err != nil {
 					return err
 				}
-				return s.CompleteTx(ctx, tx, r.Ref, r.Token, res)
+				return s.Complete(ctx, tx, r.Ref, r.Token, res)
 			})
 			if err != nil {
 				b.Fatal(err)
@@ -70,16 +70,16 @@ func BenchmarkClaimComplete(b *testing.B) {
 
 	b.Run("Replay", func(b *testing.B) {
 		s := benchStore(b)
-		r, err := s.Claim(ctx, p(-1))
+		r, err := s.Claim(ctx, nil, p(-1))
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Complete(ctx, r.Ref, r.Token, res); err != nil {
+		if err := s.Complete(ctx, nil, r.Ref, r.Token, res); err != nil {
 			b.Fatal(err)
 		}
 		before := s.Statements()
 		for b.Loop() {
-			r, err := s.Claim(ctx, p(-1))
+			r, err := s.Claim(ctx, nil, p(-1))
 			if err != nil || r.Acquired || r.Record.State != durable.Completed {
 				b.Fatal(r, err)
 			}
@@ -92,11 +92,11 @@ func BenchmarkClaimComplete(b *testing.B) {
 		before := s.Statements()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				r, err := s.Claim(ctx, p(int(uuid.New().ID())))
+				r, err := s.Claim(ctx, nil, p(int(uuid.New().ID())))
 				if err != nil || !r.Acquired {
 					b.Fatal(r, err)
 				}
-				if err := s.Complete(ctx, r.Ref, r.Token, res); err != nil {
+				if err := s.Complete(ctx, nil, r.Ref, r.Token, res); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -106,7 +106,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 }
 
 func benchStore(b *testing.B) *sqlite.Store {
-	s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
+	s, err := sqlite.OpenStore(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
 		b.Fatal(err)
 	}

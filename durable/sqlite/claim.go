@@ -22,10 +22,18 @@ const claimAttempts = 4
 // second one reads the existing record to return. It returns ErrMismatch for a record
 // with another fingerprint, ErrInvalidScope for bad parameters (nothing
 // written) and ErrUnavailable when the database cannot be used.
-func (s *Store) Claim(ctx context.Context, p durable.ClaimParams) (durable.ClaimResult, error) {
+//
+// With a non-nil tx the claim runs inside tx. Its statement takes the
+// database's write lock if tx does not hold it yet, so a concurrent claimer
+// of any scope waits (up to the busy timeout) until tx ends, and then sees
+// what tx committed.
+func (s *store) Claim(ctx context.Context, tx *sql.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
 	ref, err := s.claimRef(p)
 	if err != nil {
 		return durable.ClaimResult{}, err
+	}
+	if tx != nil {
+		return s.claim(ctx, tx, ref, p)
 	}
 	unlock, err := s.lockWrites(ctx)
 	if err != nil {
@@ -35,28 +43,14 @@ func (s *Store) Claim(ctx context.Context, p durable.ClaimParams) (durable.Claim
 	return s.claim(ctx, s.db, ref, p)
 }
 
-// ClaimTx is Claim inside tx. Its statement takes the database's write lock
-// if tx does not hold it yet, so a concurrent claimer of any scope waits
-// (up to the busy timeout) until tx ends, and then sees what tx committed.
-func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
-	ref, err := s.claimRef(p)
-	if err != nil {
-		return durable.ClaimResult{}, err
-	}
-	if tx == nil {
-		return durable.ClaimResult{}, &durable.ScopeError{Field: "tx", Reason: "nil transaction"}
-	}
-	return s.claim(ctx, tx, ref, p)
-}
-
-func (s *Store) claimRef(p durable.ClaimParams) (durable.Ref, error) {
+func (s *store) claimRef(p durable.ClaimParams) (durable.Ref, error) {
 	if err := p.Validate(); err != nil {
 		return durable.Ref{}, err
 	}
 	return p.Scope.Ref(s.cfg.secret), nil
 }
 
-func (s *Store) claim(ctx context.Context, q querier, ref durable.Ref, p durable.ClaimParams) (durable.ClaimResult, error) {
+func (s *store) claim(ctx context.Context, q querier, ref durable.Ref, p durable.ClaimParams) (durable.ClaimResult, error) {
 	for range claimAttempts {
 		var (
 			gen int64

@@ -17,7 +17,7 @@ func TestContract(t *testing.T) {
 		New: func(t testing.TB) durable.Store[*sql.Tx] { return open(t) },
 		// A store on a closed *sql.DB: every call fails to reach it.
 		Unreachable: func(t testing.TB) durable.Store[*sql.Tx] {
-			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "closed.db"))
+			s, err := sqlite.OpenStore(t.Context(), filepath.Join(t.TempDir(), "closed.db"))
 			if err != nil {
 				t.Fatal(err)
 			}

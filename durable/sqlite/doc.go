@@ -3,10 +3,11 @@
 // driver modernc.org/sqlite (no cgo). It is the default when no PostgreSQL
 // is named: nothing to install, one file on disk.
 //
-//	s, err := sqlite.Open(ctx, filepath.Join(dir, "oncekey.db"))
+//	db, err := sqlite.Open(filepath.Join(dir, "oncekey.db"))
 //	...
-//	defer s.Close()
-//	if err := s.Migrate(ctx); err != nil { ... }
+//	defer db.Close()
+//	if err := sqlite.Migrate(ctx, db); err != nil { ... }
+//	store, err := sqlite.New(db)
 //
 // It passes the same contract suite (package durabletest) as the PostgreSQL
 // backend, unchanged.
@@ -19,9 +20,9 @@
 //     least the clock floor for a created or restarted record (see below). When
 //     the rule refuses, that statement writes nothing and a second one
 //     reads the record to return (replay, in progress, mismatch), still
-//     under the Store's write lock (if another process changed the record in
+//     under the store's write lock (if another process changed the record in
 //     between, the claim is tried again); a fresh claim, a Complete and a Get are one statement
-//     each. Statements are prepared once per Store.
+//     each. Statements are prepared once per store.
 //   - Complete, Fail, MarkUncertain, Renew and Release are each one UPDATE
 //     matching owner, generation and state; zero rows is [durable.ErrFenced].
 //   - Lease and retention decisions use the database's clock
@@ -30,23 +31,23 @@
 //     every process on the host reads the same one, so worker clock skew
 //     does not exist here; a host clock step (NTP, a VM resume) moves every
 //     lease at once, as it would move PostgreSQL's.
-//   - The file is in WAL mode, so reads ([Store.Get], [Store.Stats],
-//     [Store.Pending]) never wait for the writer, and synchronous=FULL, so a
+//   - The file is in WAL mode, so reads (Get, Stats, Pending) never
+//     wait for the writer, and synchronous=FULL, so a
 //     commit is on disk when it returns: a completion survives a power loss
 //     as well as a crash. (NORMAL would be faster but, in WAL mode, may lose
 //     the last commits on power loss, which would let a retried request run
 //     its effect a second time.)
-//   - Writes are serialized: SQLite has one writer at a time. Within a Store
+//   - Writes are serialized: SQLite has one writer at a time. Within a store
 //     they queue on a Go lock; across Stores and processes on SQLite's lock
-//     with a busy timeout ([WithBusyTimeout], default 5 s;
-//     [Store.WriteWaiters] is the queue's length). Every write
+//     with a busy timeout ([WithBusyTimeout], default 5 s,
+//     less than 30 s). Every write
 //     transaction takes the write lock at its start (BEGIN IMMEDIATE), so
 //     none fails later upgrading a read lock: concurrent claims in one
 //     process neither fail spuriously nor deadlock. A write that still waits
 //     longer than the busy timeout fails with [durable.ErrUnavailable].
-//   - Same-transaction mode: [Store.InTx] gives a *sql.Tx on which
-//     [Store.ClaimTx], the caller's own statements (on its tables in the same
-//     file, see [Store.DB]) and [Store.CompleteTx] commit together. While it
+//   - Same-transaction mode: InTx gives a *sql.Tx on which Claim, the
+//     caller's own statements (on its tables in the same file, through the
+//     *sql.DB) and Complete, each given that tx, commit together. While it
 //     is open every other writer waits, so a concurrent claimer of the same
 //     key then sees the committed outcome, never a second acquisition. Keep
 //     such transactions short: they stop every writer of the file.
@@ -54,7 +55,7 @@
 //     rolled it back before returning, and reports which. A COMMIT refused
 //     for a deferred constraint (a foreign key of the caller's tables
 //     declared DEFERRABLE INITIALLY DEFERRED) committed nothing and
-//     [Store.InTx] returns its error as it is, not [durable.ErrUnavailable];
+//     InTx returns its error as it is, not [durable.ErrUnavailable];
 //     a busy or I/O failure at COMMIT is [durable.ErrUnavailable] (nothing
 //     committed; the driver rolls back what SQLite kept open). Fenced writes
 //     are still verified by re-reading after an error or zero rows, so a
@@ -63,7 +64,7 @@
 //   - Retention: a record expires its claim's retention after its creation,
 //     and Complete and Fail move that to at least a retention after they
 //     finished; a takeover gives it a full retention from the takeover.
-//   - Generations only rise for a scope, also across [Store.Sweep]: a
+//   - Generations only rise for a scope, also across Sweep: a
 //     created or restarted record gets at least the database's clock in
 //     milliseconds since the Unix epoch minus 60000, and Sweep deletes a
 //     record only once its generation is below that clock minus 120000
@@ -92,7 +93,7 @@
 //
 // # Schema and migrations
 //
-// [Store.Migrate] runs the embedded migrations (see [Migrations]) not
+// [Migrate] runs the embedded migrations (see [Migrations]) not
 // applied yet, and records each version in table oncekey_migration (per
 // store table). 001_create_idempotency_requests creates a STRICT, WITHOUT
 // ROWID table keyed by (tenant_id, operation, key_hash), with partial
@@ -102,6 +103,6 @@
 // lossy copy for the previous version), and converts existing rows.
 // [WithTable] renames the table and its indexes. A database migrated by a
 // release that did not record versions is brought up to date (001 is
-// idempotent). Do not mix [Store.Migrate] with another migration tool on the
+// idempotent). Do not mix [Migrate] with another migration tool on the
 // same table.
 package sqlite

@@ -15,18 +15,18 @@ import (
 )
 
 var (
-	// ErrInvalidOption is returned by [Open] and [New] for a bad option or
-	// path; the error names it.
-	ErrInvalidOption = errors.New("durable/sqlite: invalid option")
+	// ErrConfig is returned by [Open], [New] and [Migrate] for an invalid
+	// option, path or argument; the message names it.
+	ErrConfig = errors.New("durable/sqlite: invalid configuration")
 
 	// ErrWriteLockTimeout is returned, wrapped together with
 	// [durable.ErrUnavailable], when a write waited longer than the busy
-	// timeout for another write of the same Store to finish (a long
-	// [Store.InTx], or a write made from inside one on the Store itself
-	// instead of with the ...Tx methods).
+	// timeout for another write of the same store to finish (a long InTx,
+	// or a write made from inside one on its own, with a nil tx, instead of
+	// with the transaction).
 	ErrWriteLockTimeout = errors.New("durable/sqlite: timed out waiting for the write lock")
 
-	// ErrNoWAL is returned by [Open] when the database file cannot be put in
+	// ErrNoWAL is returned by [Migrate] when a database from [Open] cannot be put in
 	// WAL mode (for example on a file system without shared memory), so the
 	// concurrency the package documents would not hold.
 	ErrNoWAL = errors.New("durable/sqlite: WAL journal mode unavailable")

@@ -25,28 +25,33 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	s, err := sqlite.Open(ctx, filepath.Join(dir, "oncekey.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "oncekey.db"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
+	defer db.Close()
+	if err := sqlite.Migrate(ctx, db); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := s.DB().ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, item TEXT)`); err != nil {
+	s, err := sqlite.New(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, item TEXT)`); err != nil {
 		log.Fatal(err)
 	}
 
 	placeOrder := func() durable.ClaimResult {
 		var out durable.ClaimResult
 		err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			r, err := s.ClaimTx(ctx, tx, durable.ClaimParams{
+			r, err := s.Claim(ctx, tx, durable.ClaimParams{
 				Scope:       durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "9f1c-order-1"},
 				Fingerprint: "v1:book",
 				Owner:       uuid.New(),
 				Lease:       30 * time.Second,
 				Retention:   24 * time.Hour,
 			})
+
 			out = r
 			if err != nil || !r.Acquired {
 				return err // a duplicate: nothing to do in this transaction
@@ -54,9 +59,10 @@ func Example() {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES ('ord_1', 'book')`); err != nil {
 				return err
 			}
-			return s.CompleteTx(ctx, tx, r.Ref, r.Token, durable.Result{
+			return s.Complete(ctx, tx, r.Ref, r.Token, durable.Result{
 				StatusCode: 201, Body: []byte(`{"id":"ord_1"}`), ResourceID: "ord_1",
 			})
+
 		})
 		if err != nil {
 			log.Fatal(err)
@@ -71,7 +77,7 @@ func Example() {
 	fmt.Println("retry: under the first token", retry.Record.Token == first.Token)
 
 	var orders int
-	if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("orders:", orders)

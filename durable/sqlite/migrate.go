@@ -17,7 +17,7 @@ var migrationFiles embed.FS
 
 // Migrations returns the embedded migration files (NNN_name.up.sql and
 // NNN_name.down.sql, plain SQL that goose or golang-migrate can also run).
-// They name the table [DefaultTable].
+// They name the table "idempotency_requests".
 func Migrations() fs.FS {
 	sub, err := fs.Sub(migrationFiles, "migration")
 	if err != nil {
@@ -27,26 +27,50 @@ func Migrations() fs.FS {
 }
 
 // migrationTable records, per store table, the migration versions
-// [Store.Migrate] applied, so that each runs once (a SQLite ALTER TABLE
+// [Migrate] applied, so that each runs once (a SQLite ALTER TABLE
 // cannot be written to run twice).
 const migrationTable = "oncekey_migration"
 
-// Migrate brings the table and its indexes to the latest version by running
-// every embedded up migration not applied yet, in order, in one write
-// transaction (SQLite DDL is transactional: all or nothing). It records the
-// versions it applied in table oncekey_migration, keyed by the store's table
-// name. A database migrated by an earlier release (which did not record
-// versions) is brought up to date: migration 001 is idempotent and runs again
-// as a no-op. It is safe to call from several goroutines or processes at
-// once. ctx bounds it.
-func (s *Store) Migrate(ctx context.Context) error {
+// Migrate brings the table and its indexes on db to the latest version by
+// running every embedded up migration not applied yet, in order, in one
+// write transaction (SQLite DDL is transactional: all or nothing), with the
+// names opts configure (pass the options given to [New]). It records the
+// versions it applied in table oncekey_migration, keyed by the table name.
+// A database migrated by an earlier release (which did not record versions)
+// is brought up to date: migration 001 is idempotent and runs again as a
+// no-op. It is safe to call from several goroutines or processes at once.
+// ctx bounds it.
+//
+// For a database from [Open] it first checks that the file is in WAL mode
+// ([ErrNoWAL] otherwise: the concurrency the package documents would not
+// hold). A file that cannot be opened returns [durable.ErrUnavailable]; a
+// nil db or an invalid option an error wrapping [ErrConfig].
+func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
+	if db == nil {
+		return fmt.Errorf("%w: Migrate: nil *sql.DB", ErrConfig)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return err
+	}
+	if openedByOpen(db) {
+		var mode string
+		if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+			return translate("migrate", err)
+		}
+		if !strings.EqualFold(mode, "wal") {
+			return fmt.Errorf("%w: journal_mode is %q", ErrNoWAL, mode)
+		}
+	}
+	s := newStore(db, cfg)
+	defer s.closeStmts()
 	return s.migrate(ctx, ".up.sql")
 }
 
 // migrate runs the embedded files ending in suffix, with the store's table
 // name: for up, those not recorded yet, in name order; for down, those
 // recorded, in reverse.
-func (s *Store) migrate(ctx context.Context, suffix string) error {
+func (s *store) migrate(ctx context.Context, suffix string) error {
 	names, err := fs.Glob(migrationFiles, "migration/*"+suffix)
 	if err != nil {
 		return err
@@ -90,7 +114,7 @@ UPDATE `+migrationTable+` SET version = version WHERE 0`); err != nil {
 			}
 			// The table name is a validated identifier; index names are
 			// derived from it the same way.
-			stmt := strings.ReplaceAll(string(b), DefaultTable, s.cfg.table)
+			stmt := strings.ReplaceAll(string(b), defaultTable, s.cfg.table)
 			// Not prepared on the pool (s.exec): another connection would
 			// not see the tables this transaction created yet.
 			s.stmts.Add(1)

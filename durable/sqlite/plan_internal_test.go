@@ -9,7 +9,7 @@ import (
 // TestQueryPlans checks that Sweep and Pending read their partial indexes
 // instead of the whole table.
 func TestQueryPlans(t *testing.T) {
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "plan.db"))
+	s, err := OpenStore(t.Context(), filepath.Join(t.TempDir(), "plan.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestQueryPlans(t *testing.T) {
 // TestMigrationDown checks that the down migration undoes the up one and
 // that both are idempotent.
 func TestMigrationDown(t *testing.T) {
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "down.db"), WithTable("custom_requests"))
+	s, err := OpenStore(t.Context(), filepath.Join(t.TempDir(), "down.db"), WithTable("custom_requests"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestHelperProcess(t *testing.T) {
 		return
 	}
 	child, _ := strconv.Atoi(os.Getenv(childEnv + "_N"))
-	s, err := sqlite.Open(t.Context(), path)
+	s, err := sqlite.OpenStore(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,14 +53,15 @@ func TestHelperProcess(t *testing.T) {
 		t.Fatal("no go from the parent")
 	}
 	claim := func(sc durable.Scope) bool {
-		r, err := s.Claim(t.Context(), durable.ClaimParams{
+		r, err := s.Claim(t.Context(), nil, durable.ClaimParams{
 			Scope: sc, Fingerprint: "v1:proc", Owner: uuid.New(), Lease: time.Minute, Retention: time.Hour,
 		})
+
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Acquired {
-			if err := s.Complete(t.Context(), r.Ref, r.Token, durable.Result{StatusCode: 201, Body: []byte(strconv.Itoa(child))}); err != nil {
+			if err := s.Complete(t.Context(), nil, r.Ref, r.Token, durable.Result{StatusCode: 201, Body: []byte(strconv.Itoa(child))}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -16,7 +16,7 @@ import (
 // Get reads a record; ErrNotFound when there is none. LeaseRemaining and
 // ExpiresIn are measured by the database's clock. It reads the last commit
 // and does not wait for a writer.
-func (s *Store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error) {
+func (s *store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error) {
 	if err := validRef(ref); err != nil {
 		return durable.Record{}, err
 	}
@@ -25,28 +25,28 @@ func (s *Store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error
 }
 
 // get returns database/sql's errors untranslated (sql.ErrNoRows included).
-func (s *Store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Record, error) {
+func (s *store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Record, error) {
 	return scanRecord(s.queryRow(ctx, q, s.q.get, ref.Tenant, ref.Operation, ref.KeyHash[:]))
 }
 
 // Adopt takes over, for the reconciler, a record that is uncertain (its
 // lease free or expired) or processing with an expired lease, both by the
 // database's clock. The state is kept; the generation becomes
-// max(Proposed, stored+1) (no clock floor: the row exists) and the owner and
+// max(proposed, stored+1) (no clock floor: the row exists) and the owner and
 // lease are the caller's.
 // It returns ErrNotFound when there is no record and ErrBusy when the record
 // is held by a live lease, released or finished.
-func (s *Store) Adopt(ctx context.Context, p durable.AdoptParams) (fence.Token, error) {
-	if err := validRef(p.Ref); err != nil {
+func (s *store) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, proposed uint64, lease time.Duration) (fence.Token, error) {
+	if err := validRef(ref); err != nil {
 		return fence.Token{}, err
 	}
-	if p.Owner == uuid.Nil {
+	if owner == uuid.Nil {
 		return fence.Token{}, &durable.ScopeError{Field: "owner", Reason: "nil UUID"}
 	}
-	if err := validLease(p.Lease); err != nil {
+	if err := validLease(lease); err != nil {
 		return fence.Token{}, err
 	}
-	if p.Proposed > 1<<62 {
+	if proposed > 1<<62 {
 		return fence.Token{}, &durable.ScopeError{Field: "proposed", Reason: "generation out of range"}
 	}
 	unlock, err := s.lockWrites(ctx)
@@ -54,12 +54,11 @@ func (s *Store) Adopt(ctx context.Context, p durable.AdoptParams) (fence.Token, 
 		return fence.Token{}, unavailable("adopt", err)
 	}
 	defer unlock()
-	ref := p.Ref
 	var gen int64
 	err = s.queryRow(ctx, s.db, s.q.adopt, ref.Tenant, ref.Operation, ref.KeyHash[:],
-		p.Owner.String(), int64(p.Proposed), p.Lease.Microseconds()).Scan(&gen)
+		owner.String(), int64(proposed), lease.Microseconds()).Scan(&gen)
 	if err == nil {
-		return fence.Token{Generation: uint64(gen), Owner: p.Owner}, nil
+		return fence.Token{Generation: uint64(gen), Owner: owner}, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return fence.Token{}, translate("adopt", err)
@@ -74,18 +73,18 @@ func (s *Store) Adopt(ctx context.Context, p durable.AdoptParams) (fence.Token, 
 	return fence.Token{}, fmt.Errorf("durable/sqlite: adopt: %w", durable.ErrBusy)
 }
 
-// Pending lists, oldest first, the records the reconciler should look at:
-// uncertain records whose lease is free, and processing records whose lease
-// expired at least p.StaleFor ago by the database's clock. Released records
-// are not listed.
-func (s *Store) Pending(ctx context.Context, p durable.PendingParams) ([]durable.Record, error) {
-	if p.Limit < 1 {
+// Pending lists, oldest first, at most limit records the reconciler should
+// look at: uncertain records whose lease is free, and processing records
+// whose lease expired at least staleFor ago by the database's clock.
+// Released records are not listed.
+func (s *store) Pending(ctx context.Context, staleFor time.Duration, limit int) ([]durable.Record, error) {
+	if limit < 1 {
 		return nil, &durable.ScopeError{Field: "limit", Reason: "less than 1"}
 	}
-	if p.StaleFor < 0 {
+	if staleFor < 0 {
 		return nil, &durable.ScopeError{Field: "stale for", Reason: "negative"}
 	}
-	rows, err := s.query(ctx, s.db, s.q.pending, p.StaleFor.Microseconds(), p.Limit)
+	rows, err := s.query(ctx, s.db, s.q.pending, staleFor.Microseconds(), limit)
 	if err != nil {
 		return nil, translate("pending", err)
 	}
@@ -112,7 +111,7 @@ func (s *Store) Pending(ctx context.Context, p durable.PendingParams) ([]durable
 // Processing and uncertain records are never deleted. One call is one
 // bounded DELETE, so it holds the write lock only briefly; call it in a loop
 // until it returns less than batch. batch must be at least 1.
-func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
+func (s *store) Sweep(ctx context.Context, batch int) (int, error) {
 	if batch < 1 {
 		return 0, &durable.ScopeError{Field: "batch", Reason: "less than 1"}
 	}
@@ -130,7 +129,7 @@ func (s *Store) Sweep(ctx context.Context, batch int) (int, error) {
 
 // Stats summarizes the store in one read of the whole table (SQLite keeps
 // no counters), by the database's clock.
-func (s *Store) Stats(ctx context.Context) (durable.Stats, error) {
+func (s *store) Stats(ctx context.Context) (durable.Stats, error) {
 	var (
 		st                                    durable.Stats
 		processing, completed, failed, uncrtn int64

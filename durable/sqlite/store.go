@@ -5,32 +5,37 @@ import (
 	"database/sql"
 	"fmt"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/oncekey/oncekey/durable"
 )
 
-// DefaultTable is the table name used without [WithTable].
-const DefaultTable = "idempotency_requests"
+// Defaults of the options.
+const (
+	defaultTable       = "idempotency_requests"
+	defaultBusyTimeout = 5 * time.Second
+	// maxBusyTimeout bounds the busy timeout: a claim must never wait
+	// anywhere near the 60 s the generation floor leaves (see durable's
+	// "Generations").
+	maxBusyTimeout = 30 * time.Second
+)
 
-// DefaultBusyTimeout is how long a write waits for another writer without
-// [WithBusyTimeout].
-const DefaultBusyTimeout = 5 * time.Second
-
-// maxConns bounds the connections Open keeps: one writer at a time plus
-// concurrent readers (WAL lets them all run at once).
+// maxConns bounds the connections of a database from Open: one writer at a
+// time plus concurrent readers (WAL lets them all run at once).
 const maxConns = 8
 
-// Compile-time check: Store implements the contract with *sql.Tx.
-var _ durable.Store[*sql.Tx] = (*Store)(nil)
+// Compile-time check: store implements the contract with *sql.Tx.
+var _ durable.Store[*sql.Tx] = (*store)(nil)
 
-// Option configures [Open] and [New].
-type Option func(*config)
+// Option configures [New], [Open] and [Migrate].
+type Option func(*config) error
 
 type config struct {
 	table       string
@@ -38,90 +43,118 @@ type config struct {
 	busyTimeout time.Duration
 }
 
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
 // WithTable sets the table name. It must be a plain SQL identifier (letters,
 // digits and '_', not starting with a digit nor with "sqlite_", at most 63
-// bytes). Defaults to [DefaultTable].
+// bytes). Defaults to "idempotency_requests".
 func WithTable(name string) Option {
-	return func(c *config) { c.table = name }
+	return func(c *config) error {
+		if !identRE.MatchString(name) || strings.HasPrefix(strings.ToLower(name), "sqlite_") {
+			return fmt.Errorf("%w: WithTable: %q is not a plain identifier", ErrConfig, name)
+		}
+		c.table = name
+		return nil
+	}
 }
 
 // WithKeySecret makes the store hash idempotency keys with
 // HMAC-SHA-256(secret, key) instead of SHA-256, so a copy of the database
 // file cannot be matched against guessed keys (see [durable.Scope.Ref]). The
 // same secret must be used every time the file is opened. The slice is
-// copied.
+// copied; it must not be empty.
 func WithKeySecret(secret []byte) Option {
 	s := append([]byte(nil), secret...)
-	return func(c *config) { c.secret = s }
+	return func(c *config) error {
+		if len(s) == 0 {
+			return fmt.Errorf("%w: WithKeySecret: empty secret", ErrConfig)
+		}
+		c.secret = s
+		return nil
+	}
 }
 
 // WithBusyTimeout sets how long a write waits for the database to be free:
-// for another write of the same Store (an open [Store.InTx] holds the write
-// lock until it ends) and, for a database opened by [Open], for another
-// connection or process (SQLite's busy_timeout). After it, the write fails
-// with [durable.ErrUnavailable]. At least 1ms; defaults to
-// [DefaultBusyTimeout]. With [New] the driver's busy_timeout is the caller's
-// to set in its DSN.
+// for another write of the same store (an open InTx holds the write lock
+// until it ends) and, for a database from [Open], for another connection or
+// process (SQLite's busy_timeout). After it, the write fails with
+// [durable.ErrUnavailable]. Defaults to 5s; at least 1ms and less than 30s,
+// an error wrapping [ErrConfig] otherwise: the generations a store hands out
+// after a sweep rely on a claim never waiting anywhere near a minute (see the
+// durable package's "Generations"). For a database the caller opened, its
+// DSN's busy_timeout is the caller's to set, under the same bound.
 func WithBusyTimeout(d time.Duration) Option {
-	return func(c *config) { c.busyTimeout = d }
+	return func(c *config) error {
+		if d < time.Millisecond || d >= maxBusyTimeout {
+			return fmt.Errorf("%w: WithBusyTimeout: must be at least 1ms and less than 30s", ErrConfig)
+		}
+		c.busyTimeout = d
+		return nil
+	}
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
-
 func newConfig(opts []Option) (config, error) {
-	c := config{table: DefaultTable, busyTimeout: DefaultBusyTimeout}
+	c := config{table: defaultTable, busyTimeout: defaultBusyTimeout}
 	for _, o := range opts {
-		if o != nil {
-			o(&c)
+		if o == nil {
+			continue
 		}
-	}
-	if !identRE.MatchString(c.table) || strings.HasPrefix(strings.ToLower(c.table), "sqlite_") {
-		return c, fmt.Errorf("%w: table name %q is not a plain identifier", ErrInvalidOption, c.table)
-	}
-	if c.busyTimeout < time.Millisecond {
-		return c, fmt.Errorf("%w: busy timeout must be at least 1ms", ErrInvalidOption)
+		if err := o(&c); err != nil {
+			return config{}, err
+		}
 	}
 	return c, nil
 }
 
-// Store is the SQLite implementation of [durable.Store] with *sql.Tx
-// transactions. It is safe for concurrent use. Build it with [Open] or [New].
-type Store struct {
+// store is the SQLite implementation of [durable.Store] with *sql.Tx
+// transactions. It is safe for concurrent use.
+type store struct {
 	db      *sql.DB
-	owned   bool // Open made db; Close closes it
 	locking bool // transactions start deferred: take the write lock explicitly
 	cfg     config
 	wlock   chan struct{}
-	stmts   atomic.Int64
-	waiters atomic.Int64 // writes waiting in lockWrites
+	stmts   atomic.Int64 // statements run, BEGIN and COMMIT included (tests, benchmarks)
+	waiters atomic.Int64 // writes waiting in lockWrites (tests)
 	q       queries
 	// stmtCache maps a query to its *sql.Stmt.
 	stmtCache sync.Map
 }
 
-// Open opens (creating it if needed) the SQLite database file at path and
-// returns a Store on it. Call [Store.Migrate] before first use and
-// [Store.Close] at the end.
+// opened holds the databases [Open] made (weakly): their transactions begin
+// IMMEDIATE, so [New] need not take the write lock with a first statement,
+// and [Migrate] checks that they are in WAL mode.
+var opened sync.Map // weak.Pointer[sql.DB] → struct{}
+
+func openedByOpen(db *sql.DB) bool {
+	_, ok := opened.Load(weak.Make(db))
+	return ok
+}
+
+// Open returns a *sql.DB for the SQLite database file at path (created if
+// needed on first use), for [New] and [Migrate], and for the caller's own
+// tables in the same file. Like sql.Open it does not touch the file: the
+// first statement does ([Migrate], at start-up). The caller closes it.
 //
 // Every connection is configured with journal_mode=WAL (readers never block
 // the writer), synchronous=FULL (a commit is on disk before it returns, so a
 // completion survives a power loss, not only a process crash), a
 // busy_timeout of the busy timeout, foreign_keys on, and BEGIN IMMEDIATE for
 // write transactions (so a transaction takes the write lock at its start and
-// never fails when upgrading a read lock). ctx bounds the first connection.
+// never fails when upgrading a read lock). It keeps at most 8 connections.
 //
 // path is a file name, not a URI: "", ":memory:" (each connection would see
-// its own database) and names containing '?' are rejected with
-// [ErrInvalidOption]. A file that cannot be opened returns
-// [durable.ErrUnavailable]; one that cannot use WAL mode [ErrNoWAL].
-func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+// its own database) and names containing '?' are rejected with an error
+// wrapping [ErrConfig], as are invalid options. [Migrate] returns
+// [durable.ErrUnavailable] for a file that cannot be opened and [ErrNoWAL]
+// for one that cannot use WAL mode.
+func Open(path string, opts ...Option) (*sql.DB, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case path == "", path == ":memory:", strings.HasPrefix(path, "file:"), strings.ContainsAny(path, "?\x00"):
-		return nil, fmt.Errorf("%w: path %q must be a plain file name", ErrInvalidOption, path)
+		return nil, fmt.Errorf("%w: Open: path %q must be a plain file name", ErrConfig, path)
 	}
 	dsn := path + "?_pragma=" + fmt.Sprintf("busy_timeout(%d)", cfg.busyTimeout.Milliseconds()) +
 		"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)&_txlock=immediate"
@@ -131,85 +164,56 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	var mode string
-	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		db.Close()
-		return nil, translate("open", err)
-	}
-	if !strings.EqualFold(mode, "wal") {
-		db.Close()
-		return nil, fmt.Errorf("%w: journal_mode is %q", ErrNoWAL, mode)
-	}
-	s := newStore(db, cfg)
-	s.owned = true
-	s.locking = false // _txlock=immediate
-	return s, nil
+	key := weak.Make(db)
+	opened.Store(key, struct{}{})
+	runtime.AddCleanup(db, func(k weak.Pointer[sql.DB]) { opened.Delete(k) }, key)
+	return db, nil
 }
 
-// New returns a Store on a database the caller opened with the "sqlite"
-// driver (modernc.org/sqlite). The caller keeps the *sql.DB: Close does not
-// close it. Its DSN should set what [Open] sets
+// New returns a [durable.Store] on db, with *sql.Tx as its transaction type;
+// it is safe for concurrent use. db comes from [Open], or is one the caller
+// opened with the "sqlite" driver (modernc.org/sqlite), whose DSN should then
+// set what Open sets
 // ("_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)";
-// "_txlock=immediate" is optional: [Store.InTx] takes the write lock with its
-// first statement either way). New does not touch the database.
-func New(db *sql.DB, opts ...Option) (*Store, error) {
+// "_txlock=immediate" is optional: InTx takes the write lock with its first
+// statement either way). Either way db stays the caller's: the store prepares
+// its statements on it, and they are closed when db is. New does not touch
+// the database; call [Migrate] first. It returns an error wrapping
+// [ErrConfig] for a nil db or an invalid option.
+func New(db *sql.DB, opts ...Option) (durable.Store[*sql.Tx], error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: New: nil *sql.DB", ErrConfig)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	s := newStore(db, cfg)
-	s.locking = true
-	return s, nil
+	return newStore(db, cfg), nil
 }
 
-func newStore(db *sql.DB, cfg config) *Store {
-	return &Store{
-		db:    db,
-		cfg:   cfg,
-		wlock: make(chan struct{}, 1),
-		q:     buildQueries(cfg.table),
+func newStore(db *sql.DB, cfg config) *store {
+	return &store{
+		db:      db,
+		cfg:     cfg,
+		locking: !openedByOpen(db), // Open's DSN begins IMMEDIATE
+		wlock:   make(chan struct{}, 1),
+		q:       buildQueries(cfg.table),
 	}
 }
 
-// DB returns the underlying database, for the caller's own tables in the
-// same file (a business write in the same transaction as the claim, with
-// [Store.InTx]).
-func (s *Store) DB() *sql.DB { return s.db }
-
-// Table returns the table name the store uses.
-func (s *Store) Table() string { return s.cfg.table }
-
-// Close closes the database if [Open] opened it; with [New] it only
-// releases the statements the Store prepared on the caller's database.
-func (s *Store) Close() error {
+// closeStmts closes the statements the store prepared on its database.
+func (s *store) closeStmts() {
 	s.stmtCache.Range(func(k, v any) bool {
 		s.stmtCache.Delete(k)
 		v.(*sql.Stmt).Close()
 		return true
 	})
-	if !s.owned {
-		return nil
-	}
-	return s.db.Close()
 }
-
-// Statements returns how many SQL statements the store has run so far,
-// counting BEGIN and COMMIT of the transactions it starts. Tests and
-// benchmarks use it to check the documented statement counts.
-func (s *Store) Statements() int64 { return s.stmts.Load() }
-
-// WriteWaiters returns how many writes of this Store are waiting right now
-// for another of its writes (an open [Store.InTx], say) to finish. A gauge
-// for metrics; tests use it to know a claimer is blocked.
-func (s *Store) WriteWaiters() int { return int(s.waiters.Load()) }
 
 // Ref returns the stored identity of sc, hashing its key with the store's
 // secret if [WithKeySecret] was given. It returns a *[durable.ScopeError]
 // (matching [durable.ErrInvalidScope]) for an invalid scope.
-func (s *Store) Ref(sc durable.Scope) (durable.Ref, error) {
+func (s *store) Ref(sc durable.Scope) (durable.Ref, error) {
 	if err := sc.Validate(); err != nil {
 		return durable.Ref{}, err
 	}
@@ -219,7 +223,7 @@ func (s *Store) Ref(sc durable.Scope) (durable.Ref, error) {
 // lockWrites serializes the writes of this Store in the process, so that
 // concurrent writers queue in Go instead of polling SQLite's busy handler.
 // It waits at most the busy timeout, and no longer than ctx.
-func (s *Store) lockWrites(ctx context.Context) (unlock func(), err error) {
+func (s *store) lockWrites(ctx context.Context) (unlock func(), err error) {
 	select {
 	case s.wlock <- struct{}{}:
 		return s.unlockWrites, nil
@@ -239,7 +243,7 @@ func (s *Store) lockWrites(ctx context.Context) (unlock func(), err error) {
 	}
 }
 
-func (s *Store) unlockWrites() { <-s.wlock }
+func (s *store) unlockWrites() { <-s.wlock }
 
 // querier is what *sql.DB and *sql.Tx have in common.
 type querier interface {
@@ -251,7 +255,7 @@ type querier interface {
 // prepared returns the statement for query on q, prepared once per Store
 // (database/sql prepares it again on each connection that runs it, once).
 // Parsing a statement costs more than running it in SQLite.
-func (s *Store) prepared(ctx context.Context, q querier, query string) (*sql.Stmt, error) {
+func (s *store) prepared(ctx context.Context, q querier, query string) (*sql.Stmt, error) {
 	var st *sql.Stmt
 	if v, ok := s.stmtCache.Load(query); ok {
 		st = v.(*sql.Stmt)
@@ -273,7 +277,7 @@ func (s *Store) prepared(ctx context.Context, q querier, query string) (*sql.Stm
 	return st, nil
 }
 
-func (s *Store) exec(ctx context.Context, q querier, query string, args ...any) (sql.Result, error) {
+func (s *store) exec(ctx context.Context, q querier, query string, args ...any) (sql.Result, error) {
 	s.stmts.Add(1)
 	st, err := s.prepared(ctx, q, query)
 	if err != nil {
@@ -282,7 +286,7 @@ func (s *Store) exec(ctx context.Context, q querier, query string, args ...any) 
 	return st.ExecContext(ctx, args...)
 }
 
-func (s *Store) query(ctx context.Context, q querier, query string, args ...any) (*sql.Rows, error) {
+func (s *store) query(ctx context.Context, q querier, query string, args ...any) (*sql.Rows, error) {
 	s.stmts.Add(1)
 	st, err := s.prepared(ctx, q, query)
 	if err != nil {
@@ -304,7 +308,7 @@ func (r row) Scan(dest ...any) error {
 	return r.r.Scan(dest...)
 }
 
-func (s *Store) queryRow(ctx context.Context, q querier, query string, args ...any) row {
+func (s *store) queryRow(ctx context.Context, q querier, query string, args ...any) row {
 	s.stmts.Add(1)
 	st, err := s.prepared(ctx, q, query)
 	if err != nil {
@@ -316,8 +320,9 @@ func (s *Store) queryRow(ctx context.Context, q querier, query string, args ...a
 // InTx runs fn in a new transaction that holds the database's write lock
 // from its start, and commits it when fn returns nil. It rolls back when fn
 // returns an error (returned as it is) or panics (re-panicking). Inside fn
-// use the ...Tx methods with tx: a non-Tx write on the same Store waits for
-// this transaction and fails after the busy timeout. Reads (Get, Stats,
+// pass tx to Claim, Complete, Fail and Release: a write on its own (a nil
+// tx) on the same store waits for this transaction and fails after the busy
+// timeout. Reads (Get, Stats,
 // Pending) run concurrently on other connections and see the last commit.
 //
 // A failed COMMIT committed nothing (the driver rolls back what SQLite kept
@@ -325,13 +330,13 @@ func (s *Store) queryRow(ctx context.Context, q querier, query string, args ...a
 // wrapped but not in [durable.ErrUnavailable]; a busy, I/O or closed-database
 // failure at BEGIN or COMMIT is returned wrapped in [durable.ErrUnavailable],
 // and callers written for the contract re-read with Get.
-func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (s *store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.runTx(ctx, s.locking, fn)
 }
 
 // runTx is InTx; lock says whether to take the write lock with a first
 // statement (the transaction may start DEFERRED).
-func (s *Store) runTx(ctx context.Context, lock bool, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (s *store) runTx(ctx context.Context, lock bool, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	unlock, err := s.lockWrites(ctx)
 	if err != nil {
 		return unavailable("begin", err)

@@ -33,7 +33,7 @@ func open(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
 
 func openAt(t testing.TB, path string, opts ...sqlite.Option) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(t.Context(), path, opts...)
+	s, err := sqlite.OpenStore(t.Context(), path, opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -68,7 +68,7 @@ func params(sc durable.Scope, fp string) durable.ClaimParams {
 
 func mustClaim(t testing.TB, s *sqlite.Store, p durable.ClaimParams) durable.ClaimResult {
 	t.Helper()
-	r, err := s.Claim(t.Context(), p)
+	r, err := s.Claim(t.Context(), nil, p)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -119,7 +119,7 @@ func waitSweepable(t testing.TB, s *sqlite.Store, ref durable.Ref) {
 
 func waitRetentionPassed(t testing.TB, s *sqlite.Store, ref durable.Ref) {
 	t.Helper()
-	waitUntil(t, "the retention passed", func() bool { return mustGet(t, s, ref).Expired() })
+	waitUntil(t, "the retention passed", func() bool { return mustGet(t, s, ref).ExpiresIn <= 0 })
 }
 
 var okResult = durable.Result{
@@ -145,7 +145,7 @@ func TestStore_Claim(t *testing.T) {
 		if want := uint64(rec.CreatedAt.UnixMilli() - 60_000); r.Token.Generation != want {
 			t.Fatalf("generation %d, want the clock floor %d", r.Token.Generation, want)
 		}
-		if rec.State != durable.Processing || rec.Token != r.Token || rec.LeaseRemaining <= 0 || rec.Expired() {
+		if rec.State != durable.Processing || rec.Token != r.Token || rec.LeaseRemaining <= 0 || rec.ExpiresIn <= 0 {
 			t.Fatalf("record %+v", rec)
 		}
 		if rec.ExpiresAt.Sub(rec.CreatedAt) != time.Hour {
@@ -182,7 +182,7 @@ func TestStore_Claim(t *testing.T) {
 	t.Run("DifferentFingerprintIsMismatch", func(t *testing.T) {
 		sc := newScope()
 		mustClaim(t, s, params(sc, "v1:a"))
-		_, err := s.Claim(t.Context(), params(sc, "v1:b"))
+		_, err := s.Claim(t.Context(), nil, params(sc, "v1:b"))
 		if !errors.Is(err, durable.ErrMismatch) {
 			t.Fatalf("err %v, want ErrMismatch", err)
 		}
@@ -197,7 +197,7 @@ func TestStore_Claim(t *testing.T) {
 		waitLeaseExpired(t, s, first.Ref)
 
 		// A different request may not take it over.
-		if _, err := s.Claim(t.Context(), params(sc, "v1:other")); !errors.Is(err, durable.ErrMismatch) {
+		if _, err := s.Claim(t.Context(), nil, params(sc, "v1:other")); !errors.Is(err, durable.ErrMismatch) {
 			t.Fatalf("err %v, want ErrMismatch", err)
 		}
 		second := mustClaim(t, s, params(sc, "v1:a"))
@@ -210,17 +210,17 @@ func TestStore_Claim(t *testing.T) {
 		}
 		// The stale owner is fenced everywhere.
 		for name, err := range map[string]error{
-			"complete":  s.Complete(t.Context(), first.Ref, first.Token, okResult),
-			"fail":      s.Fail(t.Context(), first.Ref, first.Token, okResult),
+			"complete":  s.Complete(t.Context(), nil, first.Ref, first.Token, okResult),
+			"fail":      s.Fail(t.Context(), nil, first.Ref, first.Token, okResult),
 			"uncertain": s.MarkUncertain(t.Context(), first.Ref, first.Token),
 			"renew":     s.Renew(t.Context(), first.Ref, first.Token, time.Minute),
-			"release":   s.Release(t.Context(), first.Ref, first.Token),
+			"release":   s.Release(t.Context(), nil, first.Ref, first.Token),
 		} {
 			if !errors.Is(err, durable.ErrFenced) {
 				t.Errorf("%s by the stale owner: %v, want ErrFenced", name, err)
 			}
 		}
-		if err := s.Complete(t.Context(), second.Ref, second.Token, okResult); err != nil {
+		if err := s.Complete(t.Context(), nil, second.Ref, second.Token, okResult); err != nil {
 			t.Fatalf("Complete by the new owner: %v", err)
 		}
 	})
@@ -241,7 +241,7 @@ func TestStore_Claim(t *testing.T) {
 	t.Run("CompletedIsReplayed", func(t *testing.T) {
 		sc := newScope()
 		first := mustClaim(t, s, params(sc, "v1:a"))
-		if err := s.Complete(t.Context(), first.Ref, first.Token, okResult); err != nil {
+		if err := s.Complete(t.Context(), nil, first.Ref, first.Token, okResult); err != nil {
 			t.Fatal(err)
 		}
 		r := mustClaim(t, s, params(sc, "v1:a"))
@@ -261,7 +261,7 @@ func TestStore_Claim(t *testing.T) {
 	t.Run("FailedIsReplayedWithEmptyBody", func(t *testing.T) {
 		sc := newScope()
 		first := mustClaim(t, s, params(sc, "v1:a"))
-		if err := s.Fail(t.Context(), first.Ref, first.Token, durable.Result{StatusCode: 402}); err != nil {
+		if err := s.Fail(t.Context(), nil, first.Ref, first.Token, durable.Result{StatusCode: 402}); err != nil {
 			t.Fatal(err)
 		}
 		r := mustClaim(t, s, params(sc, "v1:a"))
@@ -274,10 +274,10 @@ func TestStore_Claim(t *testing.T) {
 	t.Run("ReleasedRecordIsClaimedAgainWithHigherGeneration", func(t *testing.T) {
 		sc := newScope()
 		first := mustClaim(t, s, params(sc, "v1:a"))
-		if err := s.Release(t.Context(), first.Ref, first.Token); err != nil {
+		if err := s.Release(t.Context(), nil, first.Ref, first.Token); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Release(t.Context(), first.Ref, first.Token); err != nil {
+		if err := s.Release(t.Context(), nil, first.Ref, first.Token); err != nil {
 			t.Fatalf("second Release: %v", err)
 		}
 		rec := mustGet(t, s, first.Ref)
@@ -288,7 +288,7 @@ func TestStore_Claim(t *testing.T) {
 		if !r.Acquired || !r.Restarted || r.Takeover || r.Token.Generation <= first.Token.Generation {
 			t.Fatalf("got %+v", r)
 		}
-		if err := s.Release(t.Context(), first.Ref, first.Token); !errors.Is(err, durable.ErrFenced) {
+		if err := s.Release(t.Context(), nil, first.Ref, first.Token); !errors.Is(err, durable.ErrFenced) {
 			t.Fatalf("Release after a new claim: %v, want ErrFenced", err)
 		}
 	})
@@ -298,7 +298,7 @@ func TestStore_Claim(t *testing.T) {
 		p := params(sc, "v1:a")
 		p.Retention = 20 * time.Millisecond
 		first := mustClaim(t, s, p)
-		if err := s.Complete(t.Context(), first.Ref, first.Token, okResult); err != nil {
+		if err := s.Complete(t.Context(), nil, first.Ref, first.Token, okResult); err != nil {
 			t.Fatal(err)
 		}
 		waitRetentionPassed(t, s, first.Ref)
@@ -307,7 +307,7 @@ func TestStore_Claim(t *testing.T) {
 			t.Fatalf("got %+v", r)
 		}
 		rec := mustGet(t, s, r.Ref)
-		if rec.State != durable.Processing || rec.Result != nil || rec.Fingerprint != "v1:b" || rec.Expired() {
+		if rec.State != durable.Processing || rec.Result != nil || rec.Fingerprint != "v1:b" || rec.ExpiresIn <= 0 {
 			t.Fatalf("record %+v", rec)
 		}
 	})
@@ -318,7 +318,7 @@ func TestStore_Claim(t *testing.T) {
 		p.Retention = 10 * time.Millisecond
 		first := mustClaim(t, s, p)
 		waitRetentionPassed(t, s, first.Ref)
-		if _, err := s.Claim(t.Context(), params(sc, "v1:b")); !errors.Is(err, durable.ErrMismatch) {
+		if _, err := s.Claim(t.Context(), nil, params(sc, "v1:b")); !errors.Is(err, durable.ErrMismatch) {
 			t.Fatalf("err %v, want ErrMismatch", err)
 		}
 		r := mustClaim(t, s, params(sc, "v1:a"))
@@ -354,7 +354,7 @@ func TestStore_Claim(t *testing.T) {
 		} {
 			p := params(sc, "v1:a")
 			mod(&p)
-			_, err := s.Claim(t.Context(), p)
+			_, err := s.Claim(t.Context(), nil, p)
 			var se *durable.ScopeError
 			if !errors.Is(err, durable.ErrInvalidScope) || !errors.As(err, &se) || se.Field != name {
 				t.Errorf("%s: %v", name, err)
@@ -374,16 +374,16 @@ func TestStore_FencedWrites(t *testing.T) {
 	t.Run("CompleteTwiceWithSameTokenSucceeds", func(t *testing.T) {
 		r := mustClaim(t, s, params(newScope(), "v1:a"))
 		for i := range 2 {
-			if err := s.Complete(t.Context(), r.Ref, r.Token, okResult); err != nil {
+			if err := s.Complete(t.Context(), nil, r.Ref, r.Token, okResult); err != nil {
 				t.Fatalf("Complete #%d: %v", i+1, err)
 			}
 		}
 		other := okResult
 		other.Body = []byte(`{"id":"o_2"}`)
-		if err := s.Complete(t.Context(), r.Ref, r.Token, other); !errors.Is(err, durable.ErrFenced) {
+		if err := s.Complete(t.Context(), nil, r.Ref, r.Token, other); !errors.Is(err, durable.ErrFenced) {
 			t.Fatalf("Complete with another result: %v, want ErrFenced", err)
 		}
-		if err := s.Fail(t.Context(), r.Ref, r.Token, okResult); !errors.Is(err, durable.ErrFenced) {
+		if err := s.Fail(t.Context(), nil, r.Ref, r.Token, okResult); !errors.Is(err, durable.ErrFenced) {
 			t.Fatalf("Fail after Complete: %v, want ErrFenced", err)
 		}
 	})
@@ -394,7 +394,7 @@ func TestStore_FencedWrites(t *testing.T) {
 			{Generation: r.Token.Generation, Owner: uuid.New()},
 			{Generation: r.Token.Generation + 1, Owner: r.Token.Owner},
 		} {
-			if err := s.Complete(t.Context(), r.Ref, tok, okResult); !errors.Is(err, durable.ErrFenced) {
+			if err := s.Complete(t.Context(), nil, r.Ref, tok, okResult); !errors.Is(err, durable.ErrFenced) {
 				t.Fatalf("Complete with %v: %v, want ErrFenced", tok, err)
 			}
 		}
@@ -406,14 +406,14 @@ func TestStore_FencedWrites(t *testing.T) {
 	t.Run("WriteOnMissingRecordIsFenced", func(t *testing.T) {
 		ref, _ := s.Ref(newScope())
 		tok := fence.Token{Generation: 1, Owner: uuid.New()}
-		if err := s.Complete(t.Context(), ref, tok, okResult); !errors.Is(err, durable.ErrFenced) {
+		if err := s.Complete(t.Context(), nil, ref, tok, okResult); !errors.Is(err, durable.ErrFenced) {
 			t.Fatalf("err %v, want ErrFenced", err)
 		}
 	})
 
 	t.Run("ZeroTokenIsFenced", func(t *testing.T) {
 		r := mustClaim(t, s, params(newScope(), "v1:a"))
-		if err := s.Complete(t.Context(), r.Ref, fence.Token{}, okResult); !errors.Is(err, durable.ErrFenced) {
+		if err := s.Complete(t.Context(), nil, r.Ref, fence.Token{}, okResult); !errors.Is(err, durable.ErrFenced) {
 			t.Fatalf("err %v, want ErrFenced", err)
 		}
 	})
@@ -451,16 +451,16 @@ func TestStore_FencedWrites(t *testing.T) {
 		if err := s.Renew(t.Context(), r.Ref, r.Token, time.Hour); !errors.Is(err, durable.ErrFenced) {
 			t.Fatalf("Renew of an unadopted uncertain record: %v", err)
 		}
-		pend, err := s.Pending(t.Context(), durable.PendingParams{Limit: 1000})
+		pend, err := s.Pending(t.Context(), 0, 1000)
 		if err != nil || !containsRef(pend, r.Ref) {
 			t.Fatalf("Pending: %v, %d records", err, len(pend))
 		}
-		rec2 := durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Lease: time.Minute}
-		tok, err := s.Adopt(t.Context(), rec2)
-		if err != nil || tok.Generation != r.Token.Generation+1 || tok.Owner != rec2.Owner {
+		adopter := uuid.New()
+		tok, err := s.Adopt(t.Context(), r.Ref, adopter, 0, time.Minute)
+		if err != nil || tok.Generation != r.Token.Generation+1 || tok.Owner != adopter {
 			t.Fatalf("Adopt: %v %v", tok, err)
 		}
-		if _, err := s.Adopt(t.Context(), durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Lease: time.Minute}); !errors.Is(err, durable.ErrBusy) {
+		if _, err := s.Adopt(t.Context(), r.Ref, uuid.New(), 0, time.Minute); !errors.Is(err, durable.ErrBusy) {
 			t.Fatalf("second Adopt: %v, want ErrBusy", err)
 		}
 		if rec := mustGet(t, s, r.Ref); rec.State != durable.Uncertain || rec.Takeovers != 1 {
@@ -469,24 +469,24 @@ func TestStore_FencedWrites(t *testing.T) {
 		if err := s.Renew(t.Context(), r.Ref, tok, time.Minute); err != nil {
 			t.Fatalf("Renew by the adopter: %v", err)
 		}
-		if err := s.Complete(t.Context(), r.Ref, r.Token, okResult); !errors.Is(err, durable.ErrFenced) {
+		if err := s.Complete(t.Context(), nil, r.Ref, r.Token, okResult); !errors.Is(err, durable.ErrFenced) {
 			t.Fatalf("Complete by the original owner: %v, want ErrFenced", err)
 		}
-		if err := s.Complete(t.Context(), r.Ref, tok, okResult); err != nil {
+		if err := s.Complete(t.Context(), nil, r.Ref, tok, okResult); err != nil {
 			t.Fatalf("Complete by the adopter: %v", err)
 		}
-		if _, err := s.Adopt(t.Context(), durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Lease: time.Minute}); !errors.Is(err, durable.ErrBusy) {
+		if _, err := s.Adopt(t.Context(), r.Ref, uuid.New(), 0, time.Minute); !errors.Is(err, durable.ErrBusy) {
 			t.Fatalf("Adopt of a completed record: %v, want ErrBusy", err)
 		}
 	})
 
 	t.Run("AdoptOfLiveLeaseIsBusyAndOfNothingNotFound", func(t *testing.T) {
 		r := mustClaim(t, s, params(newScope(), "v1:a"))
-		if _, err := s.Adopt(t.Context(), durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Lease: time.Minute}); !errors.Is(err, durable.ErrBusy) {
+		if _, err := s.Adopt(t.Context(), r.Ref, uuid.New(), 0, time.Minute); !errors.Is(err, durable.ErrBusy) {
 			t.Fatalf("err %v, want ErrBusy", err)
 		}
 		ref, _ := s.Ref(newScope())
-		if _, err := s.Adopt(t.Context(), durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: time.Minute}); !errors.Is(err, durable.ErrNotFound) {
+		if _, err := s.Adopt(t.Context(), ref, uuid.New(), 0, time.Minute); !errors.Is(err, durable.ErrNotFound) {
 			t.Fatalf("err %v, want ErrNotFound", err)
 		}
 	})
@@ -496,7 +496,7 @@ func TestStore_FencedWrites(t *testing.T) {
 		p.Lease = 10 * time.Millisecond
 		r := mustClaim(t, s, p)
 		waitLeaseExpired(t, s, r.Ref)
-		tok, err := s.Adopt(t.Context(), durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Proposed: r.Token.Generation + 7, Lease: time.Minute})
+		tok, err := s.Adopt(t.Context(), r.Ref, uuid.New(), r.Token.Generation+7, time.Minute)
 		if err != nil || tok.Generation != r.Token.Generation+7 {
 			t.Fatalf("Adopt: %v %v", tok, err)
 		}
@@ -525,11 +525,11 @@ func TestStore_PendingSweepStats(t *testing.T) {
 		return p
 	}
 	done := mustClaim(t, s, short("v1:done"))
-	if err := s.Complete(ctx, done.Ref, done.Token, okResult); err != nil {
+	if err := s.Complete(ctx, nil, done.Ref, done.Token, okResult); err != nil {
 		t.Fatal(err)
 	}
 	released := mustClaim(t, s, short("v1:released"))
-	if err := s.Release(ctx, released.Ref, released.Token); err != nil {
+	if err := s.Release(ctx, nil, released.Ref, released.Token); err != nil {
 		t.Fatal(err)
 	}
 	stale := mustClaim(t, s, short("v1:stale"))
@@ -548,20 +548,20 @@ func TestStore_PendingSweepStats(t *testing.T) {
 	}
 	waitLeaseExpired(t, s, stale.Ref)
 
-	pend, err := s.Pending(ctx, durable.PendingParams{Limit: 10})
+	pend, err := s.Pending(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pend) != 2 || pend[0].Ref != stale.Ref || pend[1].Ref != uncertain.Ref {
 		t.Fatalf("Pending: %d records", len(pend))
 	}
-	if pend, _ := s.Pending(ctx, durable.PendingParams{Limit: 10, StaleFor: time.Hour}); len(pend) != 1 || pend[0].Ref != uncertain.Ref {
+	if pend, _ := s.Pending(ctx, time.Hour, 10); len(pend) != 1 || pend[0].Ref != uncertain.Ref {
 		t.Fatalf("Pending stale for an hour: %d records", len(pend))
 	}
-	if pend, _ := s.Pending(ctx, durable.PendingParams{Limit: 1}); len(pend) != 1 {
+	if pend, _ := s.Pending(ctx, 0, 1); len(pend) != 1 {
 		t.Fatalf("Pending limit 1: %d records", len(pend))
 	}
-	if _, err := s.Pending(ctx, durable.PendingParams{}); !errors.Is(err, durable.ErrInvalidScope) {
+	if _, err := s.Pending(ctx, 0, 0); !errors.Is(err, durable.ErrInvalidScope) {
 		t.Fatalf("Pending limit 0: %v", err)
 	}
 
@@ -622,7 +622,7 @@ func TestStore_Concurrency(t *testing.T) {
 		for i := range 64 {
 			wg.Go(func() {
 				<-start
-				results[i], errs[i] = s.Claim(t.Context(), params(sc, "v1:a"))
+				results[i], errs[i] = s.Claim(t.Context(), nil, params(sc, "v1:a"))
 			})
 		}
 		close(start)
@@ -653,12 +653,12 @@ func TestStore_Concurrency(t *testing.T) {
 			wg.Go(func() {
 				for range each {
 					p := params(newScope(), "v1:a")
-					r, err := s.Claim(t.Context(), p)
+					r, err := s.Claim(t.Context(), nil, p)
 					if err == nil && !r.Acquired {
 						err = fmt.Errorf("not acquired: %+v", r)
 					}
 					if err == nil {
-						err = s.Complete(t.Context(), r.Ref, r.Token, okResult)
+						err = s.Complete(t.Context(), nil, r.Ref, r.Token, okResult)
 					}
 					if err != nil {
 						errs <- err
@@ -692,7 +692,7 @@ func TestStore_Concurrency(t *testing.T) {
 			wg.Go(func() {
 				s := stores[w%2]
 				for _, sc := range scopes {
-					r, err := s.Claim(t.Context(), params(sc, "v1:a"))
+					r, err := s.Claim(t.Context(), nil, params(sc, "v1:a"))
 					if err != nil {
 						t.Error(err)
 						return
@@ -733,7 +733,7 @@ func TestStore_InTx(t *testing.T) {
 	do := func(sc durable.Scope, id string, fail error) (durable.ClaimResult, error) {
 		var out durable.ClaimResult
 		err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			r, err := s.ClaimTx(ctx, tx, params(sc, "v1:order"))
+			r, err := s.Claim(ctx, tx, params(sc, "v1:order"))
 			if err != nil || !r.Acquired {
 				out = r
 				return err
@@ -747,7 +747,7 @@ func TestStore_InTx(t *testing.T) {
 			res := okResult
 			res.ResourceID = id
 			out = r
-			return s.CompleteTx(ctx, tx, r.Ref, r.Token, res)
+			return s.Complete(ctx, tx, r.Ref, r.Token, res)
 		})
 		return out, err
 	}
@@ -800,7 +800,7 @@ func TestStore_InTx(t *testing.T) {
 				}
 			}()
 			_ = s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-				if _, err := s.ClaimTx(ctx, tx, params(sc, "v1:order")); err != nil {
+				if _, err := s.Claim(ctx, tx, params(sc, "v1:order")); err != nil {
 					return err
 				}
 				panic("handler bug")
@@ -850,19 +850,19 @@ func TestStore_InTx(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			txErr = s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-				r, err := s.ClaimTx(ctx, tx, params(sc, "v1:order"))
+				r, err := s.Claim(ctx, tx, params(sc, "v1:order"))
 				if err != nil {
 					return err
 				}
 				close(claimed)
 				<-release
-				return s.CompleteTx(ctx, tx, r.Ref, r.Token, okResult)
+				return s.Complete(ctx, tx, r.Ref, r.Token, okResult)
 			})
 		})
 		<-claimed
 		got := make(chan durable.ClaimResult, 1)
 		wg.Go(func() {
-			r, err := s.Claim(ctx, params(sc, "v1:order"))
+			r, err := s.Claim(ctx, nil, params(sc, "v1:order"))
 			if err != nil {
 				t.Error(err)
 			}
@@ -887,7 +887,7 @@ func TestStore_InTx(t *testing.T) {
 	t.Run("NonTxWriteInsideTxFailsAfterBusyTimeout", func(t *testing.T) {
 		s := open(t, sqlite.WithBusyTimeout(20*time.Millisecond))
 		err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := s.Claim(ctx, params(newScope(), "v1:a"))
+			_, err := s.Claim(ctx, nil, params(newScope(), "v1:a"))
 			return err
 		})
 		if !errors.Is(err, durable.ErrUnavailable) || !errors.Is(err, sqlite.ErrWriteLockTimeout) {
@@ -900,10 +900,10 @@ func TestStore_InTx(t *testing.T) {
 		a := openAt(t, path)
 		b := openAt(t, path, sqlite.WithBusyTimeout(20*time.Millisecond))
 		err := a.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			if _, err := a.ClaimTx(ctx, tx, params(newScope(), "v1:a")); err != nil {
+			if _, err := a.Claim(ctx, tx, params(newScope(), "v1:a")); err != nil {
 				return err
 			}
-			_, err := b.Claim(ctx, params(newScope(), "v1:a"))
+			_, err := b.Claim(ctx, nil, params(newScope(), "v1:a"))
 			if !errors.Is(err, durable.ErrUnavailable) {
 				t.Errorf("claim on the locked file: %v, want ErrUnavailable", err)
 			}
@@ -920,17 +920,17 @@ func TestNew_CallersDB(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "callers.db")
 	// A DSN with DEFERRED transactions: InTx must take the write lock first
 	// so that two stores' transactions never fail upgrading their snapshot.
-	mk := func() *sqlite.Store {
+	mk := func() durable.Store[*sql.Tx] {
 		db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		s, err := sqlite.New(db)
-		if err != nil {
+		if err := sqlite.Migrate(t.Context(), db); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Migrate(t.Context()); err != nil {
+		s, err := sqlite.New(db)
+		if err != nil {
 			t.Fatal(err)
 		}
 		return s
@@ -941,7 +941,7 @@ func TestNew_CallersDB(t *testing.T) {
 	var mu sync.Mutex
 	acquired := 0
 	for i := range 16 {
-		s := []*sqlite.Store{a, b}[i%2]
+		s := []durable.Store[*sql.Tx]{a, b}[i%2]
 		wg.Go(func() {
 			err := s.InTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
 				// Read first, as a caller might: without the write lock taken
@@ -951,14 +951,14 @@ func TestNew_CallersDB(t *testing.T) {
 				if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM idempotency_requests WHERE key_hash = ?`, ref.KeyHash[:]).Scan(&n); err != nil {
 					return err
 				}
-				r, err := s.ClaimTx(ctx, tx, params(sc, "v1:a"))
+				r, err := s.Claim(ctx, tx, params(sc, "v1:a"))
 				if err != nil || !r.Acquired {
 					return err
 				}
 				mu.Lock()
 				acquired++
 				mu.Unlock()
-				return s.CompleteTx(ctx, tx, r.Ref, r.Token, okResult)
+				return s.Complete(ctx, tx, r.Ref, r.Token, okResult)
 			})
 			if err != nil {
 				t.Error(err)
@@ -969,21 +969,19 @@ func TestNew_CallersDB(t *testing.T) {
 	if acquired != 1 {
 		t.Fatalf("acquired %d, want 1", acquired)
 	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.DB().PingContext(t.Context()); err != nil {
-		t.Fatalf("Close closed the caller's DB: %v", err)
-	}
 }
 
 func TestStore_Unavailable(t *testing.T) {
 	t.Parallel()
 
-	t.Run("OpenInRemovedDirectory", func(t *testing.T) {
+	t.Run("MigrateInRemovedDirectory", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "gone")
-		_, err := sqlite.Open(t.Context(), filepath.Join(dir, "x.db"))
-		if !errors.Is(err, durable.ErrUnavailable) {
+		db, err := sqlite.Open(filepath.Join(dir, "x.db"))
+		if err != nil {
+			t.Fatalf("Open (no I/O) = %v", err)
+		}
+		defer db.Close()
+		if err := sqlite.Migrate(t.Context(), db); !errors.Is(err, durable.ErrUnavailable) {
 			t.Fatalf("err %v, want ErrUnavailable", err)
 		}
 	})
@@ -993,19 +991,19 @@ func TestStore_Unavailable(t *testing.T) {
 		r := mustClaim(t, s, params(newScope(), "v1:a"))
 		s.Close()
 		ctx := t.Context()
-		_, claimErr := s.Claim(ctx, params(newScope(), "v1:a"))
+		_, claimErr := s.Claim(ctx, nil, params(newScope(), "v1:a"))
 		_, getErr := s.Get(ctx, r.Ref)
-		_, adoptErr := s.Adopt(ctx, durable.AdoptParams{Ref: r.Ref, Owner: uuid.New(), Lease: time.Second})
-		_, pendErr := s.Pending(ctx, durable.PendingParams{Limit: 1})
+		_, adoptErr := s.Adopt(ctx, r.Ref, uuid.New(), 0, time.Second)
+		_, pendErr := s.Pending(ctx, 0, 1)
 		_, sweepErr := s.Sweep(ctx, 1)
 		_, statsErr := s.Stats(ctx)
 		for name, err := range map[string]error{
 			"claim":     claimErr,
-			"complete":  s.Complete(ctx, r.Ref, r.Token, okResult),
-			"fail":      s.Fail(ctx, r.Ref, r.Token, okResult),
+			"complete":  s.Complete(ctx, nil, r.Ref, r.Token, okResult),
+			"fail":      s.Fail(ctx, nil, r.Ref, r.Token, okResult),
 			"uncertain": s.MarkUncertain(ctx, r.Ref, r.Token),
 			"renew":     s.Renew(ctx, r.Ref, r.Token, time.Second),
-			"release":   s.Release(ctx, r.Ref, r.Token),
+			"release":   s.Release(ctx, nil, r.Ref, r.Token),
 			"adopt":     adoptErr,
 			"pending":   pendErr,
 			"get":       getErr,
@@ -1024,7 +1022,7 @@ func TestStore_Unavailable(t *testing.T) {
 		s := open(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		_, err := s.Claim(ctx, params(newScope(), "v1:a"))
+		_, err := s.Claim(ctx, nil, params(newScope(), "v1:a"))
 		if !errors.Is(err, durable.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("err %v, want ErrUnavailable and context.Canceled", err)
 		}
@@ -1045,16 +1043,45 @@ func TestOpen_Options(t *testing.T) {
 		"BadTable":       {path: filepath.Join(dir, "x.db"), opts: []sqlite.Option{sqlite.WithTable("x; DROP TABLE y")}},
 		"ReservedTable":  {path: filepath.Join(dir, "x.db"), opts: []sqlite.Option{sqlite.WithTable("sqlite_master")}},
 		"TinyBusyTimout": {path: filepath.Join(dir, "x.db"), opts: []sqlite.Option{sqlite.WithBusyTimeout(time.Microsecond)}},
+		"BusyTimeout30s": {path: filepath.Join(dir, "x.db"), opts: []sqlite.Option{sqlite.WithBusyTimeout(30 * time.Second)}},
+		"BusyTimeout1h":  {path: filepath.Join(dir, "x.db"), opts: []sqlite.Option{sqlite.WithBusyTimeout(time.Hour)}},
+		"EmptySecret":    {path: filepath.Join(dir, "x.db"), opts: []sqlite.Option{sqlite.WithKeySecret(nil)}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := sqlite.Open(t.Context(), tc.path, tc.opts...); !errors.Is(err, sqlite.ErrInvalidOption) {
-				t.Fatalf("err %v, want ErrInvalidOption", err)
+			db, err := sqlite.Open(tc.path, tc.opts...)
+			if !errors.Is(err, sqlite.ErrConfig) {
+				t.Fatalf("Open: err %v, want ErrConfig", err)
+			}
+			if db != nil {
+				t.Fatal("Open returned a database with its error")
+			}
+			if len(tc.opts) == 0 {
+				return
+			}
+			good, err := sqlite.Open(filepath.Join(dir, "x.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer good.Close()
+			if _, err := sqlite.New(good, tc.opts...); !errors.Is(err, sqlite.ErrConfig) {
+				t.Fatalf("New: err %v, want ErrConfig", err)
+			}
+			if err := sqlite.Migrate(t.Context(), good, tc.opts...); !errors.Is(err, sqlite.ErrConfig) {
+				t.Fatalf("Migrate: err %v, want ErrConfig", err)
 			}
 		})
 	}
-	if _, err := sqlite.New(nil); !errors.Is(err, sqlite.ErrInvalidOption) {
+	if _, err := sqlite.New(nil); !errors.Is(err, sqlite.ErrConfig) {
 		t.Fatalf("New(nil): %v", err)
 	}
+	if err := sqlite.Migrate(t.Context(), nil); !errors.Is(err, sqlite.ErrConfig) {
+		t.Fatalf("Migrate(nil): %v", err)
+	}
+	db, err := sqlite.Open(filepath.Join(dir, "y.db"), sqlite.WithBusyTimeout(30*time.Second-time.Millisecond))
+	if err != nil {
+		t.Fatalf("a busy timeout just under 30s: %v", err)
+	}
+	db.Close()
 }
 
 func TestStore_TableAndSecret(t *testing.T) {
@@ -1086,7 +1113,7 @@ func TestStore_TableAndSecret(t *testing.T) {
 func TestStore_Migrate(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "m.db")
-	s, err := sqlite.Open(t.Context(), path)
+	s, err := sqlite.OpenStore(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1113,7 +1140,7 @@ func TestStore_NoRawKeyOnDisk(t *testing.T) {
 	s := openAt(t, filepath.Join(dir, "k.db"))
 	sc := durable.Scope{Tenant: "t", Operation: "op", Key: "RAW-KEY-7f3a9c1e-visible-if-leaked"}
 	r := mustClaim(t, s, params(sc, "v1:a"))
-	if err := s.Complete(t.Context(), r.Ref, r.Token, okResult); err != nil {
+	if err := s.Complete(t.Context(), nil, r.Ref, r.Token, okResult); err != nil {
 		t.Fatal(err)
 	}
 	s.Close() // checkpoints the WAL into the file
@@ -1137,7 +1164,7 @@ func TestStore_NoRawKeyOnDisk(t *testing.T) {
 // Migrate runs each version once.
 func TestMigrate_002ConvertsExistingRows(t *testing.T) {
 	t.Parallel()
-	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "legacy.db"))
+	s, err := sqlite.OpenStore(t.Context(), filepath.Join(t.TempDir(), "legacy.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1215,7 +1242,7 @@ func TestMigrate_002ConvertsExistingRows(t *testing.T) {
 	}
 
 	// The converted retention governs a late finish: two hours from now.
-	if err := s.Complete(ctx, openRef, openTok, okResult); err != nil {
+	if err := s.Complete(ctx, nil, openRef, openTok, okResult); err != nil {
 		t.Fatal(err)
 	}
 	if rec := mustGet(t, s, openRef); rec.ExpiresIn < 2*time.Hour-time.Minute || rec.ExpiresIn > 2*time.Hour {
@@ -1223,7 +1250,7 @@ func TestMigrate_002ConvertsExistingRows(t *testing.T) {
 	}
 	// Rows the previous version writes after the migration.
 	lateRef, lateTok := insert("processing", nil, 3*time.Hour)
-	if err := s.Complete(ctx, lateRef, lateTok, okResult); err != nil {
+	if err := s.Complete(ctx, nil, lateRef, lateTok, okResult); err != nil {
 		t.Fatal(err)
 	}
 	if rec := mustGet(t, s, lateRef); rec.ExpiresIn < 3*time.Hour-time.Minute || rec.ExpiresIn > 3*time.Hour {
@@ -1232,5 +1259,43 @@ func TestMigrate_002ConvertsExistingRows(t *testing.T) {
 	jsonRef, _ := insert("completed", legacyJSON, time.Hour)
 	if rec := mustGet(t, s, jsonRef); !maps.EqualFunc(rec.Result.Headers, legacy, slices.Equal[[]string]) {
 		t.Fatalf("row without response_headers_bin: %q; want its JSON headers", rec.Result.Headers)
+	}
+}
+
+// A fenced write whose caller's context is already cancelled (the caller
+// went away) is still resolved by re-reading the record on a context
+// detached from the caller's, as the PostgreSQL store does: a write in
+// effect under the token reports success, not ErrUnavailable.
+func TestStore_FencedWriteIsResolvedAfterTheCallerCancelled(t *testing.T) {
+	t.Parallel()
+	s := open(t)
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+
+	r := mustClaim(t, s, params(newScope(), "v1:a"))
+	if err := s.Complete(t.Context(), nil, r.Ref, r.Token, okResult); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(cancelled, nil, r.Ref, r.Token, okResult); err != nil {
+		t.Fatalf("Complete in effect, caller cancelled = %v; want success by re-reading", err)
+	}
+
+	r = mustClaim(t, s, params(newScope(), "v1:a"))
+	if err := s.Release(t.Context(), nil, r.Ref, r.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(cancelled, nil, r.Ref, r.Token); err != nil {
+		t.Fatalf("Release in effect, caller cancelled = %v; want success by re-reading", err)
+	}
+
+	// Not in effect: the write did not run, so the truth is "unavailable,
+	// retry", never a success nor ErrFenced.
+	r = mustClaim(t, s, params(newScope(), "v1:a"))
+	err := s.Complete(cancelled, nil, r.Ref, r.Token, okResult)
+	if !errors.Is(err, durable.ErrUnavailable) || errors.Is(err, durable.ErrFenced) {
+		t.Fatalf("Complete not in effect, caller cancelled = %v; want ErrUnavailable", err)
+	}
+	if rec := mustGet(t, s, r.Ref); rec.State != durable.Processing {
+		t.Fatalf("record %+v; want still processing", rec)
 	}
 }

@@ -17,34 +17,20 @@ import (
 // or uncertain after Adopt). The record then expires at least its retention
 // from now (by the database's clock), however late it finished. Completing
 // again with the same token and result (headers compared byte for byte)
-// succeeds. It returns ErrFenced when tok no longer holds the record.
-func (s *Store) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	return s.finishOn(ctx, nil, "complete", durable.Completed, ref, tok, res)
-}
-
-// CompleteTx is Complete inside tx.
-func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	if tx == nil {
-		return &durable.ScopeError{Field: "tx", Reason: "nil transaction"}
-	}
+// succeeds. It returns ErrFenced when tok no longer holds the record. With
+// a non-nil tx it runs inside tx.
+func (s *store) Complete(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
 	return s.finishOn(ctx, tx, "complete", durable.Completed, ref, tok, res)
 }
 
 // Fail stores res as a final business rejection (state failed), fenced like
-// Complete. Failing again with the same token and result succeeds.
-func (s *Store) Fail(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	return s.finishOn(ctx, nil, "fail", durable.Failed, ref, tok, res)
-}
-
-// FailTx is Fail inside tx.
-func (s *Store) FailTx(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	if tx == nil {
-		return &durable.ScopeError{Field: "tx", Reason: "nil transaction"}
-	}
+// Complete, inside tx when tx is not nil. Failing again with the same token
+// and result succeeds.
+func (s *store) Fail(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
 	return s.finishOn(ctx, tx, "fail", durable.Failed, ref, tok, res)
 }
 
-func (s *Store) finishOn(ctx context.Context, tx *sql.Tx, op string, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
+func (s *store) finishOn(ctx context.Context, tx *sql.Tx, op string, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
 	if err := validWrite(op, ref, tok); err != nil {
 		return err
 	}
@@ -74,7 +60,7 @@ func (s *Store) finishOn(ctx context.Context, tx *sql.Tx, op string, state durab
 // MarkUncertain moves a processing record to uncertain and frees its lease
 // for the reconciler, fenced. Marking again with the same token succeeds
 // while the record is still uncertain under it.
-func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+func (s *store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
 	if err := validWrite("mark uncertain", ref, tok); err != nil {
 		return err
 	}
@@ -89,7 +75,7 @@ func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.To
 // fenced; only a processing record, or an uncertain one adopted by tok, is
 // renewed. Renewing an expired lease that no one took over succeeds: the
 // token still holds the record.
-func (s *Store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+func (s *store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
 	if err := validWrite("renew", ref, tok); err != nil {
 		return err
 	}
@@ -103,19 +89,12 @@ func (s *Store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lea
 // Release frees a processing record for any new claim, fenced; the row and
 // its generation are kept, so the next claim gets a higher generation.
 // Releasing again with the same token succeeds while no one claimed it since.
-func (s *Store) Release(ctx context.Context, ref durable.Ref, tok fence.Token) error {
-	return s.releaseOn(ctx, nil, ref, tok)
-}
-
-// ReleaseTx is Release inside tx.
-func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token) error {
-	if tx == nil {
-		return &durable.ScopeError{Field: "tx", Reason: "nil transaction"}
-	}
+// With a non-nil tx it runs inside tx.
+func (s *store) Release(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token) error {
 	return s.releaseOn(ctx, tx, ref, tok)
 }
 
-func (s *Store) releaseOn(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token) error {
+func (s *store) releaseOn(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token) error {
 	if err := validWrite("release", ref, tok); err != nil {
 		return err
 	}
@@ -134,7 +113,7 @@ func (s *Store) releaseOn(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok 
 // retried call, or an outcome that applied although an error came back) and
 // is success. Otherwise zero rows is ErrFenced and an error is returned as
 // it is. applied nil means the write cannot be recognized afterwards.
-func (s *Store) fencedWrite(ctx context.Context, tx *sql.Tx, op string, ref durable.Ref,
+func (s *store) fencedWrite(ctx context.Context, tx *sql.Tx, op string, ref durable.Ref,
 	applied func(durable.Record) bool, query string, args ...any) error {
 	var q querier = tx
 	if tx == nil {
@@ -150,7 +129,7 @@ func (s *Store) fencedWrite(ctx context.Context, tx *sql.Tx, op string, ref dura
 		return nil
 	}
 	if applied != nil {
-		rec, err := s.get(ctx, q, ref)
+		rec, err := s.reread(ctx, tx, q, ref)
 		if err == nil && applied(rec) {
 			return nil
 		}
@@ -164,7 +143,24 @@ func (s *Store) fencedWrite(ctx context.Context, tx *sql.Tx, op string, ref dura
 	return fmt.Errorf("durable/sqlite: %s: %w", op, durable.ErrFenced)
 }
 
-func (s *Store) rowsAffected(r sql.Result, err error) (int64, error) {
+// reread reads ref after a fenced write that failed or matched nothing. On
+// its own (tx nil) it runs on a context detached from ctx and bounded by
+// resolveTimeout: a caller whose ctx was cancelled, perhaps what failed the
+// write, still learns the truth. Inside tx it runs in tx, whose outcome the
+// caller's COMMIT decides.
+func (s *store) reread(ctx context.Context, tx *sql.Tx, q querier, ref durable.Ref) (durable.Record, error) {
+	if tx != nil {
+		return s.get(ctx, q, ref)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+	defer cancel()
+	return s.get(rctx, q, ref)
+}
+
+// resolveTimeout bounds a re-read that resolves the outcome of a fenced write.
+const resolveTimeout = 5 * time.Second
+
+func (s *store) rowsAffected(r sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}

@@ -69,7 +69,7 @@ func newService(ctx context.Context, b *backend.Backend, log *slog.Logger) (*app
 		}
 		return routes(c, orders, log)
 	}
-	orders, err := newSQLiteOrders(ctx, b.SQLite.DB())
+	orders, err := newSQLiteOrders(ctx, b.DB)
 	if err != nil {
 		return nil, err
 	}

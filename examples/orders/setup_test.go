@@ -181,7 +181,7 @@ func (f *fixture) orders(tenant string) int {
 	if f.b.Postgres != nil {
 		err = f.b.Pool.QueryRow(ctx, q+`$1`, tenant).Scan(&n)
 	} else {
-		err = f.b.SQLite.DB().QueryRowContext(ctx, q+`?`, tenant).Scan(&n)
+		err = f.b.DB.QueryRowContext(ctx, q+`?`, tenant).Scan(&n)
 	}
 	if err != nil {
 		f.t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
 )
 
@@ -88,8 +87,8 @@ type querier interface {
 // Store is a PostgreSQL store with one deliberate bug; every method the bug
 // does not touch is the wrapped store's.
 type Store struct {
-	durable.Store[pgx.Tx] // the real store, or a fault layer over it (Over)
-	pg                    *postgres.Store
+	durable.Store[pgx.Tx]        // the real store, or a fault layer over it (Over)
+	table                 string // the store's table, schema-qualified
 	pool                  *pgxpool.Pool
 	mode                  Mode
 	now                   func() time.Time
@@ -121,11 +120,12 @@ func WorkerClock(now func() time.Time) Option {
 	}
 }
 
-// Wrap returns s, which runs on pool, with the bug of mode.
-func Wrap(s *postgres.Store, pool *pgxpool.Pool, mode Mode, opts ...Option) (*Store, error) {
+// Wrap returns s, which runs on pool with its records in table (as written
+// in statements: schema-qualified), with the bug of mode.
+func Wrap(s durable.Store[pgx.Tx], pool *pgxpool.Pool, table string, mode Mode, opts ...Option) (*Store, error) {
 	for _, m := range Modes() {
 		if m == mode {
-			b := &Store{Store: s, pg: s, pool: pool, mode: mode, now: time.Now}
+			b := &Store{Store: s, table: table, pool: pool, mode: mode, now: time.Now}
 			for _, o := range opts {
 				o(b)
 			}
@@ -136,26 +136,19 @@ func Wrap(s *postgres.Store, pool *pgxpool.Pool, mode Mode, opts ...Option) (*St
 }
 
 // Claim is the real claim, or with ClaimTrustsRedis an unconditional
-// overwrite.
-func (s *Store) Claim(ctx context.Context, p durable.ClaimParams) (durable.ClaimResult, error) {
+// overwrite; inside tx when tx is not nil.
+func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
+	var q querier = s.pool
+	if tx != nil {
+		q = tx
+	}
 	switch s.mode {
 	case ClaimTrustsRedis:
-		return s.claim(ctx, s.pool, p)
+		return s.claim(ctx, q, p)
 	case WorkerClockLease:
-		return s.clockClaim(ctx, s.pool, p, func() (durable.ClaimResult, error) { return s.Store.Claim(ctx, p) })
+		return s.clockClaim(ctx, q, p, func() (durable.ClaimResult, error) { return s.Store.Claim(ctx, tx, p) })
 	}
-	return s.Store.Claim(ctx, p)
-}
-
-// ClaimTx is Claim inside tx.
-func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
-	switch s.mode {
-	case ClaimTrustsRedis:
-		return s.claim(ctx, tx, p)
-	case WorkerClockLease:
-		return s.clockClaim(ctx, tx, p, func() (durable.ClaimResult, error) { return s.Store.ClaimTx(ctx, tx, p) })
-	}
-	return s.Store.ClaimTx(ctx, tx, p)
+	return s.Store.Claim(ctx, tx, p)
 }
 
 func (s *Store) claim(ctx context.Context, q querier, p durable.ClaimParams) (durable.ClaimResult, error) {
@@ -167,7 +160,7 @@ func (s *Store) claim(ctx context.Context, q querier, p durable.ClaimParams) (du
 		return durable.ClaimResult{}, err
 	}
 	var gen int64
-	err = q.QueryRow(ctx, `INSERT INTO `+s.pg.Table()+` (tenant_id, operation, key_hash, request_hash, state, generation,
+	err = q.QueryRow(ctx, `INSERT INTO `+s.table+` (tenant_id, operation, key_hash, request_hash, state, generation,
 		owner_token, lease_expires_at, takeovers, created_at, expires_at)
 	VALUES ($1, $2, $3, $4, 'processing', GREATEST($5::bigint, 1), $6, clock_timestamp() + $7::bigint * interval '1 microsecond', 0,
 		clock_timestamp(), clock_timestamp() + $8::bigint * interval '1 microsecond')
@@ -188,44 +181,46 @@ func (s *Store) claim(ctx context.Context, q querier, p durable.ClaimParams) (du
 // Complete is the real completion, or with CompleteWithoutFence one that
 // writes whatever token asks; with NoRereadAfterLostAck one that takes a
 // lost reply as fenced; with ReleaseAfterStart one that releases the
-// record when it could not be written.
-func (s *Store) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+// record when it could not be written. Inside tx (not nil) only
+// CompleteWithoutFence changes it.
+func (s *Store) Complete(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx != nil {
+		if s.mode != CompleteWithoutFence {
+			return s.Store.Complete(ctx, tx, ref, tok, res)
+		}
+		return s.complete(ctx, tx, ref, res)
+	}
 	switch s.mode {
 	case CompleteWithoutFence:
 		return s.complete(ctx, s.pool, ref, res)
 	case NoRereadAfterLostAck:
 		return s.finishNoReread(ctx, durable.Completed, ref, tok, res)
 	case ReleaseAfterStart:
-		return s.releaseOnError(ctx, ref, tok, s.Store.Complete(ctx, ref, tok, res))
+		return s.releaseOnError(ctx, ref, tok, s.Store.Complete(ctx, nil, ref, tok, res))
 	}
-	return s.Store.Complete(ctx, ref, tok, res)
-}
-
-// CompleteTx is Complete inside tx.
-func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	if s.mode != CompleteWithoutFence {
-		return s.Store.CompleteTx(ctx, tx, ref, tok, res)
-	}
-	return s.complete(ctx, tx, ref, res)
+	return s.Store.Complete(ctx, nil, ref, tok, res)
 }
 
 // Fail is the real one, but for NoRereadAfterLostAck and
-// ReleaseAfterStart as in Complete.
-func (s *Store) Fail(ctx context.Context, ref durable.Ref, tok fence.Token, res durable.Result) error {
+// ReleaseAfterStart as in Complete (on its own; inside tx the real one).
+func (s *Store) Fail(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if tx != nil {
+		return s.Store.Fail(ctx, tx, ref, tok, res)
+	}
 	switch s.mode {
 	case NoRereadAfterLostAck:
 		return s.finishNoReread(ctx, durable.Failed, ref, tok, res)
 	case ReleaseAfterStart:
-		return s.releaseOnError(ctx, ref, tok, s.Store.Fail(ctx, ref, tok, res))
+		return s.releaseOnError(ctx, ref, tok, s.Store.Fail(ctx, nil, ref, tok, res))
 	}
-	return s.Store.Fail(ctx, ref, tok, res)
+	return s.Store.Fail(ctx, nil, ref, tok, res)
 }
 
 // MarkUncertain is the real one, or with ReleaseAfterStart a release: the
 // outcome was unknown, and the key is given back anyway.
 func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
 	if s.mode == ReleaseAfterStart {
-		return s.Store.Release(ctx, ref, tok)
+		return s.Store.Release(ctx, nil, ref, tok)
 	}
 	return s.Store.MarkUncertain(ctx, ref, tok)
 }
@@ -271,7 +266,7 @@ func (s *Store) releaseOnError(ctx context.Context, ref durable.Ref, tok fence.T
 	if err != nil && !errors.Is(err, durable.ErrFenced) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = s.Store.Release(rctx, ref, tok)
+		_ = s.Store.Release(rctx, nil, ref, tok)
 	}
 	return err
 }
@@ -283,7 +278,7 @@ func (s *Store) finishNoReread(ctx context.Context, state durable.State, ref dur
 	if err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE `+s.pg.Table()+` SET state = '`+string(state)+`', status_code = $6, response_headers = $7::jsonb,
+	tag, err := s.pool.Exec(ctx, `UPDATE `+s.table+` SET state = '`+string(state)+`', status_code = $6, response_headers = $7::jsonb,
 		response_body = $8, response_version = $9, resource_id = $10, completed_at = clock_timestamp(), lease_expires_at = NULL,
 		expires_at = GREATEST(expires_at, clock_timestamp() + COALESCE(retention_us * interval '1 microsecond', expires_at - created_at))
 		WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3 AND generation = $4 AND owner_token = $5
@@ -310,7 +305,7 @@ func (s *Store) clockClaim(ctx context.Context, q querier, p durable.ClaimParams
 		return durable.ClaimResult{}, err
 	}
 	// The bug: the worker's clock decides whether the lease ran out.
-	if _, err := q.Exec(ctx, `UPDATE `+s.pg.Table()+` SET lease_expires_at = clock_timestamp() - interval '1 millisecond'
+	if _, err := q.Exec(ctx, `UPDATE `+s.table+` SET lease_expires_at = clock_timestamp() - interval '1 millisecond'
 		WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3 AND state = 'processing' AND owner_token IS NOT NULL
 			AND lease_expires_at > clock_timestamp() AND lease_expires_at <= $4`,
 		ref.Tenant, ref.Operation, ref.KeyHash[:], s.now()); err != nil {
@@ -326,7 +321,7 @@ func (s *Store) clockClaim(ctx context.Context, q querier, p durable.ClaimParams
 // setLease sets the lease held by tok to end at the worker's clock plus
 // lease.
 func (s *Store) setLease(ctx context.Context, q querier, ref durable.Ref, tok fence.Token, lease time.Duration) error {
-	_, err := q.Exec(ctx, `UPDATE `+s.pg.Table()+` SET lease_expires_at = $6
+	_, err := q.Exec(ctx, `UPDATE `+s.table+` SET lease_expires_at = $6
 		WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3 AND generation = $4 AND owner_token = $5 AND state = 'processing'`,
 		ref.Tenant, ref.Operation, ref.KeyHash[:], int64(tok.Generation), tok.Owner, s.now().Add(lease))
 	if err != nil {
@@ -356,7 +351,7 @@ func (s *Store) complete(ctx context.Context, q querier, ref durable.Ref, res du
 		return err
 	}
 	// The bug: no owner_token, generation or state in the WHERE clause.
-	_, err = q.Exec(ctx, `UPDATE `+s.pg.Table()+` SET state = 'completed', status_code = $4, response_headers = $5::jsonb,
+	_, err = q.Exec(ctx, `UPDATE `+s.table+` SET state = 'completed', status_code = $4, response_headers = $5::jsonb,
 		response_body = $6, response_version = $7, resource_id = $8, completed_at = clock_timestamp(), lease_expires_at = NULL
 		WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3`,
 		ref.Tenant, ref.Operation, ref.KeyHash[:], res.StatusCode, headers, body, res.Version, res.ResourceID)

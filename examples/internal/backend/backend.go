@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"os"
@@ -9,10 +10,12 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/durable/sqlite"
 	"github.com/oncekey/oncekey/lua"
@@ -68,11 +71,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 // (exactly one of Postgres and SQLite is set) and one Redis.
 type Backend struct {
 	// Postgres and Pool are set when a PostgreSQL server was named.
-	Postgres *postgres.Store
+	Postgres durable.Store[pgx.Tx]
 	Pool     *pgxpool.Pool
-	// SQLite is set otherwise: the embedded store, whose DB holds the
+	// SQLite is set otherwise: the embedded store, on DB, which holds the
 	// program's own tables too.
-	SQLite *sqlite.Store
+	SQLite durable.Store[*sql.Tx]
+	DB     *sql.DB
 	// Redis is the named server, or the in-process one.
 	Redis *redis.Client
 	// scripter is what the Claimer gets: Redis, or for miniredis a
@@ -142,11 +146,11 @@ func (b *Backend) openPostgres(ctx context.Context, url string) error {
 	if err := pool.Ping(ctx); err != nil {
 		return fmt.Errorf("%w: PostgreSQL at %s: %w", ErrUnreachable, where, err)
 	}
-	store, err := postgres.New(pool)
-	if err != nil {
+	if err := postgres.Migrate(ctx, pool); err != nil {
 		return err
 	}
-	if err := store.Migrate(ctx); err != nil {
+	store, err := postgres.New(pool)
+	if err != nil {
 		return err
 	}
 	b.Postgres, b.Pool = store, pool
@@ -167,15 +171,19 @@ func (b *Backend) openSQLite(ctx context.Context, cfg Config) error {
 		return err
 	}
 	path := filepath.Join(dir, "oncekey.db")
-	store, err := sqlite.Open(ctx, path)
+	db, err := sqlite.Open(path)
 	if err != nil {
 		return err
 	}
-	b.closers = append(b.closers, func() { _ = store.Close() })
-	if err := store.Migrate(ctx); err != nil {
+	b.closers = append(b.closers, func() { _ = db.Close() })
+	if err := sqlite.Migrate(ctx, db); err != nil {
 		return err
 	}
-	b.SQLite = store
+	store, err := sqlite.New(db)
+	if err != nil {
+		return err
+	}
+	b.SQLite, b.DB = store, db
 	line := "durable store: SQLite " + path + " (embedded default: no -postgres or DATABASE_URL"
 	if kept {
 		line += "; kept after exit)"
