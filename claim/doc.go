@@ -41,7 +41,7 @@
 //
 //   - [Replayed]: the stored result, completed or failed, byte for byte.
 //   - [InProgress]: the first request still runs; retry after
-//     [Outcome.RetryAfter] (or wait, with the [Wait] policy).
+//     [Outcome.RetryAfter] (or wait, [WithWait]; or poll, [WithPoll]).
 //   - [Uncertain]: the first request's outcome is unknown; a [Reconciler]
 //     resolves it. Nothing runs again on its own.
 //   - [ErrMismatch]: the key was used for a different request.
@@ -54,7 +54,18 @@
 // long workflow, a reconciliation) is still replayed for the whole window.
 // After it the guarantee is gone: a retried key is a new operation, under a
 // higher generation than any before it. Redis never caches a result past
-// the record's retention.
+// the record's retention. Records past their retention stay in the store
+// until a sweep deletes them: run [Claimer.RunSweeper] beside the service
+// (or [Claimer.Sweep] from a scheduled job).
+//
+// # Configuration
+//
+// [New] takes functional options (With...), [NewReconciler] takes
+// [ReconcilerOption] values (Reconcile...), and the two loops take their
+// interval: [Claimer.RunSweeper] and [Reconciler.Run]. Every error about
+// configuration rather than data (a bad option, a [Request.Lease] the start
+// margin or the retention cannot hold, a nil function) matches
+// [ErrConfig]; nothing was reserved.
 //
 // # Clocks
 //

@@ -196,11 +196,11 @@ func (m *meters) replay(ctx context.Context, fromRedis bool) {
 	m.replays.Add(ctx, 1, src)
 }
 
-func (m *meters) reconciled(ctx context.Context, r Report) {
+func (m *meters) reconciled(ctx context.Context, t tally) {
 	for _, kv := range []struct {
 		name string
 		n    int
-	}{{"completed", r.Completed}, {"failed", r.Failed}, {"unknown", r.Unknown}, {"skipped", r.Skipped}, {"error", r.Errors}} {
+	}{{"completed", t.completed}, {"failed", t.failed}, {"unknown", t.unknown}, {"skipped", t.skipped}, {"error", t.errors}} {
 		if kv.n > 0 {
 			m.reconcile.Add(ctx, int64(kv.n), metric.WithAttributes(attribute.String("result", kv.name)))
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/internal/adapter"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -66,7 +67,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	operation := g.operation(r)
 	if operation != "" {
-		secs := int64(m.c.RetentionFor(operation) / time.Second)
+		secs := int64(adapter.Retention(m.c, operation) / time.Second)
 		w.Header().Set(HeaderRetention, strconv.FormatInt(secs, 10))
 	}
 	switch {
@@ -292,7 +293,7 @@ func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder 
 	if holder > 0 {
 		retry = min(retry, holder)
 	}
-	if m.c.Policy().Polls() {
+	if adapter.Polls(m.c) {
 		w.Header().Set("Location", m.o.OperationPath+opID)
 		writeProblem(w, http.StatusAccepted, ProblemInProgress, "A request with this key is still being processed; poll the Location or retry the request.", opID, retry)
 		return
