@@ -126,15 +126,15 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 	if e.noRedis, err = e.claimer(nil); err != nil {
 		return e, err
 	}
-	e.setup, err = claim.New[pgx.Tx](e.store, claim.WithRedis(e.rdb,
-		lua.Options{Prefix: e.prefix, Timeout: max(time.Second, cfg.redisTimeout)}))
+	e.setup, err = claim.New[pgx.Tx](e.store, claim.WithLease(benchLease), claim.WithRetention(benchRetention),
+		claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: max(time.Second, cfg.redisTimeout)}))
 	return e, err
 }
 
 // claimer returns a Claimer over the env's store, with Redis client c in
 // front (none when nil). onChange, when set, sees the breaker's states.
 func (e *env) claimer(c *redis.Client, onChange ...func(lua.BreakerState)) (*claim.Claimer[pgx.Tx], error) {
-	var opts []claim.Option
+	opts := []claim.Option{claim.WithLease(benchLease), claim.WithRetention(benchRetention)}
 	if c != nil {
 		lo := lua.Options{Prefix: e.prefix, Timeout: e.cfg.redisTimeout}
 		if len(onChange) > 0 {

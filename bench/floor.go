@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -19,13 +20,19 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-// The lease and retention every claim asks for (the library's defaults),
-// in the units the statements and the script take.
+// The lease and retention every claim asks for (the library's defaults,
+// which env's claimers set explicitly so the floors cannot drift from them),
+// and in the units the statements and the script take.
+const (
+	benchLease     = 30 * time.Second
+	benchRetention = 24 * time.Hour
+)
+
 var (
-	leaseUs     = claim.DefaultLease.Microseconds()
-	retentionUs = claim.DefaultRetention.Microseconds()
-	leaseMs     = claim.DefaultLease.Milliseconds()
-	retentionMs = claim.DefaultRetention.Milliseconds()
+	leaseUs     = benchLease.Microseconds()
+	retentionUs = benchRetention.Microseconds()
+	leaseMs     = benchLease.Milliseconds()
+	retentionMs = benchRetention.Milliseconds()
 )
 
 // floors are the library-free ways of doing what a workload does: the

@@ -111,14 +111,13 @@ type claimerOpts struct {
 	redis     redis.Scripter // nil: durable store alone
 	luaOpts   func(*lua.Options)
 	retention time.Duration
-	policy    claim.Policy
-	hasPolicy bool
+	policy    claim.Option // nil: the default (fail fast)
 }
 
 func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 	opts := []claim.Option{claim.WithLease(e.cfg.Lease), claim.WithLogger(e.log)}
-	if o.hasPolicy {
-		opts = append(opts, claim.WithPolicy(o.policy))
+	if o.policy != nil {
+		opts = append(opts, o.policy)
 	}
 	if o.retention > 0 {
 		opts = append(opts, claim.WithRetention(o.retention))

@@ -299,30 +299,30 @@ func setupUncertain(ctx context.Context, e *env) (*workload, error) {
 	d := w.downstream
 	const reconcilerClient = 1000
 	var passStart time.Duration
-	rc, err := claim.NewReconciler(w.verifier, func(ctx context.Context, p claim.Pending) (claim.Resolution, error) {
-		o := e.ops[p.OperationID]
+	rc, err := claim.NewReconciler(w.verifier, func(ctx context.Context, p durable.Record) (claim.Resolution, error) {
+		o := e.ops[p.Ref.OperationID()]
 		if o == nil {
-			return claim.Unknown, nil
+			return claim.Unresolved(), nil
 		}
 		epoch, fp, _ := o.get()
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Record.Token,
+		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Token,
 			Fingerprint: fp, Start: passStart, End: e.rec.Now()})
-		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), p.OperationID)
+		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), p.Ref.OperationID())
 		var de *fault.DownstreamError
 		if errors.As(err, &de) && de.Status == 404 {
 			e.observe("reconciled-unknown")
-			return claim.Unknown, nil
+			return claim.Unresolved(), nil
 		}
 		if err != nil {
-			return claim.Unknown, err
+			return claim.Unresolved(), err
 		}
 		body := flowBody(o.key, epoch, id)
 		now := e.rec.Now()
 		// The reconciler's Complete is not observed: an open end.
 		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
-			Token: p.Record.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
-		return claim.Resolution{State: durable.Completed, Result: resultOf(200, body)}, nil
-	}, claim.ReconcilerOptions{Interval: e.cfg.Lease / 2, StaleFor: 2 * e.cfg.Lease, Lease: e.cfg.Lease})
+			Token: p.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
+		return claim.Resolved(durable.Completed, resultOf(200, body)), nil
+	}, claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +338,7 @@ func setupUncertain(ctx context.Context, e *env) (*workload, error) {
 			for {
 				passStart = e.rec.Now()
 				rep, _ := rc.RunOnce(ctx)
-				e.counter(e.obs, "reconciler-completed").Add(int64(rep.Completed))
+				e.counter(e.obs, "reconciler-completed").Add(int64(rep.Resolved))
 				select {
 				case <-stop:
 					return

@@ -317,7 +317,7 @@ func (e *env) newEdge(ctx context.Context, mw func(*claimhttp.Options)) (*edge, 
 	w.modeOf = flowAll
 	// Duplicates wait for the first request, as in the other HTTP
 	// scenarios.
-	server, err := e.claimer(claimerOpts{store: base, redis: e.redisUser("", nil), policy: claim.Wait(2 * e.cfg.Lease), hasPolicy: true})
+	server, err := e.claimer(claimerOpts{store: base, redis: e.redisUser("", nil), policy: claim.WithWait(2 * e.cfg.Lease)})
 	if err != nil {
 		return nil, err
 	}
@@ -653,30 +653,30 @@ type reconciling struct {
 func (e *env) newReconciling(c *claim.Claimer[pgxTx], d *fault.Downstream) (*reconciling, error) {
 	const reconcilerClient = 1000
 	r := &reconciling{e: e, stop: make(chan struct{}), done: make(chan struct{})}
-	rc, err := claim.NewReconciler(c, func(ctx context.Context, p claim.Pending) (claim.Resolution, error) {
-		o := e.ops[p.OperationID]
+	rc, err := claim.NewReconciler(c, func(ctx context.Context, p durable.Record) (claim.Resolution, error) {
+		o := e.ops[p.Ref.OperationID()]
 		if o == nil {
-			return claim.Unknown, nil
+			return claim.Unresolved(), nil
 		}
 		epoch, fp, _ := o.get()
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Record.Token,
+		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Token,
 			Fingerprint: fp, Start: r.passStart, End: e.rec.Now()})
-		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), p.OperationID)
+		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), p.Ref.OperationID())
 		var de *fault.DownstreamError
 		if errors.As(err, &de) && de.Status == 404 {
 			e.observe("reconciled-unknown")
-			return claim.Unknown, nil
+			return claim.Unresolved(), nil
 		}
 		if err != nil {
-			return claim.Unknown, err
+			return claim.Unresolved(), err
 		}
 		body := flowBody(o.key, epoch, id)
 		now := e.rec.Now()
 		// The reconciler's Complete is not observed: an open end.
 		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
-			Token: p.Record.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
-		return claim.Resolution{State: durable.Completed, Result: resultOf(200, body)}, nil
-	}, claim.ReconcilerOptions{Interval: e.cfg.Lease / 2, StaleFor: 2 * e.cfg.Lease, Lease: e.cfg.Lease})
+			Token: p.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
+		return claim.Resolved(durable.Completed, resultOf(200, body)), nil
+	}, claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
 	if err != nil {
 		return nil, err
 	}
@@ -688,7 +688,7 @@ func (e *env) newReconciling(c *claim.Claimer[pgxTx], d *fault.Downstream) (*rec
 func (r *reconciling) pass(ctx context.Context) claim.Report {
 	r.passStart = r.e.rec.Now()
 	rep, _ := r.rc.RunOnce(ctx)
-	r.e.counter(r.e.obs, "reconciler-completed").Add(int64(rep.Completed))
+	r.e.counter(r.e.obs, "reconciler-completed").Add(int64(rep.Resolved))
 	return rep
 }
 
@@ -967,7 +967,7 @@ func setupReconcileAfterRetention(ctx context.Context, e *env) (*workload, error
 		// The Reconciler resolves them now, after their retention.
 		for pass := 0; pass < 10; pass++ {
 			rep := rc.pass(ctx)
-			e.faultN("reconciled-after-retention", int64(rep.Completed))
+			e.faultN("reconciled-after-retention", int64(rep.Resolved))
 			if rep.Scanned == 0 {
 				break
 			}

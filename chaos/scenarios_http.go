@@ -347,7 +347,7 @@ func (e *env) httpWorkload(ctx context.Context, flow bool, plan func(o *op, n in
 	if err != nil {
 		return nil, nil, err
 	}
-	server, err := e.claimer(claimerOpts{store: st, redis: e.redisUser("", nil), policy: claim.Wait(2 * e.cfg.Lease), hasPolicy: true})
+	server, err := e.claimer(claimerOpts{store: st, redis: e.redisUser("", nil), policy: claim.WithWait(2 * e.cfg.Lease)})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -403,29 +403,29 @@ func TestNew_RejectsBadOptions(t *testing.T) {
 	for name, opt := range map[string]claim.Option{
 		"lease":     claim.WithLease(0),
 		"retention": claim.WithRetention(-time.Second),
-		"wait":      claim.WithPolicy(claim.Wait(0)),
+		"wait":      claim.WithWait(0),
 		"margin":    claim.WithStartMargin(time.Hour),
 		"logger":    claim.WithLogger(nil),
 		// A record must outlive the lease of its first claim.
 		"retention shorter than the lease":           claim.WithRetention(time.Second),
 		"operation retention shorter than the lease": claim.WithOperationRetention("POST /orders", time.Second),
 	} {
-		if _, err := claim.New[pgx.Tx](e.store, opt); err == nil {
-			t.Errorf("%s: New accepted a bad option", name)
+		if _, err := claim.New[pgx.Tx](e.store, opt); !errors.Is(err, claim.ErrConfig) {
+			t.Errorf("%s: New = %v, want an error matching ErrConfig", name, err)
 		}
 	}
 	if _, err := claim.New[pgx.Tx](e.store, claim.WithLease(time.Second), claim.WithRetention(time.Second),
 		claim.WithOperationRetention("POST /orders", time.Second)); err != nil {
 		t.Errorf("New rejected a retention equal to the lease: %v", err)
 	}
-	if _, err := claim.New[pgx.Tx](nil); err == nil {
-		t.Error("New accepted a nil store")
+	if _, err := claim.New[pgx.Tx](nil); !errors.Is(err, claim.ErrConfig) {
+		t.Errorf("New with a nil store = %v, want ErrConfig", err)
 	}
 }
 
 func TestClaimer_WaitPolicyReplaysWhenFirstFinishes(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withRedis, claim.WithPolicy(claim.Wait(5*time.Second)))
+	e := setup(t, withRedis, claim.WithWait(5*time.Second))
 	r := req("k-wait", "v1:a")
 	out := mustClaim(t, e.c, r, claim.Acquired)
 	done := make(chan claim.Outcome[pgx.Tx], 1)
@@ -461,7 +461,7 @@ func TestClaimer_StartMargin(t *testing.T) {
 		if err != nil || out.Kind != claim.Acquired {
 			t.Fatalf("Claim with a 2s lease = %v, %v; want Acquired", out.Kind, err)
 		}
-		if rem := out.Lease.Remaining(); rem > r.Lease {
+		if rem := time.Until(out.Lease.Deadline()); rem > r.Lease {
 			t.Fatalf("Remaining = %v, more than the request's lease %v", rem, r.Lease)
 		}
 		if err := out.Lease.Complete(t.Context(), result("short")); err != nil {

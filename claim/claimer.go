@@ -11,50 +11,26 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/oncekey/oncekey/claim/internal/adapter"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/lua"
 )
 
-// Defaults of a [Claimer].
+// Defaults of a [Claimer], as its options document them.
 const (
-	DefaultLease     = 30 * time.Second
-	DefaultRetention = 24 * time.Hour
+	defaultLease     = 30 * time.Second
+	defaultRetention = 24 * time.Hour
 )
 
-// Policy says what [Claimer.Claim] and [Claimer.Do] do with a duplicate that
-// arrives while the first request is still processing.
-type Policy struct {
-	kind    policyKind
-	maxWait time.Duration
-}
-
-type policyKind int
-
-const (
-	policyFailFast policyKind = iota
-	policyWait
-	policyPoll
-)
-
-// FailFast answers a duplicate at once with [InProgress] and a retry-after
-// hint (HTTP: 409 with Retry-After). It is the default.
-func FailFast() Policy { return Policy{kind: policyFailFast} }
-
-// Wait makes a duplicate wait, up to max and within the caller's context, for
-// the first request to finish, then replays its result; past the bound it
-// answers [InProgress] like FailFast.
-func Wait(max time.Duration) Policy { return Policy{kind: policyWait, maxWait: max} }
-
-// Poll answers a duplicate at once with [InProgress] and the operation
-// identity to poll (HTTP: 202 with the Location of an operation resource).
-func Poll() Policy { return Policy{kind: policyPoll} }
-
-// Polls reports whether the policy is Poll.
-func (p Policy) Polls() bool { return p.kind == policyPoll }
-
-// Option configures a [Claimer].
+// Option configures a [Claimer]. An option given a bad value makes [New]
+// fail with an error that matches [ErrConfig] and names the option.
 type Option func(*config) error
+
+// configErr returns an error matching [ErrConfig] that says what is wrong.
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+}
 
 type config struct {
 	redis       redis.Scripter
@@ -62,12 +38,14 @@ type config struct {
 	lease       time.Duration
 	retention   time.Duration
 	perOp       map[string]time.Duration
-	policy      Policy
+	wait        time.Duration // WithWait: how long a duplicate waits; 0: it does not
+	poll        bool          // WithPoll
 	margin      time.Duration
 	marginSet   bool
 	meter       metric.MeterProvider
 	logger      *slog.Logger
 	statsMaxAge time.Duration
+	sweepBatch  int
 }
 
 // WithRedis puts Redis in front of the durable store, through the scripts of
@@ -79,7 +57,7 @@ type config struct {
 func WithRedis(c redis.Scripter, opts lua.Options) Option {
 	return func(cfg *config) error {
 		if c == nil {
-			return errors.New("claim: WithRedis: nil client")
+			return configErr("WithRedis: nil client")
 		}
 		cfg.redis, cfg.luaOpts = c, opts
 		return nil
@@ -90,7 +68,7 @@ func WithRedis(c redis.Scripter, opts lua.Options) Option {
 func WithLease(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("claim: lease must be at least 1ms, got %v", d)
+			return configErr("WithLease: lease must be at least 1ms, got %v", d)
 		}
 		cfg.lease = d
 		return nil
@@ -104,7 +82,7 @@ func WithLease(d time.Duration) Option {
 func WithRetention(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("claim: retention must be at least 1ms, got %v", d)
+			return configErr("WithRetention: retention must be at least 1ms, got %v", d)
 		}
 		cfg.retention = d
 		return nil
@@ -116,7 +94,7 @@ func WithRetention(d time.Duration) Option {
 func WithOperationRetention(operation string, d time.Duration) Option {
 	return func(cfg *config) error {
 		if operation == "" || d < time.Millisecond {
-			return fmt.Errorf("claim: operation retention needs an operation and at least 1ms")
+			return configErr("WithOperationRetention: needs an operation and at least 1ms, got %q and %v", operation, d)
 		}
 		if cfg.perOp == nil {
 			cfg.perOp = map[string]time.Duration{}
@@ -126,14 +104,31 @@ func WithOperationRetention(operation string, d time.Duration) Option {
 	}
 }
 
-// WithPolicy sets the policy for duplicates of a request in progress.
-// Defaults to [FailFast].
-func WithPolicy(p Policy) Option {
+// WithWait makes a duplicate of a request in progress wait, up to max and
+// within the caller's context, for the first request to finish, then replay
+// its result; past the bound it is answered [InProgress] as by default.
+// max must be positive.
+//
+// By default (neither WithWait nor [WithPoll]) such a duplicate is answered
+// at once with InProgress and a retry-after hint (claimhttp: 409 with
+// Retry-After).
+func WithWait(max time.Duration) Option {
 	return func(cfg *config) error {
-		if p.kind == policyWait && p.maxWait <= 0 {
-			return errors.New("claim: Wait policy needs a positive bound")
+		if max <= 0 {
+			return configErr("WithWait: the bound must be positive, got %v", max)
 		}
-		cfg.policy = p
+		cfg.wait = max
+		return nil
+	}
+}
+
+// WithPoll tells adapters to answer an [InProgress] duplicate with the
+// operation identity to poll ([Outcome.OperationID]) rather than a hint to
+// retry: claimhttp answers 202 with the Location of the operation resource
+// instead of 409. With [WithWait] too, the duplicate waits first.
+func WithPoll() Option {
+	return func(cfg *config) error {
+		cfg.poll = true
 		return nil
 	}
 }
@@ -152,7 +147,7 @@ func WithPolicy(p Policy) Option {
 func WithStartMargin(d time.Duration) Option {
 	return func(cfg *config) error {
 		if d < 0 {
-			return errors.New("claim: start margin must not be negative")
+			return configErr("WithStartMargin: margin must not be negative, got %v", d)
 		}
 		cfg.margin, cfg.marginSet = d, true
 		return nil
@@ -164,7 +159,7 @@ func WithStartMargin(d time.Duration) Option {
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(cfg *config) error {
 		if mp == nil {
-			return errors.New("claim: nil MeterProvider")
+			return configErr("WithMeterProvider: nil MeterProvider")
 		}
 		cfg.meter = mp
 		return nil
@@ -176,7 +171,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(cfg *config) error {
 		if l == nil {
-			return errors.New("claim: nil logger")
+			return configErr("WithLogger: nil logger")
 		}
 		cfg.logger = l
 		return nil
@@ -198,29 +193,29 @@ type Claimer[TTx any] struct {
 }
 
 // New returns a Claimer over store. It checks every option and returns an
-// error naming the bad one.
+// error naming the bad one, which matches [ErrConfig].
 func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], error) {
 	if store == nil {
-		return nil, errors.New("claim: nil store")
+		return nil, configErr("nil store")
 	}
-	cfg := config{lease: DefaultLease, retention: DefaultRetention, policy: FailFast(), statsMaxAge: 10 * time.Second}
+	cfg := config{lease: defaultLease, retention: defaultRetention, statsMaxAge: 10 * time.Second, sweepBatch: defaultSweepBatch}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.marginSet && cfg.margin >= cfg.lease {
-		return nil, fmt.Errorf("claim: start margin %v must be shorter than the lease %v", cfg.margin, cfg.lease)
+		return nil, configErr("start margin %v must be shorter than the lease %v", cfg.margin, cfg.lease)
 	}
 	// A record must outlive the lease of the claim that created it: a
 	// retention shorter than the lease would let the record expire, and the
 	// key start over as a new operation, while its first worker still runs.
 	if cfg.retention < cfg.lease {
-		return nil, fmt.Errorf("claim: retention %v must not be shorter than the lease %v", cfg.retention, cfg.lease)
+		return nil, configErr("retention %v must not be shorter than the lease %v", cfg.retention, cfg.lease)
 	}
 	for op, d := range cfg.perOp {
 		if d < cfg.lease {
-			return nil, fmt.Errorf("claim: retention %v of operation %q must not be shorter than the lease %v", d, op, cfg.lease)
+			return nil, configErr("retention %v of operation %q must not be shorter than the lease %v", d, op, cfg.lease)
 		}
 	}
 	c := &Claimer[TTx]{store: store, cfg: cfg, log: cfg.logger}
@@ -238,7 +233,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 		}
 		s, err := lua.New(cfg.redis, lo)
 		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
+			return nil, configErr("WithRedis: %w", err)
 		}
 		c.scripts = s
 		c.redisTimeout = lo.Timeout
@@ -266,19 +261,27 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 	return c, nil
 }
 
-// Store returns the durable store the Claimer arbitrates with.
-func (c *Claimer[TTx]) Store() durable.Store[TTx] { return c.store }
-
-// RetentionFor returns the retention of an operation.
-func (c *Claimer[TTx]) RetentionFor(operation string) time.Duration {
+// retentionFor returns the retention of an operation.
+func (c *Claimer[TTx]) retentionFor(operation string) time.Duration {
 	if d, ok := c.cfg.perOp[operation]; ok {
 		return d
 	}
 	return c.cfg.retention
 }
 
-// Policy returns the duplicate policy the Claimer was configured with.
-func (c *Claimer[TTx]) Policy() Policy { return c.cfg.policy }
+// polls reports whether the Claimer was configured [WithPoll].
+func (c *Claimer[TTx]) polls() bool { return c.cfg.poll }
+
+// The adapters of this package (claimhttp) read the retention and the poll
+// setting of a Claimer through package adapter, not through its API.
+func init() {
+	type settings interface {
+		retentionFor(operation string) time.Duration
+		polls() bool
+	}
+	adapter.Retention = func(c any, operation string) time.Duration { return c.(settings).retentionFor(operation) }
+	adapter.Polls = func(c any) bool { return c.(settings).polls() }
+}
 
 // Request is one request to claim: its scope and its canonical fingerprint
 // (see package canon).
@@ -370,7 +373,7 @@ func (c *Claimer[TTx]) prepare(r Request) (durable.Ref, durable.ClaimParams, err
 		Fingerprint: r.Fingerprint,
 		Owner:       uuid.New(),
 		Lease:       c.leaseFor(r),
-		Retention:   c.RetentionFor(r.Scope.Operation),
+		Retention:   c.retentionFor(r.Scope.Operation),
 	}
 	if err := p.Validate(); err != nil {
 		return durable.Ref{}, p, wrap("claim", err)
@@ -378,10 +381,10 @@ func (c *Claimer[TTx]) prepare(r Request) (durable.Ref, durable.ClaimParams, err
 	// Configuration errors of this claim's lease: reject before anything
 	// is reserved, rather than acquire and give back every time.
 	if m := c.marginFor(p.Lease); m >= p.Lease {
-		return durable.Ref{}, p, fmt.Errorf("claim: lease %v of the request must be longer than the start margin %v", p.Lease, m)
+		return durable.Ref{}, p, configErr("lease %v of the request must be longer than the start margin %v", p.Lease, m)
 	}
 	if p.Lease > p.Retention {
-		return durable.Ref{}, p, fmt.Errorf("claim: lease %v of the request must not be longer than the retention %v of operation %q", p.Lease, p.Retention, r.Scope.Operation)
+		return durable.Ref{}, p, configErr("lease %v of the request must not be longer than the retention %v of operation %q", p.Lease, p.Retention, r.Scope.Operation)
 	}
 	ref, err := c.store.Ref(r.Scope)
 	if err != nil {
@@ -390,16 +393,22 @@ func (c *Claimer[TTx]) prepare(r Request) (durable.Ref, durable.ClaimParams, err
 	return ref, p, nil
 }
 
-// fast is the outcome of the Redis step of a claim.
+// fast is the outcome of the Redis step of a claim (the fast path).
 type fast struct {
-	used     bool   // Redis answered
-	proposed uint64 // Acquired: the generation Redis proposed; our owner holds the Redis lease
-	done     bool   // the answer is final (replay, in progress, mismatch)
-	out      Kind
-	result   *durable.Result
-	state    durable.State
-	retry    time.Duration
-	err      error
+	// answered: Redis ran claim.lua and its reply was read.
+	answered bool
+	// proposed, when answered and not final: the generation Redis proposed
+	// for the durable claim; our owner holds the Redis lease.
+	proposed uint64
+	// final: Redis settled the claim and the durable store is not asked;
+	// the claim's outcome is kind (Replayed, with state and result;
+	// InProgress, with retry) or err (a mismatch).
+	final  bool
+	kind   Kind
+	result *durable.Result
+	state  durable.State
+	retry  time.Duration
+	err    error
 	// ambiguous: claim.lua failed after it may have run (a lost reply, a
 	// timeout, a corrupt reply), so our owner may hold a Redis lease that
 	// nothing confirmed. Once the durable store answered, Redis is made to
@@ -409,7 +418,7 @@ type fast struct {
 
 // mayHoldRedisLease reports whether this claim's owner holds, or may hold,
 // a Redis lease.
-func (f fast) mayHoldRedisLease() bool { return (f.used && f.proposed != 0) || f.ambiguous }
+func (f fast) mayHoldRedisLease() bool { return (f.answered && f.proposed != 0) || f.ambiguous }
 
 // redisClaim runs claim.lua. Any Redis failure degrades to the durable
 // store alone.
@@ -427,12 +436,12 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p durabl
 	}
 	switch rep.Outcome {
 	case lua.Acquired:
-		return fast{used: true, proposed: rep.Generation}
+		return fast{answered: true, proposed: rep.Generation}
 	case lua.Cached:
 		res := rep.Cached.Result
-		return fast{used: true, done: true, out: Replayed, result: &res, state: rep.Cached.State}
+		return fast{answered: true, final: true, kind: Replayed, result: &res, state: rep.Cached.State}
 	case lua.Mismatch:
-		return fast{used: true, done: true, err: fmt.Errorf("%w (cached result)", ErrMismatch)}
+		return fast{answered: true, final: true, err: fmt.Errorf("%w (cached result)", ErrMismatch)}
 	case lua.Busy:
 		if !rep.SameRequest {
 			// A lease for another payload: a mismatch, or a lease left by a
@@ -440,7 +449,7 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p durabl
 			// can tell; ask it, proposing no generation.
 			return fast{}
 		}
-		return fast{used: true, done: true, out: InProgress, retry: rep.PTTL}
+		return fast{answered: true, final: true, kind: InProgress, retry: rep.PTTL}
 	}
 	return fast{}
 }
@@ -459,8 +468,7 @@ func retryAfter(d time.Duration) time.Duration {
 //     durable; a crash leaves a processing record that a retry takes over
 //     once the lease expires.
 //   - Replayed with the stored result of a finished operation.
-//   - InProgress with a retry-after hint (after waiting, with the [Wait]
-//     policy).
+//   - InProgress with a retry-after hint (after waiting, [WithWait]).
 //   - Uncertain for an operation whose outcome is being reconciled.
 //
 // Errors: [ErrMismatch], [ErrInvalidScope] (nothing reserved),
@@ -474,14 +482,14 @@ func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome[TTx], erro
 	return out, err
 }
 
-// withPolicy runs one claim attempt and, under the Wait policy, repeats it
+// withPolicy runs one claim attempt and, configured [WithWait], repeats it
 // while the operation is in progress.
 func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(context.Context, Request) (Outcome[TTx], error)) (Outcome[TTx], error) {
 	out, err := once(ctx, r)
-	if err != nil || out.Kind != InProgress || c.cfg.policy.kind != policyWait {
+	if err != nil || out.Kind != InProgress || c.cfg.wait == 0 {
 		return out, err
 	}
-	deadline := time.Now().Add(c.cfg.policy.maxWait)
+	deadline := time.Now().Add(c.cfg.wait)
 	backoff := 5 * time.Millisecond
 	for out.Kind == InProgress {
 		wait := min(backoff, time.Until(deadline))
@@ -513,7 +521,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome[TTx], 
 	opID := ref.OperationID()
 	sent := time.Now() // the lease is measured from here, on the monotonic clock
 	f := c.redisClaim(ctx, ref, p)
-	if f.done {
+	if f.final {
 		return c.fastOutcome(ctx, opID, f)
 	}
 	p.Proposed = f.proposed
@@ -528,7 +536,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome[TTx], 
 	}
 	c.acquired(ctx, ref, p, f, res)
 	l := newLease(c, ref, res.Token, p, sent)
-	if l.Remaining() < l.margin {
+	if time.Until(l.Deadline()) < l.margin {
 		// The claim took so long that too little lease is left to work
 		// safely: give the key back rather than start work that could
 		// outlive its lease.
@@ -550,11 +558,11 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 		c.m.mismatch(ctx)
 		return Outcome[TTx]{OperationID: opID}, f.err
 	}
-	o := Outcome[TTx]{Kind: f.out, OperationID: opID, State: f.state, Result: f.result, FromCache: f.out == Replayed}
-	if f.out == InProgress {
+	o := Outcome[TTx]{Kind: f.kind, OperationID: opID, State: f.state, Result: f.result, FromCache: f.kind == Replayed}
+	if f.kind == InProgress {
 		o.RetryAfter = retryAfter(f.retry)
 	}
-	if f.out == Replayed {
+	if f.kind == Replayed {
 		c.m.replay(ctx, true)
 	}
 	return o, nil
@@ -570,7 +578,7 @@ func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p durable.
 		c.m.takeover(ctx)
 		c.log.Info("oncekey: took over an expired lease", "op", ref, "generation", res.Token.Generation)
 	}
-	if (f.used && res.Token.Generation != f.proposed) || f.ambiguous {
+	if (f.answered && res.Token.Generation != f.proposed) || f.ambiguous {
 		if err := c.scripts.SyncGen(context.WithoutCancel(ctx), ref, res.Token, p.Retention); err != nil {
 			c.log.Debug("oncekey: redis syncgen failed", "op", ref, "err", err)
 		}

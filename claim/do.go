@@ -23,8 +23,13 @@ type Op struct {
 	Token fence.Token
 }
 
-// Func is the business effect run by [Claimer.Do] inside the transaction
-// that also holds the claim. It returns the result to store, or:
+// Do claims the request's key, runs fn, and stores its result, all in one
+// transaction of the durable store: a crash before the commit leaves
+// nothing (the retry runs again), after it everything (the retry replays).
+// Then it caches the result in Redis.
+//
+// fn is the business effect, run inside the transaction tx that also holds
+// the claim. It returns the result to store, or:
 //
 //   - an error made by [Reject]: a final business rejection, stored as failed
 //     and replayed;
@@ -32,15 +37,9 @@ type Op struct {
 //     stored, the key is free, and Do returns the error;
 //   - a panic: the transaction rolls back, the key is free, Do re-panics.
 //
-// It must not make long external calls: the transaction holds a row lock
+// fn must not make long external calls: the transaction holds a row lock
 // that concurrent duplicates wait on. Use [Claimer.Claim] and a [Lease] for
 // work that calls other systems.
-type Func[TTx any] func(ctx context.Context, tx TTx, op Op) (durable.Result, error)
-
-// Do claims the request's key, runs fn, and stores its result, all in one
-// transaction of the durable store: a crash before the commit leaves
-// nothing (the retry runs again), after it everything (the retry replays).
-// Then it caches the result in Redis.
 //
 // It returns Executed (fn ran and its result committed), Replayed,
 // InProgress or Uncertain (fn did not run), with the same errors as
@@ -48,9 +47,9 @@ type Func[TTx any] func(ctx context.Context, tx TTx, op Op) (durable.Result, err
 // fails ambiguously, Do re-reads the record and returns the committed result
 // if it is there, so the caller never retries into a replay it cannot tell
 // from a first execution.
-func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn Func[TTx]) (Outcome[TTx], error) {
+func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Context, tx TTx, op Op) (durable.Result, error)) (Outcome[TTx], error) {
 	if fn == nil {
-		return Outcome[TTx]{}, errors.New("claim: Do: nil function")
+		return Outcome[TTx]{}, configErr("Do: nil function")
 	}
 	start := time.Now()
 	out, err := c.withPolicy(ctx, r, func(ctx context.Context, r Request) (Outcome[TTx], error) {
@@ -60,7 +59,7 @@ func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn Func[TTx]) (Outcome
 	return out, err
 }
 
-func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out Outcome[TTx], err error) {
+func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Context, TTx, Op) (durable.Result, error)) (out Outcome[TTx], err error) {
 	ref, p, err := c.prepare(r)
 	if err != nil {
 		return Outcome[TTx]{}, err
@@ -68,7 +67,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 	opID := ref.OperationID()
 	sent := time.Now()
 	f := c.redisClaim(ctx, ref, p)
-	if f.done {
+	if f.final {
 		return c.fastOutcome(ctx, opID, f)
 	}
 	p.Proposed = f.proposed
@@ -103,7 +102,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn Func[TTx]) (out
 			return ErrLeaseExpired
 		}
 		result, fnErr = fn(ctx, tx, Op{ID: opID, Token: tok})
-		var rej *RejectError
+		var rej *rejectError
 		switch {
 		case fnErr == nil:
 			state = durable.Completed

@@ -41,7 +41,7 @@
 //
 //   - [Replayed]: the stored result, completed or failed, byte for byte.
 //   - [InProgress]: the first request still runs; retry after
-//     [Outcome.RetryAfter] (or wait, with the [Wait] policy).
+//     [Outcome.RetryAfter] (or wait, [WithWait]; or poll, [WithPoll]).
 //   - [Uncertain]: the first request's outcome is unknown; a [Reconciler]
 //     resolves it. Nothing runs again on its own.
 //   - [ErrMismatch]: the key was used for a different request.
@@ -54,7 +54,18 @@
 // long workflow, a reconciliation) is still replayed for the whole window.
 // After it the guarantee is gone: a retried key is a new operation, under a
 // higher generation than any before it. Redis never caches a result past
-// the record's retention.
+// the record's retention. Records past their retention stay in the store
+// until a sweep deletes them: run [Claimer.RunSweeper] beside the service
+// (or [Claimer.Sweep] from a scheduled job).
+//
+// # Configuration
+//
+// [New] takes functional options (With...), [NewReconciler] takes
+// [ReconcilerOption] values (Reconcile...), and the two loops take their
+// interval: [Claimer.RunSweeper] and [Reconciler.Run]. Every error about
+// configuration rather than data (a bad option, a [Request.Lease] the start
+// margin or the retention cannot hold, a nil function) matches
+// [ErrConfig]; nothing was reserved.
 //
 // # Clocks
 //
@@ -64,4 +75,34 @@
 // not start work with less than the start margin left ([WithStartMargin]),
 // and [Lease.KeepAlive] cancels the work when only that margin is left of a
 // lease it could not renew: before another worker can take the key over.
+//
+// # Metrics
+//
+// With [WithMeterProvider], a Claimer records these OpenTelemetry
+// instruments (meter "github.com/oncekey/oncekey/claim"). Attributes are
+// low-cardinality words only: never a tenant, key, operation identity or
+// body.
+//
+//	Name                              Kind        Unit  Attributes, meaning
+//	oncekey.claims                    counter           outcome: acquired, executed, replayed, in_progress,
+//	                                                    uncertain, mismatch, invalid, unavailable,
+//	                                                    lease_expired, error
+//	oncekey.claim.duration            histogram   s     outcome, as above: claim latency
+//	oncekey.mismatches                counter           keys reused with a different request
+//	oncekey.replays                   counter           source: redis or durable
+//	oncekey.takeovers                 counter           expired leases taken over, reconciler adoptions included
+//	oncekey.fenced                    counter           completions or renewals rejected by the fence
+//	oncekey.uncertain                 counter           leases marked uncertain
+//	oncekey.reconciled                counter           result: completed, failed, unknown, skipped, error
+//	oncekey.redis.fallbacks           counter           claims that went to the durable store alone
+//	oncekey.redis.breaker             gauge             0 closed, 1 half-open, 2 open
+//	oncekey.redis.eviction            gauge             1 when maxmemory-policy is not noeviction
+//	oncekey.records                   gauge             state: records by state
+//	oncekey.records.oldest_age        gauge       s     age of the oldest record within retention
+//	oncekey.records.stale_processing  gauge             processing records whose lease expired
+//	oncekey.records.expired_unswept   gauge             finished records past retention, not swept yet
+//	oncekey.records.expired_stuck     gauge             processing or uncertain records past retention
+//	                                                    (never deleted: look at them)
+//
+// The record gauges read the store's Stats at most every 10 seconds.
 package claim

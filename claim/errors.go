@@ -39,23 +39,31 @@ var (
 	//     happened) and may still be held: try Complete, Fail or
 	//     MarkUncertain, which are fenced.
 	ErrLeaseExpired = errors.New("claim: lease expired")
+
+	// ErrConfig is matched by every error about the library's configuration
+	// rather than the data: a bad option to [New], [NewReconciler] or
+	// [Claimer.RunSweeper], a [Request.Lease] that does not fit the start
+	// margin or the retention, a nil function. Nothing was reserved; fix the
+	// code, do not retry.
+	ErrConfig = errors.New("claim: invalid configuration")
 )
 
-// RejectError is a business rejection returned by the function given to
-// [Claimer.Do]: its Result is stored as the operation's final, failed
-// outcome and replayed to every retry. Build one with [Reject].
-type RejectError struct {
+// rejectError is a business rejection returned by the function given to
+// [Claimer.Do]: its result is stored as the operation's final, failed
+// outcome and replayed to every retry. [Reject] builds one.
+type rejectError struct {
 	Result durable.Result
 }
 
-func (e *RejectError) Error() string {
+func (e *rejectError) Error() string {
 	return fmt.Sprintf("claim: rejected with status %d", e.Result.StatusCode)
 }
 
 // Reject returns an error that makes [Claimer.Do] store res as a failed
 // result instead of rolling back: use it for final business rejections
-// (insufficient funds, a declined card), not for transient failures.
-func Reject(res durable.Result) error { return &RejectError{Result: res} }
+// (insufficient funds, a declined card), not for transient failures. Do
+// then returns [Executed] with the state failed, not this error.
+func Reject(res durable.Result) error { return &rejectError{Result: res} }
 
 // wrap maps a durable error to this package's sentinel while keeping the
 // cause: errors.Is matches both the claim and the durable sentinel.

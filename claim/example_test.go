@@ -160,24 +160,47 @@ func ExampleReconciler() {
 	fmt.Println("retry while unknown:", retry.Kind)
 
 	gatewayCharged := map[string]bool{out.OperationID: true} // what the gateway would answer
-	rec, err := claim.NewReconciler(c, func(ctx context.Context, p claim.Pending) (claim.Resolution, error) {
-		if gatewayCharged[p.OperationID] {
-			return claim.Resolution{State: durable.Completed, Result: durable.Result{StatusCode: 201, Body: []byte("charged")}}, nil
+	rec, err := claim.NewReconciler(c, func(ctx context.Context, r durable.Record) (claim.Resolution, error) {
+		if gatewayCharged[r.Ref.OperationID()] {
+			return claim.Resolved(durable.Completed, durable.Result{StatusCode: 201, Body: []byte("charged")}), nil
 		}
-		return claim.Unknown, nil
-	}, claim.ReconcilerOptions{})
+		return claim.Unresolved(), nil // ask again on a later pass
+	})
 	if err != nil {
 		panic(err)
 	}
+	// In a service: go rec.Run(ctx, 30*time.Second). Here, one pass.
 	report, err := rec.RunOnce(ctx)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("resolved:", report.Completed)
+	fmt.Println("resolved:", report.Resolved)
 	after, _ := c.Claim(ctx, req)
 	fmt.Println("retry after reconciling:", after.Kind, string(after.Result.Body))
 	// Output:
 	// retry while unknown: uncertain
 	// resolved: 1
 	// retry after reconciling: replayed charged
+}
+
+// RunSweeper deletes finished records past their retention, every interval,
+// until its context is done. Run it beside the service: without it the
+// table only grows.
+func ExampleClaimer_RunSweeper() {
+	store, _, _, cleanup := embedded()
+	defer cleanup()
+	c, err := claim.New[*sql.Tx](store)
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.RunSweeper(ctx, time.Minute) }()
+
+	// ... serve requests ...
+
+	stop() // on shutdown
+	fmt.Println("sweeper stopped:", <-done)
+	// Output:
+	// sweeper stopped: <nil>
 }

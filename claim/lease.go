@@ -46,9 +46,6 @@ func (l *Lease[TTx]) Token() fence.Token { return l.tok }
 // calls, so a takeover that repeats a call is deduplicated there.
 func (l *Lease[TTx]) OperationID() string { return l.ref.OperationID() }
 
-// Ref returns the stored identity of the record.
-func (l *Lease[TTx]) Ref() durable.Ref { return l.ref }
-
 // Deadline returns when the lease ends at the latest, by this process's
 // monotonic clock, measured from when the claim or the last renewal was
 // sent (so it errs early, never late).
@@ -57,9 +54,6 @@ func (l *Lease[TTx]) Deadline() time.Time {
 	defer l.mu.Unlock()
 	return l.deadline
 }
-
-// Remaining returns how much of the lease is left by [Lease.Deadline].
-func (l *Lease[TTx]) Remaining() time.Duration { return time.Until(l.Deadline()) }
 
 // Renew extends the lease by its full length from now by the database's
 // clock. Errors: [ErrFenced] when the lease was lost, [ErrUnavailable].

@@ -15,25 +15,24 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-// Metric names. Attributes are low-cardinality words only: never a tenant,
-// key, operation identity or body.
+// Metric names; the package documentation lists them (# Metrics) for users.
 const (
-	MetricClaims          = "oncekey.claims"             // counter; attribute outcome
-	MetricClaimDuration   = "oncekey.claim.duration"     // histogram, seconds; attribute outcome
-	MetricMismatches      = "oncekey.mismatches"         // counter
-	MetricReplays         = "oncekey.replays"            // counter; attribute source=redis|durable
-	MetricTakeovers       = "oncekey.takeovers"          // counter
-	MetricFenced          = "oncekey.fenced"             // counter: completions or renewals rejected by the fence
-	MetricUncertain       = "oncekey.uncertain"          // counter: leases marked uncertain
-	MetricRedisFallbacks  = "oncekey.redis.fallbacks"    // counter: claims that went to the durable store alone
-	MetricBreakerState    = "oncekey.redis.breaker"      // gauge: 0 closed, 1 half-open, 2 open
-	MetricEvictionPolicy  = "oncekey.redis.eviction"     // gauge: 1 when maxmemory-policy is not noeviction
-	MetricRecords         = "oncekey.records"            // gauge; attribute state
-	MetricOldestAge       = "oncekey.records.oldest_age" // gauge, seconds
-	MetricStaleProcessing = "oncekey.records.stale_processing"
-	MetricExpiredUnswept  = "oncekey.records.expired_unswept"
-	MetricExpiredStuck    = "oncekey.records.expired_stuck"
-	MetricReconciled      = "oncekey.reconciled" // counter; attribute result
+	metricClaims          = "oncekey.claims"
+	metricClaimDuration   = "oncekey.claim.duration"
+	metricMismatches      = "oncekey.mismatches"
+	metricReplays         = "oncekey.replays"
+	metricTakeovers       = "oncekey.takeovers"
+	metricFenced          = "oncekey.fenced"
+	metricUncertain       = "oncekey.uncertain"
+	metricRedisFallbacks  = "oncekey.redis.fallbacks"
+	metricBreakerState    = "oncekey.redis.breaker"
+	metricEvictionPolicy  = "oncekey.redis.eviction"
+	metricRecords         = "oncekey.records"
+	metricOldestAge       = "oncekey.records.oldest_age"
+	metricStaleProcessing = "oncekey.records.stale_processing"
+	metricExpiredUnswept  = "oncekey.records.expired_unswept"
+	metricExpiredStuck    = "oncekey.records.expired_stuck"
+	metricReconciled      = "oncekey.reconciled"
 )
 
 type meters struct {
@@ -60,16 +59,16 @@ func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
 		errs = append(errs, err)
 		return ctr
 	}
-	m.claims = counter(MetricClaims, "Claims by outcome.")
-	m.mismatches = counter(MetricMismatches, "Keys reused with a different request.")
-	m.replays = counter(MetricReplays, "Stored results replayed, by source.")
-	m.takeovers = counter(MetricTakeovers, "Expired leases taken over, including reconciler adoptions.")
-	m.fenceds = counter(MetricFenced, "Writes rejected because the lease was lost.")
-	m.uncertains = counter(MetricUncertain, "Operations marked uncertain.")
-	m.fallbacks = counter(MetricRedisFallbacks, "Claims that went to the durable store without Redis.")
-	m.reconcile = counter(MetricReconciled, "Records handled by the reconciler, by result.")
+	m.claims = counter(metricClaims, "Claims by outcome.")
+	m.mismatches = counter(metricMismatches, "Keys reused with a different request.")
+	m.replays = counter(metricReplays, "Stored results replayed, by source.")
+	m.takeovers = counter(metricTakeovers, "Expired leases taken over, including reconciler adoptions.")
+	m.fenceds = counter(metricFenced, "Writes rejected because the lease was lost.")
+	m.uncertains = counter(metricUncertain, "Operations marked uncertain.")
+	m.fallbacks = counter(metricRedisFallbacks, "Claims that went to the durable store without Redis.")
+	m.reconcile = counter(metricReconciled, "Records handled by the reconciler, by result.")
 	var err error
-	m.duration, err = mt.Float64Histogram(MetricClaimDuration, metric.WithUnit("s"), metric.WithDescription("Claim latency."))
+	m.duration, err = mt.Float64Histogram(metricClaimDuration, metric.WithUnit("s"), metric.WithDescription("Claim latency."))
 	errs = append(errs, err)
 
 	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
@@ -77,13 +76,13 @@ func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
 		errs = append(errs, err)
 		return g
 	}
-	breaker := gauge(MetricBreakerState, "1", "Redis breaker: 0 closed, 1 half-open, 2 open.")
-	eviction := gauge(MetricEvictionPolicy, "1", "1 when Redis may evict keys (maxmemory-policy is not noeviction).")
-	records := gauge(MetricRecords, "1", "Records by state.")
-	oldest := gauge(MetricOldestAge, "s", "Age of the oldest record still within retention.")
-	stale := gauge(MetricStaleProcessing, "1", "Processing records whose lease expired.")
-	unswept := gauge(MetricExpiredUnswept, "1", "Finished records past retention not swept yet.")
-	stuck := gauge(MetricExpiredStuck, "1", "Processing or uncertain records past retention (never deleted).")
+	breaker := gauge(metricBreakerState, "1", "Redis breaker: 0 closed, 1 half-open, 2 open.")
+	eviction := gauge(metricEvictionPolicy, "1", "1 when Redis may evict keys (maxmemory-policy is not noeviction).")
+	records := gauge(metricRecords, "1", "Records by state.")
+	oldest := gauge(metricOldestAge, "s", "Age of the oldest record still within retention.")
+	stale := gauge(metricStaleProcessing, "1", "Processing records whose lease expired.")
+	unswept := gauge(metricExpiredUnswept, "1", "Finished records past retention not swept yet.")
+	stuck := gauge(metricExpiredStuck, "1", "Processing or uncertain records past retention (never deleted).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -197,11 +196,11 @@ func (m *meters) replay(ctx context.Context, fromRedis bool) {
 	m.replays.Add(ctx, 1, src)
 }
 
-func (m *meters) reconciled(ctx context.Context, r Report) {
+func (m *meters) reconciled(ctx context.Context, t tally) {
 	for _, kv := range []struct {
 		name string
 		n    int
-	}{{"completed", r.Completed}, {"failed", r.Failed}, {"unknown", r.Unknown}, {"skipped", r.Skipped}, {"error", r.Errors}} {
+	}{{"completed", t.completed}, {"failed", t.failed}, {"unknown", t.unknown}, {"skipped", t.skipped}, {"error", t.errors}} {
 		if kv.n > 0 {
 			m.reconcile.Add(ctx, int64(kv.n), metric.WithAttributes(attribute.String("result", kv.name)))
 		}

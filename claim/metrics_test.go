@@ -66,14 +66,14 @@ func TestClaimer_Metrics(t *testing.T) {
 		}
 	}
 	for key, want := range map[string]int64{
-		claim.MetricClaims + "|outcome=acquired": 1,
-		claim.MetricClaims + "|outcome=replayed": 1,
-		claim.MetricClaims + "|outcome=mismatch": 1,
-		claim.MetricClaims + "|outcome=executed": 1,
-		claim.MetricReplays + "|source=redis":    1,
-		claim.MetricMismatches:                   1,
-		claim.MetricRecords + "|state=completed": 2,
-		claim.MetricBreakerState:                 0,
+		"oncekey.claims|outcome=acquired": 1,
+		"oncekey.claims|outcome=replayed": 1,
+		"oncekey.claims|outcome=mismatch": 1,
+		"oncekey.claims|outcome=executed": 1,
+		"oncekey.replays|source=redis":    1,
+		"oncekey.mismatches":              1,
+		"oncekey.records|state=completed": 2,
+		"oncekey.redis.breaker":           0,
 	} {
 		if sums[key] != want {
 			t.Errorf("%s = %d, want %d (all: %v)", key, sums[key], want, sums)

@@ -12,159 +12,200 @@ import (
 	"github.com/oncekey/oncekey/durable"
 )
 
-// Resolution is what a [ResolveFunc] learned about an operation.
+// Resolution is what the resolve function given to [NewReconciler] learned
+// about an operation: [Resolved] or [Unresolved].
 type Resolution struct {
-	// State is durable.Completed or durable.Failed when the truth is known,
-	// and empty when it is still unknown (the record is left for later).
-	State durable.State
-	// Result is stored and replayed when State is set.
-	Result durable.Result
+	state  durable.State // "" while unresolved
+	result durable.Result
 }
 
-// Unknown is the Resolution for an operation whose outcome is still unknown.
-var Unknown = Resolution{}
-
-// Pending is a record handed to a [ResolveFunc].
-type Pending struct {
-	// OperationID is the stable identity the original worker passed
-	// downstream; ask the downstream system about it.
-	OperationID string
-	Record      durable.Record
+// Resolved returns the Resolution of an operation whose outcome is known:
+// state is durable.Completed or durable.Failed (any other state is an error
+// of the resolver, and the record is left as it is), and res is stored as
+// its result and replayed to every retry.
+func Resolved(state durable.State, res durable.Result) Resolution {
+	return Resolution{state: state, result: res}
 }
 
-// ResolveFunc asks the outside world what became of an operation, for
-// example by querying the downstream system with the operation identity. An
-// error leaves the record for a later pass.
-type ResolveFunc func(ctx context.Context, p Pending) (Resolution, error)
+// Unresolved returns the Resolution of an operation whose outcome is still
+// unknown: the record is left as it is, for a later pass. It is the zero
+// Resolution.
+func Unresolved() Resolution { return Resolution{} }
 
-// ReconcilerOptions configure a [Reconciler].
-type ReconcilerOptions struct {
-	// Interval between passes. Defaults to 30s.
-	Interval time.Duration
-	// StaleFor selects processing records whose lease expired at least
-	// this long ago (their worker is presumed dead). Defaults to 5 minutes.
-	StaleFor time.Duration
-	// Batch bounds the records handled per pass. Defaults to 100.
-	Batch int
-	// Lease is how long the reconciler holds a record while it resolves
-	// it. Defaults to the Claimer's lease.
-	Lease time.Duration
+// ReconcilerOption configures a [Reconciler]. An option given a bad value
+// makes [NewReconciler] fail with an error that matches [ErrConfig].
+type ReconcilerOption func(*reconcilerConfig) error
+
+type reconcilerConfig struct {
+	staleAfter time.Duration
+	batch      int
 }
 
-// Report counts what one reconciliation pass did.
+// ReconcileStaleAfter selects, besides uncertain records, processing
+// records whose lease expired at least d ago: their worker is presumed
+// dead. Defaults to 5 minutes. Not negative.
+func ReconcileStaleAfter(d time.Duration) ReconcilerOption {
+	return func(c *reconcilerConfig) error {
+		if d < 0 {
+			return configErr("ReconcileStaleAfter: must not be negative, got %v", d)
+		}
+		c.staleAfter = d
+		return nil
+	}
+}
+
+// ReconcileBatch bounds the records handled per pass. Defaults to 100. At
+// least 1.
+func ReconcileBatch(n int) ReconcilerOption {
+	return func(c *reconcilerConfig) error {
+		if n < 1 {
+			return configErr("ReconcileBatch: must be at least 1, got %d", n)
+		}
+		c.batch = n
+		return nil
+	}
+}
+
+// Report counts what one reconciliation pass did. Records scanned but in
+// none of the other counts were skipped: another worker or reconciler held
+// or finished them first.
 type Report struct {
-	Scanned, Completed, Failed, Unknown, Skipped, Errors int
+	// Scanned counts the records the pass found pending.
+	Scanned int
+	// Resolved counts the records it stored a completed or failed result
+	// for.
+	Resolved int
+	// Unresolved counts the records the resolver could not tell about yet
+	// ([Unresolved]); they are left as they were.
+	Unresolved int
+	// Errors counts the records whose resolution failed (the resolver's
+	// error, or the store's); each is logged and left for a later pass.
+	Errors int
 }
 
 // Reconciler resolves uncertain records, and processing records whose
 // worker vanished, under a new generation: it adopts each record (so a late
-// original worker is fenced), asks the ResolveFunc for the truth, and stores
-// it. It never guesses: an unknown outcome is left as it is.
+// original worker is fenced) for the Claimer's lease, asks the resolve
+// function for the truth, and stores it. It never guesses: an unresolved
+// outcome is left as it is.
 type Reconciler[TTx any] struct {
 	c       *Claimer[TTx]
-	resolve ResolveFunc
-	opts    ReconcilerOptions
+	resolve func(context.Context, durable.Record) (Resolution, error)
+	cfg     reconcilerConfig
 
 	mu      sync.Mutex
-	stop    context.CancelFunc
-	stopped chan struct{}
+	running bool
 }
 
-// NewReconciler returns a Reconciler for the records of c's store.
-func NewReconciler[TTx any](c *Claimer[TTx], resolve ResolveFunc, opts ReconcilerOptions) (*Reconciler[TTx], error) {
+// NewReconciler returns a Reconciler for the records of c's store. resolve
+// asks the outside world what became of an operation, for example by
+// querying the downstream system with the identity the original worker
+// passed it, rec.Ref.OperationID(). rec.Token is the reconciler's own
+// token, which fences the original worker out. An error from resolve leaves
+// the record for a later pass.
+//
+// Errors match [ErrConfig]: a nil Claimer or resolve, a bad option.
+func NewReconciler[TTx any](c *Claimer[TTx], resolve func(ctx context.Context, rec durable.Record) (Resolution, error), opts ...ReconcilerOption) (*Reconciler[TTx], error) {
 	if c == nil || resolve == nil {
-		return nil, errors.New("claim: NewReconciler needs a Claimer and a ResolveFunc")
+		return nil, configErr("NewReconciler needs a Claimer and a resolve function")
 	}
-	if opts.Interval == 0 {
-		opts.Interval = 30 * time.Second
+	cfg := reconcilerConfig{staleAfter: 5 * time.Minute, batch: 100}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
-	if opts.StaleFor == 0 {
-		opts.StaleFor = 5 * time.Minute
-	}
-	if opts.Batch == 0 {
-		opts.Batch = 100
-	}
-	if opts.Lease == 0 {
-		opts.Lease = c.cfg.lease
-	}
-	if opts.Interval < 0 || opts.StaleFor < 0 || opts.Batch < 0 || opts.Lease < time.Millisecond {
-		return nil, errors.New("claim: reconciler options must be positive (lease at least 1ms)")
-	}
-	return &Reconciler[TTx]{c: c, resolve: resolve, opts: opts}, nil
+	return &Reconciler[TTx]{c: c, resolve: resolve, cfg: cfg}, nil
 }
 
-// RunOnce runs one pass over at most Batch records. ctx bounds the pass.
+// tally counts the records of one pass by how each ended, as the
+// oncekey.reconciled metric reports them.
+type tally struct {
+	scanned, completed, failed, unknown, skipped, errors int
+}
+
+func (t tally) report() Report {
+	return Report{Scanned: t.scanned, Resolved: t.completed + t.failed, Unresolved: t.unknown, Errors: t.errors}
+}
+
+// RunOnce runs one pass over at most a batch of records
+// ([ReconcileBatch]). ctx bounds the pass.
 func (r *Reconciler[TTx]) RunOnce(ctx context.Context) (Report, error) {
-	var rep Report
-	recs, err := r.c.store.Pending(ctx, r.opts.StaleFor, r.opts.Batch)
+	var t tally
+	recs, err := r.c.store.Pending(ctx, r.cfg.staleAfter, r.cfg.batch)
 	if err != nil {
-		return rep, wrap("reconcile", err)
+		return Report{}, wrap("reconcile", err)
 	}
 	for _, rec := range recs {
-		rep.Scanned++
+		t.scanned++
 		if ctx.Err() != nil {
-			return rep, ctx.Err()
+			return t.report(), ctx.Err()
 		}
-		switch err := r.one(ctx, rec, &rep); {
+		switch err := r.one(ctx, rec, &t); {
 		case err == nil:
 		case errors.Is(err, durable.ErrBusy), errors.Is(err, durable.ErrNotFound), errors.Is(err, durable.ErrFenced):
-			rep.Skipped++ // someone else got there first
+			t.skipped++ // someone else got there first
 		default:
-			rep.Errors++
+			t.errors++
 			r.c.log.Warn("oncekey: reconcile failed", "op", rec.Ref, "err", err)
 		}
 	}
-	r.c.m.reconciled(ctx, rep)
-	return rep, nil
+	r.c.m.reconciled(ctx, t)
+	return t.report(), nil
 }
 
-func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, rep *Report) error {
-	tok, err := r.c.store.Adopt(ctx, rec.Ref, uuid.New(), 0, r.opts.Lease)
+func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally) error {
+	tok, err := r.c.store.Adopt(ctx, rec.Ref, uuid.New(), 0, r.c.cfg.lease)
 	if err != nil {
 		return err
 	}
 	r.c.m.takeover(ctx)
 	rec.Token = tok
-	res, err := r.resolve(ctx, Pending{OperationID: rec.Ref.OperationID(), Record: rec})
+	res, err := r.resolve(ctx, rec)
 	if err != nil {
 		return fmt.Errorf("resolve: %w", err)
 	}
-	switch res.State {
+	switch res.state {
 	case durable.Completed:
-		err = r.c.store.Complete(ctx, *new(TTx), rec.Ref, tok, res.Result)
+		err = r.c.store.Complete(ctx, *new(TTx), rec.Ref, tok, res.result)
 		if err == nil {
-			rep.Completed++
+			t.completed++
 		}
 	case durable.Failed:
-		err = r.c.store.Fail(ctx, *new(TTx), rec.Ref, tok, res.Result)
+		err = r.c.store.Fail(ctx, *new(TTx), rec.Ref, tok, res.result)
 		if err == nil {
-			rep.Failed++
+			t.failed++
 		}
 	case "":
-		rep.Unknown++
+		t.unknown++
 		return nil
 	default:
-		return fmt.Errorf("claim: resolver returned state %q", res.State)
+		return fmt.Errorf("claim: resolver returned state %q", res.state)
 	}
 	return err
 }
 
-// Run runs passes every Interval until ctx is done or [Reconciler.Stop] is
-// called. It returns nil when stopped.
-func (r *Reconciler[TTx]) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	r.mu.Lock()
-	if r.stop != nil {
-		r.mu.Unlock()
-		cancel()
-		return errors.New("claim: reconciler already running")
+// Run runs a pass every interval until ctx is done, and returns nil then.
+// A failed pass is logged and the next one runs at the next interval.
+// Errors: [ErrConfig] for an interval that is not positive, or when the
+// Reconciler is already running.
+func (r *Reconciler[TTx]) Run(ctx context.Context, every time.Duration) error {
+	if every <= 0 {
+		return configErr("Reconciler.Run: interval must be positive, got %v", every)
 	}
-	r.stop, r.stopped = cancel, make(chan struct{})
-	stopped := r.stopped
+	r.mu.Lock()
+	if r.running {
+		r.mu.Unlock()
+		return configErr("Reconciler.Run: already running")
+	}
+	r.running = true
 	r.mu.Unlock()
-	defer close(stopped)
-	defer cancel()
-	t := time.NewTicker(r.opts.Interval)
+	defer func() {
+		r.mu.Lock()
+		r.running = false
+		r.mu.Unlock()
+	}()
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
@@ -176,16 +217,4 @@ func (r *Reconciler[TTx]) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-// Stop stops a running [Reconciler.Run] and waits for it to return.
-func (r *Reconciler[TTx]) Stop() {
-	r.mu.Lock()
-	stop, stopped := r.stop, r.stopped
-	r.mu.Unlock()
-	if stop == nil {
-		return
-	}
-	stop()
-	<-stopped
 }

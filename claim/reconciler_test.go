@@ -36,23 +36,24 @@ func TestReconciler(t *testing.T) {
 	}
 
 	truth := map[string]claim.Resolution{
-		e.ref(charged).OperationID(): {State: durable.Completed, Result: result("charged")},
-		e.ref(stuck).OperationID():   {State: durable.Failed, Result: durable.Result{StatusCode: 402, Body: []byte("declined")}},
+		e.ref(charged).OperationID(): claim.Resolved(durable.Completed, result("charged")),
+		e.ref(stuck).OperationID():   claim.Resolved(durable.Failed, durable.Result{StatusCode: 402, Body: []byte("declined")}),
 	}
 	var mu sync.Mutex
 	var asked []string
-	rec, err := claim.NewReconciler(e.c, func(ctx context.Context, p claim.Pending) (claim.Resolution, error) {
+	rec, err := claim.NewReconciler(e.c, func(ctx context.Context, r durable.Record) (claim.Resolution, error) {
+		id := r.Ref.OperationID()
 		mu.Lock()
-		asked = append(asked, p.OperationID)
+		asked = append(asked, id)
 		mu.Unlock()
-		if p.Record.Token.Generation == 0 {
-			return claim.Unknown, errors.New("resolver got no token")
+		if r.Token.Generation == 0 {
+			return claim.Unresolved(), errors.New("resolver got no token")
 		}
-		if r, ok := truth[p.OperationID]; ok {
-			return r, nil
+		if res, ok := truth[id]; ok {
+			return res, nil
 		}
-		return claim.Unknown, nil
-	}, claim.ReconcilerOptions{StaleFor: time.Millisecond, Lease: 50 * time.Millisecond})
+		return claim.Unresolved(), nil
+	}, claim.ReconcileStaleAfter(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,9 @@ func TestReconciler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Scanned != 3 || rep.Completed != 1 || rep.Failed != 1 || rep.Unknown != 1 || rep.Errors != 0 {
+	// Resolved: the charged one (completed) and the stuck one (failed), as
+	// their replays below show.
+	if rep.Scanned != 3 || rep.Resolved != 2 || rep.Unresolved != 1 || rep.Errors != 0 {
 		t.Fatalf("report = %+v, asked %d", rep, len(asked))
 	}
 	if r := mustClaim(t, e.c, charged, claim.Replayed); string(r.Result.Body) != "charged" || r.State != durable.Completed {
@@ -75,13 +78,37 @@ func TestReconciler(t *testing.T) {
 		t.Fatalf("late original owner = %v, want ErrFenced", err)
 	}
 
-	// Run and Stop.
+	// Run until its context is done.
+	runCtx, stop := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- rec.Run(context.Background()) }()
-	time.Sleep(20 * time.Millisecond)
-	rec.Stop()
+	go func() { done <- rec.Run(runCtx, 10*time.Millisecond) }()
+	// A second Run is refused while the first runs. (Until the first has
+	// started, the probe, given a done context, runs once and returns nil.)
+	done2, cancel2 := context.WithCancel(t.Context())
+	cancel2()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		err := rec.Run(done2, time.Second)
+		if errors.Is(err, claim.ErrConfig) {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("second Run while running = %v, want ErrConfig", err)
+		}
+	}
+	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
+	}
+	if err := rec.Run(t.Context(), 0); !errors.Is(err, claim.ErrConfig) {
+		t.Errorf("Run with no interval = %v, want ErrConfig", err)
+	}
+	if _, err := claim.NewReconciler(e.c, nil); !errors.Is(err, claim.ErrConfig) {
+		t.Errorf("NewReconciler without a resolve function = %v, want ErrConfig", err)
+	}
+	if _, err := claim.NewReconciler(e.c, func(context.Context, durable.Record) (claim.Resolution, error) {
+		return claim.Unresolved(), nil
+	}, claim.ReconcileBatch(0)); !errors.Is(err, claim.ErrConfig) {
+		t.Errorf("NewReconciler with a zero batch = %v, want ErrConfig", err)
 	}
 	var _ *claim.Reconciler[pgx.Tx] = rec
 }

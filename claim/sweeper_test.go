@@ -13,7 +13,7 @@ import (
 
 func TestClaimer_Sweep(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withoutRed)
+	e := setup(t, withoutRed, claim.WithSweepBatch(10))
 	ctx := t.Context()
 	for i := range 25 {
 		out := mustClaim(t, e.c, req(fmt.Sprintf("s-%d", i), "v1:a"), claim.Acquired)
@@ -37,7 +37,7 @@ func TestClaimer_Sweep(t *testing.T) {
 	if err != nil || rec.ExpiresIn > 0 {
 		t.Fatalf("stuck record after ageing: %+v, %v; want past its retention", rec, err)
 	}
-	n, err := e.c.Sweep(ctx, claim.SweeperOptions{Batch: 10})
+	n, err := e.c.Sweep(ctx)
 	if err != nil || n != 25 {
 		t.Fatalf("Sweep = %d, %v; want the 25 finished records in batches of 10", n, err)
 	}
@@ -48,13 +48,13 @@ func TestClaimer_Sweep(t *testing.T) {
 	if err != nil || st.ExpiredStuck != 1 || st.ByState[durable.Uncertain] != 1 {
 		t.Fatalf("Stats = %+v, %v; the uncertain record must stay and be reported", st, err)
 	}
-	if _, err := e.c.Sweep(ctx, claim.SweeperOptions{Batch: -1}); err == nil {
-		t.Fatal("Sweep accepted a negative batch")
+	if err := e.c.RunSweeper(ctx, -time.Second); !errors.Is(err, claim.ErrConfig) {
+		t.Fatalf("RunSweeper with a negative interval = %v, want ErrConfig", err)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- e.c.RunSweeper(runCtx, claim.SweeperOptions{Interval: 10 * time.Millisecond}) }()
+	go func() { done <- e.c.RunSweeper(runCtx, 10*time.Millisecond) }()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("RunSweeper = %v", err)

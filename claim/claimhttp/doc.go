@@ -105,7 +105,7 @@
 //	no tenant                                 401     ProblemUnidentified
 //	same key, different request               422     ProblemKeyReused
 //	first request still processing            409     ProblemInProgress, Retry-After
-//	  ... under the claim.Poll policy         202     ProblemInProgress, Location
+//	  ... with claim.WithPoll                 202     ProblemInProgress, Location
 //	handled, result not recorded yet          202     ProblemInProgress, Location
 //	outcome unknown, being reconciled         202     ProblemUncertain, Location
 //	durable store down                        503     ProblemUnavailable, Retry-After
@@ -124,10 +124,11 @@
 // # Retention
 //
 // A key is remembered for the retention of its operation
-// ([claim.Claimer.RetentionFor], 24 hours by default) from when its first
-// request was accepted. Every response to a guarded request says so in
-// whole seconds: "Idempotency-Retention: 86400". After the window the
-// record is gone and the same key starts a new operation.
+// ([claim.WithRetention] and [claim.WithOperationRetention], 24 hours by
+// default) from when its first request was accepted. Every response to a
+// guarded request says so in whole seconds: "Idempotency-Retention: 86400".
+// After the window the record is gone and the same key starts a new
+// operation.
 //
 // # Replays and their limits
 //

@@ -12,6 +12,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/claim/internal/adapter"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -68,7 +69,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	operation := g.operation(r)
 	if operation != "" {
-		secs := int64(m.c.RetentionFor(operation) / time.Second)
+		secs := int64(adapter.Retention(m.c, operation) / time.Second)
 		w.Header().Set(claimclient.HeaderRetention, strconv.FormatInt(secs, 10))
 	}
 	switch {
@@ -290,7 +291,7 @@ func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder 
 	if holder > 0 {
 		retry = min(retry, holder)
 	}
-	if m.c.Policy().Polls() {
+	if adapter.Polls(m.c) {
 		w.Header().Set("Location", m.o.OperationPath+opID)
 		writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "A request with this key is still being processed; poll the Location or retry the request.", opID, retry)
 		return

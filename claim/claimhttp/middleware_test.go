@@ -444,12 +444,12 @@ func TestMiddleware_InProgress(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		policy claim.Policy
+		policy []claim.Option
 		status int
-	}{{"FailFastIs409", claim.FailFast(), http.StatusConflict}, {"PollIs202", claim.Poll(), http.StatusAccepted}} {
+	}{{"FailFastIs409", nil, http.StatusConflict}, {"PollIs202", []claim.Option{claim.WithPoll()}, http.StatusAccepted}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, config{redis: true, claim: []claim.Option{claim.WithPolicy(tc.policy)}})
+			f := setup(t, config{redis: true, claim: tc.policy})
 			entered, gate := make(chan struct{}), make(chan struct{})
 			f.hook(func(n int64, r *http.Request) {
 				if n == 1 {

@@ -157,7 +157,7 @@ type Options struct {
 	RetryAfter time.Duration
 
 	// OperationPath prefixes the operation identity to form the Location
-	// of 202 answers (in progress under the [claim.Poll] policy, and
+	// of 202 answers (in progress under the [claim.WithPoll] setting, and
 	// uncertain): Location is OperationPath + id, "/operations/op_...".
 	// The service serves that resource if it wants one (for example from
 	// its own table keyed by [OperationID]); re-sending the original

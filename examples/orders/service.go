@@ -104,7 +104,7 @@ func routes[TTx any](c *claim.Claimer[TTx], orders orderStore[TTx], log *slog.Lo
 	mux.Handle("POST /orders", validOrder(guard(http.HandlerFunc(s.create))))
 	mux.HandleFunc("GET /orders/{id}", s.get)
 	mux.HandleFunc("GET /orders", s.list)
-	sweep := func(ctx context.Context) error { return c.RunSweeper(ctx, claim.SweeperOptions{}) }
+	sweep := func(ctx context.Context) error { return c.RunSweeper(ctx, time.Minute) }
 	return &app{handler: demoauth.Middleware(mux), sweep: sweep}, nil
 }
 

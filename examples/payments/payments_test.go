@@ -96,8 +96,8 @@ func TestPayments_UncertainIsReconciledThenReplayed(t *testing.T) {
 		wantStatus(t, "retry while uncertain", f.post(nil, "acme", key, pay), http.StatusAccepted, claimclient.ProblemUncertain)
 
 		rep, err := f.app.reconcileOnce(t.Context())
-		if err != nil || rep.Completed != 1 {
-			t.Fatalf("reconcile: %+v, %v; want 1 completed", rep, err)
+		if err != nil || rep.Resolved != 1 {
+			t.Fatalf("reconcile: %+v, %v; want 1 resolved (as completed: the replay below)", rep, err)
 		}
 		again := f.post(nil, "acme", key, pay)
 		_, want := resultFor(ch)
@@ -126,8 +126,8 @@ func TestPayments_UncertainWithoutChargeIsReconciledAsNotCharged(t *testing.T) {
 		f.gw.setMode(modeNormal)
 		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimclient.ProblemUncertain)
 		rep, err := f.app.reconcileOnce(t.Context())
-		if err != nil || rep.Failed != 1 {
-			t.Fatalf("reconcile: %+v, %v; want 1 failed", rep, err)
+		if err != nil || rep.Resolved != 1 {
+			t.Fatalf("reconcile: %+v, %v; want 1 resolved (as failed: the replay below)", rep, err)
 		}
 		again := f.post(nil, "acme", key, pay)
 		wantStatus(t, "after reconciling", again, http.StatusFailedDependency, problemNotCharged)

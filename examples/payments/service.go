@@ -132,14 +132,15 @@ func build[TTx any](c *claim.Claimer[TTx], gw *gatewayClient, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	rec, err := claim.NewReconciler(c, s.resolve, claim.ReconcilerOptions{Interval: interval})
+	rec, err := claim.NewReconciler(c, s.resolve)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle(operation, validPayment(guard(http.HandlerFunc(s.pay))))
-	sweep := func(ctx context.Context) error { return c.RunSweeper(ctx, claim.SweeperOptions{}) }
-	return &app{handler: demoauth.Middleware(mux), reconcileOnce: rec.RunOnce, reconcile: rec.Run, sweep: sweep}, nil
+	reconcile := func(ctx context.Context) error { return rec.Run(ctx, interval) }
+	sweep := func(ctx context.Context) error { return c.RunSweeper(ctx, time.Minute) }
+	return &app{handler: demoauth.Middleware(mux), reconcileOnce: rec.RunOnce, reconcile: reconcile, sweep: sweep}, nil
 }
 
 // service holds the handler and the reconciler's resolve function.
@@ -183,23 +184,22 @@ func (s *service) pay(w http.ResponseWriter, r *http.Request) {
 // resolve is the reconciler's question to the gateway about a payment
 // whose outcome is unknown (or whose worker vanished): the charge it made
 // with the operation identity as its key, if any.
-func (s *service) resolve(ctx context.Context, p claim.Pending) (claim.Resolution, error) {
-	if p.Record.Ref.Operation != operation {
-		return claim.Unknown, nil // not ours to decide
+func (s *service) resolve(ctx context.Context, rec durable.Record) (claim.Resolution, error) {
+	if rec.Ref.Operation != operation {
+		return claim.Unresolved(), nil // not ours to decide
 	}
-	ch, found, err := s.gateway.lookup(ctx, p.OperationID)
+	ch, found, err := s.gateway.lookup(ctx, rec.Ref.OperationID())
 	if err != nil {
-		return claim.Unknown, err // ask again on the next pass
+		return claim.Unresolved(), err // ask again on the next pass
 	}
 	if !found {
 		// This gateway charges before it answers and never after the
 		// caller gave up, so no charge now means none ever. With a real
 		// gateway, first wait out the longest it may take to process a
-		// request it received (return claim.Unknown until then).
-		return claim.Resolution{State: durable.Failed, Result: notCharged()}, nil
+		// request it received (return claim.Unresolved() until then).
+		return claim.Resolved(durable.Failed, notCharged()), nil
 	}
-	state, res := resultFor(ch)
-	return claim.Resolution{State: state, Result: res}, nil
+	return claim.Resolved(resultFor(ch)), nil
 }
 
 // paymentRequest is the body of POST /payments; amounts are in minor
