@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,7 +16,7 @@ const clusterTimeout = 30 * time.Second
 
 // Pair starts a primary and a replica of it, and waits until the replica's
 // link to the primary is up.
-func Pair(t testing.TB) (primary, replica *Server) {
+func Pair(t TB) (primary, replica *Server) {
 	t.Helper()
 	primary = Start(t, Options{})
 	replica = Start(t, Options{ReplicaOf: primary.Addr()})
@@ -42,7 +41,7 @@ func Pair(t testing.TB) (primary, replica *Server) {
 // Cluster starts a Redis Cluster of n masters (no replicas) with the 16384
 // slots split evenly, waits until every node reports cluster_state:ok and
 // knows every slot, and returns the nodes' addresses.
-func Cluster(t testing.TB, n int) []string {
+func Cluster(t TB, n int) []string {
 	t.Helper()
 	nodes := StartCluster(t, n)
 	addrs := make([]string, len(nodes))
@@ -54,7 +53,7 @@ func Cluster(t testing.TB, n int) []string {
 
 // StartCluster is [Cluster] returning the servers, so a test can kill,
 // pause or restart one node.
-func StartCluster(t testing.TB, n int) []*Server {
+func StartCluster(t TB, n int) []*Server {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("redisproc: cluster of %d nodes", n)
