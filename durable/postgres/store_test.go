@@ -26,6 +26,7 @@ import (
 	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/pgproxy"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
@@ -346,7 +347,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			lost := func(what string) {
 				t.Helper()
 				cuts++
-				if got := f.proxy.cuts.Load(); got != cuts {
+				if got := f.proxy.Cuts(); got != cuts {
 					t.Fatalf("%s: the proxy lost %d replies; want %d (the test did not cut)", what, got, cuts)
 				}
 			}
@@ -354,7 +355,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			sc := scope()
 			ref, _ := s.Ref(sc)
 			p := claimParams(sc, time.Hour)
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			res, err := s.Claim(ctx, p)
 			lost("Claim")
 			if err != nil || !res.Acquired || res.Token.Owner != p.Owner {
@@ -362,7 +363,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			}
 			tok := res.Token
 
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Renew(ctx, ref, tok, time.Hour)
 			lost("Renew")
 			if !errors.Is(err, durable.ErrUnavailable) {
@@ -372,7 +373,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 				t.Fatalf("retried Renew = %v", err)
 			}
 
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Complete(ctx, ref, tok, result)
 			lost("Complete")
 			if err != nil {
@@ -384,7 +385,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 
 			// A fenced write whose reply is lost stays fenced.
 			stale := fence.Token{Generation: tok.Generation, Owner: uuid.New()}
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Complete(ctx, ref, stale, result)
 			lost("stale Complete")
 			if !errors.Is(err, durable.ErrFenced) {
@@ -394,20 +395,20 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			sc = scope()
 			ref, _ = s.Ref(sc)
 			tok = acquire(t, s, claimParams(sc, time.Hour))
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.MarkUncertain(ctx, ref, tok)
 			lost("MarkUncertain")
 			if err != nil {
 				t.Fatalf("MarkUncertain with a lost reply = %v", err)
 			}
 			r := uuid.New()
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			adopted, err := s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: r, Lease: time.Hour})
 			lost("Adopt")
 			if err != nil || adopted.Owner != r || adopted.Generation != tok.Generation+1 {
 				t.Fatalf("Adopt with a lost reply = %v, %v", adopted, err)
 			}
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Fail(ctx, ref, adopted, result)
 			lost("Fail")
 			if err != nil {
@@ -417,7 +418,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			sc = scope()
 			ref, _ = s.Ref(sc)
 			tok = acquire(t, s, claimParams(sc, time.Hour))
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Release(ctx, ref, tok)
 			lost("Release")
 			if err != nil {
@@ -668,9 +669,9 @@ func TestStore_AmbiguousClaimIsResolvedAfterTheCallerCancelled(t *testing.T) {
 	p := claimParams(sc, time.Hour)
 	ctx, cancel := context.WithCancel(ctxOf(t))
 	defer cancel()
-	f.proxy.armThen(cutExec, cancel) // the claim applied; the caller goes away
+	f.proxy.ArmThen(pgproxy.CutStatement, cancel) // the claim applied; the caller goes away
 	res, err := f.s.Claim(ctx, p)
-	if f.proxy.cuts.Load() != 1 {
+	if f.proxy.Cuts() != 1 {
 		t.Fatal("the proxy did not cut the claim's reply")
 	}
 	if ctx.Err() == nil {
@@ -692,24 +693,24 @@ func TestStore_AmbiguousClaimIsResolvedAfterTheCallerCancelled(t *testing.T) {
 	ref, _ = f.s.Ref(sc)
 	tok := acquire(t, f.s, claimParams(sc, time.Hour))
 	ctx, cancel = context.WithCancel(ctxOf(t))
-	f.proxy.armThen(cutExec, cancel)
+	f.proxy.ArmThen(pgproxy.CutStatement, cancel)
 	if err := f.s.MarkUncertain(ctx, ref, tok); err != nil {
 		t.Fatalf("MarkUncertain whose caller cancelled after it applied = %v; want success by re-reading", err)
 	}
 	ctx, cancel = context.WithCancel(ctxOf(t))
-	f.proxy.armThen(cutExec, cancel)
+	f.proxy.ArmThen(pgproxy.CutStatement, cancel)
 	owner := uuid.New()
 	adopted, err := f.s.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: owner, Lease: time.Hour})
 	if err != nil || adopted.Owner != owner {
 		t.Fatalf("Adopt whose caller cancelled after it applied = %v, %v; want adopted by re-reading", adopted, err)
 	}
 	ctx, cancel = context.WithCancel(ctxOf(t))
-	f.proxy.armThen(cutExec, cancel)
+	f.proxy.ArmThen(pgproxy.CutStatement, cancel)
 	if err := f.s.Complete(ctx, ref, adopted, result); err != nil {
 		t.Fatalf("Complete whose caller cancelled after it applied = %v; want success by re-reading", err)
 	}
-	if f.proxy.cuts.Load() != 4 {
-		t.Fatalf("the proxy cut %d replies; want 4", f.proxy.cuts.Load())
+	if f.proxy.Cuts() != 4 {
+		t.Fatalf("the proxy cut %d replies; want 4", f.proxy.Cuts())
 	}
 }
 
@@ -729,7 +730,7 @@ func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
 	ref, _ := f.s.Ref(sc)
 	tok := acquire(t, f.s, claimParams(sc, time.Hour))
 	claimed := make(chan fence.Token, 1)
-	f.proxy.armThen(cutExec, func() {
+	f.proxy.ArmThen(pgproxy.CutStatement, func() {
 		res, err := other.Claim(ctx, claimParams(sc, time.Hour))
 		if err != nil || !res.Acquired {
 			t.Errorf("the new claim after the release = %+v, %v", res, err)
@@ -748,7 +749,7 @@ func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
 	sc = scope()
 	ref, _ = f.s.Ref(sc)
 	tok = acquire(t, f.s, claimParams(sc, time.Hour))
-	f.proxy.armThen(cutExec, func() {
+	f.proxy.ArmThen(pgproxy.CutStatement, func() {
 		if _, err := other.Adopt(ctx, durable.AdoptParams{Ref: ref, Owner: uuid.New(), Lease: time.Hour}); err != nil {
 			t.Errorf("Adopt: %v", err)
 		}
@@ -764,16 +765,16 @@ func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
 	// Proven not applied: a token the record never had (another owner at
 	// its generation) stays ErrFenced after a lost reply.
 	stale := fence.Token{Generation: tok.Generation + 1, Owner: uuid.New()}
-	f.proxy.arm(cutExec)
+	f.proxy.Arm(pgproxy.CutStatement)
 	if err := f.s.Complete(ctx, ref, stale, result); !errors.Is(err, durable.ErrFenced) {
 		t.Fatalf("Complete with a token the record never had, reply lost = %v; want ErrFenced", err)
 	}
 	// And so does a write of a generation the record never reached.
-	f.proxy.arm(cutExec)
+	f.proxy.Arm(pgproxy.CutStatement)
 	if err := f.s.Release(ctx, ref, fence.Token{Generation: tok.Generation + 5, Owner: tok.Owner}); !errors.Is(err, durable.ErrFenced) {
 		t.Fatalf("Release of a generation above the record's, reply lost = %v; want ErrFenced", err)
 	}
-	if n := f.proxy.cuts.Load(); n != 4 {
+	if n := f.proxy.Cuts(); n != 4 {
 		t.Fatalf("the proxy cut %d replies; want 4", n)
 	}
 }
