@@ -18,9 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/chaos/check"
-	"github.com/oncekey/oncekey/chaos/fault"
-	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/check"
+	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/durable/postgres"
 )
 
@@ -43,7 +43,7 @@ func Scenarios() []ScenarioInfo {
 }
 
 // Run runs the selected scenarios one after another against the Redis and
-// PostgreSQL of cfg and checks each with package check. It returns an
+// PostgreSQL of cfg and checks each with the suite's checker. It returns an
 // error only when the run cannot start (a bad config, a service that does
 // not answer); a scenario that fails is reported in its [Result] (see
 // [Report.Failed]). ctx bounds the whole run.
@@ -221,7 +221,12 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 		return res
 	}
 	rep := check.Check(in, check.Options{Timeout: 10 * time.Second})
-	res.Violations = rep.Violations
+	if rep.Violations != nil {
+		res.Violations = make([]Violation, len(rep.Violations))
+		for i, v := range rep.Violations {
+			res.Violations[i] = Violation(v)
+		}
+	}
 	res.Acknowledged = rep.Acknowledged
 	res.Inconclusive = rep.Inconclusive
 	return res

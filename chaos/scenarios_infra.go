@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/chaos/fault"
+	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/lua"
 )
 
