@@ -19,9 +19,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/chaos/internal/check"
-	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/redisproc"
 )
 
 // ScenarioInfo describes a scenario.
@@ -192,7 +192,7 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	started := time.Now()
 	defer func() { res.Duration = time.Since(started) }()
 	if s.ownRedis {
-		if _, err := fault.RedisBinary(); err != nil {
+		if _, err := redisproc.Binary(); err != nil {
 			res.Skipped = "redis-server is not installed; this scenario starts its own (install redis-server or set REDIS_SERVER)"
 			return res
 		}
@@ -204,11 +204,6 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	}
 	defer e.close()
 	in, err := e.execute(ctx, s)
-	var skip *skipError
-	if errors.As(err, &skip) {
-		res.Skipped = skip.reason
-		return res
-	}
 	res.Schedule = e.sched.digest()
 	res.Faults = e.faultCounts()
 	for _, v := range res.Faults {
