@@ -20,9 +20,18 @@ func Pair(t TB) (primary, replica *Server) {
 	t.Helper()
 	primary = Start(t, Options{})
 	replica = Start(t, Options{ReplicaOf: primary.Addr()})
-	c := redis.NewClient(&redis.Options{Addr: replica.Addr(), MaxRetries: -1})
+	if err := replica.WaitLinked(context.Background(), clusterTimeout); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return primary, replica
+}
+
+// WaitLinked waits until s, a replica, reports its link to its primary up
+// (INFO replication: master_link_status:up), for at most timeout.
+func (s *Server) WaitLinked(ctx context.Context, timeout time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 	defer c.Close()
-	err := waitFor(context.Background(), clusterTimeout, func(ctx context.Context) error {
+	err := waitFor(ctx, timeout, func(ctx context.Context) error {
 		info, err := c.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
@@ -33,9 +42,9 @@ func Pair(t TB) (primary, replica *Server) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("redisproc: replica of %s: %v", primary.Addr(), err)
+		return fmt.Errorf("redisproc: replica %s: %w", s.Addr(), err)
 	}
-	return primary, replica
+	return nil
 }
 
 // Cluster starts a Redis Cluster of n masters (no replicas) with the 16384

@@ -85,19 +85,12 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// Violation is one broken invariant.
+// Violation is one broken invariant. The runner hands it to its users as
+// chaos.Violation, which has the same fields and prints it.
 type Violation struct {
 	Invariant string `json:"invariant"`
 	Op        string `json:"op,omitempty"`
 	Detail    string `json:"detail"`
-}
-
-// String returns "invariant [op]: detail".
-func (v Violation) String() string {
-	if v.Op == "" {
-		return v.Invariant + ": " + v.Detail
-	}
-	return v.Invariant + " [" + v.Op + "]: " + v.Detail
 }
 
 // Report is the checker's verdict.

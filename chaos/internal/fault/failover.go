@@ -208,19 +208,7 @@ func (p *Pair) relink(ctx context.Context) error {
 }
 
 func (p *Pair) waitLinked(ctx context.Context) error {
-	c := AdminClient(p.Replica().Addr())
-	defer c.Close()
-	err := waitFor(ctx, linkTimeout, func(ctx context.Context) error {
-		info, err := c.Info(ctx, "replication").Result()
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(info, "master_link_status:up") {
-			return fmt.Errorf("replica link not up")
-		}
-		return nil
-	})
-	if err != nil {
+	if err := p.Replica().WaitLinked(ctx, linkTimeout); err != nil {
 		return fmt.Errorf("%w: replica of %s: %w", ErrRedisProcess, p.Primary().Addr(), err)
 	}
 	return nil

@@ -41,20 +41,3 @@ func ReplicaOf(ctx context.Context, s *redisproc.Server, addr string) error {
 	}
 	return nil
 }
-
-// waitFor polls cond every 20ms until it returns nil or timeout passes.
-func waitFor(ctx context.Context, timeout time.Duration, cond func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		err := cond(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
