@@ -7,7 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/oncekey/oncekey/chaos/check"
 	"github.com/oncekey/oncekey/chaos/internal/broken"
 )
 
@@ -160,7 +159,7 @@ type Result struct {
 	// mismatches, ...), for reading the run, not for judging it.
 	Observed map[string]int64 `json:"observed"`
 	// Violations are the broken invariants the checker found.
-	Violations []check.Violation `json:"violations"`
+	Violations []Violation `json:"violations"`
 	// Acknowledged is how many operations a client got a result for.
 	Acknowledged int `json:"acknowledged"`
 	// Inconclusive counts operations whose linearizability search timed
@@ -198,6 +197,28 @@ func (r Result) Unfired() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Violation is one broken invariant the checker found.
+type Violation struct {
+	// Invariant names the rule, for example "at-most-one-effect",
+	// "acked-has-one-effect", "replays-identical", "generation-monotonic",
+	// "one-owner-per-generation", "no-stale-completion", "linearizable",
+	// "acked-result-durable", "stuck-reported-not-deleted" or
+	// "retention-new-operation"; a scenario may name one of its own.
+	Invariant string `json:"invariant"`
+	// Op is the logical operation concerned (key and epoch), when one is.
+	Op string `json:"op,omitempty"`
+	// Detail says what was seen.
+	Detail string `json:"detail"`
+}
+
+// String returns "invariant [op]: detail".
+func (v Violation) String() string {
+	if v.Op == "" {
+		return v.Invariant + ": " + v.Detail
+	}
+	return v.Invariant + " [" + v.Op + "]: " + v.Detail
 }
 
 // Report is the result of [Run].

@@ -43,7 +43,7 @@
 // (the effect written in the claim's transaction), as workflows (Claim, a
 // call to the suite's downstream HTTP service with the operation identity
 // and the fencing token, a fenced Complete), or through HTTP. Faults are
-// injected (package fault, and a durable store that refuses chosen fenced
+// injected (package chaos/internal/fault, and a durable store that refuses chosen fenced
 // writes for a while) on a schedule drawn from the seed: the same seed
 // draws the same schedule (which operation gets which fault, with which
 // parameters); thread interleavings differ from run to run, which is the
@@ -54,12 +54,12 @@
 //
 // # History and checker
 //
-// Every call is recorded (package history) with its start, end, outcome,
+// Every call is recorded (package chaos/internal/history) with its start, end, outcome,
 // token and the hash of its result; every business effect goes to a table
 // without a unique constraint, so a duplicate would be visible (the edge
 // scenarios' downstream does not deduplicate either, and they count the
 // calls that reached it); a sampler
-// reads the durable generations while the scenario runs. Package check
+// reads the durable generations while the scenario runs. The checker
 // then verifies the invariants, among them linearizability of each
 // operation against a model of the record (porcupine, timed-out calls
 // given an open end). A scenario fails on any violation, and also when a

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/chaos/fault"
-	"github.com/oncekey/oncekey/chaos/history"
 	"github.com/oncekey/oncekey/chaos/internal/broken"
+	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"

@@ -15,9 +15,3 @@ var (
 	// database or Redis cannot be reached, the schema cannot be created.
 	ErrSetup = errors.New("chaos: setup")
 )
-
-// skipError makes a scenario skipped rather than failed: something it
-// needs is not there (redis-server, PostgreSQL over TCP).
-type skipError struct{ reason string }
-
-func (e *skipError) Error() string { return "chaos: skipped: " + e.reason }

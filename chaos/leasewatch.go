@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 )

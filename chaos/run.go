@@ -18,10 +18,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/chaos/check"
-	"github.com/oncekey/oncekey/chaos/fault"
-	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/check"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/redisproc"
 )
 
 // ScenarioInfo describes a scenario.
@@ -43,7 +43,7 @@ func Scenarios() []ScenarioInfo {
 }
 
 // Run runs the selected scenarios one after another against the Redis and
-// PostgreSQL of cfg and checks each with package check. It returns an
+// PostgreSQL of cfg and checks each with the suite's checker. It returns an
 // error only when the run cannot start (a bad config, a service that does
 // not answer); a scenario that fails is reported in its [Result] (see
 // [Report.Failed]). ctx bounds the whole run.
@@ -189,7 +189,7 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	started := time.Now()
 	defer func() { res.Duration = time.Since(started) }()
 	if s.ownRedis {
-		if _, err := fault.RedisBinary(); err != nil {
+		if _, err := redisproc.Binary(); err != nil {
 			res.Skipped = "redis-server is not installed; this scenario starts its own (install redis-server or set REDIS_SERVER)"
 			return res
 		}
@@ -201,11 +201,6 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	}
 	defer e.close()
 	in, err := e.execute(ctx, s)
-	var skip *skipError
-	if errors.As(err, &skip) {
-		res.Skipped = skip.reason
-		return res
-	}
 	res.Schedule = e.sched.digest()
 	res.Faults = e.faultCounts()
 	for _, v := range res.Faults {
@@ -218,7 +213,12 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 		return res
 	}
 	rep := check.Check(in, check.Options{Timeout: 10 * time.Second})
-	res.Violations = rep.Violations
+	if rep.Violations != nil {
+		res.Violations = make([]Violation, len(rep.Violations))
+		for i, v := range rep.Violations {
+			res.Violations[i] = Violation(v)
+		}
+	}
 	res.Acknowledged = rep.Acknowledged
 	res.Inconclusive = rep.Inconclusive
 	return res

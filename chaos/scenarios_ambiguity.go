@@ -10,9 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/chaos/check"
-	"github.com/oncekey/oncekey/chaos/fault"
-	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/check"
+	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"

@@ -3,13 +3,17 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/chaos/fault"
+	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/internal/pgproxy"
+	"github.com/oncekey/oncekey/internal/redisproc"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -30,7 +34,7 @@ func (e *env) mixed(ctx context.Context, st storeOpts, newRedis func(int) redis.
 }
 
 func setupRedisRestart(ctx context.Context, e *env) (*workload, error) {
-	srv, err := fault.StartRedis(fault.RedisOptions{})
+	srv, err := redisproc.New(redisproc.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +198,7 @@ func setupRedisDown(ctx context.Context, e *env) (*workload, error) {
 }
 
 func setupEviction(ctx context.Context, e *env) (*workload, error) {
-	srv, err := fault.StartRedis(fault.RedisOptions{Args: []string{"--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"}})
+	srv, err := redisproc.New(redisproc.Options{Args: []string{"--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"}})
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +207,7 @@ func setupEviction(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	admin := srv.Client()
+	admin := fault.AdminClient(srv.Addr())
 	e.onClose(func() { admin.Close() })
 	before, err := fault.EvictedKeys(ctx, admin)
 	if err != nil {
@@ -321,13 +325,13 @@ func setupCommitCut(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	host := pcfg.ConnConfig.Host
-	if strings.HasPrefix(host, "/") {
-		return nil, &skipError{reason: "this scenario proxies PostgreSQL over TCP; the URL names a Unix socket"}
+	network, target := "tcp", net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port)))
+	if strings.HasPrefix(pcfg.ConnConfig.Host, "/") {
+		network, target = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port)
 	}
-	cutter, err := fault.NewCommitCutter(fmt.Sprintf("%s:%d", host, pcfg.ConnConfig.Port))
+	cutter, err := pgproxy.New(network, target)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", fault.ErrProxy, err)
 	}
 	e.onClose(cutter.Close)
 	pool, err := e.newPool(ctx, cutter.Addr())
@@ -352,9 +356,9 @@ func setupCommitCut(ctx context.Context, e *env) (*workload, error) {
 			return
 		}
 		if o.i%2 == 0 {
-			cutter.Arm(fault.CutCommit)
+			cutter.Arm(pgproxy.CutCommit)
 		} else {
-			cutter.Arm(fault.CutStatement)
+			cutter.Arm(pgproxy.CutStatement)
 		}
 	}
 	w.after = func(context.Context, *env, []*op) error {

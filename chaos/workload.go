@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/oncekey/oncekey/chaos/fault"
-	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"

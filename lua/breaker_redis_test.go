@@ -132,7 +132,9 @@ func TestBreaker_Redis(t *testing.T) {
 		b.srv.Kill() // a port nothing listens on
 		b.openBreaker(t, nil)
 		// The cool-down has not passed: still open, even with Redis back.
-		b.srv.Restart()
+		if err := b.srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
 		waitForPing(t, b.srv.Addr())
 		if err := b.claim(t); !errors.Is(err, lua.ErrBreakerOpen) {
 			t.Fatalf("before the cool-down: %v", err)
@@ -149,9 +151,13 @@ func TestBreaker_Redis(t *testing.T) {
 			if err := b.claim(t); err != nil {
 				t.Fatal(err)
 			}
-			b.srv.Pause()
+			if err := b.srv.Pause(); err != nil {
+				t.Fatal(err)
+			}
 			b.openBreaker(t, context.DeadlineExceeded)
-			b.srv.Resume()
+			if err := b.srv.Resume(); err != nil {
+				t.Fatal(err)
+			}
 			waitForPing(t, b.srv.Addr())
 			b.closeBreaker(t)
 		})

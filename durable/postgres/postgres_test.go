@@ -16,6 +16,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/durabletest"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/pgproxy"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
@@ -43,13 +44,13 @@ type fixture struct {
 	schema testenv.Schema
 	stmts  *counter
 	app    string // application_name of the store's sessions
-	proxy  *cutProxy
+	proxy  *pgproxy.Cutter
 	opts   []postgres.Option // the store's options, for Migrate
 }
 
 type fixtureOpts struct {
 	unconfigured bool // do not call ConfigurePool: the store bounds its own lock waits
-	proxy        bool // connect through a cutProxy
+	proxy        bool // connect through a pgproxy.Cutter
 	noMigrate    bool
 	// qualified: WithSchema(the test schema) while the sessions' search_path
 	// points elsewhere, so any unqualified name would fail.
@@ -85,7 +86,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 			network, target = "unix", cfg.ConnConfig.Host+"/.s.PGSQL."+strconv.Itoa(int(cfg.ConnConfig.Port))
 		}
 		f.proxy = newCutProxy(t, network, target)
-		cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", f.proxy.port()
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", f.proxy.Port()
 		cfg.ConnConfig.TLSConfig, cfg.ConnConfig.Fallbacks = nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -165,7 +166,7 @@ func harness(o fixtureOpts) durabletest.Harness[pgx.Tx] {
 			po := o
 			po.proxy = true
 			f := newFixture(t, po)
-			return f.s, func() { f.proxy.arm(cutCommit) }
+			return f.s, func() { f.proxy.Arm(pgproxy.CutCommit) }
 		},
 		// A unique constraint checked at COMMIT, on a temporary table of the
 		// caller's, violated by two rows.

@@ -26,6 +26,7 @@ import (
 	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/pgproxy"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
@@ -361,7 +362,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			lost := func(what string) {
 				t.Helper()
 				cuts++
-				if got := f.proxy.cuts.Load(); got != cuts {
+				if got := f.proxy.Cuts(); got != cuts {
 					t.Fatalf("%s: the proxy lost %d replies; want %d (the test did not cut)", what, got, cuts)
 				}
 			}
@@ -369,7 +370,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			sc := scope()
 			ref, _ := s.Ref(sc)
 			p := claimParams(sc, time.Hour)
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			res, err := s.Claim(ctx, nil, p)
 			lost("Claim")
 			if err != nil || !res.Acquired || res.Token.Owner != p.Owner {
@@ -377,7 +378,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			}
 			tok := res.Token
 
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Renew(ctx, ref, tok, time.Hour)
 			lost("Renew")
 			if !errors.Is(err, durable.ErrUnavailable) {
@@ -387,7 +388,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 				t.Fatalf("retried Renew = %v", err)
 			}
 
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Complete(ctx, nil, ref, tok, result)
 			lost("Complete")
 			if err != nil {
@@ -399,7 +400,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 
 			// A fenced write whose reply is lost stays fenced.
 			stale := fence.Token{Generation: tok.Generation, Owner: uuid.New()}
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Complete(ctx, nil, ref, stale, result)
 			lost("stale Complete")
 			if !errors.Is(err, durable.ErrFenced) {
@@ -409,20 +410,20 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			sc = scope()
 			ref, _ = s.Ref(sc)
 			tok = acquire(t, s, claimParams(sc, time.Hour))
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.MarkUncertain(ctx, ref, tok)
 			lost("MarkUncertain")
 			if err != nil {
 				t.Fatalf("MarkUncertain with a lost reply = %v", err)
 			}
 			r := uuid.New()
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			adopted, err := s.Adopt(ctx, ref, r, 0, time.Hour)
 			lost("Adopt")
 			if err != nil || adopted.Owner != r || adopted.Generation != tok.Generation+1 {
 				t.Fatalf("Adopt with a lost reply = %v, %v", adopted, err)
 			}
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Fail(ctx, nil, ref, adopted, result)
 			lost("Fail")
 			if err != nil {
@@ -432,7 +433,7 @@ func TestStore_AmbiguousWritesAreResolvedByReading(t *testing.T) {
 			sc = scope()
 			ref, _ = s.Ref(sc)
 			tok = acquire(t, s, claimParams(sc, time.Hour))
-			f.proxy.arm(cutExec)
+			f.proxy.Arm(pgproxy.CutStatement)
 			err = s.Release(ctx, nil, ref, tok)
 			lost("Release")
 			if err != nil {
@@ -689,9 +690,9 @@ func TestStore_AmbiguousClaimIsResolvedAfterTheCallerCancelled(t *testing.T) {
 	p := claimParams(sc, time.Hour)
 	ctx, cancel := context.WithCancel(ctxOf(t))
 	defer cancel()
-	f.proxy.armThen(cutExec, cancel) // the claim applied; the caller goes away
+	f.proxy.ArmThen(pgproxy.CutStatement, cancel) // the claim applied; the caller goes away
 	res, err := f.s.Claim(ctx, nil, p)
-	if f.proxy.cuts.Load() != 1 {
+	if f.proxy.Cuts() != 1 {
 		t.Fatal("the proxy did not cut the claim's reply")
 	}
 	if ctx.Err() == nil {
@@ -713,24 +714,24 @@ func TestStore_AmbiguousClaimIsResolvedAfterTheCallerCancelled(t *testing.T) {
 	ref, _ = f.s.Ref(sc)
 	tok := acquire(t, f.s, claimParams(sc, time.Hour))
 	ctx, cancel = context.WithCancel(ctxOf(t))
-	f.proxy.armThen(cutExec, cancel)
+	f.proxy.ArmThen(pgproxy.CutStatement, cancel)
 	if err := f.s.MarkUncertain(ctx, ref, tok); err != nil {
 		t.Fatalf("MarkUncertain whose caller cancelled after it applied = %v; want success by re-reading", err)
 	}
 	ctx, cancel = context.WithCancel(ctxOf(t))
-	f.proxy.armThen(cutExec, cancel)
+	f.proxy.ArmThen(pgproxy.CutStatement, cancel)
 	owner := uuid.New()
 	adopted, err := f.s.Adopt(ctx, ref, owner, 0, time.Hour)
 	if err != nil || adopted.Owner != owner {
 		t.Fatalf("Adopt whose caller cancelled after it applied = %v, %v; want adopted by re-reading", adopted, err)
 	}
 	ctx, cancel = context.WithCancel(ctxOf(t))
-	f.proxy.armThen(cutExec, cancel)
+	f.proxy.ArmThen(pgproxy.CutStatement, cancel)
 	if err := f.s.Complete(ctx, nil, ref, adopted, result); err != nil {
 		t.Fatalf("Complete whose caller cancelled after it applied = %v; want success by re-reading", err)
 	}
-	if f.proxy.cuts.Load() != 4 {
-		t.Fatalf("the proxy cut %d replies; want 4", f.proxy.cuts.Load())
+	if f.proxy.Cuts() != 4 {
+		t.Fatalf("the proxy cut %d replies; want 4", f.proxy.Cuts())
 	}
 }
 
@@ -750,7 +751,7 @@ func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
 	ref, _ := f.s.Ref(sc)
 	tok := acquire(t, f.s, claimParams(sc, time.Hour))
 	claimed := make(chan fence.Token, 1)
-	f.proxy.armThen(cutExec, func() {
+	f.proxy.ArmThen(pgproxy.CutStatement, func() {
 		res, err := other.Claim(ctx, nil, claimParams(sc, time.Hour))
 		if err != nil || !res.Acquired {
 			t.Errorf("the new claim after the release = %+v, %v", res, err)
@@ -769,7 +770,7 @@ func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
 	sc = scope()
 	ref, _ = f.s.Ref(sc)
 	tok = acquire(t, f.s, claimParams(sc, time.Hour))
-	f.proxy.armThen(cutExec, func() {
+	f.proxy.ArmThen(pgproxy.CutStatement, func() {
 		if _, err := other.Adopt(ctx, ref, uuid.New(), 0, time.Hour); err != nil {
 			t.Errorf("Adopt: %v", err)
 		}
@@ -785,16 +786,16 @@ func TestStore_LostReplyThenNewOwnerIsUnknownNotFenced(t *testing.T) {
 	// Proven not applied: a token the record never had (another owner at
 	// its generation) stays ErrFenced after a lost reply.
 	stale := fence.Token{Generation: tok.Generation + 1, Owner: uuid.New()}
-	f.proxy.arm(cutExec)
+	f.proxy.Arm(pgproxy.CutStatement)
 	if err := f.s.Complete(ctx, nil, ref, stale, result); !errors.Is(err, durable.ErrFenced) {
 		t.Fatalf("Complete with a token the record never had, reply lost = %v; want ErrFenced", err)
 	}
 	// And so does a write of a generation the record never reached.
-	f.proxy.arm(cutExec)
+	f.proxy.Arm(pgproxy.CutStatement)
 	if err := f.s.Release(ctx, nil, ref, fence.Token{Generation: tok.Generation + 5, Owner: tok.Owner}); !errors.Is(err, durable.ErrFenced) {
 		t.Fatalf("Release of a generation above the record's, reply lost = %v; want ErrFenced", err)
 	}
-	if n := f.proxy.cuts.Load(); n != 4 {
+	if n := f.proxy.Cuts(); n != 4 {
 		t.Fatalf("the proxy cut %d replies; want 4", n)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,13 +16,22 @@ const clusterTimeout = 30 * time.Second
 
 // Pair starts a primary and a replica of it, and waits until the replica's
 // link to the primary is up.
-func Pair(t testing.TB) (primary, replica *Server) {
+func Pair(t TB) (primary, replica *Server) {
 	t.Helper()
 	primary = Start(t, Options{})
 	replica = Start(t, Options{ReplicaOf: primary.Addr()})
-	c := redis.NewClient(&redis.Options{Addr: replica.Addr(), MaxRetries: -1})
+	if err := replica.WaitLinked(context.Background(), clusterTimeout); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return primary, replica
+}
+
+// WaitLinked waits until s, a replica, reports its link to its primary up
+// (INFO replication: master_link_status:up), for at most timeout.
+func (s *Server) WaitLinked(ctx context.Context, timeout time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 	defer c.Close()
-	err := waitFor(context.Background(), clusterTimeout, func(ctx context.Context) error {
+	err := waitFor(ctx, timeout, func(ctx context.Context) error {
 		info, err := c.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
@@ -34,15 +42,15 @@ func Pair(t testing.TB) (primary, replica *Server) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("redisproc: replica of %s: %v", primary.Addr(), err)
+		return fmt.Errorf("redisproc: replica %s: %w", s.Addr(), err)
 	}
-	return primary, replica
+	return nil
 }
 
 // Cluster starts a Redis Cluster of n masters (no replicas) with the 16384
 // slots split evenly, waits until every node reports cluster_state:ok and
 // knows every slot, and returns the nodes' addresses.
-func Cluster(t testing.TB, n int) []string {
+func Cluster(t TB, n int) []string {
 	t.Helper()
 	nodes := StartCluster(t, n)
 	addrs := make([]string, len(nodes))
@@ -54,7 +62,7 @@ func Cluster(t testing.TB, n int) []string {
 
 // StartCluster is [Cluster] returning the servers, so a test can kill,
 // pause or restart one node.
-func StartCluster(t testing.TB, n int) []*Server {
+func StartCluster(t TB, n int) []*Server {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("redisproc: cluster of %d nodes", n)

@@ -14,12 +14,15 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
 // startTimeout bounds how long a server may take to answer PING.
 const startTimeout = 15 * time.Second
+
+// ErrNoBinary is returned by [Binary] and [New] when no redis-server binary
+// is found ($REDIS_SERVER, else redis-server on $PATH).
+var ErrNoBinary = errors.New("redisproc: redis-server not found (install redis-server or set REDIS_SERVER)")
 
 // Options configure one server.
 type Options struct {
@@ -27,7 +30,7 @@ type Options struct {
 	// []string{"--maxmemory-policy", "allkeys-lru"}.
 	Args []string
 	// ReplicaOf, when set, makes the server a replica of that address
-	// ("127.0.0.1:port").
+	// ("127.0.0.1:port"), at start and at every restart.
 	ReplicaOf string
 	// Cluster starts the server with cluster-enabled yes. Use [Cluster] or
 	// [StartCluster] to build a working cluster.
@@ -36,7 +39,6 @@ type Options struct {
 
 // Server is one redis-server process on a loopback port.
 type Server struct {
-	t    testing.TB
 	bin  string
 	dir  string
 	port int
@@ -48,45 +50,81 @@ type Server struct {
 	paused bool
 }
 
-// Binary returns the path of the redis-server binary. It fails the test with
-// CI=true and skips it otherwise when there is none.
-func Binary(t testing.TB) string {
-	t.Helper()
+// TB is the part of testing.TB that [Start], [Pair], [Cluster] and
+// [StartCluster] use. The package does not import testing, so a program
+// that is not a test (the chaos runner) can use [New].
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+}
+
+// Binary returns the path of the redis-server binary: $REDIS_SERVER when
+// set, else the first redis-server on $PATH. The error matches
+// [ErrNoBinary] when there is none.
+func Binary() (string, error) {
 	if p := os.Getenv("REDIS_SERVER"); p != "" {
-		return p
+		return p, nil
 	}
 	p, err := exec.LookPath("redis-server")
 	if err != nil {
-		msg := fmt.Sprintf("redisproc: redis-server not found (%v); install redis-server or set REDIS_SERVER", err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + " [CI=true: a missing binary fails the test]")
-		}
-		t.Skip(msg)
+		return "", fmt.Errorf("%w: %w", ErrNoBinary, err)
 	}
-	return p
+	return p, nil
 }
 
-// Start starts a server on a free loopback port and waits until it answers
-// PING. The server is killed when the test ends.
-func Start(t testing.TB, opts Options) *Server {
-	t.Helper()
-	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), opts: opts}
-	t.Cleanup(s.stop)
-	var err error
+// New starts a server on a free loopback port and waits until it answers
+// PING. [Server.Close] stops it and removes its directory. The error
+// matches [ErrNoBinary] when redis-server is not installed.
+func New(opts Options) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	if opts.ReplicaOf != "" {
+		if _, _, err := net.SplitHostPort(opts.ReplicaOf); err != nil {
+			return nil, fmt.Errorf("redisproc: ReplicaOf %q: %w", opts.ReplicaOf, err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "redisproc-")
+	if err != nil {
+		return nil, fmt.Errorf("redisproc: %w", err)
+	}
+	s := &Server{bin: bin, dir: dir, opts: opts}
 	for attempt := 0; attempt < 5; attempt++ {
-		s.port, err = freePort()
-		if err != nil {
-			t.Fatalf("redisproc: %v", err)
+		if s.port, err = freePort(); err != nil {
+			break
 		}
 		if err = s.start(); err == nil {
-			return s
+			return s, nil
 		}
 		if !errors.Is(err, errAddrInUse) {
 			break
 		}
 	}
-	t.Fatalf("redisproc: start: %v", err)
-	return nil
+	os.RemoveAll(dir)
+	return nil, fmt.Errorf("redisproc: start: %w", err)
+}
+
+// Start is [New] for a test: the server is closed when the test ends. When
+// redis-server is missing the test fails with CI=true (CI must never pass by
+// skipping) and is skipped with the reason otherwise; any other error fails
+// it.
+func Start(t TB, opts Options) *Server {
+	t.Helper()
+	s, err := New(opts)
+	if errors.Is(err, ErrNoBinary) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v [CI=true: a missing binary fails the test]", err)
+		}
+		t.Skip(err.Error())
+	}
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
 }
 
 // Addr returns "127.0.0.1:port".
@@ -98,38 +136,33 @@ func (s *Server) Port() int { return s.port }
 // Kill stops the server with SIGKILL and waits for it to exit. Its data is
 // gone; connections to its port are refused until [Server.Restart].
 func (s *Server) Kill() {
-	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.killLocked()
 }
 
-// Restart starts the server again, empty, on the same port (killing it first
-// if it runs) and waits until it answers PING. A cluster node keeps its
-// nodes.conf, so it rejoins its cluster with its slots but no keys.
-func (s *Server) Restart() {
-	s.t.Helper()
+// Restart starts the server again, empty, on the same port and with the
+// same [Options] (killing it first if it runs), and waits until it answers
+// PING. A cluster node keeps its nodes.conf, so it rejoins its cluster with
+// its slots but no keys.
+func (s *Server) Restart() error {
 	s.mu.Lock()
 	s.killLocked()
 	s.mu.Unlock()
 	if err := s.start(); err != nil {
-		s.t.Fatalf("redisproc: restart %s: %v", s.Addr(), err)
+		return fmt.Errorf("redisproc: restart %s: %w", s.Addr(), err)
 	}
+	return nil
 }
 
 // Pause stops the process with SIGSTOP: connections are accepted by the
 // kernel but nothing is answered, like a server stalled by swapping or a
-// long fork. Resume undoes it; cleanup resumes a paused server first.
-func (s *Server) Pause() {
-	s.t.Helper()
-	s.signal(syscall.SIGSTOP, true)
-}
+// long fork. [Server.Resume] undoes it; Kill and Close resume a paused
+// server first.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
 
 // Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() {
-	s.t.Helper()
-	s.signal(syscall.SIGCONT, false)
-}
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
 
 // Running reports whether the process is running (paused counts as running).
 func (s *Server) Running() bool {
@@ -152,34 +185,37 @@ func (s *Server) Log() string {
 	return string(b)
 }
 
-func (s *Server) signal(sig syscall.Signal, paused bool) {
+// Close kills the server and removes its directory.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.killLocked()
+	s.mu.Unlock()
+	os.RemoveAll(s.dir)
+}
+
+func (s *Server) signal(sig syscall.Signal, paused bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil || s.cmd.Process == nil {
-		s.t.Fatalf("redisproc: %s is not running", s.Addr())
+		return fmt.Errorf("redisproc: %s is not running", s.Addr())
 	}
 	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("redisproc: signal %v to %s: %v", sig, s.Addr(), err)
+		return fmt.Errorf("redisproc: signal %v to %s: %w", sig, s.Addr(), err)
 	}
 	s.paused = paused
+	return nil
 }
 
 func (s *Server) killLocked() {
 	if s.cmd == nil {
 		return
 	}
+	if s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd, s.done, s.paused = nil, nil, false
-}
-
-func (s *Server) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil && s.paused {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	}
-	s.killLocked()
 }
 
 var errAddrInUse = errors.New("address already in use")
@@ -204,10 +240,7 @@ func (s *Server) args() []string {
 			"--cluster-node-timeout", "2000")
 	}
 	if s.opts.ReplicaOf != "" {
-		host, port, err := net.SplitHostPort(s.opts.ReplicaOf)
-		if err != nil {
-			s.t.Fatalf("redisproc: ReplicaOf %q: %v", s.opts.ReplicaOf, err)
-		}
+		host, port, _ := net.SplitHostPort(s.opts.ReplicaOf) // checked by New
 		a = append(a, "--replicaof", host, port)
 	}
 	return append(a, s.opts.Args...)

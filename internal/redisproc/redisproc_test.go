@@ -38,7 +38,9 @@ func TestServer(t *testing.T) {
 		if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		srv.Pause()
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
 		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		err := c.Get(cctx, "k").Err()
 		cancel()
@@ -46,7 +48,9 @@ func TestServer(t *testing.T) {
 		if err == nil || !(errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)) {
 			t.Fatalf("GET on a paused server: %v, want a timeout", err)
 		}
-		srv.Resume()
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
 		if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
 			t.Fatalf("GET after resume = %q, %v", got, err)
 		}
@@ -59,7 +63,9 @@ func TestServer(t *testing.T) {
 		if _, err := net.DialTimeout("tcp", srv.Addr(), time.Second); err == nil {
 			t.Fatal("dial succeeded after Kill")
 		}
-		srv.Restart()
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
 		if !srv.Running() {
 			t.Fatal("not Running after Restart")
 		}

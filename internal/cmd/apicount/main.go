@@ -7,6 +7,11 @@
 // the total passes the limit.
 //
 //	go run ./internal/cmd/apicount [-max N] [-v] [dir]
+//
+// dir is the root of the count (default "."); the folders skipped are those
+// below it, so `go run ./internal/cmd/apicount chaos` counts the public API
+// of the chaos harness. Packages are named by their path from the current
+// folder.
 package main
 
 import (
@@ -97,9 +102,10 @@ func count(root string) (map[string]int, map[string][]string, error) {
 			if f.Name.Name == "main" {
 				continue
 			}
+			pkg := filepath.ToSlash(filepath.Join(root, rel))
 			for _, n := range exported(f) {
-				counts[rel]++
-				names[rel] = append(names[rel], n)
+				counts[pkg]++
+				names[pkg] = append(names[pkg], n)
 			}
 		}
 		return nil

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 )
 
 // The invariants, as named in a [Violation].
@@ -85,19 +85,12 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// Violation is one broken invariant.
+// Violation is one broken invariant. The runner hands it to its users as
+// chaos.Violation, which has the same fields and prints it.
 type Violation struct {
 	Invariant string `json:"invariant"`
 	Op        string `json:"op,omitempty"`
 	Detail    string `json:"detail"`
-}
-
-// String returns "invariant [op]: detail".
-func (v Violation) String() string {
-	if v.Op == "" {
-		return v.Invariant + ": " + v.Detail
-	}
-	return v.Invariant + " [" + v.Op + "]: " + v.Detail
 }
 
 // Report is the checker's verdict.

@@ -5,14 +5,11 @@
 //     Redis or PostgreSQL that adds latency, blackholes traffic (accepts and
 //     never answers), cuts every connection, or cuts a connection after N
 //     bytes of reply.
-//   - [CommitCutter]: a PostgreSQL wire-protocol proxy that lets a COMMIT (or
-//     the next statement) reach the server, waits for the server's answer,
-//     drops it and closes the connection: a write applied whose
-//     acknowledgement is lost.
-//   - [RedisServer] and [Pair]: redis-server processes of the suite's own,
-//     restarted empty, paused with SIGSTOP, failed over to a replica that
-//     missed writes ([Pair.PauseReplication], [Pair.Promote]), split-brained,
-//     or run under maxmemory with allkeys-lru ([Fill] evicts keys).
+//   - [Pair]: a primary and a replica of the suite's own (internal/redisproc
+//     processes, which are restarted empty and paused with SIGSTOP), failed
+//     over to a replica that missed writes ([Pair.PauseReplication],
+//     [Pair.Failover]) or split-brained; [Fill] pushes a server run under
+//     maxmemory with allkeys-lru into evicting keys.
 //   - [Terminate]: pg_terminate_backend of a library connection in the middle
 //     of its transaction.
 //   - [VanishLease]: a Redis clock jump simulated by its effect, the lease
@@ -26,6 +23,10 @@
 //   - [Downstream]: an HTTP dependency of the suite that fails, times out after
 //     doing the work, or answers slowly, deduplicating by operation identity
 //     and fencing by generation as the design asks downstream systems to.
+//
+// A COMMIT (or the next statement) whose reply is lost after the server
+// applied it is internal/pgproxy's Cutter, shared with the durable/postgres
+// tests.
 //
 // Every injector counts what it did, so a scenario can prove its faults
 // fired. None of them logs or names a raw idempotency key.

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 )
 
 func TestRecorder(t *testing.T) {

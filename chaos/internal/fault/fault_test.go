@@ -3,7 +3,6 @@ package fault_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,20 +11,19 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/chaos/fault"
+	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/redisproc"
 	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
 )
 
 func redisBinary(t *testing.T) {
 	t.Helper()
-	if _, err := fault.RedisBinary(); err != nil {
+	if _, err := redisproc.Binary(); err != nil {
 		if testenv.CI() {
 			t.Fatalf("%v [CI=true: a missing binary fails the test]", err)
 		}
@@ -133,30 +131,6 @@ func TestScriptDelay_MakesGoRedisResendScripts(t *testing.T) {
 	}
 }
 
-func TestRedisServer_RestartComesBackEmpty(t *testing.T) {
-	redisBinary(t)
-	ctx := t.Context()
-	srv, err := fault.StartRedis(fault.RedisOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	c := client(t, srv.Addr(), nil)
-	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	srv.Kill()
-	if err := c.Ping(ctx).Err(); err == nil {
-		t.Fatal("a killed server answered")
-	}
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
-		t.Fatalf("after a restart: EXISTS = %d, %v; want an empty server", n, err)
-	}
-}
-
 func TestPair(t *testing.T) {
 	redisBinary(t)
 	ctx := t.Context()
@@ -230,13 +204,8 @@ func replicated(t *testing.T, p *fault.Pair, key string) {
 }
 
 func TestEviction(t *testing.T) {
-	redisBinary(t)
 	ctx := t.Context()
-	srv, err := fault.StartRedis(fault.RedisOptions{Args: []string{"--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := redisproc.Start(t, redisproc.Options{Args: []string{"--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"}})
 	c := client(t, srv.Addr(), nil)
 	if _, err := fault.Fill(ctx, c, "f", 2000, 2048); err != nil {
 		t.Fatal(err)
@@ -277,7 +246,7 @@ func TestSkewedClock(t *testing.T) {
 	}
 }
 
-func TestTerminateAndCommitCutter(t *testing.T) {
+func TestTerminate(t *testing.T) {
 	s := testenv.Postgres(t)
 	ctx := t.Context()
 	if _, err := s.Pool.Exec(ctx, `CREATE TABLE t (n int)`); err != nil {
@@ -304,39 +273,6 @@ func TestTerminateAndCommitCutter(t *testing.T) {
 		s.Pool.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n)
 		if n != 0 {
 			t.Fatalf("%d rows after a terminated transaction", n)
-		}
-	})
-	t.Run("CommitAppliedAcknowledgementLost", func(t *testing.T) {
-		cfg, err := pgxpool.ParseConfig(s.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cutter, err := fault.NewCommitCutter(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cutter.Close)
-		h, port, _ := net.SplitHostPort(cutter.Addr())
-		pn, _ := strconv.Atoi(port)
-		cfg.ConnConfig.Host, cfg.ConnConfig.Port = h, uint16(pn)
-		cfg.ConnConfig.TLSConfig, cfg.ConnConfig.Fallbacks = nil, nil
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `INSERT INTO t VALUES (2)`)
-			cutter.Arm(fault.CutCommit)
-			return err
-		})
-		if err == nil {
-			t.Fatal("the COMMIT's acknowledgement arrived")
-		}
-		var n int
-		s.Pool.QueryRow(ctx, `SELECT count(*) FROM t WHERE n = 2`).Scan(&n)
-		if n != 1 || cutter.Cuts() != 1 {
-			t.Fatalf("rows %d, cuts %d: want the commit applied and its answer lost", n, cutter.Cuts())
 		}
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/internal/redisproc"
 )
 
 // linkTimeout bounds how long a replica may take to (re)attach.
@@ -25,8 +27,8 @@ const linkTimeout = 20 * time.Second
 // upstream the scenario switches ([Proxy.SetUpstream]) on a failover.
 type Pair struct {
 	mu      sync.Mutex
-	primary *RedisServer
-	replica *RedisServer
+	primary *redisproc.Server
+	replica *redisproc.Server
 	link    *Proxy
 	undo    func() // removes the blackhole on the link
 
@@ -35,10 +37,10 @@ type Pair struct {
 }
 
 // StartPair starts a primary and a replica of it and waits until the
-// replica has synchronized. Errors match [ErrNoRedisServer] or
-// [ErrRedisProcess].
+// replica has synchronized. An error matches redisproc.ErrNoBinary when
+// redis-server is not installed.
 func StartPair(ctx context.Context) (*Pair, error) {
-	primary, err := StartRedis(RedisOptions{})
+	primary, err := redisproc.New(redisproc.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -47,13 +49,20 @@ func StartPair(ctx context.Context) (*Pair, error) {
 		primary.Close()
 		return nil, err
 	}
-	replica, err := StartRedis(RedisOptions{ReplicaOf: link.Addr()})
+	// The replica is started as a primary and then attached, so that a
+	// restart brings every server of the pair back as a primary; relink
+	// attaches it again.
+	replica, err := redisproc.New(redisproc.Options{})
 	if err != nil {
 		link.Close()
 		primary.Close()
 		return nil, err
 	}
 	p := &Pair{primary: primary, replica: replica, link: link}
+	if err := ReplicaOf(ctx, replica, link.Addr()); err != nil {
+		p.Close()
+		return nil, err
+	}
 	if err := p.waitLinked(ctx); err != nil {
 		p.Close()
 		return nil, err
@@ -62,14 +71,14 @@ func StartPair(ctx context.Context) (*Pair, error) {
 }
 
 // Primary returns the current primary.
-func (p *Pair) Primary() *RedisServer {
+func (p *Pair) Primary() *redisproc.Server {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.primary
 }
 
 // Replica returns the current replica.
-func (p *Pair) Replica() *RedisServer {
+func (p *Pair) Replica() *redisproc.Server {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.replica
@@ -127,12 +136,12 @@ func (p *Pair) Lag(ctx context.Context) (int64, error) {
 // it had not received), kills the old primary, and brings it back empty as
 // the new primary's replica. It returns the new primary; clients must be
 // pointed at it. lost is the replication lag, in bytes, at the promotion.
-func (p *Pair) Failover(ctx context.Context) (newPrimary *RedisServer, lost int64, err error) {
+func (p *Pair) Failover(ctx context.Context) (newPrimary *redisproc.Server, lost int64, err error) {
 	lost, _ = p.Lag(ctx)
 	p.mu.Lock()
 	oldP, oldR := p.primary, p.replica
 	p.mu.Unlock()
-	if err := oldR.ReplicaOf(ctx, ""); err != nil {
+	if err := ReplicaOf(ctx, oldR, ""); err != nil {
 		return nil, 0, err
 	}
 	oldP.Kill()
@@ -152,16 +161,16 @@ func (p *Pair) Failover(ctx context.Context) (newPrimary *RedisServer, lost int6
 // at the old primary keep reaching it. heal makes the old primary a
 // replica of the new one again (dropping what it accepted meanwhile) and
 // returns the new primary.
-func (p *Pair) SplitBrain(ctx context.Context) (newPrimary *RedisServer, heal func(context.Context) error, err error) {
+func (p *Pair) SplitBrain(ctx context.Context) (newPrimary *redisproc.Server, heal func(context.Context) error, err error) {
 	p.mu.Lock()
 	oldP, oldR := p.primary, p.replica
 	p.mu.Unlock()
 	if err := oldP.Pause(); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %w", ErrRedisProcess, err)
 	}
-	promoteErr := oldR.ReplicaOf(ctx, "")
+	promoteErr := ReplicaOf(ctx, oldR, "")
 	if err := oldP.Resume(); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %w", ErrRedisProcess, err)
 	}
 	if promoteErr != nil {
 		return nil, nil, promoteErr
@@ -187,31 +196,19 @@ func (p *Pair) relink(ctx context.Context) error {
 	if err := p.link.SetUpstream(primary.Addr()); err != nil {
 		return err
 	}
-	if !replica.running() {
+	if !replica.Running() {
 		if err := replica.Restart(); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", ErrRedisProcess, err)
 		}
 	}
-	if err := replica.ReplicaOf(ctx, p.link.Addr()); err != nil {
+	if err := ReplicaOf(ctx, replica, p.link.Addr()); err != nil {
 		return err
 	}
 	return p.waitLinked(ctx)
 }
 
 func (p *Pair) waitLinked(ctx context.Context) error {
-	c := p.Replica().Client()
-	defer c.Close()
-	err := waitFor(ctx, linkTimeout, func(ctx context.Context) error {
-		info, err := c.Info(ctx, "replication").Result()
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(info, "master_link_status:up") {
-			return fmt.Errorf("replica link not up")
-		}
-		return nil
-	})
-	if err != nil {
+	if err := p.Replica().WaitLinked(ctx, linkTimeout); err != nil {
 		return fmt.Errorf("%w: replica of %s: %w", ErrRedisProcess, p.Primary().Addr(), err)
 	}
 	return nil
@@ -226,14 +223,8 @@ func (p *Pair) Close() {
 	p.replica.Close()
 }
 
-func (s *RedisServer) running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd != nil
-}
-
-func replOffset(ctx context.Context, s *RedisServer, field string) (int64, error) {
-	c := s.Client()
+func replOffset(ctx context.Context, s *redisproc.Server, field string) (int64, error) {
+	c := AdminClient(s.Addr())
 	defer c.Close()
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {

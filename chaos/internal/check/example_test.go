@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/oncekey/oncekey/chaos/check"
-	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/check"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/fence"
 )
 

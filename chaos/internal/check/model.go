@@ -9,7 +9,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/google/uuid"
 
-	"github.com/oncekey/oncekey/chaos/history"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/fence"
 )
 

@@ -3,15 +3,12 @@ package fault
 import "errors"
 
 var (
-	// ErrNoRedisServer is returned when no redis-server binary is found
-	// ($REDIS_SERVER, else redis-server on $PATH).
-	ErrNoRedisServer = errors.New("fault: redis-server not installed (install it or set REDIS_SERVER)")
-
 	// ErrProxy is returned when a proxy cannot be started or a toxic added.
 	ErrProxy = errors.New("fault: proxy")
 
-	// ErrRedisProcess is returned when a redis-server process cannot be
-	// started, stopped or reconfigured.
+	// ErrRedisProcess is returned when a redis-server process of a [Pair]
+	// cannot be paused, restarted or reconfigured, or a command of the
+	// suite's own fails.
 	ErrRedisProcess = errors.New("fault: redis-server process")
 
 	// ErrTerminate is returned when a PostgreSQL backend cannot be
