@@ -4,13 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	_ "github.com/ncruces/go-sqlite3/driver" // registers the "sqlite3" database/sql driver
 
 	"github.com/oncekey/oncekey/durable"
 )
@@ -123,9 +125,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	case path == "", path == ":memory:", strings.HasPrefix(path, "file:"), strings.ContainsAny(path, "?\x00"):
 		return nil, fmt.Errorf("%w: path %q must be a plain file name", ErrInvalidOption, path)
 	}
-	dsn := path + "?_pragma=" + fmt.Sprintf("busy_timeout(%d)", cfg.busyTimeout.Milliseconds()) +
-		"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	dsn := fileURI(path, "_pragma="+fmt.Sprintf("busy_timeout(%d)", cfg.busyTimeout.Milliseconds())+
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)&_txlock=immediate")
+	db, err := sql.Open(driverName, dsn)
 	if err != nil {
 		return nil, translate("open", err)
 	}
@@ -146,8 +148,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// New returns a Store on a database the caller opened with the "sqlite"
-// driver (modernc.org/sqlite). The caller keeps the *sql.DB: Close does not
+// New returns a Store on a database the caller opened with the "sqlite3"
+// driver (github.com/ncruces/go-sqlite3/driver, which this package imports). The caller keeps the *sql.DB: Close does not
 // close it. Its DSN should set what [Open] sets
 // ("_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)";
 // "_txlock=immediate" is optional: [Store.InTx] takes the write lock with its
@@ -163,6 +165,26 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s := newStore(db, cfg)
 	s.locking = true
 	return s, nil
+}
+
+// driverName is the database/sql driver that
+// github.com/ncruces/go-sqlite3/driver registers.
+const driverName = "sqlite3"
+
+// fileURI is the SQLite URI of the file name path with the query: the
+// name is escaped, so '#', '%' and spaces in it stay part of the name.
+func fileURI(path, query string) string {
+	u := url.URL{Scheme: "file", RawQuery: query}
+	p := filepath.ToSlash(path)
+	if filepath.IsAbs(path) {
+		if !strings.HasPrefix(p, "/") {
+			p = "/" + p // a Windows volume: file:///C:/...
+		}
+		u.Path = p // file:///abs/path: an empty authority
+	} else {
+		u.Path, u.OmitHost = p, true // file:rel/path
+	}
+	return u.String()
 }
 
 func newStore(db *sql.DB, cfg config) *Store {
