@@ -55,7 +55,7 @@ type recMeter struct {
 func recKey(name string, attrs attribute.Set) string {
 	key := name
 	for _, kv := range attrs.ToSlice() {
-		key += "|" + string(kv.Key) + "=" + kv.Value.Emit()
+		key += "|" + string(kv.Key) + "=" + kv.Value.String()
 	}
 	return key
 }
