@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
@@ -15,8 +13,7 @@ import (
 
 func TestClaimer_Metrics(t *testing.T) {
 	t.Parallel()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	mp := newRecorder()
 	e := setup(t, withRedis, claim.WithMeterProvider(mp))
 	ctx := t.Context()
 	const secretKey = "acct-4242-secret-key"
@@ -31,32 +28,9 @@ func TestClaimer_Metrics(t *testing.T) {
 		return result("y"), nil
 	})
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
+	sums, err := mp.Collect(ctx)
+	if err != nil {
 		t.Fatal(err)
-	}
-	sums := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					key := m.Name
-					for _, kv := range p.Attributes.ToSlice() {
-						key += "|" + string(kv.Key) + "=" + kv.Value.String()
-					}
-					sums[key] += p.Value
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					key := m.Name
-					for _, kv := range p.Attributes.ToSlice() {
-						key += "|" + string(kv.Key) + "=" + kv.Value.String()
-					}
-					sums[key] = p.Value
-				}
-			}
-		}
 	}
 	for key := range sums {
 		for _, leak := range []string{secretKey, "acme", "POST /orders"} {

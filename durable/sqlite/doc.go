@@ -1,7 +1,8 @@
 // Package sqlite is the embedded, single-node backend of the durable store
 // contract (package durable), on a SQLite database file through the pure-Go
-// driver modernc.org/sqlite (no cgo). It is the default when no PostgreSQL
-// is named: nothing to install, one file on disk.
+// driver github.com/ncruces/go-sqlite3 (no cgo: SQLite translated to Go). It
+// is the default when no PostgreSQL is named: nothing to install, one file
+// on disk.
 //
 //	db, err := sqlite.Open(filepath.Join(dir, "oncekey.db"))
 //	...

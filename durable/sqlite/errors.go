@@ -8,8 +8,7 @@ import (
 	"fmt"
 	"strings"
 
-	sqlite3 "modernc.org/sqlite"
-	sqlitelib "modernc.org/sqlite/lib"
+	"github.com/ncruces/go-sqlite3"
 
 	"github.com/oncekey/oncekey/durable"
 )
@@ -63,14 +62,16 @@ func isUnavailable(err error) bool {
 		errors.Is(err, driver.ErrBadConn) || errors.Is(err, ErrWriteLockTimeout) {
 		return true
 	}
-	var se *sqlite3.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff { // the primary result code of an extended one
-		case sqlitelib.SQLITE_BUSY, sqlitelib.SQLITE_LOCKED, sqlitelib.SQLITE_CANTOPEN,
-			sqlitelib.SQLITE_IOERR, sqlitelib.SQLITE_FULL, sqlitelib.SQLITE_NOMEM,
-			sqlitelib.SQLITE_INTERRUPT, sqlitelib.SQLITE_PROTOCOL, sqlitelib.SQLITE_READONLY,
-			sqlitelib.SQLITE_PERM, sqlitelib.SQLITE_NOTADB, sqlitelib.SQLITE_CORRUPT,
-			sqlitelib.SQLITE_NOLFS, sqlitelib.SQLITE_AUTH:
+	// The driver reports a *sqlite3.Error or a bare sqlite3.ErrorCode; As
+	// yields the primary result code of either.
+	var code sqlite3.ErrorCode
+	if errors.As(err, &code) {
+		switch code {
+		case sqlite3.BUSY, sqlite3.LOCKED, sqlite3.CANTOPEN,
+			sqlite3.IOERR, sqlite3.FULL, sqlite3.NOMEM,
+			sqlite3.INTERRUPT, sqlite3.PROTOCOL, sqlite3.READONLY,
+			sqlite3.PERM, sqlite3.NOTADB, sqlite3.CORRUPT,
+			sqlite3.NOLFS, sqlite3.AUTH:
 			return true
 		}
 		return false

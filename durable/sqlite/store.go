@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -12,7 +14,7 @@ import (
 	"time"
 	"weak"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	_ "github.com/ncruces/go-sqlite3/driver" // registers the "sqlite3" database/sql driver
 
 	"github.com/oncekey/oncekey/durable"
 )
@@ -156,9 +158,9 @@ func Open(path string, opts ...Option) (*sql.DB, error) {
 	case path == "", path == ":memory:", strings.HasPrefix(path, "file:"), strings.ContainsAny(path, "?\x00"):
 		return nil, fmt.Errorf("%w: Open: path %q must be a plain file name", ErrConfig, path)
 	}
-	dsn := path + "?_pragma=" + fmt.Sprintf("busy_timeout(%d)", cfg.busyTimeout.Milliseconds()) +
-		"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	dsn := fileURI(path, "_pragma="+fmt.Sprintf("busy_timeout(%d)", cfg.busyTimeout.Milliseconds())+
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)&_txlock=immediate")
+	db, err := sql.Open(driverName, dsn)
 	if err != nil {
 		return nil, translate("open", err)
 	}
@@ -172,8 +174,8 @@ func Open(path string, opts ...Option) (*sql.DB, error) {
 
 // New returns a [durable.Store] on db, with *sql.Tx as its transaction type;
 // it is safe for concurrent use. db comes from [Open], or is one the caller
-// opened with the "sqlite" driver (modernc.org/sqlite), whose DSN should then
-// set what Open sets
+// opened with the "sqlite3" driver (github.com/ncruces/go-sqlite3/driver,
+// which this package imports), whose DSN should then set what Open sets
 // ("_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)";
 // "_txlock=immediate" is optional: InTx takes the write lock with its first
 // statement either way). Either way db stays the caller's: the store prepares
@@ -189,6 +191,26 @@ func New(db *sql.DB, opts ...Option) (durable.Store[*sql.Tx], error) {
 		return nil, err
 	}
 	return newStore(db, cfg), nil
+}
+
+// driverName is the database/sql driver that
+// github.com/ncruces/go-sqlite3/driver registers.
+const driverName = "sqlite3"
+
+// fileURI is the SQLite URI of the file name path with the query: the
+// name is escaped, so '#', '%' and spaces in it stay part of the name.
+func fileURI(path, query string) string {
+	u := url.URL{Scheme: "file", RawQuery: query}
+	p := filepath.ToSlash(path)
+	if filepath.IsAbs(path) {
+		if !strings.HasPrefix(p, "/") {
+			p = "/" + p // a Windows volume: file:///C:/...
+		}
+		u.Path = p // file:///abs/path: an empty authority
+	} else {
+		u.Path, u.OmitHost = p, true // file:rel/path
+	}
+	return u.String()
 }
 
 func newStore(db *sql.DB, cfg config) *store {

@@ -921,7 +921,7 @@ func TestNew_CallersDB(t *testing.T) {
 	// A DSN with DEFERRED transactions: InTx must take the write lock first
 	// so that two stores' transactions never fail upgrading their snapshot.
 	mk := func() durable.Store[*sql.Tx] {
-		db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+		db, err := sql.Open("sqlite3", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,13 +4,13 @@
 // Services are found in this order:
 //
 //  1. REDIS_URL / DATABASE_URL, when set;
-//  2. a container started with testcontainers-go, when a Docker engine
-//     answers (one per test process, reaped by testcontainers at exit);
-//  3. the local defaults: redis://127.0.0.1:6379/0 and
-//     postgres://postgres@127.0.0.1:5432/test.
+//  2. the local defaults: redis://127.0.0.1:6379/0 and
+//     postgres://postgres@127.0.0.1:5432/test?sslmode=disable.
 //
 // When the service found does not answer, the test fails if CI=true (CI must
-// never pass by skipping) and is skipped with the reason otherwise.
+// never pass by skipping) and is skipped with the reason otherwise. The
+// package starts nothing: .ci/run (or the developer) provides the servers,
+// so no container tooling enters the library's module graph.
 //
 // Each PostgreSQL test gets a fresh schema, dropped when the test ends; each
 // Redis test gets its own key prefix, whose keys are deleted when it ends. So
@@ -24,19 +24,15 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
-	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 )
 
-// Local defaults, used when no URL is set and no Docker engine answers.
+// Local defaults, used when no URL is set.
 const (
 	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
@@ -50,89 +46,33 @@ func CI() bool { return os.Getenv("CI") == "true" }
 // that names the service and how to provide it.
 func Unavailable(t testing.TB, service, env string, err error) {
 	t.Helper()
-	msg := fmt.Sprintf("testenv: %s unavailable (%v); set %s, start a Docker engine, or run the local default", service, err, env)
+	msg := fmt.Sprintf("testenv: %s unavailable (%v); set %s or run the server at its local default", service, err, env)
 	if CI() {
 		t.Fatal(msg + " [CI=true: a missing service fails the test]")
 	}
 	t.Skip(msg)
 }
 
-var (
-	dockerOnce sync.Once
-	dockerOK   bool
-
-	pgOnce sync.Once
-	pgURL  string
-	pgErr  error
-
-	redisOnce sync.Once
-	redisURL  string
-	redisErr  error
-)
-
-func dockerAvailable() bool {
-	dockerOnce.Do(func() {
-		p, err := testcontainers.NewDockerProvider()
-		if err != nil {
-			return
-		}
-		defer p.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		dockerOK = p.Health(ctx) == nil
-	})
-	return dockerOK
-}
-
-// DatabaseURL returns the URL of the PostgreSQL server the tests use (see
-// the package documentation for the order).
+// DatabaseURL returns the URL of the PostgreSQL server the tests use:
+// DATABASE_URL, or DefaultDatabaseURL when it is unset. Whether the server
+// answers is checked by Postgres, which fails or skips the test.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
-	pgOnce.Do(func() {
-		if u := os.Getenv("DATABASE_URL"); u != "" {
-			pgURL = u
-			return
-		}
-		if dockerAvailable() {
-			ctx := context.Background()
-			c, err := tcpostgres.Run(ctx, "postgres:15-alpine",
-				tcpostgres.WithDatabase("test"), tcpostgres.WithUsername("postgres"),
-				tcpostgres.WithPassword("postgres"), tcpostgres.BasicWaitStrategies())
-			if err == nil {
-				pgURL, pgErr = c.ConnectionString(ctx, "sslmode=disable")
-				return
-			}
-		}
-		pgURL = DefaultDatabaseURL
-	})
-	if pgErr != nil {
-		Unavailable(t, "PostgreSQL", "DATABASE_URL", pgErr)
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
 	}
-	return pgURL
+	return DefaultDatabaseURL
 }
 
-// RedisURL returns the URL of the Redis server the tests use.
+// RedisURL returns the URL of the Redis server the tests use: REDIS_URL, or
+// DefaultRedisURL when it is unset. Whether the server answers is checked by
+// Redis, which fails or skips the test.
 func RedisURL(t testing.TB) string {
 	t.Helper()
-	redisOnce.Do(func() {
-		if u := os.Getenv("REDIS_URL"); u != "" {
-			redisURL = u
-			return
-		}
-		if dockerAvailable() {
-			ctx := context.Background()
-			c, err := tcredis.Run(ctx, "redis:7")
-			if err == nil {
-				redisURL, redisErr = c.ConnectionString(ctx)
-				return
-			}
-		}
-		redisURL = DefaultRedisURL
-	})
-	if redisErr != nil {
-		Unavailable(t, "Redis", "REDIS_URL", redisErr)
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		return u
 	}
-	return redisURL
+	return DefaultRedisURL
 }
 
 // Name returns a short random identifier usable in a schema name or a key

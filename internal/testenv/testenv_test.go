@@ -41,3 +41,22 @@ func TestRedis_PrefixPerTest(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestURLs_EnvThenLocalDefault(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("REDIS_URL", "")
+	if got := testenv.DatabaseURL(t); got != testenv.DefaultDatabaseURL {
+		t.Fatalf("DatabaseURL without DATABASE_URL = %q", got)
+	}
+	if got := testenv.RedisURL(t); got != testenv.DefaultRedisURL {
+		t.Fatalf("RedisURL without REDIS_URL = %q", got)
+	}
+	t.Setenv("DATABASE_URL", "postgres://u@h:1/d")
+	t.Setenv("REDIS_URL", "redis://h:2/3")
+	if got := testenv.DatabaseURL(t); got != "postgres://u@h:1/d" {
+		t.Fatalf("DatabaseURL = %q", got)
+	}
+	if got := testenv.RedisURL(t); got != "redis://h:2/3" {
+		t.Fatalf("RedisURL = %q", got)
+	}
+}
