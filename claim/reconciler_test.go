@@ -81,18 +81,29 @@ func TestReconciler(t *testing.T) {
 	// Run until its context is done.
 	runCtx, stop := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- rec.Run(runCtx, 10*time.Millisecond) }()
-	// A second Run is refused while the first runs. (Until the first has
-	// started, the probe, given a done context, runs once and returns nil.)
+	start := func() { go func() { done <- rec.Run(runCtx, 10*time.Millisecond) }() }
+	start()
+	// A second Run is refused while the first runs. Until the first has
+	// started, the probe (given a done context) runs once itself and
+	// returns nil, and a first Run that starts meanwhile is the refused
+	// one: start it again then.
 	done2, cancel2 := context.WithCancel(t.Context())
 	cancel2()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		err := rec.Run(done2, time.Second)
 		if errors.Is(err, claim.ErrConfig) {
 			break
 		}
 		if err != nil || time.Now().After(deadline) {
 			t.Fatalf("second Run while running = %v, want ErrConfig", err)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, claim.ErrConfig) {
+				t.Fatalf("first Run = %v before its context ended", err)
+			}
+			start()
+		default:
 		}
 	}
 	stop()
