@@ -14,14 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 // VanishLease makes the Redis lease of ref expire now (PEXPIRE lease 1):
 // the effect of a Redis clock jump, which libfaketime cannot produce on a
 // real redis-server. It reports whether there was a lease to expire.
 func VanishLease(ctx context.Context, c redis.Cmdable, prefix string, ref durable.Ref) (bool, error) {
-	ok, err := c.PExpire(ctx, lua.KeysFor(prefix, ref).Lease, time.Millisecond).Result()
+	ok, err := c.PExpire(ctx, fastpath.KeysFor(prefix, ref).Lease, time.Millisecond).Result()
 	if err != nil {
 		return false, fmt.Errorf("%w: pexpire lease: %w", ErrRedisProcess, err)
 	}
