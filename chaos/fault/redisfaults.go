@@ -112,9 +112,9 @@ func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // the real time plus a fixed offset plus a random jump of up to ±Jump. The
 // library reads no worker clock for any lease decision (leases are decided
 // by the database's clock and Redis's TTLs, and a worker measures its own
-// deadline on the monotonic clock); the only clock it accepts is the lua
-// breaker's NowFunc, so that is where a skewed clock goes, and nothing about
-// the guarantee may change.
+// deadline on the monotonic clock); the only clock it accepts is the Redis
+// breaker's (the internal fastpath.Hooks.Now), so that is where a skewed
+// clock goes, and nothing about the guarantee may change.
 type SkewedClock struct {
 	Offset time.Duration
 	Jump   time.Duration
