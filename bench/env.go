@@ -19,6 +19,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -115,8 +116,8 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 	if err := postgres.Migrate(cctx, e.pool, postgres.WithSchema(e.schema)); err != nil {
 		return e, err
 	}
-	e.withRedis, err = e.claimer(e.rdb, func(s lua.BreakerState) {
-		if s == lua.Open {
+	e.withRedis, err = e.claimer(e.rdb, func(s fastpath.BreakerState) {
+		if s == fastpath.BreakerOpen {
 			e.opens.Add(1)
 		}
 	})
@@ -133,14 +134,14 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 
 // claimer returns a Claimer over the env's store, with Redis client c in
 // front (none when nil). onChange, when set, sees the breaker's states.
-func (e *env) claimer(c *redis.Client, onChange ...func(lua.BreakerState)) (*claim.Claimer[pgx.Tx], error) {
+func (e *env) claimer(c *redis.Client, onChange ...func(fastpath.BreakerState)) (*claim.Claimer[pgx.Tx], error) {
 	opts := []claim.Option{claim.WithLease(benchLease), claim.WithRetention(benchRetention)}
 	if c != nil {
-		lo := lua.Options{Prefix: e.prefix, Timeout: e.cfg.redisTimeout}
+		var rc redis.Scripter = c
 		if len(onChange) > 0 {
-			lo.OnStateChange = onChange[0]
+			rc = fastpath.WithHooks(c, fastpath.Hooks{OnStateChange: onChange[0]})
 		}
-		opts = append(opts, claim.WithRedis(c, lo))
+		opts = append(opts, claim.WithRedis(rc, lua.Options{Prefix: e.prefix, Timeout: e.cfg.redisTimeout}))
 	}
 	return claim.New[pgx.Tx](e.store, opts...)
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 // The lease and retention every claim asks for (the library's defaults,
@@ -206,7 +206,7 @@ func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
 // evalsha is the Redis floor: one EVALSHA of claim.lua on the key's three
 // keys, as the library sends it, with a fresh owner.
 func (f *floors) evalsha(ctx context.Context, key string) (outcome, error) {
-	k := lua.KeysFor(f.e.prefix, scope(key).Ref(nil))
+	k := fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil))
 	v, err := f.e.rdb.EvalSha(ctx, f.sha, []string{k.Lease, k.Gen, k.Result},
 		fingerprint, uuid.New().String(), leaseMs, retentionMs).Slice()
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 // opening is what the first requests paid while the breaker opened.
@@ -37,8 +37,8 @@ func measureOpening(ctx context.Context, e *env, blackhole bool, keep bool) (ope
 		return o, nil, nil, err
 	}
 	var openedAt atomic.Int64 // unix ns
-	c, err := e.claimer(dead.client, func(s lua.BreakerState) {
-		if s == lua.Open {
+	c, err := e.claimer(dead.client, func(s fastpath.BreakerState) {
+		if s == fastpath.BreakerOpen {
 			openedAt.CompareAndSwap(0, time.Now().UnixNano())
 		}
 	})

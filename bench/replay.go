@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 // replayWorkload: completed keys retried, answered from Redis or from the
@@ -106,7 +106,7 @@ func replayWorkload(e *env, f *floors) *workload {
 // Redis timeout is long.
 func ensureCached(ctx context.Context, e *env, keys []string) error {
 	for _, k := range keys {
-		rk := lua.KeysFor(e.prefix, scope(k).Ref(nil))
+		rk := fastpath.KeysFor(e.prefix, scope(k).Ref(nil))
 		for attempt := 0; ; attempt++ {
 			n, err := e.rdb.Exists(ctx, rk.Result).Result()
 			if err != nil {

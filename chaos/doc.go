@@ -95,9 +95,9 @@
 //
 // The library reads no worker clock for any lease decision: leases expire
 // by the database's clock and Redis's TTLs, and a worker measures its own
-// deadline on the monotonic clock. The only clock it accepts is the lua
-// breaker's NowFunc; the clock-skew scenario gives every worker's breaker a
-// clock hours off and jumping, and simulates a Redis clock jump by its
+// deadline on the monotonic clock. The only clock it accepts is the Redis
+// breaker's (the internal fastpath.Hooks.Now); the clock-skew scenario gives
+// every worker's breaker a clock hours off and jumping, and simulates a Redis clock jump by its
 // effect (PEXPIRE lease 1). Nothing may change, and the checker verifies
 // that nothing did; the scenario also watches every claim and renewal and
 // reports a takeover that returned before the lease it took over could

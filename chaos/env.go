@@ -18,6 +18,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -110,6 +111,7 @@ type claimerOpts struct {
 	store     durable.Store[pgxTx]
 	redis     redis.Scripter // nil: durable store alone
 	luaOpts   func(*lua.Options)
+	clock     func() time.Time // the breaker's clock; nil: time.Now
 	retention time.Duration
 	policy    claim.Option // nil: the default (fail fast)
 }
@@ -124,14 +126,19 @@ func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 	}
 	if o.redis != nil {
 		lo := lua.Options{
-			Prefix:  e.prefix,
-			Timeout: max(e.cfg.Lease/3, 100*time.Millisecond),
-			Breaker: lua.BreakerOptions{Failures: 3, CoolDown: e.cfg.Lease},
+			Prefix:          e.prefix,
+			Timeout:         max(e.cfg.Lease/3, 100*time.Millisecond),
+			BreakerFailures: 3,
+			BreakerCoolDown: e.cfg.Lease,
 		}
 		if o.luaOpts != nil {
 			o.luaOpts(&lo)
 		}
-		opts = append(opts, claim.WithRedis(o.redis, lo))
+		rc := o.redis
+		if o.clock != nil {
+			rc = fastpath.WithHooks(rc, fastpath.Hooks{Now: o.clock})
+		}
+		opts = append(opts, claim.WithRedis(rc, lo))
 	}
 	c, err := claim.New[pgxTx](o.store, opts...)
 	if err != nil {

@@ -430,7 +430,7 @@ func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
 		if err != nil {
 			return nil, err
 		}
-		cl, err := e.claimer(claimerOpts{store: e.watchLeases(cst, floors), redis: rdb, luaOpts: func(o *lua.Options) { o.Breaker.NowFunc = clock.Now }})
+		cl, err := e.claimer(claimerOpts{store: e.watchLeases(cst, floors), redis: rdb, clock: clock.Now})
 		if err != nil {
 			return nil, err
 		}

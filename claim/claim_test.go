@@ -15,6 +15,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -249,7 +250,7 @@ func TestClaimer_RedisLosesData(t *testing.T) {
 		if g <= last {
 			t.Fatalf("generation %d, want above %d (the database's, not Redis's)", g, last)
 		}
-		gen, err := e.rdb.Get(t.Context(), lua.KeysFor(e.prefix, e.ref(r)).Gen).Uint64()
+		gen, err := e.rdb.Get(t.Context(), fastpath.KeysFor(e.prefix, e.ref(r)).Gen).Uint64()
 		if err != nil || gen < g {
 			t.Fatalf("redis generation counter = %d, %v; want synced to >= %d", gen, err, g)
 		}

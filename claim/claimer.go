@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,6 +15,7 @@ import (
 	"github.com/oncekey/oncekey/claim/internal/adapter"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -52,8 +54,9 @@ type config struct {
 // package lua configured by opts. Without it the Claimer runs on the durable
 // store alone, with the same guarantees. c may be any go-redis client
 // (standalone, Sentinel, Cluster); when it is a [redis.UniversalClient], the
-// Claimer checks its maxmemory-policy at start and logs a warning for any
-// policy but noeviction.
+// Claimer reads its maxmemory-policy once, after Redis first answers a
+// claim, and logs a warning and sets [MetricEvictionPolicy] for any policy
+// but noeviction. [New] makes no Redis call.
 func WithRedis(c redis.Scripter, opts lua.Options) Option {
 	return func(cfg *config) error {
 		if c == nil {
@@ -183,7 +186,9 @@ func WithLogger(l *slog.Logger) Option {
 // concurrent use.
 type Claimer[TTx any] struct {
 	store   durable.Store[TTx]
-	scripts *lua.Scripts // nil without Redis
+	scripts *fastpath.Scripts // nil without Redis
+	// evictionChecked is set once the maxmemory-policy check has run.
+	evictionChecked atomic.Bool
 	// redisTimeout is the per-call timeout of the scripts: the longest a
 	// successful call can take to reach Redis.
 	redisTimeout time.Duration
@@ -223,22 +228,18 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.redis != nil {
-		lo := cfg.luaOpts
-		prev := lo.OnStateChange
-		lo.OnStateChange = func(s lua.BreakerState) {
+		fo := fastpath.FromLua(cfg.luaOpts)
+		fo.OnStateChange = func(s fastpath.BreakerState) {
 			c.log.Warn("oncekey: redis breaker", "state", s.String())
-			if prev != nil {
-				prev(s)
-			}
 		}
-		s, err := lua.New(cfg.redis, lo)
+		s, err := fastpath.New(cfg.redis, fo)
 		if err != nil {
 			return nil, configErr("WithRedis: %w", err)
 		}
 		c.scripts = s
-		c.redisTimeout = lo.Timeout
+		c.redisTimeout = fo.Timeout
 		if c.redisTimeout == 0 {
-			c.redisTimeout = lua.DefaultTimeout
+			c.redisTimeout = fastpath.DefaultTimeout
 		}
 	}
 	m, err := newMeters(c)
@@ -246,19 +247,26 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 		return nil, err
 	}
 	c.m = m
-	if u, ok := cfg.redis.(redis.UniversalClient); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		policy, err := lua.CheckEviction(ctx, u)
-		cancel()
-		switch {
-		case err != nil:
-			c.log.Warn("oncekey: could not read redis maxmemory-policy", "err", err)
-		case policy != "noeviction":
-			c.m.evictionPolicy(policy)
-			c.log.Warn("oncekey: redis maxmemory-policy is not noeviction; evictions degrade the fast path (the database still arbitrates)", "policy", policy)
-		}
-	}
 	return c, nil
+}
+
+// checkEviction reads Redis's maxmemory-policy the first time it is called,
+// bounded by the per-call Redis timeout but not by ctx's cancellation, and
+// logs and counts any policy but noeviction.
+func (c *Claimer[TTx]) checkEviction(ctx context.Context) {
+	if c.evictionChecked.Load() || !c.evictionChecked.CompareAndSwap(false, true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.redisTimeout)
+	policy, err := c.scripts.EvictionPolicy(ctx)
+	cancel()
+	switch {
+	case err != nil:
+		c.log.Warn("oncekey: could not read redis maxmemory-policy", "err", err)
+	case policy != "" && policy != fastpath.NoEviction:
+		c.m.evictionPolicy(policy)
+		c.log.Warn("oncekey: redis maxmemory-policy is not noeviction; evictions degrade the fast path (the database still arbitrates)", "policy", policy)
+	}
 }
 
 // retentionFor returns the retention of an operation.
@@ -426,23 +434,25 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p durabl
 	if c.scripts == nil {
 		return fast{}
 	}
-	rep, err := c.scripts.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention})
+	rep, err := c.scripts.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention})
 	if err != nil {
 		c.m.fallback(ctx)
 		c.log.Debug("oncekey: redis claim failed; using the durable store alone", "op", ref, "err", err)
 		// An open breaker or a bad argument sent nothing; any other error
 		// may come after the script ran and took a lease for our owner.
-		return fast{ambiguous: !errors.Is(err, lua.ErrBreakerOpen) && !errors.Is(err, lua.ErrInvalidArgument)}
+		return fast{ambiguous: !errors.Is(err, fastpath.ErrBreakerOpen) && !errors.Is(err, fastpath.ErrInvalidArgument)}
 	}
-	switch rep.Outcome {
-	case lua.Acquired:
+	// Redis answers: the first answer is when its eviction policy is read.
+	c.checkEviction(ctx)
+	switch rep.Status {
+	case fastpath.ClaimAcquired:
 		return fast{answered: true, proposed: rep.Generation}
-	case lua.Cached:
+	case fastpath.ClaimCached:
 		res := rep.Cached.Result
 		return fast{answered: true, final: true, kind: Replayed, result: &res, state: rep.Cached.State}
-	case lua.Mismatch:
+	case fastpath.ClaimMismatch:
 		return fast{answered: true, final: true, err: fmt.Errorf("%w (cached result)", ErrMismatch)}
-	case lua.Busy:
+	case fastpath.ClaimBusy:
 		if !rep.SameRequest {
 			// A lease for another payload: a mismatch, or a lease left by a
 			// request that never reached the durable store. Only the store

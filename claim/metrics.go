@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 // Metric names; the package documentation lists them (# Metrics) for users.
@@ -90,9 +90,9 @@ func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
 		if c.scripts != nil {
 			var v int64
 			switch c.scripts.Breaker() {
-			case lua.HalfOpen:
+			case fastpath.BreakerHalfOpen:
 				v = 1
-			case lua.Open:
+			case fastpath.BreakerOpen:
 				v = 2
 			}
 			o.ObserveInt64(breaker, v)

@@ -17,6 +17,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -62,7 +63,7 @@ func isClaimScript(keys []string) bool { return len(keys) == 3 }
 // once (no NOSCRIPT round trip first).
 func (e *env) loadScripts() {
 	e.t.Helper()
-	s, err := lua.New(e.rdb, lua.Options{Prefix: e.prefix})
+	s, err := fastpath.New(e.rdb, fastpath.Options{Prefix: e.prefix})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func (e *env) loadScripts() {
 func (e *env) assertCacheWithinRecord(r claim.Request) {
 	e.t.Helper()
 	ref := e.ref(r)
-	pttl, err := e.rdb.PTTL(e.t.Context(), lua.KeysFor(e.prefix, ref).Result).Result()
+	pttl, err := e.rdb.PTTL(e.t.Context(), fastpath.KeysFor(e.prefix, ref).Result).Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func (e *env) lostClaimReplies(store durable.Store[pgx.Tx]) *claim.Claimer[pgx.T
 		return cmd
 	}}
 	c, err := claim.New[pgx.Tx](store, claim.WithRedis(lost, lua.Options{
-		Prefix: e.prefix, Timeout: time.Second, Breaker: lua.BreakerOptions{Failures: 1000},
+		Prefix: e.prefix, Timeout: time.Second, BreakerFailures: 1000,
 	}))
 	if err != nil {
 		e.t.Fatal(err)
@@ -190,7 +191,7 @@ func (e *env) lostClaimReplies(store durable.Store[pgx.Tx]) *claim.Claimer[pgx.T
 
 func (e *env) redisLeaseExists(r claim.Request) bool {
 	e.t.Helper()
-	n, err := e.rdb.Exists(e.t.Context(), lua.KeysFor(e.prefix, e.ref(r)).Lease).Result()
+	n, err := e.rdb.Exists(e.t.Context(), fastpath.KeysFor(e.prefix, e.ref(r)).Lease).Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestClaimer_LostRedisClaimReply(t *testing.T) {
 		if tok.Generation <= prev.Lease.Token().Generation {
 			t.Fatalf("generation %v not newer than %v", tok, prev.Lease.Token())
 		}
-		k := lua.KeysFor(e.prefix, e.ref(r))
+		k := fastpath.KeysFor(e.prefix, e.ref(r))
 		lease, err := e.rdb.HGetAll(t.Context(), k.Lease).Result()
 		if err != nil {
 			t.Fatal(err)

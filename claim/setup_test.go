@@ -13,6 +13,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
 )
@@ -79,7 +80,7 @@ func setup(t *testing.T, mode string, opts ...claim.Option) *env {
 		// breaker opens after the first failure.
 		dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
 		t.Cleanup(func() { dead.Close() })
-		opts = append([]claim.Option{claim.WithRedis(dead, lua.Options{Prefix: "dead", Breaker: lua.BreakerOptions{Failures: 1, CoolDown: time.Hour}})}, opts...)
+		opts = append([]claim.Option{claim.WithRedis(dead, lua.Options{Prefix: "dead", BreakerFailures: 1, BreakerCoolDown: time.Hour})}, opts...)
 	}
 	c, err := claim.New[pgx.Tx](st, opts...)
 	if err != nil {
@@ -115,7 +116,7 @@ func (e *env) expireLease(r claim.Request) {
 		e.t.Fatal(err)
 	}
 	if e.rdb != nil {
-		e.rdb.Del(e.t.Context(), lua.KeysFor(e.prefix, ref).Lease)
+		e.rdb.Del(e.t.Context(), fastpath.KeysFor(e.prefix, ref).Lease)
 	}
 }
 

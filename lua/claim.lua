@@ -7,10 +7,15 @@
 --   {"acquired", generation}                    this owner holds the lease now
 --   {"busy", generation, owner, pttl_ms, same}  another owner holds a live lease;
 --                                               same is 1 when it is for this fingerprint
+-- A live lease of this owner with another fingerprint is busy too. A
+-- lease's fingerprint never makes a mismatch: a lease left behind by a
+-- release that did not reach Redis must not make a new request fail for good.
 -- A new lease proposes generation = max(counter + 1, Redis clock ms - 59000)
 -- and stores it in the counter. The durable store gives a record it creates
 -- or restarts at least its own clock ms - 60000: when the two clocks agree
 -- within a second the database keeps this proposal and no sync is needed.
+-- A counter already ahead of the clock rises by 1. The counter's TTL is
+-- raised to the retention, never lowered.
 -- Generations travel as decimal strings: a Lua number is a double, exact for
 -- the clock's ~1.8e12 but not above 2^53, and tostring would print 1.8e+12.
 -- Safe to re-run: a second run by the lease holder finds its own lease and

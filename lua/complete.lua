@@ -14,6 +14,8 @@
 --      the same result (fingerprint, generation, blob) is left as it is,
 --      TTL included, so a re-run changes nothing;
 --   3. the lease is deleted only if ARGV[1] holds it.
+-- Safe to re-run: a second run finds the same result cached and no lease of
+-- ARGV[1], and writes nothing.
 local function gt(a, b) -- a > b for canonical decimal strings
   if #a ~= #b then return #a > #b end
   return a > b

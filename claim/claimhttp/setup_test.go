@@ -23,6 +23,7 @@ import (
 	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
 )
@@ -268,7 +269,7 @@ func (f *fixture) expireLease(tenant, key string) {
 		f.t.Fatalf("expire lease: %v (%d rows)", err, tag.RowsAffected())
 	}
 	if f.rdb != nil {
-		f.rdb.Del(context.Background(), lua.KeysFor(f.prefix, ref).Lease)
+		f.rdb.Del(context.Background(), fastpath.KeysFor(f.prefix, ref).Lease)
 	}
 }
 

@@ -17,8 +17,9 @@
 //   - [ScriptSends]: counts the scripts a go-redis client puts on the wire,
 //     so a delayed reply that makes the client re-send a script is seen.
 //   - [SkewedClock]: a worker clock far off, for the only clock the library
-//     accepts (the lua breaker's NowFunc). The library reads no worker clock
-//     for any lease decision, so the skew must change nothing.
+//     accepts (the Redis breaker's clock, set with the internal
+//     fastpath.Hooks.Now). The library reads no worker clock for any lease
+//     decision, so the skew must change nothing.
 //   - [Pause]: a worker paused the way a GC pause or a stopped VM pauses it.
 //   - [Downstream]: an HTTP dependency of the suite that fails, times out after
 //     doing the work, or answers slowly, deduplicating by operation identity

@@ -17,8 +17,8 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/testenv"
-	"github.com/oncekey/oncekey/lua"
 )
 
 func redisBinary(t *testing.T) {
@@ -219,7 +219,7 @@ func TestVanishLease(t *testing.T) {
 	c, prefix := testenv.Redis(t)
 	ctx := t.Context()
 	ref := durable.Scope{Tenant: "t", Operation: "o", Key: "k"}.Ref(nil)
-	lease := lua.KeysFor(prefix, ref).Lease
+	lease := fastpath.KeysFor(prefix, ref).Lease
 	if err := c.HSet(ctx, lease, "o", "x").Err(); err != nil {
 		t.Fatal(err)
 	}

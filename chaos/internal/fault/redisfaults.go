@@ -14,14 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 // VanishLease makes the Redis lease of ref expire now (PEXPIRE lease 1):
 // the effect of a Redis clock jump, which libfaketime cannot produce on a
 // real redis-server. It reports whether there was a lease to expire.
 func VanishLease(ctx context.Context, c redis.Cmdable, prefix string, ref durable.Ref) (bool, error) {
-	ok, err := c.PExpire(ctx, lua.KeysFor(prefix, ref).Lease, time.Millisecond).Result()
+	ok, err := c.PExpire(ctx, fastpath.KeysFor(prefix, ref).Lease, time.Millisecond).Result()
 	if err != nil {
 		return false, fmt.Errorf("%w: pexpire lease: %w", ErrRedisProcess, err)
 	}
@@ -112,9 +112,9 @@ func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // the real time plus a fixed offset plus a random jump of up to ±Jump. The
 // library reads no worker clock for any lease decision (leases are decided
 // by the database's clock and Redis's TTLs, and a worker measures its own
-// deadline on the monotonic clock); the only clock it accepts is the lua
-// breaker's NowFunc, so that is where a skewed clock goes, and nothing about
-// the guarantee may change.
+// deadline on the monotonic clock); the only clock it accepts is the Redis
+// breaker's (the internal fastpath.Hooks.Now), so that is where a skewed
+// clock goes, and nothing about the guarantee may change.
 type SkewedClock struct {
 	Offset time.Duration
 	Jump   time.Duration

@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/testenv"
-	"github.com/oncekey/oncekey/lua"
 )
 
 // env is one Redis to run the script tests on: miniredis or a real server.
@@ -75,13 +75,13 @@ func realEnv(t *testing.T) env {
 
 // scripts builds Scripts on e with a generous timeout: these tests are about
 // the scripts, not about timing.
-func (e env) scripts(t *testing.T, opts lua.Options) *lua.Scripts {
+func (e env) scripts(t *testing.T, opts fastpath.Options) *fastpath.Scripts {
 	t.Helper()
 	opts.Prefix = e.prefix
 	if opts.Timeout == 0 {
 		opts.Timeout = 5 * time.Second
 	}
-	s, err := lua.New(e.raw, opts)
+	s, err := fastpath.New(e.raw, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package lua
+package fastpath
 
 import (
 	"context"
@@ -53,4 +53,16 @@ func policyOf(ctx context.Context, c redis.Cmdable) (string, error) {
 		return "", fmt.Errorf("%w: CONFIG GET returned no maxmemory-policy", ErrPolicyUnknown)
 	}
 	return p, nil
+}
+
+// EvictionPolicy runs [CheckEviction] on the scripts' client. It returns ""
+// and no error when the client cannot send CONFIG GET (it is not a
+// redis.UniversalClient, for example a wrapper of one). ctx bounds the call;
+// it does not go through the breaker.
+func (s *Scripts) EvictionPolicy(ctx context.Context) (policy string, err error) {
+	u, ok := s.c.(redis.UniversalClient)
+	if !ok {
+		return "", nil
+	}
+	return CheckEviction(ctx, u)
 }

@@ -1,4 +1,4 @@
-package lua
+package fastpath
 
 import (
 	"sync"
@@ -11,42 +11,48 @@ type BreakerState int
 
 // The breaker's states.
 const (
-	// Closed: calls go to Redis; consecutive failures are counted.
-	Closed BreakerState = iota
-	// Open: calls fail at once with [ErrBreakerOpen] until the cool-down
+	// BreakerClosed: calls go to Redis; consecutive failures are counted.
+	BreakerClosed BreakerState = iota
+	// BreakerOpen: calls fail at once with [ErrBreakerOpen] until the cool-down
 	// has passed.
-	Open
-	// HalfOpen: the cool-down has passed and one probe call is in flight;
+	BreakerOpen
+	// BreakerHalfOpen: the cool-down has passed and one probe call is in flight;
 	// others still fail at once. The probe's success closes the breaker,
 	// its failure opens it for another cool-down.
-	HalfOpen
+	BreakerHalfOpen
 )
 
 // String returns "closed", "open" or "half-open", for logs and metric labels.
 func (s BreakerState) String() string {
 	switch s {
-	case Closed:
+	case BreakerClosed:
 		return "closed"
-	case Open:
+	case BreakerOpen:
 		return "open"
-	case HalfOpen:
+	case BreakerHalfOpen:
 		return "half-open"
 	}
 	return "unknown"
 }
 
+// Defaults of [BreakerOptions], as documented on lua.Options.
+const (
+	DefaultBreakerFailures = 5
+	DefaultBreakerCoolDown = time.Second
+)
+
 // BreakerOptions configure the breaker.
 type BreakerOptions struct {
 	// Failures is how many consecutive failed calls open the breaker.
-	// Defaults to 5.
+	// Defaults to [DefaultBreakerFailures].
 	Failures int
 	// CoolDown is how long the breaker stays open before it lets one probe
-	// through. Defaults to 1s.
+	// through. Defaults to [DefaultBreakerCoolDown].
 	CoolDown time.Duration
-	// NowFunc returns the current time; tests inject a clock. Only
+	// Now returns the current time; tests inject a clock. Only
 	// differences between its results are used (time.Now's monotonic
 	// reading). Defaults to time.Now.
-	NowFunc func() time.Time
+	Now func() time.Time
 }
 
 // Breaker is a small consecutive-failure circuit breaker. It is safe for
@@ -75,12 +81,12 @@ type Breaker struct {
 // state, while the breaker's lock is held: it must be quick and must not
 // call the breaker.
 func NewBreaker(opts BreakerOptions, onChange func(BreakerState)) *Breaker {
-	b := &Breaker{failures: opts.Failures, coolDown: opts.CoolDown, now: opts.NowFunc, onChange: onChange}
+	b := &Breaker{failures: opts.Failures, coolDown: opts.CoolDown, now: opts.Now, onChange: onChange}
 	if b.failures <= 0 {
-		b.failures = 5
+		b.failures = DefaultBreakerFailures
 	}
 	if b.coolDown <= 0 {
-		b.coolDown = time.Second
+		b.coolDown = DefaultBreakerCoolDown
 	}
 	if b.now == nil {
 		b.now = time.Now
@@ -89,25 +95,25 @@ func NewBreaker(opts BreakerOptions, onChange func(BreakerState)) *Breaker {
 }
 
 // State returns the current state. An open breaker whose cool-down has
-// passed still reports Open until a call arrives and becomes the probe.
+// passed still reports BreakerOpen until a call arrives and becomes the probe.
 func (b *Breaker) State() BreakerState { return BreakerState(b.state.Load()) }
 
 // Allow reports whether a call may go to Redis now, and whether that call
 // is the half-open probe.
 func (b *Breaker) Allow() (probe, ok bool) {
-	if b.State() == Closed {
+	if b.State() == BreakerClosed {
 		return false, true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.State() {
-	case Closed:
+	case BreakerClosed:
 		return false, true
-	case Open:
+	case BreakerOpen:
 		if b.now().Sub(b.openedAt) < b.coolDown {
 			return false, false
 		}
-		b.set(HalfOpen)
+		b.set(BreakerHalfOpen)
 	}
 	// Half-open: one probe at a time.
 	if b.probing {
@@ -120,17 +126,17 @@ func (b *Breaker) Allow() (probe, ok bool) {
 // Success records a call that Redis answered. A probe's success closes the
 // breaker; a success that was admitted before the breaker opened does not.
 func (b *Breaker) Success(probe bool) {
-	if !probe && b.State() == Closed && b.fails.Load() == 0 {
+	if !probe && b.State() == BreakerClosed && b.fails.Load() == 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case probe && b.State() == HalfOpen:
+	case probe && b.State() == BreakerHalfOpen:
 		b.probing = false
 		b.fails.Store(0)
-		b.set(Closed)
-	case b.State() == Closed:
+		b.set(BreakerClosed)
+	case b.State() == BreakerClosed:
 		b.fails.Store(0)
 	}
 }
@@ -143,10 +149,10 @@ func (b *Breaker) Failure(probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case probe && b.State() == HalfOpen:
+	case probe && b.State() == BreakerHalfOpen:
 		b.probing = false
 		b.open()
-	case b.State() == Closed:
+	case b.State() == BreakerClosed:
 		if b.fails.Add(1) >= int64(b.failures) {
 			b.open()
 		}
@@ -159,7 +165,7 @@ func (b *Breaker) Failure(probe bool) {
 func (b *Breaker) Abandon(probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if probe && b.State() == HalfOpen {
+	if probe && b.State() == BreakerHalfOpen {
 		b.probing = false
 	}
 }
@@ -167,7 +173,7 @@ func (b *Breaker) Abandon(probe bool) {
 func (b *Breaker) open() {
 	b.openedAt = b.now()
 	b.fails.Store(0)
-	b.set(Open)
+	b.set(BreakerOpen)
 }
 
 func (b *Breaker) set(s BreakerState) {

@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/testenv"
-	"github.com/oncekey/oncekey/lua"
 )
 
 // BenchmarkClaim compares, on the same client and the same real Redis, a
@@ -21,7 +21,7 @@ import (
 // bare EVALSHA of the same script, at 1 and 50 concurrent callers. Every
 // iteration claims a new scope (the TIME, INCR, HSET and PEXPIRE branch).
 //
-//	go test -run '^$' -bench BenchmarkClaim -benchtime 20000x ./lua/
+//	go test -run '^$' -bench BenchmarkClaim -benchtime 20000x ./internal/fastpath/
 func BenchmarkClaim(b *testing.B) {
 	_, prefix := testenv.Redis(b) // deletes prefix:* at the end
 	newClient := func(ctxTimeouts bool) *redis.Client {
@@ -34,7 +34,7 @@ func BenchmarkClaim(b *testing.B) {
 	}
 	ctxClient, defaultClient := newClient(true), newClient(false)
 	ctx := context.Background()
-	sha, err := ctxClient.ScriptLoad(ctx, lua.ClaimSource()).Result()
+	sha, err := ctxClient.ScriptLoad(ctx, fastpath.ClaimSource()).Result()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -45,19 +45,19 @@ func BenchmarkClaim(b *testing.B) {
 	const leaseMS, retentionMS = 10_000, 60_000
 
 	wrapper := func(c *redis.Client) func(b *testing.B, owner uuid.UUID) {
-		s, err := lua.New(c, lua.Options{Prefix: prefix, Timeout: time.Second})
+		s, err := fastpath.New(c, fastpath.Options{Prefix: prefix, Timeout: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
 		return func(b *testing.B, owner uuid.UUID) {
-			r, err := s.Claim(ctx, nextRef(), lua.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: leaseMS * time.Millisecond, Retention: retentionMS * time.Millisecond})
-			if err != nil || r.Outcome != lua.Acquired {
+			r, err := s.Claim(ctx, nextRef(), fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: leaseMS * time.Millisecond, Retention: retentionMS * time.Millisecond})
+			if err != nil || r.Status != fastpath.ClaimAcquired {
 				b.Fatalf("Claim = %+v, %v", r, err)
 			}
 		}
 	}
 	bare := func(b *testing.B, owner uuid.UUID) {
-		k := lua.KeysFor(prefix, nextRef())
+		k := fastpath.KeysFor(prefix, nextRef())
 		if err := ctxClient.EvalSha(ctx, sha, []string{k.Lease, k.Gen, k.Result}, fp, owner.String(), leaseMS, retentionMS).Err(); err != nil {
 			b.Fatal(err)
 		}
@@ -111,15 +111,15 @@ func (c cannedScripter) EvalSha(ctx context.Context, _ string, _ []string, _ ...
 // a canned reply.
 func BenchmarkClaimOverhead(b *testing.B) {
 	ref := durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: "k"}.Ref(nil)
-	a := lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: time.Second, Retention: time.Minute}
+	a := fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: time.Second, Retention: time.Minute}
 	for _, direct := range []bool{true, false} {
 		// A long timeout: this measures CPU, and 50 spinning callers on few
 		// cores delay goroutines past 50ms.
-		s, err := lua.New(cannedScripter{reply: []any{"acquired", "1"}}, lua.Options{Timeout: time.Minute})
+		s, err := fastpath.New(cannedScripter{reply: []any{"acquired", "1"}}, fastpath.Options{Timeout: time.Minute})
 		if err != nil {
 			b.Fatal(err)
 		}
-		lua.SetDirect(s, direct)
+		fastpath.SetDirect(s, direct)
 		mode := "direct"
 		if !direct {
 			mode = "detached"

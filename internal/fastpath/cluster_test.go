@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/redisproc"
-	"github.com/oncekey/oncekey/lua"
 )
 
 // TestCluster runs every script on a real three-master Redis Cluster, for a
@@ -26,7 +26,7 @@ func TestCluster(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { cc.Close() })
 	ctx := context.Background()
-	s, err := lua.New(cc, lua.Options{Timeout: 5 * time.Second})
+	s, err := fastpath.New(cc, fastpath.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,8 +87,8 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("CheckEvictionReportsAnyMasterThatEvicts", func(t *testing.T) {
-		p, err := lua.CheckEviction(ctx, cc)
-		if err != nil || p != lua.NoEviction {
+		p, err := fastpath.CheckEviction(ctx, cc)
+		if err != nil || p != fastpath.NoEviction {
 			t.Fatalf("CheckEviction = %q, %v; want noeviction", p, err)
 		}
 		m := redis.NewClient(&redis.Options{Addr: addrs[1]})
@@ -97,7 +97,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m.ConfigSet(context.WithoutCancel(ctx), "maxmemory-policy", "noeviction")
-		if p, err := lua.CheckEviction(ctx, cc); err != nil || p != "allkeys-lru" {
+		if p, err := fastpath.CheckEviction(ctx, cc); err != nil || p != "allkeys-lru" {
 			t.Fatalf("CheckEviction = %q, %v; want allkeys-lru", p, err)
 		}
 	})
@@ -105,17 +105,17 @@ func TestCluster(t *testing.T) {
 
 // clusterRound runs claim, busy, renew, syncgen, complete, replay, mismatch
 // and release on scope i, checking each reply.
-func clusterRound(ctx context.Context, s *lua.Scripts, i int) error {
+func clusterRound(ctx context.Context, s *fastpath.Scripts, i int) error {
 	ref := durable.Scope{Tenant: fmt.Sprintf("tenant-%d", i%7), Operation: "POST /orders", Key: fmt.Sprintf("{key-%d}", i)}.Ref(nil)
 	a, b := uuid.New(), uuid.New()
 	fail := func(step string, got any, err error) error {
 		return fmt.Errorf("scope %d: %s = %+v, %v", i, step, got, err)
 	}
-	r, err := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: fp, Owner: a, Lease: lease, Retention: retention})
-	if err != nil || r.Outcome != lua.Acquired || r.Generation < 1_000_000_000_000 {
+	r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: a, Lease: lease, Retention: retention})
+	if err != nil || r.Status != fastpath.ClaimAcquired || r.Generation < 1_000_000_000_000 {
 		return fail("claim", r, err) // the proposal is Redis's clock in ms - 59s
 	}
-	if r, err := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: fp, Owner: b, Lease: lease, Retention: retention}); err != nil || r.Outcome != lua.Busy {
+	if r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: b, Lease: lease, Retention: retention}); err != nil || r.Status != fastpath.ClaimBusy {
 		return fail("second claim", r, err)
 	}
 	tok := fence.Token{Generation: r.Generation + 1, Owner: a}
@@ -128,10 +128,10 @@ func clusterRound(ctx context.Context, s *lua.Scripts, i int) error {
 	if cached, err := s.Complete(ctx, ref, tok, fp, durable.Completed, sampleResult(), time.Hour); err != nil || !cached {
 		return fail("complete", cached, err)
 	}
-	if r, err := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: fp, Owner: b, Lease: lease, Retention: retention}); err != nil || r.Outcome != lua.Cached || r.Cached.Generation != tok.Generation {
+	if r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: b, Lease: lease, Retention: retention}); err != nil || r.Status != fastpath.ClaimCached || r.Cached.Generation != tok.Generation {
 		return fail("replay", r, err)
 	}
-	if r, err := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: otherFP, Owner: b, Lease: lease, Retention: retention}); err != nil || r.Outcome != lua.Mismatch {
+	if r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: otherFP, Owner: b, Lease: lease, Retention: retention}); err != nil || r.Status != fastpath.ClaimMismatch {
 		return fail("mismatch", r, err)
 	}
 	if held, err := s.Release(ctx, ref, tok); err != nil || held {

@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"encoding/hex"
@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 func TestKeysFor(t *testing.T) {
@@ -17,20 +17,20 @@ func TestKeysFor(t *testing.T) {
 	h := hex.EncodeToString(d[:])
 
 	t.Run("LayoutIsPrefixHashTagSuffix", func(t *testing.T) {
-		k := lua.KeysFor("app", ref)
-		want := lua.Keys{Lease: "app:{" + h + "}:lease", Gen: "app:{" + h + "}:gen", Result: "app:{" + h + "}:result"}
+		k := fastpath.KeysFor("app", ref)
+		want := fastpath.Keys{Lease: "app:{" + h + "}:lease", Gen: "app:{" + h + "}:gen", Result: "app:{" + h + "}:result"}
 		if k != want {
 			t.Fatalf("KeysFor = %+v\nwant %+v", k, want)
 		}
 	})
 	t.Run("EmptyPrefixIsDefault", func(t *testing.T) {
-		if got := lua.KeysFor("", ref).Lease; !strings.HasPrefix(got, "oncekey:{") {
+		if got := fastpath.KeysFor("", ref).Lease; !strings.HasPrefix(got, "oncekey:{") {
 			t.Fatalf("Lease = %q", got)
 		}
 	})
 	t.Run("NamesRevealNoTenantOperationOrKey", func(t *testing.T) {
 		re := regexp.MustCompile(`^oncekey:\{[0-9a-f]{64}\}:(lease|gen|result)$`)
-		k := lua.KeysFor("", ref)
+		k := fastpath.KeysFor("", ref)
 		for _, name := range []string{k.Lease, k.Gen, k.Result} {
 			if !re.MatchString(name) {
 				t.Errorf("%q does not match %v", name, re)
@@ -51,7 +51,7 @@ func TestKeysFor(t *testing.T) {
 			{Tenant: "ab", Operation: "c", Key: "d"},
 			{Tenant: "a", Operation: "b", Key: "d"},
 		} {
-			k := lua.KeysFor("", s.Ref(nil)).Lease
+			k := fastpath.KeysFor("", s.Ref(nil)).Lease
 			if prev, ok := seen[k]; ok {
 				t.Fatalf("%+v and %+v share %s", prev, s, k)
 			}
@@ -112,7 +112,7 @@ func checkBraceSlots(t *testing.T, slot func(string) int64) {
 		ref := durable.Scope{Tenant: "t", Operation: "op", Key: key}.Ref(nil)
 		d := ref.Digest()
 		want := slot(hex.EncodeToString(d[:]))
-		k := lua.KeysFor("", ref)
+		k := fastpath.KeysFor("", ref)
 		for _, name := range []string{k.Lease, k.Gen, k.Result} {
 			if got := slot(name); got != want {
 				t.Errorf("key %q: %s is in slot %d, want %d (its hash's)", key, name, got, want)

@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"reflect"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 // fakeClock is a settable clock for the breaker.
@@ -32,27 +32,27 @@ func (c *fakeClock) Advance(d time.Duration) {
 // stateLog records the breaker's state changes.
 type stateLog struct {
 	mu     sync.Mutex
-	states []lua.BreakerState
+	states []fastpath.BreakerState
 }
 
-func (l *stateLog) record(s lua.BreakerState) {
+func (l *stateLog) record(s fastpath.BreakerState) {
 	l.mu.Lock()
 	l.states = append(l.states, s)
 	l.mu.Unlock()
 }
 
-func (l *stateLog) get() []lua.BreakerState {
+func (l *stateLog) get() []fastpath.BreakerState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]lua.BreakerState(nil), l.states...)
+	return append([]fastpath.BreakerState(nil), l.states...)
 }
 
-func newTestBreaker(failures int) (*lua.Breaker, *fakeClock, *stateLog) {
+func newTestBreaker(failures int) (*fastpath.Breaker, *fakeClock, *stateLog) {
 	clk, log := newFakeClock(), &stateLog{}
-	return lua.NewBreaker(lua.BreakerOptions{Failures: failures, CoolDown: time.Second, NowFunc: clk.Now}, log.record), clk, log
+	return fastpath.NewBreaker(fastpath.BreakerOptions{Failures: failures, CoolDown: time.Second, Now: clk.Now}, log.record), clk, log
 }
 
-func mustAllow(t *testing.T, b *lua.Breaker, wantProbe bool) {
+func mustAllow(t *testing.T, b *fastpath.Breaker, wantProbe bool) {
 	t.Helper()
 	probe, ok := b.Allow()
 	if !ok || probe != wantProbe {
@@ -60,7 +60,7 @@ func mustAllow(t *testing.T, b *lua.Breaker, wantProbe bool) {
 	}
 }
 
-func mustRefuse(t *testing.T, b *lua.Breaker) {
+func mustRefuse(t *testing.T, b *fastpath.Breaker) {
 	t.Helper()
 	if _, ok := b.Allow(); ok {
 		t.Fatalf("Allow = ok in state %v, want refused", b.State())
@@ -74,17 +74,17 @@ func TestBreaker(t *testing.T) {
 		for i := range 2 {
 			mustAllow(t, b, false)
 			b.Failure(false)
-			if st := b.State(); st != lua.Closed {
+			if st := b.State(); st != fastpath.BreakerClosed {
 				t.Fatalf("after %d failures: %v", i+1, st)
 			}
 		}
 		mustAllow(t, b, false)
 		b.Failure(false)
-		if st := b.State(); st != lua.Open {
+		if st := b.State(); st != fastpath.BreakerOpen {
 			t.Fatalf("after 3 failures: %v, want open", st)
 		}
 		mustRefuse(t, b)
-		if got := log.get(); !reflect.DeepEqual(got, []lua.BreakerState{lua.Open}) {
+		if got := log.get(); !reflect.DeepEqual(got, []fastpath.BreakerState{fastpath.BreakerOpen}) {
 			t.Errorf("state changes = %v", got)
 		}
 	})
@@ -96,7 +96,7 @@ func TestBreaker(t *testing.T) {
 			mustAllow(t, b, false)
 			b.Success(false)
 		}
-		if st := b.State(); st != lua.Closed {
+		if st := b.State(); st != fastpath.BreakerClosed {
 			t.Fatalf("alternating failures opened the breaker: %v", st)
 		}
 	})
@@ -108,7 +108,7 @@ func TestBreaker(t *testing.T) {
 		mustRefuse(t, b)
 		clk.Advance(time.Millisecond)
 		mustAllow(t, b, true)
-		if st := b.State(); st != lua.HalfOpen {
+		if st := b.State(); st != fastpath.BreakerHalfOpen {
 			t.Fatalf("state = %v, want half-open", st)
 		}
 		mustRefuse(t, b) // a second caller while the probe is out
@@ -121,11 +121,11 @@ func TestBreaker(t *testing.T) {
 		clk.Advance(time.Second)
 		mustAllow(t, b, true)
 		b.Success(true)
-		if st := b.State(); st != lua.Closed {
+		if st := b.State(); st != fastpath.BreakerClosed {
 			t.Fatalf("state = %v, want closed", st)
 		}
 		mustAllow(t, b, false)
-		if got, want := log.get(), []lua.BreakerState{lua.Open, lua.HalfOpen, lua.Closed}; !reflect.DeepEqual(got, want) {
+		if got, want := log.get(), []fastpath.BreakerState{fastpath.BreakerOpen, fastpath.BreakerHalfOpen, fastpath.BreakerClosed}; !reflect.DeepEqual(got, want) {
 			t.Errorf("state changes = %v, want %v", got, want)
 		}
 	})
@@ -136,7 +136,7 @@ func TestBreaker(t *testing.T) {
 		clk.Advance(5 * time.Second)
 		mustAllow(t, b, true)
 		b.Failure(true)
-		if st := b.State(); st != lua.Open {
+		if st := b.State(); st != fastpath.BreakerOpen {
 			t.Fatalf("state = %v, want open", st)
 		}
 		clk.Advance(999 * time.Millisecond)
@@ -151,7 +151,7 @@ func TestBreaker(t *testing.T) {
 		clk.Advance(time.Second)
 		mustAllow(t, b, true)
 		b.Abandon(true)
-		if st := b.State(); st != lua.HalfOpen {
+		if st := b.State(); st != fastpath.BreakerHalfOpen {
 			t.Fatalf("state = %v, want half-open", st)
 		}
 		mustAllow(t, b, true)
@@ -162,7 +162,7 @@ func TestBreaker(t *testing.T) {
 			mustAllow(t, b, false)
 			b.Abandon(false)
 		}
-		if st := b.State(); st != lua.Closed {
+		if st := b.State(); st != fastpath.BreakerClosed {
 			t.Fatalf("state = %v, want closed", st)
 		}
 	})
@@ -173,7 +173,7 @@ func TestBreaker(t *testing.T) {
 		b.Failure(false)       // call 1 opens it
 		clk.Advance(500 * time.Millisecond)
 		b.Success(false) // call 2 answers late: not a probe, does not close
-		if st := b.State(); st != lua.Open {
+		if st := b.State(); st != fastpath.BreakerOpen {
 			t.Fatalf("state = %v, want open", st)
 		}
 		b.Failure(false) // nor does a late failure extend the cool-down
@@ -182,17 +182,17 @@ func TestBreaker(t *testing.T) {
 	})
 	t.Run("ZeroOptionsAreDefaults", func(t *testing.T) {
 		clk := newFakeClock()
-		b := lua.NewBreaker(lua.BreakerOptions{NowFunc: clk.Now}, nil)
+		b := fastpath.NewBreaker(fastpath.BreakerOptions{Now: clk.Now}, nil)
 		for range 4 {
 			mustAllow(t, b, false)
 			b.Failure(false)
 		}
-		if st := b.State(); st != lua.Closed {
+		if st := b.State(); st != fastpath.BreakerClosed {
 			t.Fatalf("opened after 4 failures; default is 5")
 		}
 		mustAllow(t, b, false)
 		b.Failure(false)
-		if st := b.State(); st != lua.Open {
+		if st := b.State(); st != fastpath.BreakerOpen {
 			t.Fatalf("state = %v after 5 failures", st)
 		}
 		clk.Advance(999 * time.Millisecond)
@@ -228,7 +228,7 @@ func TestBreaker(t *testing.T) {
 
 func TestBreakerState_String(t *testing.T) {
 	t.Parallel()
-	for s, want := range map[lua.BreakerState]string{lua.Closed: "closed", lua.Open: "open", lua.HalfOpen: "half-open", 9: "unknown"} {
+	for s, want := range map[fastpath.BreakerState]string{fastpath.BreakerClosed: "closed", fastpath.BreakerOpen: "open", fastpath.BreakerHalfOpen: "half-open", 9: "unknown"} {
 		if got := s.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", int(s), got, want)
 		}

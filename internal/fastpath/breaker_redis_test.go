@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/redisproc"
-	"github.com/oncekey/oncekey/lua"
 )
 
 // breakerSetup is a Scripts on a private redis-server, with a fake clock for
@@ -19,7 +19,7 @@ import (
 type breakerSetup struct {
 	srv    *redisproc.Server
 	calls  *countingScripter
-	s      *lua.Scripts
+	s      *fastpath.Scripts
 	clock  *fakeClock
 	states *stateLog
 }
@@ -38,10 +38,10 @@ func newBreakerSetup(t *testing.T, ctxTimeouts bool, timeout time.Duration) brea
 	})
 	t.Cleanup(func() { c.Close() })
 	b := breakerSetup{srv: srv, calls: &countingScripter{Scripter: c}, clock: newFakeClock(), states: &stateLog{}}
-	s, err := lua.New(b.calls, lua.Options{
+	s, err := fastpath.New(b.calls, fastpath.Options{
 		Prefix:        "brk",
 		Timeout:       timeout,
-		Breaker:       lua.BreakerOptions{Failures: 3, CoolDown: 10 * time.Second, NowFunc: b.clock.Now},
+		Breaker:       fastpath.BreakerOptions{Failures: 3, CoolDown: 10 * time.Second, Now: b.clock.Now},
 		OnStateChange: b.states.record,
 	})
 	if err != nil {
@@ -53,7 +53,7 @@ func newBreakerSetup(t *testing.T, ctxTimeouts bool, timeout time.Duration) brea
 
 func (b breakerSetup) claim(t *testing.T) error {
 	t.Helper()
-	_, err := b.s.Claim(context.Background(), refFor(t, "k"), lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+	_, err := b.s.Claim(context.Background(), refFor(t, "k"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
 	return err
 }
 
@@ -63,22 +63,22 @@ func (b breakerSetup) openBreaker(t *testing.T, wantCause error) {
 	t.Helper()
 	for i := range 3 {
 		err := b.claim(t)
-		if !errors.Is(err, lua.ErrUnavailable) || errors.Is(err, lua.ErrBreakerOpen) {
+		if !errors.Is(err, fastpath.ErrUnavailable) || errors.Is(err, fastpath.ErrBreakerOpen) {
 			t.Fatalf("call %d: %v, want ErrUnavailable from Redis", i+1, err)
 		}
 		if wantCause != nil && !errors.Is(err, wantCause) {
 			t.Fatalf("call %d: %v, want it to wrap %v", i+1, err, wantCause)
 		}
-		if want := lua.Closed; i < 2 && b.s.Breaker() != want {
+		if want := fastpath.BreakerClosed; i < 2 && b.s.Breaker() != want {
 			t.Fatalf("breaker %v after %d failures, want closed", b.s.Breaker(), i+1)
 		}
 	}
-	if st := b.s.Breaker(); st != lua.Open {
+	if st := b.s.Breaker(); st != fastpath.BreakerOpen {
 		t.Fatalf("breaker = %v after 3 failures, want open", st)
 	}
 	sent := b.calls.n.Load()
 	for range 20 {
-		if err := b.claim(t); !errors.Is(err, lua.ErrBreakerOpen) {
+		if err := b.claim(t); !errors.Is(err, fastpath.ErrBreakerOpen) {
 			t.Fatalf("call with the breaker open: %v, want ErrBreakerOpen", err)
 		}
 	}
@@ -95,13 +95,13 @@ func (b breakerSetup) closeBreaker(t *testing.T) {
 	if err := b.claim(t); err != nil {
 		t.Fatalf("probe: %v", err)
 	}
-	if st := b.s.Breaker(); st != lua.Closed {
+	if st := b.s.Breaker(); st != fastpath.BreakerClosed {
 		t.Fatalf("breaker = %v after a successful probe, want closed", st)
 	}
 	if err := b.claim(t); err != nil {
 		t.Fatalf("call after closing: %v", err)
 	}
-	if got, want := b.states.get(), []lua.BreakerState{lua.Open, lua.HalfOpen, lua.Closed}; !reflect.DeepEqual(got, want) {
+	if got, want := b.states.get(), []fastpath.BreakerState{fastpath.BreakerOpen, fastpath.BreakerHalfOpen, fastpath.BreakerClosed}; !reflect.DeepEqual(got, want) {
 		t.Errorf("state changes = %v, want %v", got, want)
 	}
 }
@@ -136,7 +136,7 @@ func TestBreaker_Redis(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitForPing(t, b.srv.Addr())
-		if err := b.claim(t); !errors.Is(err, lua.ErrBreakerOpen) {
+		if err := b.claim(t); !errors.Is(err, fastpath.ErrBreakerOpen) {
 			t.Fatalf("before the cool-down: %v", err)
 		}
 		b.closeBreaker(t)
@@ -168,13 +168,13 @@ func TestBreaker_Redis(t *testing.T) {
 		b.srv.Kill()
 		b.openBreaker(t, nil)
 		b.clock.Advance(10 * time.Second)
-		if err := b.claim(t); !errors.Is(err, lua.ErrUnavailable) || errors.Is(err, lua.ErrBreakerOpen) {
+		if err := b.claim(t); !errors.Is(err, fastpath.ErrUnavailable) || errors.Is(err, fastpath.ErrBreakerOpen) {
 			t.Fatalf("probe on a dead port: %v", err)
 		}
-		if st := b.s.Breaker(); st != lua.Open {
+		if st := b.s.Breaker(); st != fastpath.BreakerOpen {
 			t.Fatalf("breaker = %v after a failed probe, want open", st)
 		}
-		if err := b.claim(t); !errors.Is(err, lua.ErrBreakerOpen) {
+		if err := b.claim(t); !errors.Is(err, fastpath.ErrBreakerOpen) {
 			t.Fatalf("after a failed probe: %v", err)
 		}
 	})
@@ -185,12 +185,12 @@ func TestBreaker_Redis(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		for range 10 {
-			_, err := b.s.Claim(ctx, refFor(t, "k"), lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
-			if !errors.Is(err, lua.ErrUnavailable) {
+			_, err := b.s.Claim(ctx, refFor(t, "k"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+			if !errors.Is(err, fastpath.ErrUnavailable) {
 				t.Fatalf("Claim = %v", err)
 			}
 		}
-		if st := b.s.Breaker(); st != lua.Closed {
+		if st := b.s.Breaker(); st != fastpath.BreakerClosed {
 			t.Fatalf("breaker = %v after calls the caller cancelled, want closed", st)
 		}
 	})

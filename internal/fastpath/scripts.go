@@ -1,8 +1,7 @@
-package lua
+package fastpath
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
 	"time"
@@ -12,30 +11,29 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/lua"
 )
 
+// The scripts, from package lua's embedded sources. Run sends EVALSHA and
+// falls back to EVAL on NOSCRIPT (a restarted or failed-over server, or a
+// cluster node that never saw the script).
 var (
-	//go:embed claim.lua
-	claimSrc string
-	//go:embed renew.lua
-	renewSrc string
-	//go:embed complete.lua
-	completeSrc string
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed syncgen.lua
-	syncgenSrc string
-
-	// Run sends EVALSHA and falls back to EVAL on NOSCRIPT (a restarted or
-	// failed-over server, or a cluster node that never saw the script).
-	claimScript    = redis.NewScript(claimSrc)
-	renewScript    = redis.NewScript(renewSrc)
-	completeScript = redis.NewScript(completeSrc)
-	releaseScript  = redis.NewScript(releaseSrc)
-	syncgenScript  = redis.NewScript(syncgenSrc)
+	claimScript    = script("claim.lua")
+	renewScript    = script("renew.lua")
+	completeScript = script("complete.lua")
+	releaseScript  = script("release.lua")
+	syncgenScript  = script("syncgen.lua")
 )
 
-// Defaults of [Options].
+func script(name string) *redis.Script {
+	src, err := lua.Sources.ReadFile(name)
+	if err != nil {
+		panic("fastpath: " + err.Error()) // embedded: cannot happen
+	}
+	return redis.NewScript(string(src))
+}
+
+// Defaults of [Options], as documented on [lua.Options].
 const (
 	DefaultTimeout       = 50 * time.Millisecond
 	DefaultMaxCachedBody = 64 << 10
@@ -46,19 +44,20 @@ const (
 // store.
 const MaxFingerprintLen = 256
 
-// Options configure [New]. The zero value takes every default.
+// Options configure [New]: the user's [lua.Options] (see [FromLua]) and what
+// only the project sets (the breaker's clock, a state callback). The zero
+// value takes every default.
 type Options struct {
 	// Prefix starts every key name. Defaults to [DefaultPrefix]. It must
 	// not contain '{' or '}', which would change the hash tag.
 	Prefix string
-	// Timeout bounds each call, Redis's retries included. Defaults to 50ms.
+	// Timeout bounds each call, Redis's retries included. Defaults to
+	// [DefaultTimeout].
 	Timeout time.Duration
-	// MaxCachedBody is the largest body cached in Redis, in bytes; results
-	// with larger bodies are not cached and their replays come from the
-	// durable store. Defaults to 64 KiB; negative caches no result at all.
+	// MaxCachedBody is the largest body cached in Redis, in bytes.
+	// Defaults to [DefaultMaxCachedBody]; negative caches no result at all.
 	MaxCachedBody int
-	// CacheTTL bounds a cached result's life. Each Complete also passes the
-	// record's remaining retention; the smaller one is used. Defaults to 24h.
+	// CacheTTL bounds a cached result's life. Defaults to [DefaultCacheTTL].
 	CacheTTL time.Duration
 	// Breaker configures the circuit breaker.
 	Breaker BreakerOptions
@@ -66,6 +65,57 @@ type Options struct {
 	// every change (for a metric or a log line). It runs under the
 	// breaker's lock: it must be quick and must not call [Scripts].
 	OnStateChange func(BreakerState)
+}
+
+// FromLua returns the Options that o, the user's configuration, stands for.
+func FromLua(o lua.Options) Options {
+	return Options{
+		Prefix:        o.Prefix,
+		Timeout:       o.Timeout,
+		MaxCachedBody: o.MaxCachedBody,
+		CacheTTL:      o.CacheTTL,
+		Breaker:       BreakerOptions{Failures: o.BreakerFailures, CoolDown: o.BreakerCoolDown},
+	}
+}
+
+// Hooks are settings no user configures: the in-module benchmarks and the
+// chaos suite attach them to a client with [WithHooks] before handing it to
+// claim.WithRedis, and [New] applies them.
+type Hooks struct {
+	// Now, when set, is the breaker's clock (see [BreakerOptions.Now]).
+	Now func() time.Time
+	// OnStateChange, when set, is called on every breaker state change,
+	// after [Options.OnStateChange].
+	OnStateChange func(BreakerState)
+}
+
+// hooked is a client with [Hooks] attached.
+type hooked struct {
+	redis.Scripter
+	hooks Hooks
+}
+
+// WithHooks returns c with h attached. The result is a redis.Scripter only;
+// [New] takes c back out of it and applies h.
+func WithHooks(c redis.Scripter, h Hooks) redis.Scripter { return hooked{c, h} }
+
+// unhook returns the client inside c and opts with c's hooks applied.
+func unhook(c redis.Scripter, opts Options) (redis.Scripter, Options) {
+	h, ok := c.(hooked)
+	if !ok {
+		return c, opts
+	}
+	if h.hooks.Now != nil {
+		opts.Breaker.Now = h.hooks.Now
+	}
+	if extra := h.hooks.OnStateChange; extra != nil {
+		if first := opts.OnStateChange; first != nil {
+			opts.OnStateChange = func(s BreakerState) { first(s); extra(s) }
+		} else {
+			opts.OnStateChange = extra
+		}
+	}
+	return h.Scripter, opts
 }
 
 // Scripts runs the fast-path scripts on one Redis deployment. It is safe for
@@ -92,8 +142,10 @@ type Scripts struct {
 // ContextTimeoutEnabled: true; with a client that ignores context deadlines
 // (the go-redis default) each call runs on a goroutine of its own and the
 // wrapper returns at the deadline while that goroutine waits out the
-// client's ReadTimeout. See the package documentation for retry settings.
+// client's ReadTimeout. See package lua's documentation for retry settings.
+// Hooks attached to c with [WithHooks] are applied to opts.
 func New(c redis.Scripter, opts Options) (*Scripts, error) {
+	c, opts = unhook(c, opts)
 	if c == nil {
 		return nil, invalid("nil redis client")
 	}
@@ -107,15 +159,15 @@ func New(c redis.Scripter, opts Options) (*Scripts, error) {
 	}
 	switch {
 	case containsBrace(opts.Prefix):
-		return nil, invalid("prefix %q must not contain '{' or '}'", opts.Prefix)
+		return nil, invalid("Prefix %q must not contain '{' or '}'", opts.Prefix)
 	case opts.Timeout < 0:
-		return nil, invalid("timeout must not be negative")
+		return nil, invalid("Timeout must not be negative")
 	case opts.CacheTTL < 0:
-		return nil, invalid("cache TTL must not be negative")
+		return nil, invalid("CacheTTL must not be negative")
 	case opts.Breaker.Failures < 0:
-		return nil, invalid("breaker failures must not be negative")
+		return nil, invalid("BreakerFailures must not be negative")
 	case opts.Breaker.CoolDown < 0:
-		return nil, invalid("breaker cool-down must not be negative")
+		return nil, invalid("BreakerCoolDown must not be negative")
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
@@ -230,35 +282,36 @@ func (s *Scripts) detached(ctx context.Context, sc *redis.Script, keys []string,
 	}
 }
 
-// Outcome is what [Scripts.Claim] found.
-type Outcome int
+// ClaimStatus is what [Scripts.Claim] found: one of claim.lua's four
+// replies. It is not claim.Kind, the caller-facing outcome of a claim.
+type ClaimStatus int
 
-// The outcomes of a claim.
+// The statuses of claim.lua.
 const (
-	// Acquired: this owner holds the Redis lease under the proposed
+	// ClaimAcquired: this owner holds the Redis lease under the proposed
 	// generation (ClaimReply.Generation). The durable claim decides next.
-	Acquired Outcome = iota + 1
-	// Busy: another owner holds a live lease (ClaimReply.Owner, Generation,
+	ClaimAcquired ClaimStatus = iota + 1
+	// ClaimBusy: another owner holds a live lease (ClaimReply.Owner, Generation,
 	// PTTL).
-	Busy
-	// Cached: a finished result with the same fingerprint is cached
+	ClaimBusy
+	// ClaimCached: a finished result with the same fingerprint is cached
 	// (ClaimReply.Cached): replay it.
-	Cached
-	// Mismatch: a finished result with another fingerprint is cached: the
+	ClaimCached
+	// ClaimMismatch: a finished result with another fingerprint is cached: the
 	// key was reused for a different request.
-	Mismatch
+	ClaimMismatch
 )
 
 // String returns "acquired", "busy", "cached" or "mismatch".
-func (o Outcome) String() string {
+func (o ClaimStatus) String() string {
 	switch o {
-	case Acquired:
+	case ClaimAcquired:
 		return "acquired"
-	case Busy:
+	case ClaimBusy:
 		return "busy"
-	case Cached:
+	case ClaimCached:
 		return "cached"
-	case Mismatch:
+	case ClaimMismatch:
 		return "mismatch"
 	}
 	return "unknown"
@@ -282,19 +335,19 @@ type ClaimArgs struct {
 
 // ClaimReply is the typed reply of [Scripts.Claim].
 type ClaimReply struct {
-	Outcome Outcome
-	// Generation is, for Acquired, the proposed generation; for Busy, the
-	// holder's generation.
+	Status ClaimStatus
+	// Generation is, for ClaimAcquired, the proposed generation; for
+	// ClaimBusy, the holder's generation.
 	Generation uint64
-	// Owner is, for Busy, the holder.
+	// Owner is, for ClaimBusy, the holder.
 	Owner uuid.UUID
-	// PTTL is, for Busy, the lease's remaining time by Redis's clock.
+	// PTTL is, for ClaimBusy, the lease's remaining time by Redis's clock.
 	PTTL time.Duration
-	// SameRequest is, for Busy, whether the holder's lease is for the same
+	// SameRequest is, for ClaimBusy, whether the holder's lease is for the same
 	// fingerprint. When it is not, only the durable store can tell a
 	// mismatch from a lease left behind by a request that never reached it.
 	SameRequest bool
-	// Cached is set for Cached.
+	// Cached is set for ClaimCached.
 	Cached *CachedResult
 }
 
@@ -309,16 +362,9 @@ type CachedResult struct {
 	Result     durable.Result
 }
 
-// Claim runs claim.lua for ref: a cached result with a.Fingerprint is
-// returned (Cached); a cached result with another fingerprint gives
-// Mismatch; a live lease of another owner gives Busy; otherwise the
-// generation counter becomes max(counter + 1, Redis's clock in ms - 59 s),
-// which is proposed, and this owner takes the lease (Acquired). The clock
-// term matches the durable store's floor for a record it creates or
-// restarts (its clock in ms - 60 s), so a fresh key needs no SyncGen when
-// the two clocks agree within a second. A live lease of a.Owner with
-// a.Fingerprint (a re-run) gives Acquired with its generation, without
-// another proposal.
+// Claim runs claim.lua for ref (its header says what each reply means and
+// how a generation is proposed) and decodes the reply; a cached result is
+// decoded into ClaimReply.Cached.
 //
 // ctx bounds the call together with the per-call timeout. Errors:
 // [ErrInvalidArgument] (no call made), [ErrBreakerOpen], [ErrUnavailable],
@@ -355,7 +401,7 @@ func parseClaim(v any) (ClaimReply, error) {
 		if !ok {
 			return ClaimReply{}, corrupt("claim", v)
 		}
-		return ClaimReply{Outcome: Acquired, Generation: g}, nil
+		return ClaimReply{Status: ClaimAcquired, Generation: g}, nil
 	case kind == "busy" && len(arr) == 5:
 		g, gok := generation(arr[1])
 		os, _ := arr[2].(string)
@@ -365,7 +411,7 @@ func parseClaim(v any) (ClaimReply, error) {
 		if !gok || oerr != nil || !pok || !sok {
 			return ClaimReply{}, corrupt("claim", v)
 		}
-		return ClaimReply{Outcome: Busy, Generation: g, Owner: owner, PTTL: time.Duration(max(pttl, 0)) * time.Millisecond, SameRequest: same == 1}, nil
+		return ClaimReply{Status: ClaimBusy, Generation: g, Owner: owner, PTTL: time.Duration(max(pttl, 0)) * time.Millisecond, SameRequest: same == 1}, nil
 	case kind == "cached" && len(arr) == 4:
 		fp, fok := arr[1].(string)
 		g, gok := generation(arr[2])
@@ -377,19 +423,17 @@ func parseClaim(v any) (ClaimReply, error) {
 		if err != nil {
 			return ClaimReply{}, err
 		}
-		return ClaimReply{Outcome: Cached, Cached: &CachedResult{Fingerprint: fp, State: state, Generation: g, Result: res}}, nil
+		return ClaimReply{Status: ClaimCached, Cached: &CachedResult{Fingerprint: fp, State: state, Generation: g, Result: res}}, nil
 	case kind == "mismatch" && len(arr) == 1:
-		return ClaimReply{Outcome: Mismatch}, nil
+		return ClaimReply{Status: ClaimMismatch}, nil
 	}
 	return ClaimReply{}, corrupt("claim", v)
 }
 
-// Renew runs renew.lua: the lease is extended to lease from now by Redis's
-// clock if tok.Owner holds it (the generation is not compared: owners are
-// unique per claim, and a lease whose generation was not yet synced is still
-// this owner's). held reports whether it did; an expired lease is not
-// brought back. A re-run after a lost reply may report the first run's
-// answer or the same again.
+// Renew runs renew.lua for tok.Owner (the generation is not compared:
+// owners are unique per claim, and a lease whose generation was not yet
+// synced is still this owner's). held is the script's reply; after a lost
+// reply and a re-run it is the answering run's.
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
 func (s *Scripts) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) (held bool, err error) {
@@ -407,10 +451,9 @@ func (s *Scripts) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, l
 	return flag("renew", v)
 }
 
-// Release runs release.lua: the lease is deleted if tok.Owner holds it.
-// held reports whether this run deleted it; when go-redis re-ran the script
-// after a lost reply, the run that answered may find the lease already gone
-// and report false.
+// Release runs release.lua for tok.Owner. held is the script's reply; when
+// go-redis re-ran the script after a lost reply, the run that answered may
+// find the lease already gone and report false.
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
 func (s *Scripts) Release(ctx context.Context, ref durable.Ref, tok fence.Token) (held bool, err error) {
@@ -425,9 +468,10 @@ func (s *Scripts) Release(ctx context.Context, ref durable.Ref, tok fence.Token)
 	return flag("release", v)
 }
 
-// Complete runs complete.lua after the durable store committed a finished
-// result: it caches (fingerprint, state, res, tok.Generation) for
-// min(ttl, CacheTTL) and deletes the lease if tok.Owner holds it.
+// Complete runs complete.lua (its header gives the rules: stale
+// completions, higher generations, the lease) after the durable store
+// committed a finished result, to cache (fingerprint, state, res,
+// tok.Generation) for min(ttl, CacheTTL) and drop tok.Owner's lease.
 //
 //   - tok.Generation is the record's durable generation (at least 1).
 //   - tok.Owner may be uuid.Nil to refill the cache from the durable store
@@ -436,12 +480,8 @@ func (s *Scripts) Release(ctx context.Context, ref durable.Ref, tok fence.Token)
 //     so the cached copy never outlives the record; under 1ms caches nothing.
 //   - A body over MaxCachedBody is not cached (cached is false), but the
 //     lease is still dropped.
-//   - A lease of another owner with a higher generation means this
-//     completion is stale: nothing is written. A cached result of a higher
-//     generation is kept.
 //
-// cached reports whether the result cache holds this result afterwards. A
-// re-run of the same call changes nothing (the TTL included).
+// cached reports whether the result cache holds this result afterwards.
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
 func (s *Scripts) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, fingerprint string, state durable.State, res durable.Result, ttl time.Duration) (cached bool, err error) {
@@ -483,12 +523,9 @@ func (s *Scripts) Complete(ctx context.Context, ref durable.Ref, tok fence.Token
 	return c == 1, nil
 }
 
-// SyncGen runs syncgen.lua after the durable store answered with another
-// generation than Redis proposed (Redis lost data or went back in time): the
-// counter becomes max(counter, tok.Generation), kept at least for
-// retention, and the lease's generation becomes tok.Generation if tok.Owner
-// holds it. tok.Owner may be uuid.Nil to raise the counter only. The
-// counter never goes down.
+// SyncGen runs syncgen.lua with tok after the durable store answered with
+// another generation than Redis proposed (Redis lost data or went back in
+// time). tok.Owner may be uuid.Nil to raise the counter only.
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
 func (s *Scripts) SyncGen(ctx context.Context, ref durable.Ref, tok fence.Token, retention time.Duration) error {

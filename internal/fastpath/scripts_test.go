@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 const (
@@ -41,8 +41,8 @@ func sampleResult() durable.Result {
 // scriptCase is one branch of one script, run on every backend.
 type scriptCase struct {
 	name string
-	opts lua.Options
-	run  func(t *testing.T, e env, s *lua.Scripts)
+	opts fastpath.Options
+	run  func(t *testing.T, e env, s *fastpath.Scripts)
 }
 
 func TestScripts(t *testing.T) {
@@ -62,7 +62,7 @@ func TestScripts(t *testing.T) {
 	}
 }
 
-func mustClaim(t *testing.T, s *lua.Scripts, ref durable.Ref, a lua.ClaimArgs) lua.ClaimReply {
+func mustClaim(t *testing.T, s *fastpath.Scripts, ref durable.Ref, a fastpath.ClaimArgs) fastpath.ClaimReply {
 	t.Helper()
 	r, err := s.Claim(context.Background(), ref, a)
 	if err != nil {
@@ -72,17 +72,17 @@ func mustClaim(t *testing.T, s *lua.Scripts, ref durable.Ref, a lua.ClaimArgs) l
 }
 
 // acquire claims ref for owner and returns the proposed generation.
-func acquire(t *testing.T, s *lua.Scripts, ref durable.Ref, owner uuid.UUID) uint64 {
+func acquire(t *testing.T, s *fastpath.Scripts, ref durable.Ref, owner uuid.UUID) uint64 {
 	t.Helper()
-	r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease, Retention: retention})
-	if r.Outcome != lua.Acquired || r.Generation == 0 {
+	r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease, Retention: retention})
+	if r.Status != fastpath.ClaimAcquired || r.Generation == 0 {
 		t.Fatalf("Claim = %+v, want Acquired", r)
 	}
 	return r.Generation
 }
 
 // acquireGen claims ref for owner and wants generation want exactly.
-func acquireGen(t *testing.T, s *lua.Scripts, ref durable.Ref, owner uuid.UUID, want uint64) {
+func acquireGen(t *testing.T, s *fastpath.Scripts, ref durable.Ref, owner uuid.UUID, want uint64) {
 	t.Helper()
 	if g := acquire(t, s, ref, owner); g != want {
 		t.Fatalf("Claim proposed generation %d, want %d", g, want)
@@ -90,7 +90,7 @@ func acquireGen(t *testing.T, s *lua.Scripts, ref durable.Ref, owner uuid.UUID, 
 }
 
 // acquireAfter claims ref for owner and wants a generation above prev.
-func acquireAfter(t *testing.T, s *lua.Scripts, ref durable.Ref, owner uuid.UUID, prev uint64) uint64 {
+func acquireAfter(t *testing.T, s *fastpath.Scripts, ref durable.Ref, owner uuid.UUID, prev uint64) uint64 {
 	t.Helper()
 	g := acquire(t, s, ref, owner)
 	if g <= prev {
@@ -111,7 +111,7 @@ func wantClockProposal(t *testing.T, g uint64, before, after time.Time) {
 
 func claimCases() []scriptCase {
 	return []scriptCase{
-		{name: "ClaimFreshKeyProposesRedisClockFloor", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimFreshKeyProposesRedisClockFloor", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			before := redisTime(t, e.raw)
 			g := acquire(t, s, ref, o)
@@ -140,7 +140,7 @@ func claimCases() []scriptCase {
 				t.Error("result key exists after a claim")
 			}
 		}},
-		{name: "ClaimGenerationRoundTripsExactly", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimGenerationRoundTripsExactly", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			// The proposal goes back through the lease, the busy reply,
 			// complete.lua's cache and syncgen.lua without a digit lost.
 			ref, o := refFor(t, "k"), owners(2)
@@ -148,7 +148,7 @@ func claimCases() []scriptCase {
 			if g < 1_000_000_000_000 {
 				t.Fatalf("generation %d, want the clock term (ms since 1970 - 59s)", g)
 			}
-			if r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention}); r.Outcome != lua.Busy || r.Generation != g {
+			if r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention}); r.Status != fastpath.ClaimBusy || r.Generation != g {
 				t.Fatalf("Claim by another owner = %+v, want Busy at %d", r, g)
 			}
 			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, retention); err != nil {
@@ -161,12 +161,12 @@ func claimCases() []scriptCase {
 			if cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, fp, durable.Completed, sampleResult(), time.Hour); err != nil || !cached {
 				t.Fatalf("Complete = %v, %v", cached, err)
 			}
-			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
-			if r.Outcome != lua.Cached || r.Cached.Generation != g {
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
+			if r.Status != fastpath.ClaimCached || r.Cached.Generation != g {
 				t.Fatalf("Claim = %+v, want Cached at %d", r, g)
 			}
 		}},
-		{name: "ClaimRerunBySameOwnerReturnsSameGenerationWithoutIncrement", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimRerunBySameOwnerReturnsSameGenerationWithoutIncrement", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			for range 2 {
@@ -177,7 +177,7 @@ func claimCases() []scriptCase {
 				t.Errorf("counter = %q after three runs by one owner, want %d", got, g)
 			}
 		}},
-		{name: "ClaimCounterAheadOfClockRisesByOne", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimCounterAheadOfClockRisesByOne", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			// A counter above the clock term (the database handed out
 			// higher generations, and SyncGen brought them here) goes on
 			// from where it is, one at a time.
@@ -198,7 +198,7 @@ func claimCases() []scriptCase {
 				t.Errorf("counter = %q, want %d", got, ahead+3)
 			}
 		}},
-		{name: "ClaimCounterBehindClockJumpsToClockFloor", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimCounterBehindClockJumpsToClockFloor", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref := refFor(t, "k")
 			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 4}, retention); err != nil {
 				t.Fatal(err)
@@ -210,11 +210,11 @@ func claimCases() []scriptCase {
 				t.Errorf("counter = %q, want %d", got, g)
 			}
 		}},
-		{name: "ClaimByOtherOwnerSeesBusyWithHolder", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimByOtherOwnerSeesBusyWithHolder", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
-			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
-			if r.Outcome != lua.Busy || r.Generation != g || r.Owner != o[0] || !r.SameRequest {
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
+			if r.Status != fastpath.ClaimBusy || r.Generation != g || r.Owner != o[0] || !r.SameRequest {
 				t.Fatalf("Claim = %+v, want Busy by %s at generation %d for the same request", r, o[0], g)
 			}
 			if r.PTTL <= 0 || r.PTTL > lease {
@@ -224,17 +224,17 @@ func claimCases() []scriptCase {
 				t.Errorf("counter = %q, want %d", got, g)
 			}
 		}},
-		{name: "ClaimWithOtherFingerprintOnLiveLeaseIsBusyNotMismatch", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimWithOtherFingerprintOnLiveLeaseIsBusyNotMismatch", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			acquire(t, s, ref, o[0])
 			for _, owner := range o { // the holder itself with another fingerprint, too
-				r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: otherFP, Owner: owner, Lease: lease, Retention: retention})
-				if r.Outcome != lua.Busy || r.Owner != o[0] || r.SameRequest {
+				r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: otherFP, Owner: owner, Lease: lease, Retention: retention})
+				if r.Status != fastpath.ClaimBusy || r.Owner != o[0] || r.SameRequest {
 					t.Fatalf("Claim by %s = %+v, want Busy for another request", owner, r)
 				}
 			}
 		}},
-		{name: "ClaimAfterLeaseExpiryTakesHigherGeneration", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimAfterLeaseExpiryTakesHigherGeneration", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			e.expire(t, s.Keys(ref).Lease)
@@ -243,15 +243,15 @@ func claimCases() []scriptCase {
 				t.Errorf("lease owner = %q, want %s", got, o[1])
 			}
 		}},
-		{name: "ClaimReplaysCachedResultExactly", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimReplaysCachedResultExactly", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			want := sampleResult()
 			if cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, fp, durable.Completed, want, time.Hour); err != nil || !cached {
 				t.Fatalf("Complete = %v, %v", cached, err)
 			}
-			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
-			if r.Outcome != lua.Cached || r.Cached == nil {
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
+			if r.Status != fastpath.ClaimCached || r.Cached == nil {
 				t.Fatalf("Claim = %+v, want Cached", r)
 			}
 			c := r.Cached
@@ -265,46 +265,46 @@ func claimCases() []scriptCase {
 				t.Errorf("counter = %q after a replay, want %d", got, g)
 			}
 		}},
-		{name: "ClaimReplaysCachedFailure", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimReplaysCachedFailure", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			want := durable.Result{StatusCode: 402, Body: []byte{}}
 			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Failed, want, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
-			if r.Outcome != lua.Cached || r.Cached.State != durable.Failed || !reflect.DeepEqual(r.Cached.Result, want) {
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+			if r.Status != fastpath.ClaimCached || r.Cached.State != durable.Failed || !reflect.DeepEqual(r.Cached.Result, want) {
 				t.Fatalf("Claim = %+v", r)
 			}
 		}},
-		{name: "ClaimWithOtherFingerprintOnCachedResultIsMismatch", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimWithOtherFingerprintOnCachedResultIsMismatch", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: otherFP, Owner: uuid.New(), Lease: lease, Retention: retention})
-			if r.Outcome != lua.Mismatch || r.Cached != nil {
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: otherFP, Owner: uuid.New(), Lease: lease, Retention: retention})
+			if r.Status != fastpath.ClaimMismatch || r.Cached != nil {
 				t.Fatalf("Claim = %+v, want Mismatch", r)
 			}
 			if exists(t, e.raw, s.Keys(ref).Lease) {
 				t.Error("a mismatch took a lease")
 			}
 		}},
-		{name: "ClaimNeverShortensCounterRetention", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimNeverShortensCounterRetention", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
 			e.expire(t, k.Lease)
-			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: 2 * time.Second})
-			if r.Outcome != lua.Acquired || r.Generation <= g {
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: 2 * time.Second})
+			if r.Status != fastpath.ClaimAcquired || r.Generation <= g {
 				t.Fatalf("Claim = %+v, want Acquired above %d", r, g)
 			}
 			if d := pttl(t, e.raw, k.Gen); d <= 2*time.Second {
 				t.Errorf("counter PTTL = %v after a shorter retention, want it kept near %v", d, retention)
 			}
 		}},
-		{name: "ClaimAfterCounterLossProposesClockFloorAgain", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ClaimAfterCounterLossProposesClockFloorAgain", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			// Redis lost the key (restart, eviction): the proposal starts
 			// again from the clock term. A lost counter that had run ahead
 			// of the clock is answered by the durable store's
@@ -327,9 +327,9 @@ func claimCases() []scriptCase {
 
 func renewCases() []scriptCase {
 	return []scriptCase{
-		{name: "RenewByHolderExtendsLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "RenewByHolderExtendsLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o, Lease: time.Second, Retention: retention})
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o, Lease: time.Second, Retention: retention})
 			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: r.Generation, Owner: o}, 10*time.Minute)
 			if err != nil || !held {
 				t.Fatalf("Renew = %v, %v; want held", held, err)
@@ -338,12 +338,12 @@ func renewCases() []scriptCase {
 				t.Errorf("lease PTTL = %v after renew, want in (1s, 10m]", d)
 			}
 		}},
-		{name: "RenewByStaleOwnerAfterTakeoverFails", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "RenewByStaleOwnerAfterTakeoverFails", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
 			e.expire(t, k.Lease)
-			mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: retention})
+			mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: retention})
 			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, 10*time.Minute)
 			if err != nil || held {
 				t.Fatalf("stale Renew = %v, %v; want not held", held, err)
@@ -355,7 +355,7 @@ func renewCases() []scriptCase {
 				t.Errorf("lease owner = %q, want %s", got, o[1])
 			}
 		}},
-		{name: "RenewAfterExpiryDoesNotBringLeaseBack", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "RenewAfterExpiryDoesNotBringLeaseBack", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			e.expire(t, s.Keys(ref).Lease)
@@ -367,7 +367,7 @@ func renewCases() []scriptCase {
 				t.Error("renew recreated an expired lease")
 			}
 		}},
-		{name: "RenewIgnoresLeaseGenerationNotYetSynced", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "RenewIgnoresLeaseGenerationNotYetSynced", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			// Redis proposed g, the database said g+6, SyncGen did not run:
 			// the owner still holds the Redis lease.
 			ref, o := refFor(t, "k"), uuid.New()
@@ -382,7 +382,7 @@ func renewCases() []scriptCase {
 
 func completeCases() []scriptCase {
 	return []scriptCase{
-		{name: "CompleteByHolderCachesAndDropsLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteByHolderCachesAndDropsLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), 10*time.Minute)
@@ -400,7 +400,7 @@ func completeCases() []scriptCase {
 				t.Errorf("counter = %q, want kept at %d", got, g)
 			}
 		}},
-		{name: "CompleteCachesForAtMostCacheTTL", opts: lua.Options{CacheTTL: time.Hour}, run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteCachesForAtMostCacheTTL", opts: fastpath.Options{CacheTTL: time.Hour}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), 48*time.Hour); err != nil {
@@ -410,7 +410,7 @@ func completeCases() []scriptCase {
 				t.Errorf("result PTTL = %v, want about the 1h cache TTL", d)
 			}
 		}},
-		{name: "CompleteByStaleOwnerAfterTakeoverKeepsNewLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteByStaleOwnerAfterTakeoverKeepsNewLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
@@ -427,7 +427,7 @@ func completeCases() []scriptCase {
 				t.Error("a stale completion was cached")
 			}
 		}},
-		{name: "CompleteAfterOwnLeaseExpiredStillCaches", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteAfterOwnLeaseExpiredStillCaches", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			// The durable store accepted the completion; the Redis lease had
 			// simply run out first.
 			ref, o := refFor(t, "k"), uuid.New()
@@ -438,7 +438,7 @@ func completeCases() []scriptCase {
 				t.Fatalf("Complete = %v, %v; want cached", cached, err)
 			}
 		}},
-		{name: "CompleteRerunChangesNothing", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteRerunChangesNothing", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			tok := fence.Token{Generation: g, Owner: o}
@@ -458,7 +458,7 @@ func completeCases() []scriptCase {
 				t.Errorf("result PTTL = %v after a re-run: the re-run extended the cached copy", d)
 			}
 		}},
-		{name: "CompleteWithLargeBodyCachesNothingButDropsLease", opts: lua.Options{MaxCachedBody: 16}, run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteWithLargeBodyCachesNothingButDropsLease", opts: fastpath.Options{MaxCachedBody: 16}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			for _, c := range []struct {
 				size   int
 				cached bool
@@ -479,7 +479,7 @@ func completeCases() []scriptCase {
 				}
 			}
 		}},
-		{name: "CompleteWithShortTTLCachesNothingButDropsLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteWithShortTTLCachesNothingButDropsLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), 0)
@@ -491,7 +491,7 @@ func completeCases() []scriptCase {
 				t.Error("result cached or lease kept")
 			}
 		}},
-		{name: "CompleteRefillWithoutOwnerLeavesLeases", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteRefillWithoutOwnerLeavesLeases", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g}, fp, durable.Completed, sampleResult(), time.Hour)
@@ -502,7 +502,7 @@ func completeCases() []scriptCase {
 				t.Errorf("lease owner = %q after a refill, want %s", got, o)
 			}
 		}},
-		{name: "CompleteKeepsResultOfHigherGeneration", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteKeepsResultOfHigherGeneration", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref := refFor(t, "k")
 			newer := durable.Result{StatusCode: 200, Body: []byte("newer")}
 			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: 3}, fp, durable.Completed, newer, time.Hour); err != nil {
@@ -512,12 +512,12 @@ func completeCases() []scriptCase {
 			if err != nil || cached {
 				t.Fatalf("older Complete = %v, %v; want not cached", cached, err)
 			}
-			r := mustClaim(t, s, ref, lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
-			if r.Outcome != lua.Cached || r.Cached.Generation != 3 || string(r.Cached.Result.Body) != "newer" {
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+			if r.Status != fastpath.ClaimCached || r.Cached.Generation != 3 || string(r.Cached.Result.Body) != "newer" {
 				t.Fatalf("Claim = %+v, want the generation 3 result", r)
 			}
 		}},
-		{name: "CompleteWithoutOwnerOrCacheMakesNoCall", opts: lua.Options{MaxCachedBody: -1}, run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "CompleteWithoutOwnerOrCacheMakesNoCall", opts: fastpath.Options{MaxCachedBody: -1}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref := refFor(t, "k")
 			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1}, fp, durable.Completed, sampleResult(), time.Hour)
 			if err != nil || cached {
@@ -532,7 +532,7 @@ func completeCases() []scriptCase {
 
 func releaseCases() []scriptCase {
 	return []scriptCase{
-		{name: "ReleaseByHolderDropsLeaseKeepsCounter", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ReleaseByHolderDropsLeaseKeepsCounter", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			held, err := s.Release(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]})
@@ -545,7 +545,7 @@ func releaseCases() []scriptCase {
 			}
 			acquireAfter(t, s, ref, o[1], g)
 		}},
-		{name: "ReleaseByStaleOwnerKeepsNewLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ReleaseByStaleOwnerKeepsNewLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
@@ -559,7 +559,7 @@ func releaseCases() []scriptCase {
 				t.Errorf("lease owner = %q, want %s", got, o[1])
 			}
 		}},
-		{name: "ReleaseRerunIsNoOp", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "ReleaseRerunIsNoOp", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			tok := fence.Token{Generation: g, Owner: o[0]}
@@ -579,7 +579,7 @@ func releaseCases() []scriptCase {
 
 func syncGenCases() []scriptCase {
 	return []scriptCase{
-		{name: "SyncGenRaisesCounterAndHoldersLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "SyncGenRaisesCounterAndHoldersLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			// The database answered far above Redis's proposal (and its
@@ -600,7 +600,7 @@ func syncGenCases() []scriptCase {
 			e.expire(t, k.Lease)
 			acquireGen(t, s, ref, o[1], db+1)
 		}},
-		{name: "SyncGenNeverLowersCounter", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "SyncGenNeverLowersCounter", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			base := acquire(t, s, ref, o)
 			k := s.Keys(ref)
@@ -617,7 +617,7 @@ func syncGenCases() []scriptCase {
 				}
 			}
 		}},
-		{name: "SyncGenLeavesOtherOwnersLease", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "SyncGenLeavesOtherOwnersLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g + 5, Owner: o[1]}, retention); err != nil {
@@ -631,7 +631,7 @@ func syncGenCases() []scriptCase {
 				t.Errorf("counter = %q, want %d", got, g+5)
 			}
 		}},
-		{name: "SyncGenCreatesLostCounterWithRetention", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "SyncGenCreatesLostCounterWithRetention", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref := refFor(t, "k")
 			db := clockFloor(redisTime(t, e.raw)) + 1_000_000_000
 			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: db}, 10*time.Minute); err != nil {
@@ -649,7 +649,7 @@ func syncGenCases() []scriptCase {
 			}
 			acquireGen(t, s, ref, uuid.New(), db+1)
 		}},
-		{name: "SyncGenKeepsLongerCounterTTL", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "SyncGenKeepsLongerCounterTTL", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g + 1}, time.Second); err != nil {
@@ -659,7 +659,7 @@ func syncGenCases() []scriptCase {
 				t.Errorf("counter PTTL = %v, want the 1h retention kept", d)
 			}
 		}},
-		{name: "SyncGenKeepsGenerationsAbove2To53Exact", run: func(t *testing.T, e env, s *lua.Scripts) {
+		{name: "SyncGenKeepsGenerationsAbove2To53Exact", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			const big = 1<<62 + 1
 			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: big}, retention); err != nil {
@@ -681,31 +681,31 @@ func TestScripts_Errors(t *testing.T) {
 			t.Run("CorruptCachedResultIsErrCorruptAndKeepsBreakerClosed", func(t *testing.T) {
 				t.Parallel()
 				e := b.new(t)
-				s := e.scripts(t, lua.Options{Breaker: lua.BreakerOptions{Failures: 1}})
+				s := e.scripts(t, fastpath.Options{Breaker: fastpath.BreakerOptions{Failures: 1}})
 				ref := refFor(t, "k")
 				if err := e.raw.HSet(context.Background(), s.Keys(ref).Result, "f", fp, "g", "1", "d", "\x02garbage").Err(); err != nil {
 					t.Fatal(err)
 				}
 				for range 3 {
-					_, err := s.Claim(context.Background(), ref, lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
-					if !errors.Is(err, lua.ErrCorrupt) || !errors.Is(err, lua.ErrUnavailable) {
+					_, err := s.Claim(context.Background(), ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+					if !errors.Is(err, fastpath.ErrCorrupt) || !errors.Is(err, fastpath.ErrUnavailable) {
 						t.Fatalf("Claim on a corrupt result: %v, want ErrCorrupt", err)
 					}
 				}
-				if st := s.Breaker(); st != lua.Closed {
+				if st := s.Breaker(); st != fastpath.BreakerClosed {
 					t.Errorf("breaker = %v, want closed: Redis answered", st)
 				}
 			})
 			t.Run("WrongTypeIsErrUnavailable", func(t *testing.T) {
 				t.Parallel()
 				e := b.new(t)
-				s := e.scripts(t, lua.Options{})
+				s := e.scripts(t, fastpath.Options{})
 				ref := refFor(t, "k")
 				if err := e.raw.Set(context.Background(), s.Keys(ref).Lease, "x", time.Hour).Err(); err != nil {
 					t.Fatal(err)
 				}
-				_, err := s.Claim(context.Background(), ref, lua.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
-				if !errors.Is(err, lua.ErrUnavailable) || !strings.Contains(strings.ToUpper(err.Error()), "WRONGTYPE") {
+				_, err := s.Claim(context.Background(), ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+				if !errors.Is(err, fastpath.ErrUnavailable) || !strings.Contains(strings.ToUpper(err.Error()), "WRONGTYPE") {
 					t.Fatalf("Claim on a string lease: %v, want ErrUnavailable with WRONGTYPE", err)
 				}
 			})
@@ -720,34 +720,34 @@ func TestScripts_InvalidArguments(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	cs := &countingScripter{Scripter: c}
-	s, err := lua.New(cs, lua.Options{Breaker: lua.BreakerOptions{Failures: 1}})
+	s, err := fastpath.New(cs, fastpath.Options{Breaker: fastpath.BreakerOptions{Failures: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	ref := refFor(t, "k")
 	o := uuid.New()
-	good := lua.ClaimArgs{Fingerprint: fp, Owner: o, Lease: lease, Retention: retention}
-	with := func(f func(*lua.ClaimArgs)) lua.ClaimArgs { a := good; f(&a); return a }
+	good := fastpath.ClaimArgs{Fingerprint: fp, Owner: o, Lease: lease, Retention: retention}
+	with := func(f func(*fastpath.ClaimArgs)) fastpath.ClaimArgs { a := good; f(&a); return a }
 	calls := map[string]func() error{
 		"ClaimEmptyFingerprint": func() error {
-			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Fingerprint = "" }))
+			_, err := s.Claim(ctx, ref, with(func(a *fastpath.ClaimArgs) { a.Fingerprint = "" }))
 			return err
 		},
 		"ClaimLongFingerprint": func() error {
-			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Fingerprint = strings.Repeat("f", 257) }))
+			_, err := s.Claim(ctx, ref, with(func(a *fastpath.ClaimArgs) { a.Fingerprint = strings.Repeat("f", 257) }))
 			return err
 		},
 		"ClaimNilOwner": func() error {
-			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Owner = uuid.Nil }))
+			_, err := s.Claim(ctx, ref, with(func(a *fastpath.ClaimArgs) { a.Owner = uuid.Nil }))
 			return err
 		},
 		"ClaimShortLease": func() error {
-			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Lease = time.Microsecond }))
+			_, err := s.Claim(ctx, ref, with(func(a *fastpath.ClaimArgs) { a.Lease = time.Microsecond }))
 			return err
 		},
 		"ClaimNoRetention": func() error {
-			_, err := s.Claim(ctx, ref, with(func(a *lua.ClaimArgs) { a.Retention = 0 }))
+			_, err := s.Claim(ctx, ref, with(func(a *fastpath.ClaimArgs) { a.Retention = 0 }))
 			return err
 		},
 		"RenewNilOwner":   func() error { _, err := s.Renew(ctx, ref, fence.Token{Generation: 1}, lease); return err },
@@ -770,7 +770,7 @@ func TestScripts_InvalidArguments(t *testing.T) {
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
-			if err := call(); !errors.Is(err, lua.ErrInvalidArgument) {
+			if err := call(); !errors.Is(err, fastpath.ErrInvalidArgument) {
 				t.Fatalf("err = %v, want ErrInvalidArgument", err)
 			}
 		})
@@ -778,7 +778,7 @@ func TestScripts_InvalidArguments(t *testing.T) {
 	if n := cs.n.Load(); n != 0 {
 		t.Errorf("%d script calls reached the client, want 0", n)
 	}
-	if st := s.Breaker(); st != lua.Closed {
+	if st := s.Breaker(); st != fastpath.BreakerClosed {
 		t.Errorf("breaker = %v after invalid calls, want closed", st)
 	}
 }
@@ -787,36 +787,36 @@ func TestNew(t *testing.T) {
 	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { c.Close() })
-	bad := map[string]lua.Options{
+	bad := map[string]fastpath.Options{
 		"PrefixWithOpenBrace":  {Prefix: "a{b"},
 		"PrefixWithCloseBrace": {Prefix: "a}"},
 		"NegativeTimeout":      {Timeout: -1},
 		"NegativeCacheTTL":     {CacheTTL: -1},
-		"NegativeFailures":     {Breaker: lua.BreakerOptions{Failures: -1}},
-		"NegativeCoolDown":     {Breaker: lua.BreakerOptions{CoolDown: -1}},
+		"NegativeFailures":     {Breaker: fastpath.BreakerOptions{Failures: -1}},
+		"NegativeCoolDown":     {Breaker: fastpath.BreakerOptions{CoolDown: -1}},
 	}
 	for name, opts := range bad {
 		t.Run(name, func(t *testing.T) {
-			if _, err := lua.New(c, opts); !errors.Is(err, lua.ErrInvalidArgument) {
+			if _, err := fastpath.New(c, opts); !errors.Is(err, fastpath.ErrInvalidArgument) {
 				t.Fatalf("New = %v, want ErrInvalidArgument", err)
 			}
 		})
 	}
 	t.Run("NilClient", func(t *testing.T) {
-		if _, err := lua.New(nil, lua.Options{}); !errors.Is(err, lua.ErrInvalidArgument) {
+		if _, err := fastpath.New(nil, fastpath.Options{}); !errors.Is(err, fastpath.ErrInvalidArgument) {
 			t.Fatalf("New(nil) = %v", err)
 		}
 	})
 	t.Run("ZeroOptionsTakeDefaults", func(t *testing.T) {
-		s, err := lua.New(c, lua.Options{})
+		s, err := fastpath.New(c, fastpath.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ref := refFor(t, "k")
-		if got, want := s.Keys(ref), lua.KeysFor(lua.DefaultPrefix, ref); got != want {
+		if got, want := s.Keys(ref), fastpath.KeysFor(fastpath.DefaultPrefix, ref); got != want {
 			t.Errorf("Keys = %+v, want %+v", got, want)
 		}
-		if st := s.Breaker(); st != lua.Closed {
+		if st := s.Breaker(); st != fastpath.BreakerClosed {
 			t.Errorf("breaker = %v", st)
 		}
 	})

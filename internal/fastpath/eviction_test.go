@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/redisproc"
-	"github.com/oncekey/oncekey/lua"
 )
 
 func TestCheckEviction(t *testing.T) {
@@ -21,7 +21,7 @@ func TestCheckEviction(t *testing.T) {
 			srv := redisproc.Start(t, redisproc.Options{Args: []string{"--maxmemory-policy", policy}})
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			t.Cleanup(func() { c.Close() })
-			if got, err := lua.CheckEviction(ctx, c); err != nil || got != policy {
+			if got, err := fastpath.CheckEviction(ctx, c); err != nil || got != policy {
 				t.Fatalf("CheckEviction = %q, %v; want %q", got, err, policy)
 			}
 		})
@@ -32,7 +32,7 @@ func TestCheckEviction(t *testing.T) {
 		m := miniredis.RunT(t)
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { c.Close() })
-		if got, err := lua.CheckEviction(ctx, c); !errors.Is(err, lua.ErrPolicyUnknown) {
+		if got, err := fastpath.CheckEviction(ctx, c); !errors.Is(err, fastpath.ErrPolicyUnknown) {
 			t.Fatalf("CheckEviction = %q, %v; want ErrPolicyUnknown", got, err)
 		}
 	})
@@ -41,7 +41,7 @@ func TestCheckEviction(t *testing.T) {
 		srv := redisproc.Start(t, redisproc.Options{Args: []string{"--rename-command", "CONFIG", ""}})
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 		t.Cleanup(func() { c.Close() })
-		if got, err := lua.CheckEviction(ctx, c); !errors.Is(err, lua.ErrPolicyUnknown) {
+		if got, err := fastpath.CheckEviction(ctx, c); !errors.Is(err, fastpath.ErrPolicyUnknown) {
 			t.Fatalf("CheckEviction = %q, %v; want ErrPolicyUnknown", got, err)
 		}
 	})

@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 // The fast path around one operation: claim, (durable claim and the
@@ -22,7 +22,7 @@ func Example() {
 	defer m.Close()
 	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	defer c.Close()
-	s, err := lua.New(c, lua.Options{Prefix: "shop"})
+	s, err := fastpath.New(c, fastpath.Options{Prefix: "shop"})
 	if err != nil {
 		panic(err)
 	}
@@ -31,8 +31,8 @@ func Example() {
 	fmt.Println(s.Keys(ref).Lease[:14] + "...}:lease")
 
 	owner := uuid.New()
-	r, err := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: "v1:abc", Owner: owner, Lease: 30 * time.Second, Retention: 24 * time.Hour})
-	if errors.Is(err, lua.ErrUnavailable) {
+	r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:abc", Owner: owner, Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	if errors.Is(err, fastpath.ErrUnavailable) {
 		// Redis is down or the breaker is open: claim in the durable store
 		// alone, with proposed generation 0.
 		fmt.Println("durable store only:", err)
@@ -40,7 +40,7 @@ func Example() {
 	}
 	// The proposal is max(counter + 1, Redis's clock in ms - 59s): for a
 	// fresh key, about the time in ms, as the durable store would choose.
-	fmt.Println(r.Outcome, r.Generation > 1_000_000_000_000)
+	fmt.Println(r.Status, r.Generation > 1_000_000_000_000)
 
 	// The durable claim ran with Proposed = r.Generation and returned the
 	// token; the handler ran; the durable store committed the result.
@@ -49,11 +49,11 @@ func Example() {
 	cached, _ := s.Complete(ctx, ref, tok, "v1:abc", durable.Completed, res, 24*time.Hour)
 	fmt.Println("cached:", cached)
 
-	retry, _ := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: "v1:abc", Owner: uuid.New(), Lease: 30 * time.Second, Retention: 24 * time.Hour})
-	fmt.Println(retry.Outcome, retry.Cached.Result.StatusCode, string(retry.Cached.Result.Body))
+	retry, _ := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:abc", Owner: uuid.New(), Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	fmt.Println(retry.Status, retry.Cached.Result.StatusCode, string(retry.Cached.Result.Body))
 
-	other, _ := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: "v1:other", Owner: uuid.New(), Lease: 30 * time.Second, Retention: 24 * time.Hour})
-	fmt.Println(other.Outcome)
+	other, _ := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:other", Owner: uuid.New(), Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	fmt.Println(other.Status)
 	// Output:
 	// shop:{1e7268a2...}:lease
 	// acquired true

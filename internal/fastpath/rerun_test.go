@@ -1,4 +1,4 @@
-package lua_test
+package fastpath_test
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/redisproc"
-	"github.com/oncekey/oncekey/lua"
 )
 
 // delayProxy forwards TCP to a Redis server. On the first delayConns
@@ -154,7 +154,7 @@ func TestClaim_DelayedReplyRerun(t *testing.T) {
 			})
 			t.Cleanup(func() { client.Close() })
 			// The wrapper's timeout leaves room for all of go-redis's retries.
-			s, err := lua.New(client, lua.Options{Prefix: "rerun", Timeout: 10 * time.Second})
+			s, err := fastpath.New(client, fastpath.Options{Prefix: "rerun", Timeout: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,12 +175,12 @@ func TestClaim_DelayedReplyRerun(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := genOf(ahead + 1)
-			r, err := s.Claim(ctx, ref, lua.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease, Retention: retention})
+			r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease, Retention: retention})
 			if c.wantErr {
-				if !errors.Is(err, lua.ErrUnavailable) {
+				if !errors.Is(err, fastpath.ErrUnavailable) {
 					t.Fatalf("Claim = %+v, %v; want ErrUnavailable", r, err)
 				}
-			} else if err != nil || r.Outcome != lua.Acquired || r.Generation != ahead+1 {
+			} else if err != nil || r.Status != fastpath.ClaimAcquired || r.Generation != ahead+1 {
 				t.Fatalf("Claim = %+v, %v; want Acquired generation %d", r, err, ahead+1)
 			}
 

@@ -1,0 +1,30 @@
+package lua
+
+import "time"
+
+// Options configure the Redis fast path; pass them to claim.WithRedis. The
+// zero value takes every default. claim.New rejects a negative duration or
+// count, and a prefix with a brace.
+type Options struct {
+	// Prefix starts every key name (see "Key layout" in the package
+	// documentation). Defaults to "oncekey". It must not contain '{' or
+	// '}', which would change the hash tag.
+	Prefix string
+	// Timeout bounds each script call, go-redis's retries included.
+	// Defaults to 50ms.
+	Timeout time.Duration
+	// MaxCachedBody is the largest body cached in Redis, in bytes; results
+	// with larger bodies are not cached and their replays come from the
+	// durable store. Defaults to 64 KiB; negative caches no result at all.
+	MaxCachedBody int
+	// CacheTTL bounds a cached result's life. Each completion also passes
+	// the record's remaining retention; the smaller one is used. Defaults
+	// to 24h.
+	CacheTTL time.Duration
+	// BreakerFailures is how many consecutive failed calls open the
+	// circuit breaker. Defaults to 5.
+	BreakerFailures int
+	// BreakerCoolDown is how long the breaker stays open before it lets
+	// one probe call through. Defaults to 1s.
+	BreakerCoolDown time.Duration
+}
