@@ -16,8 +16,8 @@ import (
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/redisproc"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/redisproc"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
