@@ -15,10 +15,10 @@ import (
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -41,7 +41,7 @@ type storeOpts struct {
 	// seam, when set, wraps the PostgreSQL store in a fault layer; the
 	// negative control's bug, when one is set, goes over that layer, so
 	// that it sees the faults the way the library would.
-	seam func(durable.Store[pgxTx]) durable.Store[pgxTx]
+	seam func(storeapi.Store[pgxTx]) storeapi.Store[pgxTx]
 	// clock is the worker's clock, for the negative control that
 	// measures leases with it (worker-clock-lease); the library itself
 	// never gets it.
@@ -50,7 +50,7 @@ type storeOpts struct {
 
 // store returns the scenario's durable store on pool (the env's library
 // pool when nil), wrapped in the negative control's bug when one is set.
-func (e *env) store(o storeOpts, pool ...*pgxPool) (durable.Store[pgxTx], error) {
+func (e *env) store(o storeOpts, pool ...*pgxPool) (storeapi.Store[pgxTx], error) {
 	p := e.pool
 	if len(pool) > 0 && pool[0] != nil {
 		p = pool[0]
@@ -66,14 +66,15 @@ func (e *env) store(o storeOpts, pool ...*pgxPool) (durable.Store[pgxTx], error)
 	if err != nil {
 		return nil, fmt.Errorf("%w: store: %w", ErrSetup, err)
 	}
-	var inner durable.Store[pgxTx] = st
+	proto := st.(storeapi.Store[pgxTx]) // the claim protocol, for the fault layers
+	inner := proto
 	if o.seam != nil {
-		inner = o.seam(st)
+		inner = o.seam(proto)
 	}
 	if e.cfg.negative == "" {
 		return inner, nil
 	}
-	return broken.Wrap(st, p, e.schema+"."+storeTable, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock))
+	return broken.Wrap(proto, p, e.schema+"."+storeTable, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock))
 }
 
 // redisUser returns a client for the user's Redis, through addr when set
@@ -108,7 +109,7 @@ func (e *env) redisClient(opt *redis.Options, tweak func(*redis.Options)) *redis
 
 // claimerOpts configure one Claimer of a scenario.
 type claimerOpts struct {
-	store     durable.Store[pgxTx]
+	store     storeapi.Store[pgxTx]
 	redis     redis.Scripter // nil: durable store alone
 	luaOpts   func(*lua.Options)
 	clock     func() time.Time // the breaker's clock; nil: time.Now
@@ -150,7 +151,7 @@ func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 // standard builds the usual workload: one Claimer per client, each with a
 // Redis client of its own from newRedis (nil: no Redis), and a verifier on
 // the user's Redis.
-func (e *env) standard(ctx context.Context, st durable.Store[pgxTx], newRedis func(client int) redis.Scripter, co claimerOpts) (*workload, error) {
+func (e *env) standard(ctx context.Context, st storeapi.Store[pgxTx], newRedis func(client int) redis.Scripter, co claimerOpts) (*workload, error) {
 	w := &workload{timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
 	for c := 0; c < e.cfg.Clients; c++ {
 		o := co

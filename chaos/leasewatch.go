@@ -8,6 +8,7 @@ import (
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // noLiveLeaseTakeover is the invariant a leaseWatch checks: no claim takes
@@ -26,7 +27,7 @@ const noLiveLeaseTakeover = "no-live-lease-takeover"
 // sooner took over a live lease: leases measured by some other clock than
 // the database's.
 type leaseWatch struct {
-	durable.Store[pgxTx]
+	storeapi.Store[pgxTx]
 	e *env
 	f *leaseFloors
 }
@@ -48,13 +49,13 @@ const floorSlack = 5 * time.Millisecond
 
 func newLeaseFloors() *leaseFloors { return &leaseFloors{m: map[[32]byte]leaseFloor{}} }
 
-func (e *env) watchLeases(st durable.Store[pgxTx], f *leaseFloors) *leaseWatch {
+func (e *env) watchLeases(st storeapi.Store[pgxTx], f *leaseFloors) *leaseWatch {
 	return &leaseWatch{Store: st, e: e, f: f}
 }
 
 // acquired checks an acquisition sent at start that returned at end, and,
 // when set is true, records its lease.
-func (w *leaseWatch) acquired(res durable.ClaimResult, start, end time.Time, lease time.Duration, set bool) {
+func (w *leaseWatch) acquired(res storeapi.ClaimResult, start, end time.Time, lease time.Duration, set bool) {
 	if !res.Acquired {
 		return
 	}
@@ -74,7 +75,7 @@ func (w *leaseWatch) acquired(res durable.ClaimResult, start, end time.Time, lea
 
 // Claim is checked; the lease of a claim inside tx is not recorded (it
 // holds only if the transaction commits, and then it is finished in it).
-func (w *leaseWatch) Claim(ctx context.Context, tx pgxTx, p durable.ClaimParams) (durable.ClaimResult, error) {
+func (w *leaseWatch) Claim(ctx context.Context, tx pgxTx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
 	start := time.Now()
 	res, err := w.Store.Claim(ctx, tx, p)
 	if err == nil {

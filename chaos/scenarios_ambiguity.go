@@ -16,6 +16,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // registry lists every scenario in the order Run runs them: the ten
@@ -368,7 +369,7 @@ type sweepResult struct{ n int }
 // clock is two minutes past its generation, which starts near the clock,
 // so that generations never repeat after a deletion), sweeps, and reports
 // every sweepable finished record that survived.
-func sweepWhenSweepable(ctx context.Context, e *env, st durable.Store[pgxTx], res *sweepResult) error {
+func sweepWhenSweepable(ctx context.Context, e *env, st storeapi.Store[pgxTx], res *sweepResult) error {
 	rs := e.records()
 	wait := time.Now().Add(sweepWaitBound)
 	for {

@@ -19,6 +19,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // The edge scenarios force the windows of claimhttp's rule after a
@@ -49,7 +50,7 @@ const (
 // durable.ErrUnavailable and before writing anything: the store
 // unreachable for those writes, everything else untouched.
 type faultyStore struct {
-	durable.Store[pgxTx]
+	storeapi.Store[pgxTx]
 	e *env
 
 	mu      sync.Mutex
@@ -58,7 +59,7 @@ type faultyStore struct {
 	landed  map[string]time.Time            // operation id -> first finishing write after a refusal
 }
 
-func newFaultyStore(e *env, st durable.Store[pgxTx]) *faultyStore {
+func newFaultyStore(e *env, st storeapi.Store[pgxTx]) *faultyStore {
 	return &faultyStore{Store: st, e: e, windows: map[string]map[string]time.Time{},
 		first: map[string]time.Time{}, landed: map[string]time.Time{}}
 }
@@ -303,7 +304,7 @@ var errClientGone = errors.New("chaos: the client disconnected")
 // newEdge builds an edge world; mw adjusts the middleware's options.
 func (e *env) newEdge(ctx context.Context, mw func(*claimhttp.Options)) (*edge, error) {
 	var st *faultyStore
-	base, err := e.store(storeOpts{seam: func(s durable.Store[pgxTx]) durable.Store[pgxTx] {
+	base, err := e.store(storeOpts{seam: func(s storeapi.Store[pgxTx]) storeapi.Store[pgxTx] {
 		st = newFaultyStore(e, s)
 		return st
 	}})

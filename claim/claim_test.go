@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/txmark"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -422,7 +424,28 @@ func TestNew_RejectsBadOptions(t *testing.T) {
 	if _, err := claim.New[pgx.Tx](nil); !errors.Is(err, claim.ErrConfig) {
 		t.Errorf("New with a nil store = %v, want ErrConfig", err)
 	}
+	// A durable.Store without the claim protocol (only the stores of this
+	// module have it) is a configuration error, not a panic.
+	if _, err := claim.New[pgx.Tx](readOnlyStore{s: e.store}); !errors.Is(err, claim.ErrConfig) ||
+		!strings.Contains(err.Error(), "does not implement the oncekey protocol") {
+		t.Errorf("New with a store without the protocol = %v, want ErrConfig", err)
+	}
 }
+
+// readOnlyStore is a durable.Store and nothing more.
+type readOnlyStore struct {
+	txmark.Mark[pgx.Tx]
+	s durable.Store[pgx.Tx]
+}
+
+func (r readOnlyStore) Ref(sc durable.Scope) (durable.Ref, error) { return r.s.Ref(sc) }
+func (r readOnlyStore) Get(ctx context.Context, ref durable.Ref) (durable.Record, error) {
+	return r.s.Get(ctx, ref)
+}
+func (r readOnlyStore) Sweep(ctx context.Context, batch int) (int, error) {
+	return r.s.Sweep(ctx, batch)
+}
+func (r readOnlyStore) Stats(ctx context.Context) (durable.Stats, error) { return r.s.Stats(ctx) }
 
 func TestClaimer_WaitPolicyReplaysWhenFirstFinishes(t *testing.T) {
 	t.Parallel()

@@ -16,6 +16,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -185,7 +186,7 @@ func WithLogger(l *slog.Logger) Option {
 // store arbitrating every claim and fencing every completion. It is safe for
 // concurrent use.
 type Claimer[TTx any] struct {
-	store   durable.Store[TTx]
+	store   storeapi.Store[TTx]
 	scripts *fastpath.Scripts // nil without Redis
 	// evictionChecked is set once the maxmemory-policy check has run.
 	evictionChecked atomic.Bool
@@ -197,11 +198,18 @@ type Claimer[TTx any] struct {
 	m            *meters
 }
 
-// New returns a Claimer over store. It checks every option and returns an
-// error naming the bad one, which matches [ErrConfig].
+// New returns a Claimer over store, a store from durable/postgres or
+// durable/sqlite. It checks every option and returns an error naming the bad
+// one, which matches [ErrConfig].
 func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], error) {
 	if store == nil {
 		return nil, configErr("nil store")
+	}
+	// The claim protocol is internal to this module (see package durable):
+	// only its backends implement it.
+	proto, ok := store.(storeapi.Store[TTx])
+	if !ok {
+		return nil, configErr("store %T does not implement the oncekey protocol; stores come from durable/postgres or durable/sqlite", store)
 	}
 	cfg := config{lease: defaultLease, retention: defaultRetention, statsMaxAge: 10 * time.Second, sweepBatch: defaultSweepBatch}
 	for _, o := range opts {
@@ -223,7 +231,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 			return nil, configErr("retention %v of operation %q must not be shorter than the lease %v", d, op, cfg.lease)
 		}
 	}
-	c := &Claimer[TTx]{store: store, cfg: cfg, log: cfg.logger}
+	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -375,8 +383,8 @@ func (c *Claimer[TTx]) marginFor(lease time.Duration) time.Duration {
 }
 
 // prepare validates the request and returns the store's reference.
-func (c *Claimer[TTx]) prepare(r Request) (durable.Ref, durable.ClaimParams, error) {
-	p := durable.ClaimParams{
+func (c *Claimer[TTx]) prepare(r Request) (durable.Ref, storeapi.ClaimParams, error) {
+	p := storeapi.ClaimParams{
 		Scope:       r.Scope,
 		Fingerprint: r.Fingerprint,
 		Owner:       uuid.New(),
@@ -430,7 +438,7 @@ func (f fast) mayHoldRedisLease() bool { return (f.answered && f.proposed != 0) 
 
 // redisClaim runs claim.lua. Any Redis failure degrades to the durable
 // store alone.
-func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p durable.ClaimParams) fast {
+func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p storeapi.ClaimParams) fast {
 	if c.scripts == nil {
 		return fast{}
 	}
@@ -583,7 +591,7 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 // was bypassed), or when the Redis claim's reply was lost so the proposal
 // is unknown, Redis is raised to it, and a Redis lease of our owner carries
 // the durable generation.
-func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p durable.ClaimParams, f fast, res durable.ClaimResult) {
+func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p storeapi.ClaimParams, f fast, res storeapi.ClaimResult) {
 	if res.Takeover {
 		c.m.takeover(ctx)
 		c.log.Info("oncekey: took over an expired lease", "op", ref, "generation", res.Token.Generation)
@@ -598,7 +606,7 @@ func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p durable.
 // dropRedisLease gives back a Redis lease that the durable store did not
 // confirm, so it blocks no one. release.lua matches the owner only, so a
 // lease whose generation we never learned (a lost reply) is dropped too.
-func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.Ref, p durable.ClaimParams) {
+func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.Ref, p storeapi.ClaimParams) {
 	if !f.mayHoldRedisLease() {
 		return
 	}
@@ -611,7 +619,7 @@ func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.R
 // existing classifies a record the durable claim did not take, and refills
 // Redis from it when Redis lost it. read is when the statement that read rec
 // was sent.
-func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Ref, p durable.ClaimParams, f fast, rec *durable.Record, read time.Time) Outcome[TTx] {
+func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Ref, p storeapi.ClaimParams, f fast, rec *durable.Record, read time.Time) Outcome[TTx] {
 	if rec == nil { // a store bug; fail safe
 		c.dropRedisLease(ctx, f, ref, p)
 		return Outcome[TTx]{Kind: InProgress, OperationID: opID, RetryAfter: time.Second}
@@ -637,7 +645,7 @@ func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Re
 // was measured by the database after it, so ExpiresIn minus the time since
 // read, on the monotonic clock, is no more than what is left of the record
 // however slow the round trips were (see cacheTTL).
-func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p durable.ClaimParams, rec *durable.Record, read time.Time) {
+func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p storeapi.ClaimParams, rec *durable.Record, read time.Time) {
 	if c.scripts == nil {
 		return
 	}

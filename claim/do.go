@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // commitRereadTimeout bounds the read that settles a COMMIT whose reply was
@@ -73,7 +74,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	p.Proposed = f.proposed
 
 	var (
-		claimed   durable.ClaimResult
+		claimed   storeapi.ClaimResult
 		tok       fence.Token
 		state     durable.State
 		result    durable.Result
@@ -149,7 +150,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	return c.executed(ctx, opID, ref, tok, p, state, result, sent), nil
 }
 
-func (c *Claimer[TTx]) executed(ctx context.Context, opID string, ref durable.Ref, tok fence.Token, p durable.ClaimParams, state durable.State, res durable.Result, sent time.Time) Outcome[TTx] {
+func (c *Claimer[TTx]) executed(ctx context.Context, opID string, ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, state durable.State, res durable.Result, sent time.Time) Outcome[TTx] {
 	c.cacheResult(ctx, ref, tok, p.Fingerprint, state, res, p.Retention, sent)
 	return Outcome[TTx]{Kind: Executed, OperationID: opID, State: state, Result: &res}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // orders makes the business table the Do tests write to, deliberately
@@ -189,7 +190,7 @@ func TestClaimer_DoConnectionCutBeforeCommit(t *testing.T) {
 // lostAckStore commits every transaction, reports its COMMIT reply as lost,
 // and never answers a read: the store a network partition leaves behind.
 type lostAckStore struct {
-	durable.Store[pgx.Tx]
+	storeapi.Store[pgx.Tx]
 }
 
 func (s lostAckStore) InTx(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {

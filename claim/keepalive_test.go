@@ -13,6 +13,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -20,7 +21,7 @@ import (
 // unreachable: each takes delay (a connection attempt that times out), then
 // returns ErrUnavailable. Every other method reaches the real store.
 type unrenewable struct {
-	durable.Store[pgx.Tx]
+	storeapi.Store[pgx.Tx]
 	delay time.Duration
 	calls atomic.Int64
 }

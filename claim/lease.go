@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Lease is a durable claim held by this worker (workflow mode: [Claimer.Claim]
@@ -32,7 +33,7 @@ type Lease[TTx any] struct {
 	deadline time.Time // conservative local end of the lease, on the monotonic clock
 }
 
-func newLease[TTx any](c *Claimer[TTx], ref durable.Ref, tok fence.Token, p durable.ClaimParams, sent time.Time) *Lease[TTx] {
+func newLease[TTx any](c *Claimer[TTx], ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, sent time.Time) *Lease[TTx] {
 	return &Lease[TTx]{c: c, ref: ref, tok: tok, fp: p.Fingerprint, lease: p.Lease, retention: p.Retention,
 		margin: c.marginFor(p.Lease), sent: sent, deadline: sent.Add(p.Lease)}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/lua"
 )
 
@@ -169,7 +170,7 @@ func TestClaimer_RedisCacheNeverOutlivesTheRecord(t *testing.T) {
 
 // lostClaimReplies returns a Claimer on store whose claim.lua calls run on
 // Redis but whose replies are lost: the client sees a read timeout.
-func (e *env) lostClaimReplies(store durable.Store[pgx.Tx]) *claim.Claimer[pgx.Tx] {
+func (e *env) lostClaimReplies(store storeapi.Store[pgx.Tx]) *claim.Claimer[pgx.Tx] {
 	e.t.Helper()
 	e.loadScripts()
 	lost := &faultyRedis{Scripter: e.rdb, after: func(ctx context.Context, keys []string, reply *redis.Cmd) *redis.Cmd {
@@ -313,7 +314,7 @@ func TestClaimer_LostRedisClaimReply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lost := e.lostClaimReplies(down)
+		lost := e.lostClaimReplies(down.(storeapi.Store[pgx.Tx]))
 		r := req("l-down", "v1:a")
 		if _, err := lost.Claim(t.Context(), r); !errors.Is(err, claim.ErrUnavailable) {
 			t.Fatalf("Claim err = %v, want ErrUnavailable", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
 )
@@ -40,7 +41,7 @@ type env struct {
 	t      *testing.T
 	schema testenv.Schema
 	pool   *pgxpool.Pool
-	store  durable.Store[pgx.Tx]
+	store  storeapi.Store[pgx.Tx]
 	rdb    *redis.Client // nil without Redis
 	prefix string
 	c      *claim.Claimer[pgx.Tx]
@@ -70,7 +71,7 @@ func setup(t *testing.T, mode string, opts ...claim.Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, schema: s, pool: pool, store: st, stmts: ctr}
+	e := &env{t: t, schema: s, pool: pool, store: st.(storeapi.Store[pgx.Tx]), stmts: ctr}
 	switch mode {
 	case withRedis:
 		e.rdb, e.prefix = testenv.Redis(t)

@@ -1,7 +1,16 @@
 // Package durable is the store contract the rest of oncekey programs against:
 // the record of one idempotency key, its states, and the atomic operations a
-// backend must provide. The durable store alone decides who owns a key; Redis
+// backend provides. The durable store alone decides who owns a key; Redis
 // only accelerates (see package lua).
+//
+// A [Store] comes from durable/postgres or durable/sqlite and is handed to
+// claim.New; an operator reads records ([Store.Get]), watches [Stats] and
+// deletes expired records ([Store.Sweep]) through it. The claim protocol the
+// Claimer drives on it (Claim, Complete, Fail, MarkUncertain, Renew,
+// Release, Adopt, Pending and the store's transactions) is internal to this
+// module for now, so it can still change: the backends live in this
+// repository and pass its contract suite. It may be published once it is
+// stable. The rules below are the protocol's, and hold for every store.
 //
 // # Identity
 //
@@ -29,7 +38,7 @@
 //
 // # The claim rule
 //
-// [Store.Claim] is one atomic statement (never check-then-insert). It inserts
+// Claim is one atomic statement (never check-then-insert). It inserts
 // a processing record, or takes over an existing one when exactly one of
 // these holds:
 //
@@ -109,6 +118,6 @@
 //
 // # Conformance
 //
-// Every backend runs the contract suite in package durabletest from its own
+// Every backend runs the contract suite (internal/storetest) from its own
 // tests. A backend is done when that suite passes unchanged.
 package durable

@@ -26,7 +26,9 @@ var (
 	ErrUnavailable = errors.New("durable: store unavailable")
 
 	// ErrInvalidScope is returned, before anything is written, for a scope
-	// that fails [Scope.Validate], and for invalid claim parameters.
+	// that fails [Scope.Validate], and for invalid arguments to a store. Its
+	// message names the field and why, for example
+	// "durable: invalid key: empty".
 	ErrInvalidScope = errors.New("durable: invalid scope")
 
 	// ErrNotFound is returned by Get and Adopt when no record exists.
@@ -37,16 +39,16 @@ var (
 	ErrBusy = errors.New("durable: record not adoptable")
 )
 
-// ScopeError describes why a [Scope] or claim parameter is invalid. It
-// matches [ErrInvalidScope] with errors.Is.
-type ScopeError struct {
-	Field  string // "tenant", "operation", "key", "fingerprint", "lease", "retention", ...
-	Reason string
+// scopeError says which field of a [Scope] is invalid and why. It matches
+// [ErrInvalidScope] with errors.Is.
+type scopeError struct {
+	field  string // "tenant", "operation" or "key"
+	reason string
 }
 
-func (e *ScopeError) Error() string {
-	return fmt.Sprintf("durable: invalid %s: %s", e.Field, e.Reason)
+func (e *scopeError) Error() string {
+	return fmt.Sprintf("durable: invalid %s: %s", e.field, e.reason)
 }
 
 // Is reports whether target is ErrInvalidScope.
-func (e *ScopeError) Is(target error) bool { return target == ErrInvalidScope }
+func (e *scopeError) Is(target error) bool { return target == ErrInvalidScope }

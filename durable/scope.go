@@ -28,8 +28,8 @@ type Scope struct {
 // Validate checks the scope: tenant and operation non-empty valid UTF-8 of at
 // most 512 bytes without control characters (C0 U+0000 to U+001F,
 // DEL U+007F, C1 U+0080 to U+009F) nor U+FFFD; key 1 to 255
-// bytes of printable ASCII (0x20 to 0x7E). It returns a *[ScopeError], which
-// matches [ErrInvalidScope].
+// bytes of printable ASCII (0x20 to 0x7E). Its error matches
+// [ErrInvalidScope] and names the field and why.
 func (s Scope) Validate() error {
 	if err := validName("tenant", s.Tenant); err != nil {
 		return err
@@ -41,17 +41,18 @@ func (s Scope) Validate() error {
 }
 
 // ValidateKey checks an idempotency key alone: 1 to 255 bytes of
-// printable ASCII. It returns a *[ScopeError] for field "key".
+// printable ASCII. Its error matches [ErrInvalidScope] and names the
+// field "key".
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return &ScopeError{Field: "key", Reason: "empty"}
+		return &scopeError{field: "key", reason: "empty"}
 	case len(key) > maxKeyLen:
-		return &ScopeError{Field: "key", Reason: "longer than 255 bytes"}
+		return &scopeError{field: "key", reason: "longer than 255 bytes"}
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c > 0x7e {
-			return &ScopeError{Field: "key", Reason: "not printable ASCII"}
+			return &scopeError{field: "key", reason: "not printable ASCII"}
 		}
 	}
 	return nil
@@ -59,16 +60,16 @@ func ValidateKey(key string) error {
 
 func validName(field, v string) error {
 	if v == "" {
-		return &ScopeError{Field: field, Reason: "empty"}
+		return &scopeError{field: field, reason: "empty"}
 	}
 	if len(v) > maxNameLen {
-		return &ScopeError{Field: field, Reason: "too long"}
+		return &scopeError{field: field, reason: "too long"}
 	}
 	for _, r := range v {
 		// utf8.RuneError (U+FFFD) is also what ranging yields for an
 		// invalid byte, so invalid UTF-8 is rejected here too.
 		if r == 0xFFFD || r < 0x20 || (r >= 0x7f && r <= 0x9f) {
-			return &ScopeError{Field: field, Reason: "invalid UTF-8 or control character"}
+			return &scopeError{field: field, reason: "invalid UTF-8 or control character"}
 		}
 	}
 	return nil

@@ -9,9 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/oncekey/oncekey/durable"
 )
@@ -53,39 +50,13 @@ func TestScope_Validate(t *testing.T) {
 				}
 				return
 			}
-			var se *durable.ScopeError
-			if !errors.Is(err, durable.ErrInvalidScope) || !errors.As(err, &se) || se.Field != tc.field {
-				t.Fatalf("Validate = %v; want a ScopeError for %q matching ErrInvalidScope", err, tc.field)
+			if !errors.Is(err, durable.ErrInvalidScope) {
+				t.Fatalf("Validate = %v; want an error for %q matching ErrInvalidScope", err, tc.field)
 			}
-			if !strings.HasPrefix(err.Error(), "durable: invalid "+tc.field) {
+			if !strings.HasPrefix(err.Error(), "durable: invalid "+tc.field+": ") {
 				t.Fatalf("message %q does not name the field", err)
 			}
 		})
-	}
-}
-
-func TestClaimParams_Validate(t *testing.T) {
-	base := durable.ClaimParams{
-		Scope:       durable.Scope{Tenant: "t", Operation: "o", Key: "k"},
-		Fingerprint: "v1:x", Owner: uuid.New(), Lease: time.Millisecond, Retention: time.Millisecond, Proposed: 1 << 62,
-	}
-	if err := base.Validate(); err != nil {
-		t.Fatalf("valid params: %v", err)
-	}
-	for field, mutate := range map[string]func(*durable.ClaimParams){
-		"key":         func(p *durable.ClaimParams) { p.Scope.Key = "" },
-		"fingerprint": func(p *durable.ClaimParams) { p.Fingerprint = strings.Repeat("f", 257) },
-		"owner":       func(p *durable.ClaimParams) { p.Owner = uuid.Nil },
-		"lease":       func(p *durable.ClaimParams) { p.Lease = time.Millisecond - 1 },
-		"retention":   func(p *durable.ClaimParams) { p.Retention = 0 },
-		"proposed":    func(p *durable.ClaimParams) { p.Proposed = 1<<62 + 1 },
-	} {
-		p := base
-		mutate(&p)
-		var se *durable.ScopeError
-		if err := p.Validate(); !errors.As(err, &se) || se.Field != field || !errors.Is(err, durable.ErrInvalidScope) {
-			t.Errorf("invalid %s: Validate = %v", field, err)
-		}
 	}
 }
 

@@ -95,9 +95,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	scope := durable.Scope{Tenant: tenant, Operation: operation, Key: key}
 	if err := scope.Validate(); err != nil {
-		var se *durable.ScopeError
-		errors.As(err, &se)
-		m.o.Logger.Error("claimhttp: invalid scope from TenantFunc or OperationFunc", "field", se.Field, "reason", se.Reason)
+		m.o.Logger.Error("claimhttp: invalid scope from TenantFunc or OperationFunc", "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be scoped.", "", 0)
 		return
 	}

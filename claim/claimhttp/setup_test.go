@@ -24,6 +24,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
 )
@@ -58,7 +59,7 @@ func tenantOf(r *http.Request) (string, error) {
 type fixture struct {
 	t      testing.TB
 	schema testenv.Schema
-	store  durable.Store[pgx.Tx]
+	store  storeapi.Store[pgx.Tx]
 	c      *claim.Claimer[pgx.Tx]
 	rdb    *redis.Client
 	prefix string
@@ -76,7 +77,7 @@ type config struct {
 	options claimhttp.Options
 	// wrap, when set, puts a wrapper (fault injection) around the store
 	// the Claimer uses; the fixture keeps the real one for reads.
-	wrap func(durable.Store[pgx.Tx]) durable.Store[pgx.Tx]
+	wrap func(storeapi.Store[pgx.Tx]) storeapi.Store[pgx.Tx]
 }
 
 func setup(t testing.TB, cfg config) *fixture {
@@ -93,7 +94,7 @@ func setup(t testing.TB, cfg config) *fixture {
 	if _, err := s.Pool.Exec(ctx, `CREATE TABLE `+s.Name+`.orders (id bigserial PRIMARY KEY, tenant text NOT NULL, item text NOT NULL, op text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, schema: s, store: st, tx: cfg.options.InTransaction}
+	f := &fixture{t: t, schema: s, store: st.(storeapi.Store[pgx.Tx]), tx: cfg.options.InTransaction}
 	opts := cfg.claim
 	if cfg.redis {
 		f.rdb, f.prefix = testenv.Redis(t)
@@ -101,7 +102,7 @@ func setup(t testing.TB, cfg config) *fixture {
 	}
 	var cs durable.Store[pgx.Tx] = st
 	if cfg.wrap != nil {
-		cs = cfg.wrap(st)
+		cs = cfg.wrap(st.(storeapi.Store[pgx.Tx]))
 	}
 	f.c, err = claim.New[pgx.Tx](cs, opts...)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // The tests in this file force the paths on which the first cut of the
@@ -26,7 +27,7 @@ import (
 // flaky is a store whose writes can be made to fail as unreachable for a
 // while, as a PostgreSQL that refuses connections would.
 type flaky struct {
-	durable.Store[pgx.Tx]
+	storeapi.Store[pgx.Tx]
 	renewDown  atomic.Bool
 	finishDown atomic.Bool // Complete, Fail and MarkUncertain
 	renews     atomic.Int64
@@ -80,7 +81,7 @@ func setupFlaky(t *testing.T, withRedis bool, lease time.Duration, o claimhttp.O
 		redis:   withRedis,
 		claim:   []claim.Option{claim.WithLease(lease)},
 		options: o,
-		wrap: func(s durable.Store[pgx.Tx]) durable.Store[pgx.Tx] {
+		wrap: func(s storeapi.Store[pgx.Tx]) storeapi.Store[pgx.Tx] {
 			fl.Store = s
 			return fl
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
@@ -20,8 +21,8 @@ import (
 func BenchmarkClaimComplete(b *testing.B) {
 	res := durable.Result{StatusCode: 201, Body: []byte(`{"id":"ord_1"}`), Version: 1,
 		Headers: map[string][]string{"Content-Type": {"application/json"}}}
-	params := func(prefix string, i int) durable.ClaimParams {
-		return durable.ClaimParams{
+	params := func(prefix string, i int) storeapi.ClaimParams {
+		return storeapi.ClaimParams{
 			Scope:       durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: prefix + strconv.Itoa(i)},
 			Fingerprint: "v1:bench", Owner: uuid.New(), Lease: 30 * time.Second, Retention: time.Hour,
 		}

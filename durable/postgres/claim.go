@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Claim atomically inserts or takes over the record of p.Scope (see the
@@ -36,25 +37,25 @@ import (
 // the statement started (the row is then read again). ctx bounds the round
 // trip; the lease is governed by p.Lease, measured by the database's clock.
 //
-// With a non-nil tx, which must be READ COMMITTED (as [durable.Store.InTx]
+// With a non-nil tx, which must be READ COMMITTED (as the store's InTx
 // begins it), the claim runs inside tx: the claimed, taken over or classified
 // row stays locked until tx ends, so a concurrent claimer of the same scope
 // waits (bounded by lock_timeout) and then sees the committed outcome; a
 // rollback leaves the record as it was. An ambiguous failure is not re-read
 // then: the transaction is lost and the caller's COMMIT will report it.
-func (s *store) Claim(ctx context.Context, tx pgx.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
+func (s *store) Claim(ctx context.Context, tx pgx.Tx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
 	if tx != nil {
 		return s.claim(ctx, tx, p)
 	}
 	return s.claim(ctx, s.pool, p)
 }
 
-func (s *store) claim(ctx context.Context, q querier, p durable.ClaimParams) (durable.ClaimResult, error) {
+func (s *store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
 	if err := p.Validate(); err != nil {
-		return durable.ClaimResult{}, fmt.Errorf("durable/postgres: claim: %w", err)
+		return storeapi.ClaimResult{}, fmt.Errorf("durable/postgres: claim: %w", err)
 	}
 	ref := p.Scope.Ref(s.cfg.secret)
-	res := durable.ClaimResult{Ref: ref}
+	res := storeapi.ClaimResult{Ref: ref}
 	args := append(refArgs(ref), p.Fingerprint, int64(p.Proposed), pgUUID(p.Owner),
 		p.Lease.Microseconds(), p.Retention.Microseconds())
 	for range 3 {
@@ -99,7 +100,7 @@ func (s *store) claim(ctx context.Context, q querier, p durable.ClaimParams) (du
 
 // classify returns the existing record rec as the claim's answer.
 // A record of another fingerprint is a mismatch.
-func classify(res durable.ClaimResult, rec durable.Record, fingerprint string) (durable.ClaimResult, error) {
+func classify(res storeapi.ClaimResult, rec durable.Record, fingerprint string) (storeapi.ClaimResult, error) {
 	res.Record = &rec
 	if rec.Fingerprint != fingerprint {
 		return res, errMismatch()
@@ -109,7 +110,7 @@ func classify(res durable.ClaimResult, rec durable.Record, fingerprint string) (
 
 // resolveClaim learns the outcome of a claim whose connection was lost after
 // it was sent.
-func (s *store) resolveClaim(ctx context.Context, p durable.ClaimParams, res durable.ClaimResult, cause error) (durable.ClaimResult, error) {
+func (s *store) resolveClaim(ctx context.Context, p storeapi.ClaimParams, res storeapi.ClaimResult, cause error) (storeapi.ClaimResult, error) {
 	// Detached: a caller whose context was cancelled (the likely reason the
 	// reply was lost) still learns whether it holds the key, instead of
 	// leaving a claim of its owner to block the key for a lease.

@@ -61,9 +61,10 @@
 //     wait for a row lock (Claim and the fenced writes) is sent in the same
 //     round trip as set_config('lock_timeout', ..., true), which holds for
 //     that statement's implicit transaction only.
-//   - [durable.Store.InTx] sets both with SET LOCAL in its BEGIN (one round trip).
+//   - The store's own transactions (the one claim.Claimer.Do runs in) set
+//     both with SET LOCAL in their BEGIN (one round trip).
 //   - A transaction the caller began runs with its session's settings: begin
-//     it on a configured pool, or with [durable.Store.InTx].
+//     it on a configured pool.
 //
 // # Errors
 //
@@ -95,7 +96,7 @@
 //     message that says so. [durable.ErrFenced] always means "did not
 //     apply".
 //
-// In a transaction the outcome is decided by COMMIT. [durable.Store.InTx] tells a
+// In a transaction the outcome is decided by COMMIT. The store tells a
 // COMMIT the server refused (an ERROR: a deferred constraint, a
 // serialization failure; or ROLLBACK for a transaction that had failed),
 // which committed nothing and is returned as that error, from one whose

@@ -6,16 +6,16 @@ import (
 	"os"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 )
 
-// Set up a pool with the session timeouts, migrate, and claim then complete
-// a key. Needs DATABASE_URL, so it is compiled but not run.
+// Set up a pool with the session timeouts, migrate, and hand the store to a
+// Claimer that claims a key, writes and completes it in one transaction. Needs DATABASE_URL, so it is compiled but not run.
 func Example() {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
@@ -38,51 +38,24 @@ func Example() {
 		panic(err)
 	}
 
-	res, err := store.Claim(ctx, nil, durable.ClaimParams{
-		Scope:       durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "9b1f4c52-order-42"},
-		Fingerprint: "v1:…",
-		Owner:       uuid.New(),
-		Lease:       30 * time.Second,
-		Retention:   24 * time.Hour,
-	})
-
-	switch {
-	case err != nil:
-		panic(err) // ErrMismatch, ErrUnavailable, ...
-	case !res.Acquired:
-		fmt.Println("replay or in progress:", res.Record.State)
-		return
-	}
-	// ... run the operation, passing res.Ref.OperationID() downstream ...
-	err = store.Complete(ctx, nil, res.Ref, res.Token, durable.Result{StatusCode: 201, Body: []byte(`{"id":"ord_1"}`)})
-	fmt.Println(err)
-}
-
-// Claim, the business write and the completion commit together.
-func ExampleStore_InTx() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	c, err := claim.New(store, claim.WithLease(30*time.Second), claim.WithRetention(24*time.Hour))
 	if err != nil {
 		panic(err)
 	}
-	defer pool.Close()
-	store, _ := postgres.New(pool)
-	p := durable.ClaimParams{
-		Scope:       durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "order-43"},
-		Fingerprint: "v1:…", Owner: uuid.New(), Lease: 10 * time.Second, Retention: 24 * time.Hour,
-	}
-	err = store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		res, err := store.Claim(ctx, tx, p)
-		if err != nil || !res.Acquired {
-			return err // a replay: nothing to do
+
+	// The claim, the business write and the completion commit together:
+	// Do runs placeOrder in a transaction of the store.
+	out, err := c.Do(ctx, claim.Request{
+		Scope:       durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "9b1f4c52-order-42"},
+		Fingerprint: "v1:…",
+	}, func(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
+		if _, err := tx.Exec(ctx, "INSERT INTO orders (id) VALUES ($1)", op.ID); err != nil {
+			return durable.Result{}, err
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO orders (id) VALUES ($1)", res.Ref.OperationID()); err != nil {
-			return err
-		}
-		return store.Complete(ctx, tx, res.Ref, res.Token, durable.Result{StatusCode: 201})
+		return durable.Result{StatusCode: 201, Body: []byte(`{"id":"ord_1"}`)}, nil
 	})
 	if err != nil {
-		// durable.ErrUnavailable from COMMIT: re-read with store.Get to learn the outcome.
-		fmt.Println(err)
+		panic(err) // claim.ErrMismatch, claim.ErrUnavailable, ...
 	}
+	fmt.Println(out.Kind, out.Result.StatusCode) // executed, or replayed for a retry
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/durabletest"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/pgproxy"
+	"github.com/oncekey/oncekey/internal/storeapi"
+	"github.com/oncekey/oncekey/internal/storetest"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
@@ -39,7 +39,7 @@ func (c *counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndDat
 
 // fixture is one store on a fresh schema.
 type fixture struct {
-	s      durable.Store[pgx.Tx]
+	s      storeapi.Store[pgx.Tx]
 	pool   *pgxpool.Pool
 	schema testenv.Schema
 	stmts  *counter
@@ -58,7 +58,7 @@ type fixtureOpts struct {
 	opts      []postgres.Option
 }
 
-var fixtures sync.Map // durable.Store[pgx.Tx] → *fixture
+var fixtures sync.Map // storeapi.Store[pgx.Tx] → *fixture
 
 func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	t.Helper()
@@ -97,10 +97,11 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	}
 	t.Cleanup(f.pool.Close)
 	f.opts = opts
-	f.s, err = postgres.New(f.pool, opts...)
+	st, err := postgres.New(f.pool, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.s = st.(storeapi.Store[pgx.Tx])
 	if !o.noMigrate {
 		if err := postgres.Migrate(ctx, f.pool, f.opts...); err != nil {
 			t.Fatalf("Migrate: %v", err)
@@ -111,7 +112,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	return f
 }
 
-func fixtureOf(s durable.Store[pgx.Tx]) *fixture {
+func fixtureOf(s storeapi.Store[pgx.Tx]) *fixture {
 	f, _ := fixtures.Load(s)
 	return f.(*fixture)
 }
@@ -129,7 +130,7 @@ func (f *fixture) lockWaiters() int {
 
 // unreachable returns a store on a pool whose server does not exist (a port
 // nothing listens on).
-func unreachable(t testing.TB) durable.Store[pgx.Tx] {
+func unreachable(t testing.TB) storeapi.Store[pgx.Tx] {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -153,16 +154,16 @@ func unreachable(t testing.TB) durable.Store[pgx.Tx] {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s.(storeapi.Store[pgx.Tx])
 }
 
-func harness(o fixtureOpts) durabletest.Harness[pgx.Tx] {
-	return durabletest.Harness[pgx.Tx]{
-		New: func(t testing.TB) durable.Store[pgx.Tx] { return newFixture(t, o).s },
-		Unreachable: func(t testing.TB) durable.Store[pgx.Tx] {
+func harness(o fixtureOpts) storetest.Harness[pgx.Tx] {
+	return storetest.Harness[pgx.Tx]{
+		New: func(t testing.TB) storeapi.Store[pgx.Tx] { return newFixture(t, o).s },
+		Unreachable: func(t testing.TB) storeapi.Store[pgx.Tx] {
 			return unreachable(t)
 		},
-		LoseCommitAck: func(t testing.TB) (durable.Store[pgx.Tx], func()) {
+		LoseCommitAck: func(t testing.TB) (storeapi.Store[pgx.Tx], func()) {
 			po := o
 			po.proxy = true
 			f := newFixture(t, po)
@@ -178,8 +179,8 @@ func harness(o fixtureOpts) durabletest.Harness[pgx.Tx] {
 			_, err := tx.Exec(ctx, `INSERT INTO durabletest_orders VALUES (1), (1)`)
 			return err
 		},
-		Statements:  func(s durable.Store[pgx.Tx]) int64 { return fixtureOf(s).stmts.n.Load() },
-		LockWaiters: func(s durable.Store[pgx.Tx]) int { return fixtureOf(s).lockWaiters() },
+		Statements:  func(s storeapi.Store[pgx.Tx]) int64 { return fixtureOf(s).stmts.n.Load() },
+		LockWaiters: func(s storeapi.Store[pgx.Tx]) int { return fixtureOf(s).lockWaiters() },
 	}
 }
 
@@ -187,7 +188,7 @@ func harness(o fixtureOpts) durabletest.Harness[pgx.Tx] {
 // the recommended way.
 func TestContract(t *testing.T) {
 	t.Parallel()
-	durabletest.Run(t, harness(fixtureOpts{}))
+	storetest.Run(t, harness(fixtureOpts{}))
 }
 
 // TestContractUnconfiguredPool runs the suite again on a plain pool (the
@@ -195,7 +196,7 @@ func TestContract(t *testing.T) {
 // table of another name and a key secret.
 func TestContractUnconfiguredPool(t *testing.T) {
 	t.Parallel()
-	durabletest.Run(t, harness(fixtureOpts{
+	storetest.Run(t, harness(fixtureOpts{
 		unconfigured: true,
 		qualified:    true,
 		opts:         []postgres.Option{postgres.WithTable("idem_keys"), postgres.WithKeySecret([]byte("test secret"))},

@@ -17,17 +17,20 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/internal/headers"
+	"github.com/oncekey/oncekey/internal/storeapi"
+	"github.com/oncekey/oncekey/internal/txmark"
 )
 
-var _ durable.Store[pgx.Tx] = (*store)(nil)
+var _ storeapi.Store[pgx.Tx] = (*store)(nil)
 
 // store is the PostgreSQL implementation of [durable.Store], on a pgx v5
 // pool that belongs to the caller. It is safe for concurrent use.
 type store struct {
-	pool   *pgxpool.Pool
-	cfg    config
-	q      queries
-	lockMs string
+	txmark.Mark[pgx.Tx] // a durable.Store[pgx.Tx]
+	pool                *pgxpool.Pool
+	cfg                 config
+	q                   queries
+	lockMs              string
 	// sessionOK: the pool's sessions carry lock_timeout (ConfigurePool or
 	// the connection string), so statements need no per-statement bound.
 	sessionOK bool
@@ -268,9 +271,9 @@ func (s *store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Re
 func (s *store) Pending(ctx context.Context, staleFor time.Duration, limit int) ([]durable.Record, error) {
 	switch {
 	case limit < 1 || limit > math.MaxInt32:
-		return nil, fmt.Errorf("durable/postgres: pending: %w", &durable.ScopeError{Field: "limit", Reason: "must be at least 1"})
+		return nil, fmt.Errorf("durable/postgres: pending: %w", storeapi.Invalid("limit", "must be at least 1"))
 	case staleFor < 0:
-		return nil, fmt.Errorf("durable/postgres: pending: %w", &durable.ScopeError{Field: "stale_for", Reason: "negative"})
+		return nil, fmt.Errorf("durable/postgres: pending: %w", storeapi.Invalid("stale_for", "negative"))
 	}
 	rows, err := s.pool.Query(ctx, s.q.pending, staleFor.Microseconds(), limit)
 	if err != nil {
@@ -307,7 +310,7 @@ func (s *store) Pending(ctx context.Context, staleFor time.Duration, limit int) 
 // [durable.ErrInvalidScope]; an unreachable database [durable.ErrUnavailable].
 func (s *store) Sweep(ctx context.Context, batch int) (int, error) {
 	if batch < 1 || batch > math.MaxInt32 {
-		return 0, fmt.Errorf("durable/postgres: sweep: %w", &durable.ScopeError{Field: "batch", Reason: "must be at least 1"})
+		return 0, fmt.Errorf("durable/postgres: sweep: %w", storeapi.Invalid("batch", "must be at least 1"))
 	}
 	tag, err := s.pool.Exec(ctx, s.q.sweep, batch)
 	if err != nil {
@@ -413,14 +416,14 @@ func commitRefused(err error) bool {
 // instance of the previous version), and its body (never nil).
 func encodeResult(res durable.Result) (bin, jsonHeaders, body []byte, err error) {
 	if res.StatusCode < math.MinInt32 || res.StatusCode > math.MaxInt32 {
-		return nil, nil, nil, &durable.ScopeError{Field: "status_code", Reason: "out of range"}
+		return nil, nil, nil, storeapi.Invalid("status_code", "out of range")
 	}
 	if res.Version < math.MinInt32 || res.Version > math.MaxInt32 {
-		return nil, nil, nil, &durable.ScopeError{Field: "version", Reason: "out of range"}
+		return nil, nil, nil, storeapi.Invalid("version", "out of range")
 	}
 	if len(res.Headers) > 0 {
 		if jsonHeaders, err = json.Marshal(res.Headers); err != nil {
-			return nil, nil, nil, &durable.ScopeError{Field: "headers", Reason: err.Error()}
+			return nil, nil, nil, storeapi.Invalid("headers", err.Error())
 		}
 	}
 	body = res.Body

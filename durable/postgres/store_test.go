@@ -27,6 +27,7 @@ import (
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/pgproxy"
+	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
@@ -36,8 +37,8 @@ func scope() durable.Scope {
 	return durable.Scope{Tenant: "tenant", Operation: "POST /orders", Key: testenv.Name("k-")}
 }
 
-func claimParams(sc durable.Scope, lease time.Duration) durable.ClaimParams {
-	return durable.ClaimParams{Scope: sc, Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: time.Hour}
+func claimParams(sc durable.Scope, lease time.Duration) storeapi.ClaimParams {
+	return storeapi.ClaimParams{Scope: sc, Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: time.Hour}
 }
 
 func ctxOf(t testing.TB) context.Context {
@@ -46,7 +47,7 @@ func ctxOf(t testing.TB) context.Context {
 	return ctx
 }
 
-func acquire(t testing.TB, s durable.Store[pgx.Tx], p durable.ClaimParams) fence.Token {
+func acquire(t testing.TB, s storeapi.Store[pgx.Tx], p storeapi.ClaimParams) fence.Token {
 	t.Helper()
 	res, err := s.Claim(ctxOf(t), nil, p)
 	if err != nil || !res.Acquired {
@@ -60,7 +61,7 @@ var result = durable.Result{StatusCode: 201, Body: []byte(`{"id":1}`), Version: 
 
 // secondStore opens another store on f's schema with its own pool and
 // statement counter (and f's application_name, so f.lockWaiters sees it).
-func secondStore(t testing.TB, f *fixture, opts ...postgres.Option) (durable.Store[pgx.Tx], *counter) {
+func secondStore(t testing.TB, f *fixture, opts ...postgres.Option) (storeapi.Store[pgx.Tx], *counter) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(f.schema.URL)
 	if err != nil {
@@ -81,7 +82,7 @@ func secondStore(t testing.TB, f *fixture, opts ...postgres.Option) (durable.Sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, c
+	return s.(storeapi.Store[pgx.Tx]), c
 }
 
 func waitLockWaiter(t testing.TB, f *fixture) {
@@ -292,7 +293,7 @@ func TestStore_ClaimAfterWaitingSeesTheCommittedVersion(t *testing.T) {
 	other, stmts := secondStore(t, f)
 	ctx := ctxOf(t)
 
-	run := func(prepare func(tx pgx.Tx) fence.Token, sc durable.Scope) (durable.ClaimResult, fence.Token, int64) {
+	run := func(prepare func(tx pgx.Tx) fence.Token, sc durable.Scope) (storeapi.ClaimResult, fence.Token, int64) {
 		t.Helper()
 		tx, err := f.pool.Begin(ctx)
 		if err != nil {
@@ -301,7 +302,7 @@ func TestStore_ClaimAfterWaitingSeesTheCommittedVersion(t *testing.T) {
 		defer tx.Rollback(ctx)
 		tok := prepare(tx)
 		type out struct {
-			res durable.ClaimResult
+			res storeapi.ClaimResult
 			err error
 			n   int64
 		}
@@ -642,7 +643,7 @@ func TestMigrate_ConcurrentInstances(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Migrate again: %v", err)
 		}
-		acquire(t, s, claimParams(scope(), time.Hour))
+		acquire(t, s.(storeapi.Store[pgx.Tx]), claimParams(scope(), time.Hour))
 	}
 	var reg *string
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", named+".keys").Scan(&reg); err != nil || reg == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // fencedWrite is one UPDATE matching the record's owner AND generation AND
@@ -190,7 +191,7 @@ func (s *store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.To
 // ([durable.ErrInvalidScope]).
 func (s *store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
 	if lease < time.Millisecond {
-		return fmt.Errorf("durable/postgres: renew: %w", &durable.ScopeError{Field: "lease", Reason: "shorter than 1ms"})
+		return fmt.Errorf("durable/postgres: renew: %w", storeapi.Invalid("lease", "shorter than 1ms"))
 	}
 	return s.run(ctx, s.pool, ref, tok, fencedWrite{
 		op:         "renew",
@@ -238,11 +239,11 @@ func (s *store) Release(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fen
 func (s *store) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, proposed uint64, lease time.Duration) (fence.Token, error) {
 	switch {
 	case owner == uuid.Nil:
-		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", &durable.ScopeError{Field: "owner", Reason: "nil UUID"})
+		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", storeapi.Invalid("owner", "nil UUID"))
 	case lease < time.Millisecond:
-		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", &durable.ScopeError{Field: "lease", Reason: "shorter than 1ms"})
+		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", storeapi.Invalid("lease", "shorter than 1ms"))
 	case proposed > 1<<62:
-		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", &durable.ScopeError{Field: "proposed", Reason: "generation out of range"})
+		return fence.Token{}, fmt.Errorf("durable/postgres: adopt: %w", storeapi.Invalid("proposed", "generation out of range"))
 	}
 	var (
 		gen   *int64

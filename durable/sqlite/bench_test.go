@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/sqlite"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // BenchmarkClaimComplete measures a fresh claim and its completion: on the
@@ -21,8 +22,8 @@ import (
 func BenchmarkClaimComplete(b *testing.B) {
 	ctx := context.Background()
 	res := durable.Result{StatusCode: 201, Body: []byte(`{"id":"o_1"}`), Version: 1}
-	p := func(i int) durable.ClaimParams {
-		return durable.ClaimParams{
+	p := func(i int) storeapi.ClaimParams {
+		return storeapi.ClaimParams{
 			Scope:       durable.Scope{Tenant: "t", Operation: "POST /orders", Key: fmt.Sprintf("bench-%d", i)},
 			Fingerprint: "v1:bench", Owner: uuid.New(), Lease: time.Minute, Retention: time.Hour,
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // claimAttempts bounds how often a claim is tried again when the record
@@ -27,30 +28,30 @@ const claimAttempts = 4
 // database's write lock if tx does not hold it yet, so a concurrent claimer
 // of any scope waits (up to the busy timeout) until tx ends, and then sees
 // what tx committed.
-func (s *store) Claim(ctx context.Context, tx *sql.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
+func (s *store) Claim(ctx context.Context, tx *sql.Tx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
 	ref, err := s.claimRef(p)
 	if err != nil {
-		return durable.ClaimResult{}, err
+		return storeapi.ClaimResult{}, err
 	}
 	if tx != nil {
 		return s.claim(ctx, tx, ref, p)
 	}
 	unlock, err := s.lockWrites(ctx)
 	if err != nil {
-		return durable.ClaimResult{}, unavailable("claim", err)
+		return storeapi.ClaimResult{}, unavailable("claim", err)
 	}
 	defer unlock()
 	return s.claim(ctx, s.db, ref, p)
 }
 
-func (s *store) claimRef(p durable.ClaimParams) (durable.Ref, error) {
+func (s *store) claimRef(p storeapi.ClaimParams) (durable.Ref, error) {
 	if err := p.Validate(); err != nil {
 		return durable.Ref{}, err
 	}
 	return p.Scope.Ref(s.cfg.secret), nil
 }
 
-func (s *store) claim(ctx context.Context, q querier, ref durable.Ref, p durable.ClaimParams) (durable.ClaimResult, error) {
+func (s *store) claim(ctx context.Context, q querier, ref durable.Ref, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
 	for range claimAttempts {
 		var (
 			gen int64
@@ -59,7 +60,7 @@ func (s *store) claim(ctx context.Context, q querier, ref durable.Ref, p durable
 		err := s.queryRow(ctx, q, s.q.claim, ref.Tenant, ref.Operation, ref.KeyHash[:], p.Fingerprint,
 			int64(p.Proposed), p.Owner.String(), p.Lease.Microseconds(), p.Retention.Microseconds()).Scan(&gen, &via)
 		if err == nil {
-			return durable.ClaimResult{
+			return storeapi.ClaimResult{
 				Acquired:  true,
 				Token:     fence.Token{Generation: uint64(gen), Owner: p.Owner},
 				Ref:       ref,
@@ -68,7 +69,7 @@ func (s *store) claim(ctx context.Context, q querier, ref durable.Ref, p durable
 			}, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return durable.ClaimResult{}, translate("claim", err)
+			return storeapi.ClaimResult{}, translate("claim", err)
 		}
 		// The record exists and the rule refused it (nothing was written):
 		// read it to classify. Between the two statements this Store writes
@@ -81,11 +82,11 @@ func (s *store) claim(ctx context.Context, q querier, ref durable.Ref, p durable
 		case errors.Is(err, sql.ErrNoRows), err == nil && claimable:
 			continue
 		case err != nil:
-			return durable.ClaimResult{}, translate("claim", err)
+			return storeapi.ClaimResult{}, translate("claim", err)
 		case rec.Fingerprint != p.Fingerprint:
-			return durable.ClaimResult{Ref: ref}, fmt.Errorf("durable/sqlite: claim: %w", durable.ErrMismatch)
+			return storeapi.ClaimResult{Ref: ref}, fmt.Errorf("durable/sqlite: claim: %w", durable.ErrMismatch)
 		}
-		return durable.ClaimResult{Ref: ref, Record: &rec}, nil
+		return storeapi.ClaimResult{Ref: ref, Record: &rec}, nil
 	}
-	return durable.ClaimResult{}, unavailable("claim", errors.New("the record kept changing under the claim"))
+	return storeapi.ClaimResult{}, unavailable("claim", errors.New("the record kept changing under the claim"))
 }

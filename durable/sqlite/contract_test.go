@@ -6,17 +6,17 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/durabletest"
 	"github.com/oncekey/oncekey/durable/sqlite"
+	"github.com/oncekey/oncekey/internal/storeapi"
+	"github.com/oncekey/oncekey/internal/storetest"
 )
 
 func TestContract(t *testing.T) {
 	t.Parallel()
-	durabletest.Run(t, durabletest.Harness[*sql.Tx]{
-		New: func(t testing.TB) durable.Store[*sql.Tx] { return open(t) },
+	storetest.Run(t, storetest.Harness[*sql.Tx]{
+		New: func(t testing.TB) storeapi.Store[*sql.Tx] { return open(t) },
 		// A store on a closed *sql.DB: every call fails to reach it.
-		Unreachable: func(t testing.TB) durable.Store[*sql.Tx] {
+		Unreachable: func(t testing.TB) storeapi.Store[*sql.Tx] {
 			s, err := sqlite.OpenStore(t.Context(), filepath.Join(t.TempDir(), "closed.db"))
 			if err != nil {
 				t.Fatal(err)
@@ -34,7 +34,7 @@ func TestContract(t *testing.T) {
 		// read), where the suite counts one network round trip each.
 		// BenchmarkClaimComplete reports the counts as stmts/op.
 		Statements:  nil,
-		LockWaiters: func(s durable.Store[*sql.Tx]) int { return s.(*sqlite.Store).WriteWaiters() },
+		LockWaiters: func(s storeapi.Store[*sql.Tx]) int { return s.(*sqlite.Store).WriteWaiters() },
 		// A foreign key checked at COMMIT (foreign_keys is on), violated by
 		// a row of the caller's own table.
 		BreakCommit: func(ctx context.Context, tx *sql.Tx) error {

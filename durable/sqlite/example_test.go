@@ -7,16 +7,15 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"time"
 
-	"github.com/google/uuid"
-
+	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/sqlite"
 )
 
-// Claim an idempotency key, insert an order and complete the key in one
-// SQLite transaction; the retry of the same request replays the result.
+// Open and migrate a database, hand the store to a Claimer, and claim an
+// idempotency key, insert an order and complete the key in one SQLite
+// transaction; the retry of the same request replays the result.
 func Example() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "oncekey-example")
@@ -40,50 +39,35 @@ func Example() {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, item TEXT)`); err != nil {
 		log.Fatal(err)
 	}
+	c, err := claim.New(s)
+	if err != nil {
+		log.Fatal(err)
+	}
+	req := claim.Request{
+		Scope:       durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "9f1c-order-1"},
+		Fingerprint: "v1:book",
+	}
+	placeOrder := func(ctx context.Context, tx *sql.Tx, op claim.Op) (durable.Result, error) {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES ('ord_1', 'book')`); err != nil {
+			return durable.Result{}, err
+		}
+		return durable.Result{StatusCode: 201, Body: []byte(`{"id":"ord_1"}`), ResourceID: "ord_1"}, nil
+	}
 
-	placeOrder := func() durable.ClaimResult {
-		var out durable.ClaimResult
-		err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			r, err := s.Claim(ctx, tx, durable.ClaimParams{
-				Scope:       durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "9f1c-order-1"},
-				Fingerprint: "v1:book",
-				Owner:       uuid.New(),
-				Lease:       30 * time.Second,
-				Retention:   24 * time.Hour,
-			})
-
-			out = r
-			if err != nil || !r.Acquired {
-				return err // a duplicate: nothing to do in this transaction
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES ('ord_1', 'book')`); err != nil {
-				return err
-			}
-			return s.Complete(ctx, tx, r.Ref, r.Token, durable.Result{
-				StatusCode: 201, Body: []byte(`{"id":"ord_1"}`), ResourceID: "ord_1",
-			})
-
-		})
+	for _, name := range []string{"first", "retry"} {
+		out, err := c.Do(ctx, req, placeOrder)
 		if err != nil {
 			log.Fatal(err)
 		}
-		return out
+		fmt.Println(name+":", out.Kind, out.Result.StatusCode, string(out.Result.Body))
 	}
-
-	first := placeOrder()
-	fmt.Println("first: acquired", first.Acquired)
-	retry := placeOrder()
-	fmt.Println("retry: acquired", retry.Acquired, "replays", retry.Record.Result.StatusCode, string(retry.Record.Result.Body))
-	fmt.Println("retry: under the first token", retry.Record.Token == first.Token)
-
 	var orders int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("orders:", orders)
 	// Output:
-	// first: acquired true
-	// retry: acquired false replays 201 {"id":"ord_1"}
-	// retry: under the first token true
+	// first: executed 201 {"id":"ord_1"}
+	// retry: replayed 201 {"id":"ord_1"}
 	// orders: 1
 }

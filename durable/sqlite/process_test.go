@@ -16,6 +16,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/sqlite"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 const (
@@ -53,7 +54,7 @@ func TestHelperProcess(t *testing.T) {
 		t.Fatal("no go from the parent")
 	}
 	claim := func(sc durable.Scope) bool {
-		r, err := s.Claim(t.Context(), nil, durable.ClaimParams{
+		r, err := s.Claim(t.Context(), nil, storeapi.ClaimParams{
 			Scope: sc, Fingerprint: "v1:proc", Owner: uuid.New(), Lease: time.Minute, Retention: time.Hour,
 		})
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Get reads a record; ErrNotFound when there is none. LeaseRemaining and
@@ -41,13 +42,13 @@ func (s *store) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, pro
 		return fence.Token{}, err
 	}
 	if owner == uuid.Nil {
-		return fence.Token{}, &durable.ScopeError{Field: "owner", Reason: "nil UUID"}
+		return fence.Token{}, storeapi.Invalid("owner", "nil UUID")
 	}
 	if err := validLease(lease); err != nil {
 		return fence.Token{}, err
 	}
 	if proposed > 1<<62 {
-		return fence.Token{}, &durable.ScopeError{Field: "proposed", Reason: "generation out of range"}
+		return fence.Token{}, storeapi.Invalid("proposed", "generation out of range")
 	}
 	unlock, err := s.lockWrites(ctx)
 	if err != nil {
@@ -79,10 +80,10 @@ func (s *store) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, pro
 // Released records are not listed.
 func (s *store) Pending(ctx context.Context, staleFor time.Duration, limit int) ([]durable.Record, error) {
 	if limit < 1 {
-		return nil, &durable.ScopeError{Field: "limit", Reason: "less than 1"}
+		return nil, storeapi.Invalid("limit", "less than 1")
 	}
 	if staleFor < 0 {
-		return nil, &durable.ScopeError{Field: "stale for", Reason: "negative"}
+		return nil, storeapi.Invalid("stale for", "negative")
 	}
 	rows, err := s.query(ctx, s.db, s.q.pending, staleFor.Microseconds(), limit)
 	if err != nil {
@@ -113,7 +114,7 @@ func (s *store) Pending(ctx context.Context, staleFor time.Duration, limit int) 
 // until it returns less than batch. batch must be at least 1.
 func (s *store) Sweep(ctx context.Context, batch int) (int, error) {
 	if batch < 1 {
-		return 0, &durable.ScopeError{Field: "batch", Reason: "less than 1"}
+		return 0, storeapi.Invalid("batch", "less than 1")
 	}
 	unlock, err := s.lockWrites(ctx)
 	if err != nil {

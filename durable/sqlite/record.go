@@ -12,6 +12,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 type scanner interface{ Scan(dest ...any) error }
@@ -130,7 +131,7 @@ func validToken(op string, tok fence.Token) error {
 
 func validLease(d time.Duration) error {
 	if d < time.Millisecond {
-		return &durable.ScopeError{Field: "lease", Reason: "shorter than 1ms"}
+		return storeapi.Invalid("lease", "shorter than 1ms")
 	}
 	return nil
 }

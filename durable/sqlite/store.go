@@ -17,6 +17,8 @@ import (
 	_ "github.com/ncruces/go-sqlite3/driver" // registers the "sqlite3" database/sql driver
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/storeapi"
+	"github.com/oncekey/oncekey/internal/txmark"
 )
 
 // Defaults of the options.
@@ -34,7 +36,7 @@ const (
 const maxConns = 8
 
 // Compile-time check: store implements the contract with *sql.Tx.
-var _ durable.Store[*sql.Tx] = (*store)(nil)
+var _ storeapi.Store[*sql.Tx] = (*store)(nil)
 
 // Option configures [New], [Open] and [Migrate].
 type Option func(*config) error
@@ -111,13 +113,14 @@ func newConfig(opts []Option) (config, error) {
 // store is the SQLite implementation of [durable.Store] with *sql.Tx
 // transactions. It is safe for concurrent use.
 type store struct {
-	db      *sql.DB
-	locking bool // transactions start deferred: take the write lock explicitly
-	cfg     config
-	wlock   chan struct{}
-	stmts   atomic.Int64 // statements run, BEGIN and COMMIT included (tests, benchmarks)
-	waiters atomic.Int64 // writes waiting in lockWrites (tests)
-	q       queries
+	txmark.Mark[*sql.Tx] // a durable.Store[*sql.Tx]
+	db                   *sql.DB
+	locking              bool // transactions start deferred: take the write lock explicitly
+	cfg                  config
+	wlock                chan struct{}
+	stmts                atomic.Int64 // statements run, BEGIN and COMMIT included (tests, benchmarks)
+	waiters              atomic.Int64 // writes waiting in lockWrites (tests)
+	q                    queries
 	// stmtCache maps a query to its *sql.Stmt.
 	stmtCache sync.Map
 }
@@ -233,8 +236,8 @@ func (s *store) closeStmts() {
 }
 
 // Ref returns the stored identity of sc, hashing its key with the store's
-// secret if [WithKeySecret] was given. It returns a *[durable.ScopeError]
-// (matching [durable.ErrInvalidScope]) for an invalid scope.
+// secret if [WithKeySecret] was given. For an invalid scope it returns an
+// error matching [durable.ErrInvalidScope] that names the field.
 func (s *store) Ref(sc durable.Scope) (durable.Ref, error) {
 	if err := sc.Validate(); err != nil {
 		return durable.Ref{}, err

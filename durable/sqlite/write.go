@@ -10,6 +10,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Complete stores res and moves the record to completed, fenced by tok: one
@@ -36,7 +37,7 @@ func (s *store) finishOn(ctx context.Context, tx *sql.Tx, op string, state durab
 	}
 	jsonHeaders, err := encodeHeaders(res.Headers)
 	if err != nil {
-		return &durable.ScopeError{Field: "result", Reason: "headers cannot be encoded: " + err.Error()}
+		return storeapi.Invalid("result", "headers cannot be encoded: "+err.Error())
 	}
 	body := res.Body
 	if body == nil {

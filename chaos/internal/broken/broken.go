@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Mode is the bug the store has.
@@ -87,14 +88,14 @@ type querier interface {
 // Store is a PostgreSQL store with one deliberate bug; every method the bug
 // does not touch is the wrapped store's.
 type Store struct {
-	durable.Store[pgx.Tx]        // the real store, or a fault layer over it (Over)
-	table                 string // the store's table, schema-qualified
-	pool                  *pgxpool.Pool
-	mode                  Mode
-	now                   func() time.Time
+	storeapi.Store[pgx.Tx]        // the real store, or a fault layer over it (Over)
+	table                  string // the store's table, schema-qualified
+	pool                   *pgxpool.Pool
+	mode                   Mode
+	now                    func() time.Time
 }
 
-var _ durable.Store[pgx.Tx] = (*Store)(nil)
+var _ storeapi.Store[pgx.Tx] = (*Store)(nil)
 
 // Option adjusts [Wrap].
 type Option func(*Store)
@@ -102,7 +103,7 @@ type Option func(*Store)
 // Over makes the store call inner, instead of the PostgreSQL store itself,
 // for everything its bug does not replace: a fault layer between the bug
 // and the database (inner must run on the same database and schema).
-func Over(inner durable.Store[pgx.Tx]) Option {
+func Over(inner storeapi.Store[pgx.Tx]) Option {
 	return func(s *Store) {
 		if inner != nil {
 			s.Store = inner
@@ -122,7 +123,7 @@ func WorkerClock(now func() time.Time) Option {
 
 // Wrap returns s, which runs on pool with its records in table (as written
 // in statements: schema-qualified), with the bug of mode.
-func Wrap(s durable.Store[pgx.Tx], pool *pgxpool.Pool, table string, mode Mode, opts ...Option) (*Store, error) {
+func Wrap(s storeapi.Store[pgx.Tx], pool *pgxpool.Pool, table string, mode Mode, opts ...Option) (*Store, error) {
 	for _, m := range Modes() {
 		if m == mode {
 			b := &Store{Store: s, table: table, pool: pool, mode: mode, now: time.Now}
@@ -137,7 +138,7 @@ func Wrap(s durable.Store[pgx.Tx], pool *pgxpool.Pool, table string, mode Mode, 
 
 // Claim is the real claim, or with ClaimTrustsRedis an unconditional
 // overwrite; inside tx when tx is not nil.
-func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p durable.ClaimParams) (durable.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
 	var q querier = s.pool
 	if tx != nil {
 		q = tx
@@ -146,18 +147,18 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p durable.ClaimParams) (du
 	case ClaimTrustsRedis:
 		return s.claim(ctx, q, p)
 	case WorkerClockLease:
-		return s.clockClaim(ctx, q, p, func() (durable.ClaimResult, error) { return s.Store.Claim(ctx, tx, p) })
+		return s.clockClaim(ctx, q, p, func() (storeapi.ClaimResult, error) { return s.Store.Claim(ctx, tx, p) })
 	}
 	return s.Store.Claim(ctx, tx, p)
 }
 
-func (s *Store) claim(ctx context.Context, q querier, p durable.ClaimParams) (durable.ClaimResult, error) {
+func (s *Store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
 	if err := p.Validate(); err != nil {
-		return durable.ClaimResult{}, err
+		return storeapi.ClaimResult{}, err
 	}
 	ref, err := s.Store.Ref(p.Scope)
 	if err != nil {
-		return durable.ClaimResult{}, err
+		return storeapi.ClaimResult{}, err
 	}
 	var gen int64
 	err = q.QueryRow(ctx, `INSERT INTO `+s.table+` (tenant_id, operation, key_hash, request_hash, state, generation,
@@ -173,9 +174,9 @@ func (s *Store) claim(ctx context.Context, q querier, p durable.ClaimParams) (du
 		ref.Tenant, ref.Operation, ref.KeyHash[:], p.Fingerprint, int64(p.Proposed), p.Owner,
 		p.Lease.Microseconds(), p.Retention.Microseconds()).Scan(&gen)
 	if err != nil {
-		return durable.ClaimResult{}, fmt.Errorf("broken: claim: %w: %w", durable.ErrUnavailable, err)
+		return storeapi.ClaimResult{}, fmt.Errorf("broken: claim: %w: %w", durable.ErrUnavailable, err)
 	}
-	return durable.ClaimResult{Acquired: true, Ref: ref, Token: fence.Token{Generation: uint64(gen), Owner: p.Owner}}, nil
+	return storeapi.ClaimResult{Acquired: true, Ref: ref, Token: fence.Token{Generation: uint64(gen), Owner: p.Owner}}, nil
 }
 
 // Complete is the real completion, or with CompleteWithoutFence one that
@@ -299,17 +300,17 @@ func (s *Store) finishNoReread(ctx context.Context, state durable.State, ref dur
 // by the worker's clock: first the record's lease is ended when the
 // worker's clock says it ran out, then an acquisition gets a lease that
 // ends at the worker's clock plus its length.
-func (s *Store) clockClaim(ctx context.Context, q querier, p durable.ClaimParams, claim func() (durable.ClaimResult, error)) (durable.ClaimResult, error) {
+func (s *Store) clockClaim(ctx context.Context, q querier, p storeapi.ClaimParams, claim func() (storeapi.ClaimResult, error)) (storeapi.ClaimResult, error) {
 	ref, err := s.Store.Ref(p.Scope)
 	if err != nil {
-		return durable.ClaimResult{}, err
+		return storeapi.ClaimResult{}, err
 	}
 	// The bug: the worker's clock decides whether the lease ran out.
 	if _, err := q.Exec(ctx, `UPDATE `+s.table+` SET lease_expires_at = clock_timestamp() - interval '1 millisecond'
 		WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3 AND state = 'processing' AND owner_token IS NOT NULL
 			AND lease_expires_at > clock_timestamp() AND lease_expires_at <= $4`,
 		ref.Tenant, ref.Operation, ref.KeyHash[:], s.now()); err != nil {
-		return durable.ClaimResult{}, fmt.Errorf("broken: claim: %w: %w", durable.ErrUnavailable, err)
+		return storeapi.ClaimResult{}, fmt.Errorf("broken: claim: %w: %w", durable.ErrUnavailable, err)
 	}
 	res, err := claim()
 	if err == nil && res.Acquired {

@@ -1,4 +1,4 @@
-package durabletest
+package storetest
 
 // Reconciliation: MarkUncertain, Adopt and Pending.
 
@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // MarkUncertain, then Adopt, then Complete by the adopter; the original
@@ -69,7 +70,7 @@ func (c *contract[TTx]) uncertain(t *testing.T) {
 	wantErr(t, "Adopt of no record", err, durable.ErrNotFound)
 }
 
-func pendingHas[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref, staleFor time.Duration) bool {
+func pendingHas[TTx any](t testing.TB, s storeapi.Store[TTx], ref durable.Ref, staleFor time.Duration) bool {
 	t.Helper()
 	recs, err := s.Pending(ctxFor(t), staleFor, 100)
 	must(t, "Pending", err)

@@ -1,4 +1,4 @@
-package durabletest
+package storetest
 
 // Transactions and ambiguity: the caller's transaction, a blocked claimer,
 // rollback, an unreachable store, round trips, a lost COMMIT acknowledgement
@@ -15,9 +15,10 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
-var errRollback = errors.New("durabletest: roll back")
+var errRollback = errors.New("storetest: roll back")
 
 // 9. Claim and Complete inside the caller's transaction: a rollback (or a
 // panic) leaves no row; a commit leaves the completed row.
@@ -57,7 +58,7 @@ func (c *contract[TTx]) inTx(t *testing.T) {
 			if _, err := claimAndComplete(ctx, tx); err != nil {
 				return err
 			}
-			panic("durabletest: panic inside InTx")
+			panic("storetest: panic inside InTx")
 		})
 	}()
 	mustNotFound(t, s, ref)
@@ -99,7 +100,7 @@ func (c *contract[TTx]) inTx(t *testing.T) {
 
 // waitBlocked returns once a concurrent claimer is (very likely) blocked on
 // the row: when the harness can tell, when a lock waiter shows up.
-func (c *contract[TTx]) waitBlocked(s durable.Store[TTx], done <-chan outcome) error {
+func (c *contract[TTx]) waitBlocked(s storeapi.Store[TTx], done <-chan outcome) error {
 	if c.h.LockWaiters == nil {
 		time.Sleep(100 * time.Millisecond)
 		return nil

@@ -1,32 +1,32 @@
-// Package durabletest is the contract suite every durable backend runs from
-// its own tests:
+// Package storetest is the contract suite every durable backend of this
+// module (durable/postgres, durable/sqlite) runs from its own tests:
 //
 //	func TestContract(t *testing.T) {
-//		durabletest.Run(t, durabletest.Harness[pgx.Tx]{New: ..., Unreachable: ...})
+//		storetest.Run(t, storetest.Harness[pgx.Tx]{New: ..., Unreachable: ...})
 //	}
 //
 // A backend is done when the suite passes unchanged. The suite uses short
 // leases and retentions (tens of milliseconds) and waits for them to pass by
 // polling the store, never by asserting on time.
-package durabletest
+package storetest
 
 import (
 	"context"
 	"testing"
 
-	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Harness is what a backend gives the suite.
 type Harness[TTx any] struct {
 	// New returns a fresh, migrated, empty store, isolated from every other
 	// test (its own schema or database file). Required.
-	New func(t testing.TB) durable.Store[TTx]
+	New func(t testing.TB) storeapi.Store[TTx]
 
 	// Unreachable returns a store whose database cannot be reached (a closed
 	// pool, a port nothing listens on). Every method must return
 	// durable.ErrUnavailable. Required.
-	Unreachable func(t testing.TB) durable.Store[TTx]
+	Unreachable func(t testing.TB) storeapi.Store[TTx]
 
 	// LoseCommitAck returns a fresh store, like New, and a function arm.
 	// After arm is called, the next COMMIT sent by the store is applied by
@@ -34,20 +34,20 @@ type Harness[TTx any] struct {
 	// connection is cut after COMMIT was sent). Nil for a backend where a
 	// commit cannot be ambiguous (an in-process database); the suite then
 	// logs that the case does not apply.
-	LoseCommitAck func(t testing.TB) (s durable.Store[TTx], arm func())
+	LoseCommitAck func(t testing.TB) (s storeapi.Store[TTx], arm func())
 
 	// Statements, when set, returns how many statements (round trips) the
 	// store made so far; the suite checks the documented round-trip counts
 	// with it: one each for a fresh Claim, a Complete, a Claim that replays
 	// a finished record, and a Get.
-	Statements func(s durable.Store[TTx]) int64
+	Statements func(s storeapi.Store[TTx]) int64
 
 	// LockWaiters, when set, returns how many of the store's sessions are
 	// waiting for a lock right now. The suite uses it to know that a
 	// concurrent claimer is blocked on a row held by an open transaction
 	// before it commits; without it the suite gives the claimer a short
 	// head start instead (the assertions hold either way).
-	LockWaiters func(s durable.Store[TTx]) int
+	LockWaiters func(s storeapi.Store[TTx]) int
 
 	// BreakCommit, when set, makes the COMMIT of tx fail definitely: it
 	// writes, in tx, to a table of the caller's own (created in tx if need

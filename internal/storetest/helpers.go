@@ -1,4 +1,4 @@
-package durabletest
+package storetest
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Durations of the suite. Short ones pass within a test; long ones never do.
@@ -60,7 +61,7 @@ func sweepable(rec durable.Record) bool {
 // waitSweepable polls until the database's clock passed the generation of
 // the record of ref by the sweep margin (about a minute after it was
 // created).
-func waitSweepable[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref) durable.Record {
+func waitSweepable[TTx any](t testing.TB, s storeapi.Store[TTx], ref durable.Ref) durable.Record {
 	t.Helper()
 	deadline := time.Now().Add(sweepWait)
 	for {
@@ -81,8 +82,8 @@ func newScope() durable.Scope {
 	return durable.Scope{Tenant: "tenant-a", Operation: "POST /orders", Key: "key-" + hex.EncodeToString(b[:])}
 }
 
-func params(sc durable.Scope, fp string, lease, retention time.Duration) durable.ClaimParams {
-	return durable.ClaimParams{Scope: sc, Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention}
+func params(sc durable.Scope, fp string, lease, retention time.Duration) storeapi.ClaimParams {
+	return storeapi.ClaimParams{Scope: sc, Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention}
 }
 
 func ctxFor(t testing.TB) context.Context {
@@ -123,7 +124,7 @@ func equalResult(got *durable.Result, want durable.Result) bool {
 		maps.EqualFunc(got.Headers, want.Headers, slices.Equal[[]string])
 }
 
-func mustRef[TTx any](t testing.TB, s durable.Store[TTx], sc durable.Scope) durable.Ref {
+func mustRef[TTx any](t testing.TB, s storeapi.Store[TTx], sc durable.Scope) durable.Ref {
 	t.Helper()
 	ref, err := s.Ref(sc)
 	if err != nil {
@@ -132,7 +133,7 @@ func mustRef[TTx any](t testing.TB, s durable.Store[TTx], sc durable.Scope) dura
 	return ref
 }
 
-func mustAcquire[TTx any](t testing.TB, s durable.Store[TTx], p durable.ClaimParams) fence.Token {
+func mustAcquire[TTx any](t testing.TB, s storeapi.Store[TTx], p storeapi.ClaimParams) fence.Token {
 	t.Helper()
 	res, err := s.Claim(ctxFor(t), noTx[TTx](), p)
 	if err != nil {
@@ -147,7 +148,7 @@ func mustAcquire[TTx any](t testing.TB, s durable.Store[TTx], p durable.ClaimPar
 	return res.Token
 }
 
-func mustNotAcquire[TTx any](t testing.TB, s durable.Store[TTx], p durable.ClaimParams) durable.Record {
+func mustNotAcquire[TTx any](t testing.TB, s storeapi.Store[TTx], p storeapi.ClaimParams) durable.Record {
 	t.Helper()
 	res, err := s.Claim(ctxFor(t), noTx[TTx](), p)
 	if err != nil {
@@ -159,7 +160,7 @@ func mustNotAcquire[TTx any](t testing.TB, s durable.Store[TTx], p durable.Claim
 	return *res.Record
 }
 
-func mustGet[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref) durable.Record {
+func mustGet[TTx any](t testing.TB, s storeapi.Store[TTx], ref durable.Ref) durable.Record {
 	t.Helper()
 	rec, err := s.Get(ctxFor(t), ref)
 	if err != nil {
@@ -168,7 +169,7 @@ func mustGet[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref) durab
 	return rec
 }
 
-func mustNotFound[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref) {
+func mustNotFound[TTx any](t testing.TB, s storeapi.Store[TTx], ref durable.Ref) {
 	t.Helper()
 	if rec, err := s.Get(ctxFor(t), ref); !errors.Is(err, durable.ErrNotFound) {
 		t.Fatalf("Get = %+v, %v; want ErrNotFound", rec, err)
@@ -192,7 +193,7 @@ func wantErr(t testing.TB, what string, err, target error) {
 // waitRecord polls Get until cond holds for the record (the database's
 // clock decides leases and retention, so the suite waits for it to move
 // instead of measuring time itself).
-func waitRecord[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref, what string, cond func(durable.Record) bool) durable.Record {
+func waitRecord[TTx any](t testing.TB, s storeapi.Store[TTx], ref durable.Ref, what string, cond func(durable.Record) bool) durable.Record {
 	t.Helper()
 	deadline := time.Now().Add(pollFor)
 	for {
@@ -207,12 +208,12 @@ func waitRecord[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref, wh
 	}
 }
 
-func waitLeaseExpired[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref) durable.Record {
+func waitLeaseExpired[TTx any](t testing.TB, s storeapi.Store[TTx], ref durable.Ref) durable.Record {
 	t.Helper()
 	return waitRecord(t, s, ref, "the lease to expire", func(r durable.Record) bool { return r.LeaseRemaining <= 0 })
 }
 
-func waitRetentionPassed[TTx any](t testing.TB, s durable.Store[TTx], ref durable.Ref) durable.Record {
+func waitRetentionPassed[TTx any](t testing.TB, s storeapi.Store[TTx], ref durable.Ref) durable.Record {
 	t.Helper()
 	return waitRecord(t, s, ref, "the retention to pass", func(rec durable.Record) bool { return rec.ExpiresIn <= 0 })
 }

@@ -1,4 +1,4 @@
-package durabletest
+package storetest
 
 // Retention and sweep: restarts past retention, Sweep, Stats, and the full
 // retention a late finish or a takeover keeps.

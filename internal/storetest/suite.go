@@ -1,9 +1,9 @@
-package durabletest
+package storetest
 
 import (
 	"testing"
 
-	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Run runs the contract suite against the backend h describes. Every
@@ -31,7 +31,7 @@ import (
 // with the rest.
 func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	if h.New == nil || h.Unreachable == nil {
-		t.Fatal("durabletest: Harness.New and Harness.Unreachable are required")
+		t.Fatal("storetest: Harness.New and Harness.Unreachable are required")
 	}
 	c := &contract[TTx]{h: h}
 	tests := []struct {
@@ -78,6 +78,6 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 type contract[TTx any] struct{ h Harness[TTx] }
 
 type outcome struct {
-	res durable.ClaimResult
+	res storeapi.ClaimResult
 	err error
 }

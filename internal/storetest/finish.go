@@ -1,4 +1,4 @@
-package durabletest
+package storetest
 
 // Fencing and finishing: replay, completing twice, release, renew and
 // headers kept byte for byte.
