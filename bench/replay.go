@@ -28,7 +28,7 @@ func replayWorkload(e *env, f *floors) *workload {
 	replay := func(c *claim.Claimer[pgx.Tx], useDo bool) func(ctx context.Context, _ *round, i int64) (outcome, error) {
 		return func(ctx context.Context, _ *round, i int64) (outcome, error) {
 			var (
-				out claim.Outcome[pgx.Tx]
+				out claim.Outcome
 				err error
 			)
 			if useDo {

@@ -182,7 +182,7 @@ type attempt struct {
 	epoch  int
 	tok    fence.Token
 	tx     pgxTx
-	lease  *claim.Lease[pgxTx]
+	lease  *claim.Lease
 	stop   func() error // stops KeepAlive (workflow)
 	// paused: KeepAlive was stopped by a hook (a worker about to pause):
 	// the rest of the attempt runs on the attempt's own context.
@@ -386,7 +386,7 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 		ran     bool
 		ranBody string
 		ranCode int
-		out     claim.Outcome[pgxTx]
+		out     claim.Outcome
 		err     error
 	)
 	call := history.Call{Key: o.key, Epoch: epoch, Client: c, Fingerprint: fp, Start: e.rec.Now()}

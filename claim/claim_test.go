@@ -452,7 +452,7 @@ func TestClaimer_WaitPolicyReplaysWhenFirstFinishes(t *testing.T) {
 	e := setup(t, withRedis, claim.WithWait(5*time.Second))
 	r := req("k-wait", "v1:a")
 	out := mustClaim(t, e.c, r, claim.Acquired)
-	done := make(chan claim.Outcome[pgx.Tx], 1)
+	done := make(chan claim.Outcome, 1)
 	go func() {
 		o, err := e.c.Claim(context.Background(), r)
 		if err != nil {

@@ -347,14 +347,14 @@ func (k Kind) String() string {
 }
 
 // Outcome is what a claim came to.
-type Outcome[TTx any] struct {
+type Outcome struct {
 	Kind Kind
 	// OperationID is the stable identity of the logical operation (the
 	// same for every retry and takeover), to pass downstream as that
 	// system's idempotency key and to poll.
 	OperationID string
 	// Lease is set when Kind is Acquired.
-	Lease *Lease[TTx]
+	Lease *Lease
 	// State and Result are set when Kind is Executed or Replayed.
 	State  durable.State
 	Result *durable.Result
@@ -493,7 +493,7 @@ func retryAfter(d time.Duration) time.Duration {
 // [ErrUnavailable] (the durable store is down: fail closed, do not run the
 // work), [ErrLeaseExpired]. ctx bounds the round trips and any wait; the lease
 // is governed by its duration.
-func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome[TTx], error) {
+func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome, error) {
 	start := time.Now()
 	out, err := c.withPolicy(ctx, r, c.claimOnce)
 	c.m.claimDone(ctx, start, out.Kind, err)
@@ -502,7 +502,7 @@ func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome[TTx], erro
 
 // withPolicy runs one claim attempt and, configured [WithWait], repeats it
 // while the operation is in progress.
-func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(context.Context, Request) (Outcome[TTx], error)) (Outcome[TTx], error) {
+func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(context.Context, Request) (Outcome, error)) (Outcome, error) {
 	out, err := once(ctx, r)
 	if err != nil || out.Kind != InProgress || c.cfg.wait == 0 {
 		return out, err
@@ -531,10 +531,10 @@ func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(cont
 	return out, nil
 }
 
-func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome[TTx], error) {
+func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error) {
 	ref, p, err := c.prepare(r)
 	if err != nil {
-		return Outcome[TTx]{}, err
+		return Outcome{}, err
 	}
 	opID := ref.OperationID()
 	sent := time.Now() // the lease is measured from here, on the monotonic clock
@@ -547,7 +547,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome[TTx], 
 	res, err := c.store.Claim(ctx, *new(TTx), p)
 	if err != nil {
 		c.dropRedisLease(ctx, f, ref, p)
-		return Outcome[TTx]{OperationID: opID}, c.claimErr(ctx, err)
+		return Outcome{OperationID: opID}, c.claimErr(ctx, err)
 	}
 	if !res.Acquired {
 		return c.existing(ctx, opID, ref, p, f, res.Record, read), nil
@@ -559,9 +559,9 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome[TTx], 
 		// safely: give the key back rather than start work that could
 		// outlive its lease.
 		_ = l.Release(context.WithoutCancel(ctx))
-		return Outcome[TTx]{OperationID: opID}, ErrLeaseExpired
+		return Outcome{OperationID: opID}, ErrLeaseExpired
 	}
-	return Outcome[TTx]{Kind: Acquired, OperationID: opID, Lease: l}, nil
+	return Outcome{Kind: Acquired, OperationID: opID, Lease: l}, nil
 }
 
 func (c *Claimer[TTx]) claimErr(ctx context.Context, err error) error {
@@ -571,12 +571,12 @@ func (c *Claimer[TTx]) claimErr(ctx context.Context, err error) error {
 	return wrap("claim", err)
 }
 
-func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Outcome[TTx], error) {
+func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Outcome, error) {
 	if f.err != nil {
 		c.m.mismatch(ctx)
-		return Outcome[TTx]{OperationID: opID}, f.err
+		return Outcome{OperationID: opID}, f.err
 	}
-	o := Outcome[TTx]{Kind: f.kind, OperationID: opID, State: f.state, Result: f.result, FromCache: f.kind == Replayed}
+	o := Outcome{Kind: f.kind, OperationID: opID, State: f.state, Result: f.result, FromCache: f.kind == Replayed}
 	if f.kind == InProgress {
 		o.RetryAfter = retryAfter(f.retry)
 	}
@@ -619,23 +619,23 @@ func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.R
 // existing classifies a record the durable claim did not take, and refills
 // Redis from it when Redis lost it. read is when the statement that read rec
 // was sent.
-func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Ref, p storeapi.ClaimParams, f fast, rec *durable.Record, read time.Time) Outcome[TTx] {
+func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Ref, p storeapi.ClaimParams, f fast, rec *durable.Record, read time.Time) Outcome {
 	if rec == nil { // a store bug; fail safe
 		c.dropRedisLease(ctx, f, ref, p)
-		return Outcome[TTx]{Kind: InProgress, OperationID: opID, RetryAfter: time.Second}
+		return Outcome{Kind: InProgress, OperationID: opID, RetryAfter: time.Second}
 	}
 	switch {
 	case rec.State.Finished() && rec.Result != nil:
 		c.m.replay(ctx, false)
 		c.refill(ctx, f, ref, p, rec, read)
 		res := *rec.Result
-		return Outcome[TTx]{Kind: Replayed, OperationID: opID, State: rec.State, Result: &res}
+		return Outcome{Kind: Replayed, OperationID: opID, State: rec.State, Result: &res}
 	case rec.State == durable.Uncertain:
 		c.dropRedisLease(ctx, f, ref, p)
-		return Outcome[TTx]{Kind: Uncertain, OperationID: opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
+		return Outcome{Kind: Uncertain, OperationID: opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
 	default:
 		c.dropRedisLease(ctx, f, ref, p)
-		return Outcome[TTx]{Kind: InProgress, OperationID: opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
+		return Outcome{Kind: InProgress, OperationID: opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
 	}
 }
 

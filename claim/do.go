@@ -48,22 +48,22 @@ type Op struct {
 // fails ambiguously, Do re-reads the record and returns the committed result
 // if it is there, so the caller never retries into a replay it cannot tell
 // from a first execution.
-func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Context, tx TTx, op Op) (durable.Result, error)) (Outcome[TTx], error) {
+func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Context, tx TTx, op Op) (durable.Result, error)) (Outcome, error) {
 	if fn == nil {
-		return Outcome[TTx]{}, configErr("Do: nil function")
+		return Outcome{}, configErr("Do: nil function")
 	}
 	start := time.Now()
-	out, err := c.withPolicy(ctx, r, func(ctx context.Context, r Request) (Outcome[TTx], error) {
+	out, err := c.withPolicy(ctx, r, func(ctx context.Context, r Request) (Outcome, error) {
 		return c.doOnce(ctx, r, fn)
 	})
 	c.m.claimDone(ctx, start, out.Kind, err)
 	return out, err
 }
 
-func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Context, TTx, Op) (durable.Result, error)) (out Outcome[TTx], err error) {
+func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Context, TTx, Op) (durable.Result, error)) (out Outcome, err error) {
 	ref, p, err := c.prepare(r)
 	if err != nil {
-		return Outcome[TTx]{}, err
+		return Outcome{}, err
 	}
 	opID := ref.OperationID()
 	sent := time.Now()
@@ -135,13 +135,13 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 				return c.executed(ctx, opID, ref, tok, p, state, *rec.Result, sent), nil
 			}
 			c.dropRedisLease(ctx, f, ref, p)
-			return Outcome[TTx]{OperationID: opID}, fmt.Errorf("%w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
+			return Outcome{OperationID: opID}, fmt.Errorf("%w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
 		}
 		c.dropRedisLease(ctx, f, ref, p)
 		if fnErr != nil && errors.Is(txErr, fnErr) {
-			return Outcome[TTx]{OperationID: opID}, fnErr
+			return Outcome{OperationID: opID}, fnErr
 		}
-		return Outcome[TTx]{OperationID: opID}, c.claimErr(ctx, txErr)
+		return Outcome{OperationID: opID}, c.claimErr(ctx, txErr)
 	}
 	if !claimed.Acquired {
 		return c.existing(ctx, opID, ref, p, f, claimed.Record, read), nil
@@ -150,7 +150,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	return c.executed(ctx, opID, ref, tok, p, state, result, sent), nil
 }
 
-func (c *Claimer[TTx]) executed(ctx context.Context, opID string, ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, state durable.State, res durable.Result, sent time.Time) Outcome[TTx] {
+func (c *Claimer[TTx]) executed(ctx context.Context, opID string, ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, state durable.State, res durable.Result, sent time.Time) Outcome {
 	c.cacheResult(ctx, ref, tok, p.Fingerprint, state, res, p.Retention, sent)
-	return Outcome[TTx]{Kind: Executed, OperationID: opID, State: state, Result: &res}
+	return Outcome{Kind: Executed, OperationID: opID, State: state, Result: &res}
 }

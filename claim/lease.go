@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
@@ -19,8 +21,8 @@ import (
 //
 // A Lease is safe for concurrent use, so [Lease.KeepAlive] may renew it while
 // the work calls Complete.
-type Lease[TTx any] struct {
-	c         *Claimer[TTx]
+type Lease struct {
+	c         leaseHost
 	ref       durable.Ref
 	tok       fence.Token
 	fp        string
@@ -33,24 +35,24 @@ type Lease[TTx any] struct {
 	deadline time.Time // conservative local end of the lease, on the monotonic clock
 }
 
-func newLease[TTx any](c *Claimer[TTx], ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, sent time.Time) *Lease[TTx] {
-	return &Lease[TTx]{c: c, ref: ref, tok: tok, fp: p.Fingerprint, lease: p.Lease, retention: p.Retention,
+func newLease[TTx any](c *Claimer[TTx], ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, sent time.Time) *Lease {
+	return &Lease{c: c, ref: ref, tok: tok, fp: p.Fingerprint, lease: p.Lease, retention: p.Retention,
 		margin: c.marginFor(p.Lease), sent: sent, deadline: sent.Add(p.Lease)}
 }
 
 // Token returns the fencing token of the lease. Pass its generation to
 // downstream systems that can reject stale writers (see package fence).
-func (l *Lease[TTx]) Token() fence.Token { return l.tok }
+func (l *Lease) Token() fence.Token { return l.tok }
 
 // OperationID returns the stable identity of the logical operation, the same
 // for every retry and takeover: use it as the idempotency key of downstream
 // calls, so a takeover that repeats a call is deduplicated there.
-func (l *Lease[TTx]) OperationID() string { return l.ref.OperationID() }
+func (l *Lease) OperationID() string { return l.ref.OperationID() }
 
 // Deadline returns when the lease ends at the latest, by this process's
 // monotonic clock, measured from when the claim or the last renewal was
 // sent (so it errs early, never late).
-func (l *Lease[TTx]) Deadline() time.Time {
+func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
@@ -58,20 +60,20 @@ func (l *Lease[TTx]) Deadline() time.Time {
 
 // Renew extends the lease by its full length from now by the database's
 // clock. Errors: [ErrFenced] when the lease was lost, [ErrUnavailable].
-func (l *Lease[TTx]) Renew(ctx context.Context) error {
+func (l *Lease) Renew(ctx context.Context) error {
 	sent := time.Now()
-	if err := l.c.store.Renew(ctx, l.ref, l.tok, l.lease); err != nil {
+	if err := l.c.renew(ctx, l.ref, l.tok, l.lease); err != nil {
 		if errors.Is(err, durable.ErrFenced) {
-			l.c.m.fenced(ctx)
+			l.c.meters().fenced(ctx)
 		}
 		return wrap("renew", err)
 	}
 	l.mu.Lock()
 	l.deadline = sent.Add(l.lease)
 	l.mu.Unlock()
-	if l.c.scripts != nil {
-		if _, err := l.c.scripts.Renew(ctx, l.ref, l.tok, l.lease); err != nil {
-			l.c.log.Debug("oncekey: redis renew failed", "op", l.ref, "err", err)
+	if l.c.redis() != nil {
+		if _, err := l.c.redis().Renew(ctx, l.ref, l.tok, l.lease); err != nil {
+			l.c.logger().Debug("oncekey: redis renew failed", "op", l.ref, "err", err)
 		}
 	}
 	return nil
@@ -81,28 +83,28 @@ func (l *Lease[TTx]) Renew(ctx context.Context) error {
 // then caches it in Redis. Completing again with the same result succeeds.
 // Errors: [ErrFenced] (the result must not be published), [ErrUnavailable]
 // (unknown whether it was stored; retry Complete).
-func (l *Lease[TTx]) Complete(ctx context.Context, res durable.Result) error {
+func (l *Lease) Complete(ctx context.Context, res durable.Result) error {
 	return l.finish(ctx, durable.Completed, res)
 }
 
 // Fail stores res as a final business rejection (state failed), fenced, and
 // replays it to every retry. For a transient failure before any effect use
 // [Lease.Release] instead.
-func (l *Lease[TTx]) Fail(ctx context.Context, res durable.Result) error {
+func (l *Lease) Fail(ctx context.Context, res durable.Result) error {
 	return l.finish(ctx, durable.Failed, res)
 }
 
-func (l *Lease[TTx]) finish(ctx context.Context, state durable.State, res durable.Result) error {
+func (l *Lease) finish(ctx context.Context, state durable.State, res durable.Result) error {
 	var err error
 	if state == durable.Completed {
-		err = l.c.store.Complete(ctx, *new(TTx), l.ref, l.tok, res)
+		err = l.c.finish(ctx, durable.Completed, l.ref, l.tok, res)
 	} else {
-		err = l.c.store.Fail(ctx, *new(TTx), l.ref, l.tok, res)
+		err = l.c.finish(ctx, durable.Failed, l.ref, l.tok, res)
 	}
 	if err != nil {
 		if errors.Is(err, durable.ErrFenced) {
-			l.c.m.fenced(ctx)
-			l.c.log.Warn("oncekey: fenced completion rejected", "op", l.ref, "generation", l.tok.Generation)
+			l.c.meters().fenced(ctx)
+			l.c.logger().Warn("oncekey: fenced completion rejected", "op", l.ref, "generation", l.tok.Generation)
 		}
 		return wrap(string(state), err)
 	}
@@ -112,31 +114,31 @@ func (l *Lease[TTx]) finish(ctx context.Context, state durable.State, res durabl
 
 // Release gives the key back after a transient failure before any effect:
 // the next request with the key (any payload) runs as a new operation.
-func (l *Lease[TTx]) Release(ctx context.Context) error {
-	if err := l.c.store.Release(ctx, *new(TTx), l.ref, l.tok); err != nil {
+func (l *Lease) Release(ctx context.Context) error {
+	if err := l.c.release(ctx, l.ref, l.tok); err != nil {
 		return wrap("release", err)
 	}
 	l.releaseRedis(ctx)
 	return nil
 }
 
-func (l *Lease[TTx]) releaseRedis(ctx context.Context) {
-	if l.c.scripts == nil {
+func (l *Lease) releaseRedis(ctx context.Context) {
+	if l.c.redis() == nil {
 		return
 	}
-	if _, err := l.c.scripts.Release(context.WithoutCancel(ctx), l.ref, l.tok); err != nil {
-		l.c.log.Debug("oncekey: redis release failed", "op", l.ref, "err", err)
+	if _, err := l.c.redis().Release(context.WithoutCancel(ctx), l.ref, l.tok); err != nil {
+		l.c.logger().Debug("oncekey: redis release failed", "op", l.ref, "err", err)
 	}
 }
 
 // MarkUncertain records that the external outcome is unknown (a downstream
 // call timed out after it may have applied). Retries then get [Uncertain]
 // until a [Reconciler] resolves the record; nothing is re-executed.
-func (l *Lease[TTx]) MarkUncertain(ctx context.Context) error {
-	if err := l.c.store.MarkUncertain(ctx, l.ref, l.tok); err != nil {
+func (l *Lease) MarkUncertain(ctx context.Context) error {
+	if err := l.c.markUncertain(ctx, l.ref, l.tok); err != nil {
 		return wrap("mark uncertain", err)
 	}
-	l.c.m.uncertain(ctx)
+	l.c.meters().uncertain(ctx)
 	l.releaseRedis(ctx)
 	return nil
 }
@@ -168,7 +170,7 @@ func (l *Lease[TTx]) MarkUncertain(ctx context.Context) error {
 // client (a cancelled request would cancel the work and stop the renewals
 // while the effect may be half done): pass context.WithoutCancel of it, as
 // package claimhttp does, and bound the work by the lease instead.
-func (l *Lease[TTx]) KeepAlive(ctx context.Context) (work context.Context, stop func() error) {
+func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func() error) {
 	work, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	var (
@@ -247,3 +249,40 @@ func (l *Lease[TTx]) KeepAlive(ctx context.Context) (work context.Context, stop 
 	}
 	return work, stop
 }
+
+// leaseHost is what a Lease needs of its Claimer, without the Claimer's
+// transaction type: a Lease writes on its own, never in a caller's
+// transaction.
+type leaseHost interface {
+	renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error
+	finish(ctx context.Context, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error
+	release(ctx context.Context, ref durable.Ref, tok fence.Token) error
+	markUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error
+	cacheResult(ctx context.Context, ref durable.Ref, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time)
+	redis() *fastpath.Scripts
+	logger() *slog.Logger
+	meters() *meters
+}
+
+func (c *Claimer[TTx]) renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+	return c.store.Renew(ctx, ref, tok, lease)
+}
+
+func (c *Claimer[TTx]) finish(ctx context.Context, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	if state == durable.Failed {
+		return c.store.Fail(ctx, *new(TTx), ref, tok, res)
+	}
+	return c.store.Complete(ctx, *new(TTx), ref, tok, res)
+}
+
+func (c *Claimer[TTx]) release(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+	return c.store.Release(ctx, *new(TTx), ref, tok)
+}
+
+func (c *Claimer[TTx]) markUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+	return c.store.MarkUncertain(ctx, ref, tok)
+}
+
+func (c *Claimer[TTx]) redis() *fastpath.Scripts { return c.scripts }
+func (c *Claimer[TTx]) logger() *slog.Logger     { return c.log }
+func (c *Claimer[TTx]) meters() *meters          { return c.m }

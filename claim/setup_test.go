@@ -140,7 +140,7 @@ func result(body string) durable.Result {
 	return durable.Result{StatusCode: 201, Headers: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(body), Version: 1}
 }
 
-func mustClaim(t *testing.T, c *claim.Claimer[pgx.Tx], r claim.Request, want claim.Kind) claim.Outcome[pgx.Tx] {
+func mustClaim(t *testing.T, c *claim.Claimer[pgx.Tx], r claim.Request, want claim.Kind) claim.Outcome {
 	t.Helper()
 	out, err := c.Claim(t.Context(), r)
 	if err != nil {

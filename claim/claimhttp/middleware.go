@@ -269,7 +269,7 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 }
 
 // outcome answers a claim that did not run the handler.
-func (m *middleware[TTx]) outcome(w http.ResponseWriter, out claim.Outcome[TTx]) {
+func (m *middleware[TTx]) outcome(w http.ResponseWriter, out claim.Outcome) {
 	switch out.Kind {
 	case claim.Replayed:
 		if out.Result == nil { // not produced by the claim package; fail safe

@@ -39,7 +39,7 @@ type settlement struct {
 	res  durable.Result // complete and fail
 }
 
-func apply[TTx any](ctx context.Context, l *claim.Lease[TTx], s settlement) error {
+func apply(ctx context.Context, l *claim.Lease, s settlement) error {
 	switch s.kind {
 	case settleComplete:
 		return l.Complete(ctx, s.res)
@@ -88,7 +88,7 @@ var errPending = errors.New("claimhttp: outcome not recorded within FinishTimeou
 // within the lease the outcome is recorded and nothing runs again. Only a
 // store outage longer than the lease leaves the record to a takeover, as a
 // crash would.
-func (m *middleware[TTx]) settle(r *http.Request, l *claim.Lease[TTx], stop func() error, opID string, s settlement) error {
+func (m *middleware[TTx]) settle(r *http.Request, l *claim.Lease, stop func() error, opID string, s settlement) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.o.FinishTimeout)
 	err := retryUnavailable(ctx, func() error { return apply(ctx, l, s) })
 	cancel()
@@ -115,7 +115,7 @@ func (m *middleware[TTx]) settle(r *http.Request, l *claim.Lease[TTx], stop func
 // reason, or the lease has run out by this process's clock (which errs
 // early; a last attempt is still made then, since a fenced write is safe at
 // any time).
-func (m *middleware[TTx]) settleLater(ctx context.Context, l *claim.Lease[TTx], opID string, s settlement) {
+func (m *middleware[TTx]) settleLater(ctx context.Context, l *claim.Lease, opID string, s settlement) {
 	backoff := 100 * time.Millisecond
 	for {
 		last := time.Now().After(l.Deadline())
