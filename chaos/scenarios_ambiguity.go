@@ -298,32 +298,8 @@ func setupUncertain(ctx context.Context, e *env) (*workload, error) {
 		}
 	}
 	d := w.downstream
-	const reconcilerClient = 1000
 	var passStart time.Duration
-	rc, err := claim.NewReconciler(w.verifier, func(ctx context.Context, p durable.Record) (claim.Resolution, error) {
-		o := e.ops[p.Ref.OperationID()]
-		if o == nil {
-			return claim.Unresolved(), nil
-		}
-		epoch, fp, _ := o.get()
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Token,
-			Fingerprint: fp, Start: passStart, End: e.rec.Now()})
-		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), p.Ref.OperationID())
-		var de *fault.DownstreamError
-		if errors.As(err, &de) && de.Status == 404 {
-			e.observe("reconciled-unknown")
-			return claim.Unresolved(), nil
-		}
-		if err != nil {
-			return claim.Unresolved(), err
-		}
-		body := flowBody(o.key, epoch, id)
-		now := e.rec.Now()
-		// The reconciler's Complete is not observed: an open end.
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
-			Token: p.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
-		return claim.Resolved(durable.Completed, resultOf(200, body)), nil
-	}, claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
+	rc, err := claim.NewReconciler(w.verifier, e.resolveByDownstream(d, &passStart), claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
 	if err != nil {
 		return nil, err
 	}
@@ -653,4 +629,37 @@ func setupIncident(ctx context.Context, e *env) (*workload, error) {
 		return err
 	}
 	return w, nil
+}
+
+// resolveByDownstream is a reconciler's resolve function that asks the
+// downstream what became of an operation: applied → completed with the
+// downstream's answer, unknown there (404) → left for a later pass. Each
+// adoption and completion goes into the history; *passStart is when the
+// current pass began.
+func (e *env) resolveByDownstream(d *fault.Downstream, passStart *time.Duration) func(context.Context, durable.Record) (claim.Resolution, error) {
+	const reconcilerClient = 1000
+	return func(ctx context.Context, p durable.Record) (claim.Resolution, error) {
+		o := e.ops[p.Ref.OperationID()]
+		if o == nil {
+			return claim.Unresolved(), nil
+		}
+		epoch, fp, _ := o.get()
+		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Token,
+			Fingerprint: fp, Start: *passStart, End: e.rec.Now()})
+		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), p.Ref.OperationID())
+		var de *fault.DownstreamError
+		if errors.As(err, &de) && de.Status == 404 {
+			e.observe("reconciled-unknown")
+			return claim.Unresolved(), nil
+		}
+		if err != nil {
+			return claim.Unresolved(), err
+		}
+		body := flowBody(o.key, epoch, id)
+		now := e.rec.Now()
+		// The reconciler's Complete is not observed: an open end.
+		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
+			Token: p.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
+		return claim.Resolved(durable.Completed, resultOf(200, body)), nil
+	}
 }

@@ -652,32 +652,8 @@ type reconciling struct {
 }
 
 func (e *env) newReconciling(c *claim.Claimer[pgxTx], d *fault.Downstream) (*reconciling, error) {
-	const reconcilerClient = 1000
 	r := &reconciling{e: e, stop: make(chan struct{}), done: make(chan struct{})}
-	rc, err := claim.NewReconciler(c, func(ctx context.Context, p durable.Record) (claim.Resolution, error) {
-		o := e.ops[p.Ref.OperationID()]
-		if o == nil {
-			return claim.Unresolved(), nil
-		}
-		epoch, fp, _ := o.get()
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Token,
-			Fingerprint: fp, Start: r.passStart, End: e.rec.Now()})
-		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), p.Ref.OperationID())
-		var de *fault.DownstreamError
-		if errors.As(err, &de) && de.Status == 404 {
-			e.observe("reconciled-unknown")
-			return claim.Unresolved(), nil
-		}
-		if err != nil {
-			return claim.Unresolved(), err
-		}
-		body := flowBody(o.key, epoch, id)
-		now := e.rec.Now()
-		// The reconciler's Complete is not observed: an open end.
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
-			Token: p.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
-		return claim.Resolved(durable.Completed, resultOf(200, body)), nil
-	}, claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
+	rc, err := claim.NewReconciler(c, e.resolveByDownstream(d, &r.passStart), claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
 	if err != nil {
 		return nil, err
 	}
