@@ -56,7 +56,7 @@ type config struct {
 // store alone, with the same guarantees. c may be any go-redis client
 // (standalone, Sentinel, Cluster); when it is a [redis.UniversalClient], the
 // Claimer reads its maxmemory-policy once, after Redis first answers a
-// claim, and logs a warning and sets [MetricEvictionPolicy] for any policy
+// claim, and logs a warning and sets the oncekey.redis.eviction gauge for any policy
 // but noeviction. [New] makes no Redis call.
 func WithRedis(c redis.Scripter, opts lua.Options) Option {
 	return func(cfg *config) error {

@@ -78,7 +78,7 @@
 // [Options.BreakerCoolDown], during which the Claimer uses the durable
 // store alone without calling Redis; then one probe call is let through,
 // whose success closes it. The Claimer logs every state change and reports
-// the state as the claim.MetricBreakerState gauge.
+// the state as the oncekey.redis.breaker gauge (see package claim, Metrics).
 //
 // # Eviction
 //
@@ -86,5 +86,5 @@
 // counter or a lease. That is not fatal, since the durable store
 // arbitrates, but the fast path is degraded: the Claimer reads the policy
 // once, after Redis first answers a claim, and logs a warning and sets the
-// claim.MetricEvictionPolicy gauge for any other policy.
+// oncekey.redis.eviction gauge for any other policy.
 package lua
