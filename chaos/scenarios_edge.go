@@ -301,8 +301,8 @@ type edge struct {
 // errClientGone is the cause of a request a client abandoned.
 var errClientGone = errors.New("chaos: the client disconnected")
 
-// newEdge builds an edge world; mw adjusts the middleware's options.
-func (e *env) newEdge(ctx context.Context, mw func(*claimhttp.Options)) (*edge, error) {
+// newEdge builds an edge world; mw are further options of its middleware.
+func (e *env) newEdge(ctx context.Context, mw ...claimhttp.Option) (*edge, error) {
 	var st *faultyStore
 	base, err := e.store(storeOpts{seam: func(s storeapi.Store[pgxTx]) storeapi.Store[pgxTx] {
 		st = newFaultyStore(e, s)
@@ -334,12 +334,10 @@ func (e *env) newEdge(ctx context.Context, mw func(*claimhttp.Options)) (*edge, 
 		return nil, err
 	}
 	w.downstream = x.d
-	x.s, err = e.newService(ctx, server, true, x.d, func(s *service, o *claimhttp.Options) {
+	x.s, err = e.newService(ctx, server, true, x.d, func(s *service) []claimhttp.Option {
 		s.handler = http.HandlerFunc(x.handle)
 		s.onRequest = x.arrived
-		if mw != nil {
-			mw(o)
-		}
+		return mw
 	})
 	if err != nil {
 		return nil, err
@@ -521,7 +519,7 @@ func (x *edge) soloFirst(kind string) {
 // succeeds and is published: the operation is completed under the
 // generation it ran under, with one effect.
 func setupHTTPRenewalsFail(ctx context.Context, e *env) (*workload, error) {
-	x, err := e.newEdge(ctx, nil)
+	x, err := e.newEdge(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -573,7 +571,7 @@ func setupHTTPRenewalsFail(ctx context.Context, e *env) (*workload, error) {
 // their retries reach the server while the first handler still works, and
 // must wait and then replay its result instead of running it again.
 func setupHTTPClientDisconnect(ctx context.Context, e *env) (*workload, error) {
-	x, err := e.newEdge(ctx, nil)
+	x, err := e.newEdge(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -617,7 +615,7 @@ func renewedPast(ctx context.Context, e *env, o *op, tok fence.Token, start time
 // lease alive, the clients retry, nothing runs twice, and the retries
 // replay the result once it is stored.
 func setupHTTPClientTimeout(ctx context.Context, e *env) (*workload, error) {
-	x, err := e.newEdge(ctx, nil)
+	x, err := e.newEdge(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -699,7 +697,7 @@ func (r *reconciling) halt() {
 // the Reconciler resolves the operation from the downstream's account;
 // then they replay.
 func setupHTTPPanic(ctx context.Context, e *env) (*workload, error) {
-	x, err := e.newEdge(ctx, nil)
+	x, err := e.newEdge(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -746,7 +744,7 @@ func setupHTTPPanic(ctx context.Context, e *env) (*workload, error) {
 // exactly that, and every retry replays it; one effect.
 func setupHTTPOversized(ctx context.Context, e *env) (*workload, error) {
 	const stored, limit = 1 << 10, 4 << 10
-	x, err := e.newEdge(ctx, func(o *claimhttp.Options) { o.MaxStoredBody, o.MaxResponseBody = stored, limit })
+	x, err := e.newEdge(ctx, claimhttp.WithMaxStoredBody(stored), claimhttp.WithMaxResponseBody(limit))
 	if err != nil {
 		return nil, err
 	}
@@ -797,7 +795,7 @@ func setupHTTPOversized(ctx context.Context, e *env) (*workload, error) {
 // lease, and answers as usual.
 func setupHTTPFinishShort(ctx context.Context, e *env) (*workload, error) {
 	lease := e.cfg.Lease
-	x, err := e.newEdge(ctx, func(o *claimhttp.Options) { o.FinishTimeout = 3 * lease })
+	x, err := e.newEdge(ctx, claimhttp.WithFinishTimeout(3*lease))
 	if err != nil {
 		return nil, err
 	}
@@ -826,7 +824,7 @@ func setupHTTPFinishShort(ctx context.Context, e *env) (*workload, error) {
 func setupHTTPFinishLong(ctx context.Context, e *env) (*workload, error) {
 	lease := e.cfg.Lease
 	finish := lease / 3
-	x, err := e.newEdge(ctx, func(o *claimhttp.Options) { o.FinishTimeout = finish })
+	x, err := e.newEdge(ctx, claimhttp.WithFinishTimeout(finish))
 	if err != nil {
 		return nil, err
 	}

@@ -55,9 +55,9 @@ type service struct {
 	requestCtx func(ctx context.Context, o *op, c int) (context.Context, context.CancelFunc)
 }
 
-// serviceOption adjusts a service and its middleware's options before the
-// service starts.
-type serviceOption func(s *service, o *claimhttp.Options)
+// serviceOption adjusts a service before it starts and returns further
+// options of its middleware.
+type serviceOption func(s *service) []claimhttp.Option
 
 // serverRec is what the guarded handler did, handed to the outer wrapper.
 type serverRec struct {
@@ -72,16 +72,18 @@ type recKey struct{}
 
 func (e *env) newService(ctx context.Context, c *claim.Claimer[pgxTx], flow bool, d *fault.Downstream, opts ...serviceOption) (*service, error) {
 	s := &service{e: e, flow: flow, d: d, dTime: e.cfg.Lease / 2, started: time.Now()}
-	mo := claimhttp.Options{
-		TenantFunc:    func(*http.Request) (string, error) { return e.tenant, nil }, // the suite's one authenticated caller
-		OperationFunc: func(*http.Request) string { return e.name },
-		InTransaction: !flow,
-		Logger:        e.log,
+	tenant := func(*http.Request) (string, error) { return e.tenant, nil } // the suite's one authenticated caller
+	mo := []claimhttp.Option{
+		claimhttp.WithOperation(func(*http.Request) string { return e.name }),
+		claimhttp.WithLogger(e.log),
+	}
+	if !flow {
+		mo = append(mo, claimhttp.WithInTransaction())
 	}
 	for _, opt := range opts {
-		opt(s, &mo)
+		mo = append(mo, opt(s)...)
 	}
-	mw, err := claimhttp.Middleware(c, mo)
+	mw, err := claimhttp.Middleware(c, tenant, mo...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: middleware: %w", ErrSetup, err)
 	}
@@ -99,14 +101,14 @@ func (e *env) newService(ctx context.Context, c *claim.Claimer[pgxTx], flow bool
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	e.onClose(func() { _ = s.srv.Close() })
-	s.budget, err = claimclient.NewRetryBudget(claimclient.BudgetOptions{})
+	s.budget, err = claimclient.NewRetryBudget()
 	if err != nil {
 		return nil, err
 	}
 	for i := 0; i < e.cfg.Clients; i++ {
-		tr, err := claimclient.NewTransport(&http.Transport{MaxIdleConnsPerHost: 16}, claimclient.Options{
-			MaxAttempts: 6, BaseDelay: e.cfg.Lease / 10, MaxDelay: e.cfg.Lease, MaxRetryAfter: 3 * e.cfg.Lease, Budget: s.budget,
-		})
+		tr, err := claimclient.NewTransport(&http.Transport{MaxIdleConnsPerHost: 16},
+			claimclient.WithMaxAttempts(6), claimclient.WithBaseDelay(e.cfg.Lease/10), claimclient.WithMaxDelay(e.cfg.Lease),
+			claimclient.WithMaxRetryAfter(3*e.cfg.Lease), claimclient.WithBudget(s.budget))
 		if err != nil {
 			return nil, err
 		}

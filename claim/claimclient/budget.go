@@ -15,21 +15,55 @@ const (
 // budgetSlots is the resolution of the sliding window.
 const budgetSlots = 10
 
-// BudgetOptions configure a [RetryBudget]. The zero value is usable.
-type BudgetOptions struct {
-	// Ratio is the fraction of requests that may be retried over the
-	// window, between 0 and 1. Defaults to 0.1 (10%).
-	Ratio float64
-	// Floor is how many retries the window allows on top of the ratio, so
-	// a client with little traffic can still retry. Defaults to 10; a
-	// negative Floor means none.
-	Floor int
-	// Window is the length of the sliding window. Defaults to 10s; at
-	// least 10ms.
-	Window time.Duration
+// BudgetOption configures a [RetryBudget]. An option given a bad value
+// makes [NewRetryBudget] fail with an error that matches [ErrConfig] and
+// names the option.
+type BudgetOption func(*budgetConfig) error
+
+type budgetConfig struct {
+	ratio  float64
+	floor  int
+	window time.Duration
 }
 
-// RetryBudget bounds retries to Floor + Ratio × requests over a sliding
+// WithRatio sets the fraction of requests that may be retried over the
+// window, between 0 and 1. Defaults to 0.1 (10%).
+func WithRatio(r float64) BudgetOption {
+	return func(c *budgetConfig) error {
+		if !(r >= 0 && r <= 1) {
+			return configErr("WithRatio: must be between 0 and 1, got %v", r)
+		}
+		c.ratio = r
+		return nil
+	}
+}
+
+// WithFloor sets how many retries the window allows on top of the ratio,
+// so a client with little traffic can still retry. Defaults to 10; 0
+// means none; must not be negative.
+func WithFloor(n int) BudgetOption {
+	return func(c *budgetConfig) error {
+		if n < 0 {
+			return configErr("WithFloor: must not be negative, got %d", n)
+		}
+		c.floor = n
+		return nil
+	}
+}
+
+// WithWindow sets the length of the sliding window. Defaults to 10s; at
+// least 10ms.
+func WithWindow(d time.Duration) BudgetOption {
+	return func(c *budgetConfig) error {
+		if d < 10*time.Millisecond {
+			return configErr("WithWindow: must be at least 10ms, got %v", d)
+		}
+		c.window = d
+		return nil
+	}
+}
+
+// RetryBudget bounds retries to floor + ratio × requests over a sliding
 // window, so that clients retrying through an incident add at most that
 // fraction of load instead of multiplying it by their attempt count
 // (retry amplification). A budget may be shared by several [Transport]s.
@@ -49,32 +83,24 @@ type budgetSlot struct {
 	requests, retries int
 }
 
-// NewRetryBudget returns a budget. Errors: [ErrConfig] naming the bad
-// option.
-func NewRetryBudget(o BudgetOptions) (*RetryBudget, error) {
-	return newRetryBudget(o, time.Now)
+// NewRetryBudget returns a budget configured by opts; with none, the
+// defaults: 10% of requests plus 10 per 10s window. Errors: [ErrConfig]
+// naming the bad option.
+func NewRetryBudget(opts ...BudgetOption) (*RetryBudget, error) {
+	return newRetryBudget(opts, time.Now)
 }
 
-func newRetryBudget(o BudgetOptions, now func() time.Time) (*RetryBudget, error) {
-	switch {
-	case o.Ratio < 0 || o.Ratio > 1:
-		return nil, configErr("BudgetOptions.Ratio must be between 0 and 1, got %v", o.Ratio)
-	case o.Ratio == 0:
-		o.Ratio = defaultBudgetRatio
+func newRetryBudget(opts []BudgetOption, now func() time.Time) (*RetryBudget, error) {
+	c := budgetConfig{ratio: defaultBudgetRatio, floor: defaultBudgetFloor, window: defaultBudgetWindow}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, configErr("nil BudgetOption")
+		}
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
 	}
-	switch {
-	case o.Floor < 0:
-		o.Floor = 0
-	case o.Floor == 0:
-		o.Floor = defaultBudgetFloor
-	}
-	switch {
-	case o.Window == 0:
-		o.Window = defaultBudgetWindow
-	case o.Window < 10*time.Millisecond:
-		return nil, configErr("BudgetOptions.Window must be at least 10ms")
-	}
-	return &RetryBudget{ratio: o.Ratio, floor: o.Floor, slot: o.Window / budgetSlots, now: now}, nil
+	return &RetryBudget{ratio: c.ratio, floor: c.floor, slot: c.window / budgetSlots, now: now}, nil
 }
 
 // current returns the slot for now, reset if it held an older period, and

@@ -4,7 +4,7 @@
 // how much load retries add during an incident, and the protocol's
 // vocabulary a client matches (the response fields and problem types).
 //
-//	tr, err := claimclient.NewTransport(nil, claimclient.Options{})
+//	tr, err := claimclient.NewTransport(nil)
 //	if err != nil { ... }
 //	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 //	resp, err := client.Post(url, "application/json", body) // keyed, retried

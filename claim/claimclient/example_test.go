@@ -28,7 +28,7 @@ func ExampleTransport() {
 	}))
 	defer srv.Close()
 
-	tr, err := claimclient.NewTransport(nil, claimclient.Options{BaseDelay: time.Millisecond})
+	tr, err := claimclient.NewTransport(nil, claimclient.WithBaseDelay(time.Millisecond))
 	if err != nil {
 		panic(err)
 	}

@@ -14,9 +14,9 @@ type Clock struct {
 	Jitter func(n time.Duration) time.Duration // nil: the default
 }
 
-// NewTransportWithClock is NewTransport on c; a nil Budget gets one of its
-// own on c.Now.
-func NewTransportWithClock(base http.RoundTripper, o Options, c Clock) (*Transport, error) {
+// NewTransportWithClock is NewTransport on c; without WithBudget the
+// transport gets a budget of its own on c.Now.
+func NewTransportWithClock(base http.RoundTripper, c Clock, opts ...Option) (*Transport, error) {
 	h := defaultHooks()
 	if c.Now != nil {
 		h.now = c.Now
@@ -27,12 +27,12 @@ func NewTransportWithClock(base http.RoundTripper, o Options, c Clock) (*Transpo
 	if c.Jitter != nil {
 		h.jitter = c.Jitter
 	}
-	return newTransport(base, o, h)
+	return newTransport(base, opts, h)
 }
 
 // NewRetryBudgetWithClock is NewRetryBudget on now.
-func NewRetryBudgetWithClock(o BudgetOptions, now func() time.Time) (*RetryBudget, error) {
-	return newRetryBudget(o, now)
+func NewRetryBudgetWithClock(now func() time.Time, opts ...BudgetOption) (*RetryBudget, error) {
+	return newRetryBudget(opts, now)
 }
 
 // Request and TryRetry expose the budget's accounting to its test.

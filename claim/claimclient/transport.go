@@ -19,7 +19,7 @@ import (
 	"github.com/oncekey/oncekey/claim/internal/wire"
 )
 
-// Defaults of [Options].
+// Defaults of a [Transport], as its options document them.
 const (
 	defaultMaxAttempts   = 4
 	defaultBaseDelay     = 100 * time.Millisecond
@@ -27,31 +27,95 @@ const (
 	defaultMaxRetryAfter = 30 * time.Second
 )
 
-// Options configure a [Transport]. The zero value is usable.
-type Options struct {
-	// Header is the field carrying the key. Defaults to "Idempotency-Key".
-	Header string
+// Option configures a [Transport]. An option given a bad value makes
+// [NewTransport] fail with an error that matches [ErrConfig] and names the
+// option.
+type Option func(*config) error
 
-	// MaxAttempts bounds the attempts per request, the first included.
-	// Defaults to 4; 1 turns retries off.
-	MaxAttempts int
+// config is a Transport's configuration after its options.
+type config struct {
+	header        string
+	maxAttempts   int
+	baseDelay     time.Duration
+	maxDelay      time.Duration // 0: max(defaultMaxDelay, baseDelay)
+	maxRetryAfter time.Duration
+	budget        *RetryBudget
+}
 
-	// BaseDelay and MaxDelay shape the backoff: before retry n (1, 2, ...)
-	// the transport sleeps a uniformly random duration in
-	// [0, min(MaxDelay, BaseDelay×2^(n-1))) ("full jitter"). Default 100ms
-	// and 5s (at least BaseDelay).
-	BaseDelay, MaxDelay time.Duration
+// WithHeader sets the field carrying the key. Defaults to "Idempotency-Key".
+func WithHeader(name string) Option {
+	return func(c *config) error {
+		if !wire.IsToken(name) {
+			return configErr("WithHeader: %q is not a field name", name)
+		}
+		c.header = name
+		return nil
+	}
+}
 
-	// MaxRetryAfter is the longest Retry-After the transport waits out;
-	// a response asking for longer is returned to the caller. Defaults to
-	// 30s.
-	MaxRetryAfter time.Duration
+// WithMaxAttempts bounds the attempts per request, the first included.
+// Defaults to 4; 1 turns retries off.
+func WithMaxAttempts(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return configErr("WithMaxAttempts: must be at least 1, got %d", n)
+		}
+		c.maxAttempts = n
+		return nil
+	}
+}
 
-	// Budget limits retries across requests. Defaults to a budget of its
-	// own with the [BudgetOptions] defaults (10% of requests plus 10 per
-	// 10s window). Share one budget between transports to bound them
-	// together.
-	Budget *RetryBudget
+// WithBaseDelay and [WithMaxDelay] shape the backoff: before retry n
+// (1, 2, ...) the transport sleeps a uniformly random duration in
+// [0, min(max delay, base delay×2^(n-1))) ("full jitter"). Default 100ms
+// and 5s (at least the base delay; [NewTransport] fails when a max delay
+// set is shorter). Both must be positive.
+func WithBaseDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return configErr("WithBaseDelay: must be positive, got %v", d)
+		}
+		c.baseDelay = d
+		return nil
+	}
+}
+
+// WithMaxDelay caps the backoff; see [WithBaseDelay].
+func WithMaxDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return configErr("WithMaxDelay: must be positive, got %v", d)
+		}
+		c.maxDelay = d
+		return nil
+	}
+}
+
+// WithMaxRetryAfter sets the longest Retry-After the transport waits out;
+// a response asking for longer is returned to the caller. Defaults to 30s;
+// must be positive.
+func WithMaxRetryAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return configErr("WithMaxRetryAfter: must be positive, got %v", d)
+		}
+		c.maxRetryAfter = d
+		return nil
+	}
+}
+
+// WithBudget pays the transport's retries from b, which limits retries
+// across requests. Defaults to a budget of its own with the
+// [NewRetryBudget] defaults (10% of requests plus 10 per 10s window).
+// Share one budget between transports to bound them together.
+func WithBudget(b *RetryBudget) Option {
+	return func(c *config) error {
+		if b == nil {
+			return configErr("WithBudget: nil budget")
+		}
+		c.budget = b
+		return nil
+	}
 }
 
 // hooks are the clock, the sleep (which must return early with an error
@@ -105,58 +169,44 @@ func defaultHooks() hooks {
 // base transport produced it. It is safe for concurrent use.
 type Transport struct {
 	base   http.RoundTripper
-	o      Options
+	o      config
 	h      hooks
 	header string
 }
 
 // NewTransport returns a Transport over base (http.DefaultTransport when
-// nil). Errors: [ErrConfig] naming the bad option.
-func NewTransport(base http.RoundTripper, o Options) (*Transport, error) {
-	return newTransport(base, o, defaultHooks())
+// nil), configured by opts. Errors: [ErrConfig] naming the bad option.
+func NewTransport(base http.RoundTripper, opts ...Option) (*Transport, error) {
+	return newTransport(base, opts, defaultHooks())
 }
 
-func newTransport(base http.RoundTripper, o Options, h hooks) (*Transport, error) {
+func newTransport(base http.RoundTripper, opts []Option, h hooks) (*Transport, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	if o.Header == "" {
-		o.Header = wire.Header
-	}
-	if !wire.IsToken(o.Header) {
-		return nil, configErr("Options.Header %q is not a field name", o.Header)
-	}
-	switch {
-	case o.MaxAttempts < 0:
-		return nil, configErr("Options.MaxAttempts must not be negative")
-	case o.MaxAttempts == 0:
-		o.MaxAttempts = defaultMaxAttempts
-	}
-	for name, d := range map[string]time.Duration{"BaseDelay": o.BaseDelay, "MaxDelay": o.MaxDelay, "MaxRetryAfter": o.MaxRetryAfter} {
-		if d < 0 {
-			return nil, configErr("Options.%s must not be negative", name)
+	o := config{header: wire.Header, maxAttempts: defaultMaxAttempts, baseDelay: defaultBaseDelay, maxRetryAfter: defaultMaxRetryAfter}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, configErr("nil Option")
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
 		}
 	}
-	if o.BaseDelay == 0 {
-		o.BaseDelay = defaultBaseDelay
+	switch {
+	case o.maxDelay == 0:
+		o.maxDelay = max(defaultMaxDelay, o.baseDelay)
+	case o.maxDelay < o.baseDelay:
+		return nil, configErr("WithMaxDelay (%v) must be at least the base delay (%v)", o.maxDelay, o.baseDelay)
 	}
-	if o.MaxDelay == 0 {
-		o.MaxDelay = max(defaultMaxDelay, o.BaseDelay)
-	}
-	if o.MaxDelay < o.BaseDelay {
-		return nil, configErr("Options.MaxDelay must be at least BaseDelay")
-	}
-	if o.MaxRetryAfter == 0 {
-		o.MaxRetryAfter = defaultMaxRetryAfter
-	}
-	if o.Budget == nil {
-		b, err := newRetryBudget(BudgetOptions{}, h.now)
+	if o.budget == nil {
+		b, err := newRetryBudget(nil, h.now)
 		if err != nil {
 			return nil, err
 		}
-		o.Budget = b
+		o.budget = b
 	}
-	return &Transport{base: base, o: o, h: h, header: http.CanonicalHeaderKey(o.Header)}, nil
+	return &Transport{base: base, o: o, h: h, header: http.CanonicalHeaderKey(o.header)}, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -196,16 +246,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.Header.Set(t.header, v)
 	}
 	rewindable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	t.o.Budget.request()
+	t.o.budget.request()
 	for attempt := 1; ; attempt++ {
 		resp, err := t.base.RoundTrip(out)
 		retry, after := t.retryable(ctx, resp, err)
-		if !retry || !rewindable || attempt >= t.o.MaxAttempts || after > t.o.MaxRetryAfter {
+		if !retry || !rewindable || attempt >= t.o.maxAttempts || after > t.o.maxRetryAfter {
 			return resp, err
 		}
-		ceiling := t.o.BaseDelay << min(attempt-1, 30)
-		if ceiling <= 0 || ceiling > t.o.MaxDelay {
-			ceiling = t.o.MaxDelay
+		ceiling := t.o.baseDelay << min(attempt-1, 30)
+		if ceiling <= 0 || ceiling > t.o.maxDelay {
+			ceiling = t.o.maxDelay
 		}
 		delay := after + t.h.jitter(ceiling)
 		if dl, ok := ctx.Deadline(); ok && !t.h.now().Add(delay).Before(dl) {
@@ -215,7 +265,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if rerr != nil {
 			return resp, err
 		}
-		if !t.o.Budget.tryRetry() {
+		if !t.o.budget.tryRetry() {
 			closeBody(next)
 			return resp, err
 		}

@@ -82,8 +82,9 @@ func newStub(t *testing.T, respond func(n int64, w http.ResponseWriter, r *http.
 }
 
 // newTransport returns a transport on clk (the real clock when nil), with
-// c's Jitter and Sleep when set; a nil Budget gets one of its own on clk.
-func newTransport(t *testing.T, clk *fakeClock, o claimclient.Options, c ...claimclient.Clock) *claimclient.Transport {
+// c's Jitter and Sleep when set; without WithBudget it gets a budget of its
+// own on clk.
+func newTransport(t *testing.T, clk *fakeClock, opts []claimclient.Option, c ...claimclient.Clock) *claimclient.Transport {
 	t.Helper()
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)
@@ -97,7 +98,7 @@ func newTransport(t *testing.T, clk *fakeClock, o claimclient.Options, c ...clai
 			hooks.Sleep = clk.Sleep
 		}
 	}
-	tr, err := claimclient.NewTransportWithClock(base, o, hooks)
+	tr, err := claimclient.NewTransportWithClock(base, hooks, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,12 +138,12 @@ func TestTransport_503sStayWithinBudgetAndBackoff(t *testing.T) {
 	t.Parallel()
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "") })
 	clk := newFakeClock()
-	budget, err := claimclient.NewRetryBudgetWithClock(claimclient.BudgetOptions{Ratio: 0.1, Floor: 10, Window: time.Hour}, clk.Now)
+	budget, err := claimclient.NewRetryBudgetWithClock(clk.Now, claimclient.WithRatio(0.1), claimclient.WithFloor(10), claimclient.WithWindow(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const base, maxDelay = 100 * time.Millisecond, 300 * time.Millisecond
-	tr := newTransport(t, clk, claimclient.Options{MaxAttempts: 4, BaseDelay: base, MaxDelay: maxDelay, Budget: budget})
+	tr := newTransport(t, clk, []claimclient.Option{claimclient.WithMaxAttempts(4), claimclient.WithBaseDelay(base), claimclient.WithMaxDelay(maxDelay), claimclient.WithBudget(budget)})
 
 	const requests = 200
 	retries := 0
@@ -195,7 +196,7 @@ func TestTransport_HonoursRetryAfter(t *testing.T) {
 				}
 				w.WriteHeader(http.StatusCreated)
 			})
-			tr := newTransport(t, clk, claimclient.Options{BaseDelay: 100 * time.Millisecond})
+			tr := newTransport(t, clk, []claimclient.Option{claimclient.WithBaseDelay(100 * time.Millisecond)})
 			if resp, _ := send(t, tr, post(t, s.srv.URL, "x")); resp.StatusCode != http.StatusCreated {
 				t.Fatalf("status = %d", resp.StatusCode)
 			}
@@ -210,7 +211,7 @@ func TestTransport_HonoursRetryAfter(t *testing.T) {
 		t.Parallel()
 		clk := newFakeClock()
 		s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "3600") })
-		tr := newTransport(t, clk, claimclient.Options{MaxRetryAfter: time.Minute})
+		tr := newTransport(t, clk, []claimclient.Option{claimclient.WithMaxRetryAfter(time.Minute)})
 		if resp, _ := send(t, tr, post(t, s.srv.URL, "x")); resp.StatusCode != http.StatusServiceUnavailable || s.attempts.Load() != 1 || len(clk.take()) != 0 {
 			t.Fatalf("status %d after %d attempts", resp.StatusCode, s.attempts.Load())
 		}
@@ -222,7 +223,7 @@ func TestTransport_NeverSleepsPastTheDeadline(t *testing.T) {
 	clk := newFakeClock()
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "") })
 	maxJitter := func(n time.Duration) time.Duration { return n - 1 } // the upper bound, deterministically
-	tr := newTransport(t, clk, claimclient.Options{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond}, claimclient.Clock{Jitter: maxJitter})
+	tr := newTransport(t, clk, []claimclient.Option{claimclient.WithMaxAttempts(10), claimclient.WithBaseDelay(100 * time.Millisecond)}, claimclient.Clock{Jitter: maxJitter})
 	deadline := clk.Now().Add(250 * time.Millisecond)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -245,7 +246,7 @@ func TestTransport_CancelDuringSleepReturnsTheCause(t *testing.T) {
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "") })
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("caller gave up")
-	tr := newTransport(t, nil, claimclient.Options{}, claimclient.Clock{Sleep: func(ctx context.Context, d time.Duration) error {
+	tr := newTransport(t, nil, nil, claimclient.Clock{Sleep: func(ctx context.Context, d time.Duration) error {
 		cancel(cause)
 		<-ctx.Done()
 		return context.Cause(ctx)
@@ -315,7 +316,7 @@ func TestTransport_WhatIsRetried(t *testing.T) {
 				fmt.Fprint(w, "done")
 			})
 			clk := newFakeClock()
-			resp, body := send(t, newTransport(t, clk, claimclient.Options{}), post(t, s.srv.URL, "payload"))
+			resp, body := send(t, newTransport(t, clk, nil), post(t, s.srv.URL, "payload"))
 			retried := s.attempts.Load() == 2
 			if retried != tc.retry {
 				t.Fatalf("attempts = %d, want retry=%v", s.attempts.Load(), tc.retry)
@@ -342,7 +343,7 @@ func TestTransport_InspectedProblemStaysReadable(t *testing.T) {
 		w.WriteHeader(http.StatusConflict)
 		fmt.Fprint(w, problem)
 	})
-	if _, body := send(t, newTransport(t, newFakeClock(), claimclient.Options{}), post(t, s.srv.URL, "x")); body != problem {
+	if _, body := send(t, newTransport(t, newFakeClock(), nil), post(t, s.srv.URL, "x")); body != problem {
 		t.Fatalf("body = %q, want %q", body, problem)
 	}
 }
@@ -356,7 +357,7 @@ func TestTransport_Keys(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	tr := newTransport(t, newFakeClock(), claimclient.Options{})
+	tr := newTransport(t, newFakeClock(), nil)
 
 	t.Run("AddedQuotedAndKeptAcrossRetries", func(t *testing.T) {
 		for range 2 {
@@ -412,7 +413,7 @@ func TestTransport_UnrewindableBodyIsSentOnce(t *testing.T) {
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "") })
 	req := post(t, s.srv.URL, "x")
 	req.Body, req.GetBody = io.NopCloser(strings.NewReader("x")), nil
-	resp, _ := send(t, newTransport(t, newFakeClock(), claimclient.Options{}), req)
+	resp, _ := send(t, newTransport(t, newFakeClock(), nil), req)
 	if resp.StatusCode != http.StatusServiceUnavailable || s.attempts.Load() != 1 {
 		t.Fatalf("status %d, attempts %d; want one attempt", resp.StatusCode, s.attempts.Load())
 	}
@@ -430,7 +431,7 @@ func TestTransport_RetriesConnectionErrors(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	clk := newFakeClock()
-	resp, _ := send(t, newTransport(t, clk, claimclient.Options{}), post(t, s.srv.URL, "x"))
+	resp, _ := send(t, newTransport(t, clk, nil), post(t, s.srv.URL, "x"))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if resp.StatusCode != http.StatusCreated || len(s.keys) != 2 || s.keys[0] != s.keys[1] || s.keys[0] == "" {
@@ -452,13 +453,15 @@ func dropConnection(w http.ResponseWriter) {
 
 func TestNewTransport_RejectsBadOptions(t *testing.T) {
 	t.Parallel()
-	for name, o := range map[string]claimclient.Options{
-		"Header":      {Header: "bad header"},
-		"MaxAttempts": {MaxAttempts: -1},
-		"BaseDelay":   {BaseDelay: -1},
-		"MaxDelay":    {BaseDelay: time.Second, MaxDelay: time.Millisecond},
+	for name, o := range map[string][]claimclient.Option{
+		"WithHeader":        {claimclient.WithHeader("bad header")},
+		"WithMaxAttempts":   {claimclient.WithMaxAttempts(-1)},
+		"WithBaseDelay":     {claimclient.WithBaseDelay(-1)},
+		"WithMaxDelay":      {claimclient.WithBaseDelay(time.Second), claimclient.WithMaxDelay(time.Millisecond)},
+		"WithMaxRetryAfter": {claimclient.WithMaxRetryAfter(0)},
+		"WithBudget":        {claimclient.WithBudget(nil)},
 	} {
-		if _, err := claimclient.NewTransport(nil, o); !errors.Is(err, claimclient.ErrConfig) || !strings.Contains(err.Error(), name) {
+		if _, err := claimclient.NewTransport(nil, o...); !errors.Is(err, claimclient.ErrConfig) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}
@@ -467,7 +470,7 @@ func TestNewTransport_RejectsBadOptions(t *testing.T) {
 func TestRetryBudget(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	b, err := claimclient.NewRetryBudgetWithClock(claimclient.BudgetOptions{Ratio: 0.5, Floor: 2, Window: 10 * time.Second}, clk.Now)
+	b, err := claimclient.NewRetryBudgetWithClock(clk.Now, claimclient.WithRatio(0.5), claimclient.WithFloor(2), claimclient.WithWindow(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,24 +500,25 @@ func TestRetryBudget(t *testing.T) {
 		t.Fatalf("after the window: %d retries, want the floor 2", n)
 	}
 
-	// A negative Floor means none: with no requests, no retry.
-	none, err := claimclient.NewRetryBudgetWithClock(claimclient.BudgetOptions{Floor: -1}, clk.Now)
+	// A floor of 0 means none: with no requests, no retry.
+	none, err := claimclient.NewRetryBudgetWithClock(clk.Now, claimclient.WithFloor(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if none.TryRetry() {
-		t.Fatal("Floor -1: a retry without requests, want none")
+		t.Fatal("floor 0: a retry without requests, want none")
 	}
 	for range 10 {
 		none.Request()
 	}
 	if !none.TryRetry() || none.TryRetry() {
-		t.Fatal("Floor -1 after 10 requests: want exactly 1 retry (10% of 10)")
+		t.Fatal("floor 0 after 10 requests: want exactly 1 retry (10% of 10)")
 	}
 
-	for name, o := range map[string]claimclient.BudgetOptions{
-		"Ratio":  {Ratio: 1.5},
-		"Window": {Window: time.Millisecond},
+	for name, o := range map[string]claimclient.BudgetOption{
+		"WithRatio":  claimclient.WithRatio(1.5),
+		"WithFloor":  claimclient.WithFloor(-1),
+		"WithWindow": claimclient.WithWindow(time.Millisecond),
 	} {
 		if _, err := claimclient.NewRetryBudget(o); !errors.Is(err, claimclient.ErrConfig) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v", name, err)
@@ -542,7 +546,7 @@ func TestTransport_RewindsTheBodyWithGetBody(t *testing.T) {
 		return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
 	})
 	clk := newFakeClock()
-	tr, err := claimclient.NewTransportWithClock(base, claimclient.Options{}, claimclient.Clock{Now: clk.Now, Sleep: clk.Sleep})
+	tr, err := claimclient.NewTransportWithClock(base, claimclient.Clock{Now: clk.Now, Sleep: clk.Sleep})
 	if err != nil {
 		t.Fatal(err)
 	}

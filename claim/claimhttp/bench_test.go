@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/claimhttp"
 )
 
 // BenchmarkMiddleware measures a guarded POST on PostgreSQL and Redis, in
@@ -15,7 +14,7 @@ import (
 // fresh key (claim, insert, complete in one transaction); Replay answers a
 // finished key (from the Redis cache).
 func BenchmarkMiddleware(b *testing.B) {
-	f := setup(b, config{redis: true, options: claimhttp.Options{InTransaction: true}})
+	f := setup(b, config{redis: true, tx: true})
 	b.Run("Execute", func(b *testing.B) {
 		i := 0
 		for b.Loop() {

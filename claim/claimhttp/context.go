@@ -54,7 +54,7 @@ func Token(ctx context.Context) (fence.Token, bool) {
 }
 
 // Tx returns the transaction of a handler guarded in transaction mode
-// (Options.InTransaction): the one that holds the claim and will store the
+// ([WithInTransaction]): the one that holds the claim and will store the
 // result, so the handler's business write commits with it, or not at all.
 // It reports false outside such a handler or for another TTx.
 func Tx[TTx any](ctx context.Context) (TTx, bool) {

@@ -5,10 +5,8 @@
 // response fields they match.
 //
 //	claimer, _ := claim.New[pgx.Tx](store, claim.WithRedis(rdb, lua.Options{}))
-//	guard, err := claimhttp.Middleware(claimer, claimhttp.Options{
-//		TenantFunc:    tenantFromPrincipal, // from your authentication
-//		InTransaction: true,
-//	})
+//	guard, err := claimhttp.Middleware(claimer, tenantFromPrincipal, // from your authentication
+//		claimhttp.WithInTransaction())
 //	mux.Handle("POST /orders", guard(http.HandlerFunc(createOrder)))
 //
 // # What the middleware does with a guarded request
@@ -16,16 +14,16 @@
 // Guarded requests are those with a guarded method (POST and PATCH by
 // default). In order, and before anything is reserved:
 //
-//  1. The key is parsed from the Idempotency-Key field (Options.Header): the
+//  1. The key is parsed from the Idempotency-Key field ([WithHeader]): the
 //     draft's RFC 8941 sf-string `"..."` (only \" and \\ are escapes, no
 //     parameters) or a bare key (visible ASCII without spaces, '"', ',',
 //     ';' or '\'), on exactly one field line, 1 to 255 printable ASCII
-//     characters once unquoted. Missing: 400 (unless Options.Optional
+//     characters once unquoted. Missing: 400 (unless [WithOptional]
 //     allows it); malformed: 400.
-//  2. The tenant comes from Options.TenantFunc (authentication, never a
-//     client header); the operation from Options.OperationFunc, by default
-//     the method and the matched route pattern, so the same key on two
-//     endpoints never collides.
+//  2. The tenant comes from the tenant function given to [Middleware]
+//     (authentication, never a client header); the operation from
+//     [WithOperation], by default the method and the matched route
+//     pattern, so the same key on two endpoints never collides.
 //  3. The request is fingerprinted by package canon (method, operation,
 //     path, query, chosen headers, canonical body minus excluded members).
 //     An invalid body is 400, one over the limit 413.
@@ -44,7 +42,7 @@
 //
 // # Two modes
 //
-// With Options.InTransaction the handler runs inside [claim.Claimer.Do]:
+// With [WithInTransaction] the handler runs inside [claim.Claimer.Do]:
 // [Tx] gives it the transaction that holds the claim, so its business row
 // and the stored result commit together or not at all. A released response
 // (a 5xx, say) rolls the transaction back. The handler must not make long
@@ -76,14 +74,14 @@
 //     client gets 409 in progress (the new owner's result is what a retry
 //     will see).
 //   - A 5xx, 408, 409, 425 or 429 answer is stored as failed and replayed.
-//   - A response over MaxResponseBody is stored by its status without its
-//     body ("Idempotent-Body-Omitted: true"), and the first client gets
-//     what every retry will.
+//   - A response over the [WithMaxResponseBody] limit is stored by its
+//     status without its body ("Idempotent-Body-Omitted: true"), and the
+//     first client gets what every retry will.
 //   - A panicking handler's record is marked uncertain, and the panic
 //     continues. (In transaction mode the rollback removes the claim: the
 //     key is free, which is safe there.)
 //   - The finishing write is retried while the store is unreachable, for
-//     up to Options.FinishTimeout. If it still is, the client gets 202
+//     up to [WithFinishTimeout]. If it still is, the client gets 202
 //     (in progress, Location) rather than "not processed", the
 //     record stays processing under its lease, retries see it in progress,
 //     and the middleware keeps the lease renewed and retries in the
@@ -117,7 +115,7 @@
 // "type", "title" (stable per type), "status", "detail" (a fixed sentence
 // per cause) and, on in-progress and uncertain answers, "operation_id" (see
 // [OperationID]); none quotes the key, the tenant or the body. Location is
-// Options.OperationPath followed by the operation identity,
+// the [WithOperationPath] prefix followed by the operation identity,
 // "/operations/op_..."; re-sending the request with the same key is always
 // a valid way to poll.
 //
@@ -133,21 +131,21 @@
 // # Replays and their limits
 //
 // This section is the one description of what is stored and replayed; the
-// Options fields that tune it (StoredHeaders, MaxStoredBody,
-// MaxResponseBody) only give their defaults.
+// options that tune it ([WithStoredHeaders], [WithMaxStoredBody],
+// [WithMaxResponseBody]) only give their defaults.
 //
-// A replay carries the stored status, the stored headers (Options.
-// StoredHeaders, by default the representation and location headers, never
+// A replay carries the stored status, the stored headers
+// ([WithStoredHeaders], by default the representation and location headers, never
 // Set-Cookie) and the stored body byte for byte, plus
 // "Idempotent-Replayed: true". The first response carries every header the
 // handler set.
 //
-// Bodies up to Options.MaxStoredBody (1 MiB) are stored. A larger body
+// Bodies up to [WithMaxStoredBody] (1 MiB) are stored. A larger body
 // reaches the first client in full, but the result is stored without it:
 // status, stored headers less Content-Type, and the resource id (the
 // Location header); its replays carry an empty body and
 // "Idempotent-Body-Omitted: true", never a truncated body passed off as
-// complete. A handler that writes more than Options.MaxResponseBody (16
+// complete. A handler that writes more than [WithMaxResponseBody] (16
 // MiB) gets [ErrResponseTooLarge] from Write: in transaction mode the
 // transaction rolls back and the client gets 500; in workflow mode the
 // result is stored without its body, as above.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/claimhttp"
 )
 
 // dropAfterCommit wraps the guarded service: on its first request it lets
@@ -52,13 +51,13 @@ func TestTransport_AgainstServerThatDropsTheResponseAfterCommit(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, config{redis: true, options: claimhttp.Options{InTransaction: mode.tx}})
+			f := setup(t, config{redis: true, tx: mode.tx})
 			d := &dropAfterCommit{next: f.h}
 			srv := httptest.NewServer(d)
 			defer srv.Close()
 			base := &countingBase{next: &http.Transport{}}
 			defer base.next.CloseIdleConnections()
-			tr, err := claimclient.NewTransport(base, claimclient.Options{BaseDelay: time.Millisecond})
+			tr, err := claimclient.NewTransport(base, claimclient.WithBaseDelay(time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,12 +86,12 @@ func TestTransport_AgainstServerThatDropsTheResponseAfterCommit(t *testing.T) {
 // final for its key, and more attempts would only spend the retry budget.
 func TestTransport_StopsAtAReplayedFailure(t *testing.T) {
 	t.Parallel()
-	f := setup(t, config{redis: true, options: claimhttp.Options{}})
+	f := setup(t, config{redis: true})
 	srv := httptest.NewServer(f.h)
 	defer srv.Close()
 	base := &countingBase{next: &http.Transport{}}
 	defer base.next.CloseIdleConnections()
-	tr, err := claimclient.NewTransport(base, claimclient.Options{MaxAttempts: 4, BaseDelay: time.Millisecond})
+	tr, err := claimclient.NewTransport(base, claimclient.WithMaxAttempts(4), claimclient.WithBaseDelay(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +144,7 @@ func TestMiddleware_ConcurrentIdenticalRequests(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, config{redis: true, options: claimhttp.Options{InTransaction: mode.tx}})
+			f := setup(t, config{redis: true, tx: mode.tx})
 			// Count in-progress answers, and hold the first execution until
 			// some duplicates were turned away (bounded, in case none are).
 			var conflicts atomic.Int64
@@ -176,7 +175,7 @@ func TestMiddleware_ConcurrentIdenticalRequests(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range clients {
 				wg.Go(func() {
-					tr, err := claimclient.NewTransport(base, claimclient.Options{MaxAttempts: 10})
+					tr, err := claimclient.NewTransport(base, claimclient.WithMaxAttempts(10))
 					if err != nil {
 						t.Error(err)
 						return

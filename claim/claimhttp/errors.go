@@ -8,7 +8,7 @@ var (
 	ErrConfig = errors.New("claimhttp: invalid configuration")
 
 	// ErrResponseTooLarge is returned by the response writer of a guarded
-	// handler once the handler writes more than Options.MaxResponseBody
+	// handler once the handler writes more than [WithMaxResponseBody]
 	// bytes: the middleware must buffer a response until its result is
 	// durable, and refuses to buffer without bound. What the client and
 	// the retries then get: package documentation, "Replays and their

@@ -44,11 +44,9 @@ func ExampleMiddleware() {
 	if err != nil {
 		panic(err)
 	}
-	guard, err := claimhttp.Middleware(claimer, claimhttp.Options{
-		// The tenant comes from authentication; here a fixed one.
-		TenantFunc:    func(r *http.Request) (string, error) { return "tenant-42", nil },
-		InTransaction: true,
-	})
+	// The tenant comes from authentication; here a fixed one.
+	tenant := func(r *http.Request) (string, error) { return "tenant-42", nil }
+	guard, err := claimhttp.Middleware(claimer, tenant, claimhttp.WithInTransaction())
 	if err != nil {
 		panic(err)
 	}

@@ -25,12 +25,18 @@ import (
 // Wrap each route (mux.Handle("POST /orders", mw(h))) so that r.Pattern,
 // and so the default operation name, is set when the middleware runs.
 //
+// tenant returns the authenticated caller of r, typically read from the
+// principal an authentication middleware put in r's context. It is
+// required: there is no default, and none that trusts a client header. An
+// error or an empty tenant answers 401 (ProblemUnidentified) before
+// anything is claimed.
+//
 // It checks opts once and returns [ErrConfig], naming the bad option.
-func Middleware[TTx any](c *claim.Claimer[TTx], opts Options) (func(http.Handler) http.Handler, error) {
+func Middleware[TTx any](c *claim.Claimer[TTx], tenant func(r *http.Request) (string, error), opts ...Option) (func(http.Handler) http.Handler, error) {
 	if c == nil {
 		return nil, configErr("nil Claimer")
 	}
-	o, err := resolve(opts)
+	o, err := newConfig(tenant, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +51,7 @@ func Middleware[TTx any](c *claim.Claimer[TTx], opts Options) (func(http.Handler
 
 type middleware[TTx any] struct {
 	c  *claim.Claimer[TTx]
-	o  resolved
+	o  config
 	wg sync.WaitGroup // settlements still going on after their answer
 }
 
@@ -62,7 +68,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.next.ServeHTTP(w, r)
 		return
 	}
-	key, keyErr := wire.ParseKey(r.Header, m.o.Header)
+	key, keyErr := wire.ParseKey(r.Header, m.o.header)
 	if errors.Is(keyErr, wire.ErrKeyMissing) && m.optional(r) {
 		g.next.ServeHTTP(w, r)
 		return
@@ -74,32 +80,32 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(keyErr, wire.ErrKeyMissing):
-		writeProblem(w, http.StatusBadRequest, claimclient.ProblemKeyMissing, "This request requires an "+m.o.Header+" field.", "", 0)
+		writeProblem(w, http.StatusBadRequest, claimclient.ProblemKeyMissing, "This request requires an "+m.o.header+" field.", "", 0)
 		return
 	case keyErr != nil:
-		writeProblem(w, http.StatusBadRequest, claimclient.ProblemKeyInvalid, "The "+m.o.Header+" field must appear once and hold one quoted string or bare key of 1 to 255 printable ASCII characters.", "", 0)
+		writeProblem(w, http.StatusBadRequest, claimclient.ProblemKeyInvalid, "The "+m.o.header+" field must appear once and hold one quoted string or bare key of 1 to 255 printable ASCII characters.", "", 0)
 		return
-	case operation == "" && m.o.OperationFunc == nil:
-		m.o.Logger.Error("claimhttp: no route pattern to name the operation by: wrap each route of net/http's ServeMux, or set Options.OperationFunc from your router's pattern")
+	case operation == "" && m.o.operation == nil:
+		m.o.logger.Error("claimhttp: no route pattern to name the operation by: wrap each route of net/http's ServeMux, or use WithOperation with your router's pattern")
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The operation could not be named.", "", 0)
 		return
 	case operation == "":
-		m.o.Logger.Error("claimhttp: OperationFunc returned an empty operation")
+		m.o.logger.Error("claimhttp: the WithOperation function returned an empty operation")
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The operation could not be named.", "", 0)
 		return
 	}
-	tenant, err := m.o.TenantFunc(r)
+	tenant, err := m.o.tenant(r)
 	if err != nil || tenant == "" {
 		writeProblem(w, http.StatusUnauthorized, claimclient.ProblemUnidentified, "The caller could not be identified.", "", 0)
 		return
 	}
 	scope := durable.Scope{Tenant: tenant, Operation: operation, Key: key}
 	if err := scope.Validate(); err != nil {
-		m.o.Logger.Error("claimhttp: invalid scope from TenantFunc or OperationFunc", "err", err)
+		m.o.logger.Error("claimhttp: invalid scope from the tenant or operation function", "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be scoped.", "", 0)
 		return
 	}
-	copts := m.o.Canon
+	copts := m.o.canonOpts
 	copts.Operation = operation
 	fp, err := canon.Request(r, copts)
 	switch {
@@ -107,7 +113,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusRequestEntityTooLarge, claimclient.ProblemBodyTooLarge, "The request body is larger than this endpoint accepts.", "", 0)
 		return
 	case errors.Is(err, canon.ErrInvalidOptions):
-		m.o.Logger.Error("claimhttp: fingerprint options", "err", err)
+		m.o.logger.Error("claimhttp: fingerprint options", "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be fingerprinted.", "", 0)
 		return
 	case err != nil:
@@ -115,7 +121,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := claim.Request{Scope: scope, Fingerprint: string(fp)}
-	if m.o.InTransaction {
+	if m.o.inTransaction {
 		g.serveTx(w, r, req)
 	} else {
 		g.serveWorkflow(w, r, req)
@@ -123,12 +129,12 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (m *middleware[TTx]) optional(r *http.Request) bool {
-	return m.o.Optional != nil && m.o.Optional(r)
+	return m.o.optional != nil && m.o.optional(r)
 }
 
 func (g *guarded[TTx]) operation(r *http.Request) string {
-	if g.m.o.OperationFunc != nil {
-		return g.m.o.OperationFunc(r)
+	if g.m.o.operation != nil {
+		return g.m.o.operation(r)
 	}
 	return defaultOperation(r)
 }
@@ -144,7 +150,7 @@ func (g *guarded[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req claim
 		ctx = context.WithValue(ctx, txKey[TTx]{}, tx)
 		txOp = &opInfo{id: op.ID, token: op.Token}
 		ctx = withOp(ctx, txOp)
-		cw = newCapture(w, m.o.MaxResponseBody)
+		cw = newCapture(w, m.o.maxResponseBody)
 		// A panic propagates through Do, which rolls the transaction back
 		// (the key was never durably taken) and re-panics.
 		g.next.ServeHTTP(cw, r.WithContext(ctx))
@@ -152,7 +158,7 @@ func (g *guarded[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req claim
 		if cw.err != nil || txOp.released.Load() {
 			return durable.Result{}, errRelease
 		}
-		res := cw.result(m.o.stored, m.o.MaxStoredBody)
+		res := cw.result(m.o.stored, m.o.maxStoredBody)
 		switch txStatus(cw.status) {
 		case storeCompleted:
 			return res, nil
@@ -205,7 +211,7 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 	// lost.
 	work, stop := lease.KeepAlive(context.WithoutCancel(r.Context()))
 	op := &opInfo{id: opID, token: lease.Token(), workflow: true}
-	cw := newCapture(w, m.o.MaxResponseBody)
+	cw := newCapture(w, m.o.maxResponseBody)
 
 	returned := false
 	defer func() {
@@ -221,9 +227,9 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 			a.kind = settleRelease
 		}
 		if err := m.settle(r, lease, stop, opID, a); err != nil {
-			m.o.Logger.Error("claimhttp: handler panicked; its outcome could not be recorded yet", "op", opID, "err", err)
+			m.o.logger.Error("claimhttp: handler panicked; its outcome could not be recorded yet", "op", opID, "err", err)
 		} else {
-			m.o.Logger.Error("claimhttp: handler panicked; outcome recorded as "+a.kind.String(), "op", opID)
+			m.o.logger.Error("claimhttp: handler panicked; outcome recorded as "+a.kind.String(), "op", opID)
 		}
 	}()
 	g.next.ServeHTTP(cw, r.WithContext(withOp(work, op)))
@@ -234,8 +240,8 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 		// Another worker took the key over after our lease expired: its
 		// outcome is the operation's; ours must not be published.
 		_ = stop()
-		m.o.Logger.Warn("claimhttp: lease lost to another worker; response discarded", "op", opID)
-		m.inProgress(w, opID, m.o.RetryAfter)
+		m.o.logger.Warn("claimhttp: lease lost to another worker; response discarded", "op", opID)
+		m.inProgress(w, opID, m.o.retryAfter)
 		return
 	}
 	// A lease that ran out unrenewed (the store refused renewals) is not
@@ -249,13 +255,13 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 	case err == nil && cw.err != nil:
 		// The whole body was never buffered: the first client gets what
 		// every retry will get, the status and stored headers without it.
-		m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", "op", opID)
+		m.o.logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", "op", opID)
 		writeStored(w, &a.res, false)
 	case err == nil:
 		cw.publish(w)
 	case errors.Is(err, claim.ErrFenced):
-		m.o.Logger.Warn("claimhttp: fenced "+a.kind.String()+"; response discarded", "op", opID)
-		m.inProgress(w, opID, m.o.RetryAfter)
+		m.o.logger.Warn("claimhttp: fenced "+a.kind.String()+"; response discarded", "op", opID)
+		m.inProgress(w, opID, m.o.retryAfter)
 	case errors.Is(err, errPending) && a.kind == settleRelease:
 		// The application said nothing happened: the lease will expire
 		// and the next request runs, so "not processed" is the truth.
@@ -263,7 +269,7 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 	case errors.Is(err, errPending):
 		m.pending(w, opID)
 	default:
-		m.o.Logger.Error("claimhttp: "+a.kind.String()+" failed; response discarded", "op", opID, "err", err)
+		m.o.logger.Error("claimhttp: "+a.kind.String()+" failed; response discarded", "op", opID, "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request was processed but its result could not be recorded.", opID, 0)
 	}
 }
@@ -273,7 +279,7 @@ func (m *middleware[TTx]) outcome(w http.ResponseWriter, out claim.Outcome) {
 	switch out.Kind {
 	case claim.Replayed:
 		if out.Result == nil { // not produced by the claim package; fail safe
-			m.inProgress(w, out.OperationID, m.o.RetryAfter)
+			m.inProgress(w, out.OperationID, m.o.retryAfter)
 			return
 		}
 		replay(w, out.Result)
@@ -285,12 +291,12 @@ func (m *middleware[TTx]) outcome(w http.ResponseWriter, out claim.Outcome) {
 }
 
 func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder time.Duration) {
-	retry := m.o.RetryAfter
+	retry := m.o.retryAfter
 	if holder > 0 {
 		retry = min(retry, holder)
 	}
 	if adapter.Polls(m.c) {
-		w.Header().Set("Location", m.o.OperationPath+opID)
+		w.Header().Set("Location", m.o.operationPath+opID)
 		writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "A request with this key is still being processed; poll the Location or retry the request.", opID, retry)
 		return
 	}
@@ -298,8 +304,8 @@ func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder 
 }
 
 func (m *middleware[TTx]) uncertain(w http.ResponseWriter, opID string) {
-	w.Header().Set("Location", m.o.OperationPath+opID)
-	writeProblem(w, http.StatusAccepted, claimclient.ProblemUncertain, "The outcome of the request with this key is not known yet and is being reconciled; it will not run again.", opID, m.o.RetryAfter)
+	w.Header().Set("Location", m.o.operationPath+opID)
+	writeProblem(w, http.StatusAccepted, claimclient.ProblemUncertain, "The outcome of the request with this key is not known yet and is being reconciled; it will not run again.", opID, m.o.retryAfter)
 }
 
 // pending answers a request whose handler ran but whose outcome could not
@@ -307,16 +313,16 @@ func (m *middleware[TTx]) uncertain(w http.ResponseWriter, opID string) {
 // not run it again), and the record stays processing while the middleware
 // keeps trying. A retry sees it in progress, then its result.
 func (m *middleware[TTx]) pending(w http.ResponseWriter, opID string) {
-	w.Header().Set("Location", m.o.OperationPath+opID)
-	writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "The request was processed, but its result is not recorded yet; retry with the same key or poll the Location.", opID, m.o.RetryAfter)
+	w.Header().Set("Location", m.o.operationPath+opID)
+	writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "The request was processed, but its result is not recorded yet; retry with the same key or poll the Location.", opID, m.o.retryAfter)
 }
 
 func (m *middleware[TTx]) unavailable(w http.ResponseWriter) {
-	writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "The request was not processed; retry after the Retry-After delay.", "", m.o.RetryAfter)
+	writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "The request was not processed; retry after the Retry-After delay.", "", m.o.retryAfter)
 }
 
 func (m *middleware[TTx]) tooLarge(w http.ResponseWriter, opID string) {
-	m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; transaction rolled back", "op", opID)
+	m.o.logger.Error("claimhttp: handler wrote more than MaxResponseBody; transaction rolled back", "op", opID)
 	writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The response could not be produced.", "", 0)
 }
 
@@ -329,7 +335,7 @@ func (m *middleware[TTx]) claimError(w http.ResponseWriter, opID string, err err
 	case errors.Is(err, claim.ErrUnavailable), errors.Is(err, claim.ErrLeaseExpired):
 		m.unavailable(w)
 	default:
-		m.o.Logger.Error("claimhttp: claim failed", "op", opID, "err", err)
+		m.o.logger.Error("claimhttp: claim failed", "op", opID, "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be processed.", "", 0)
 	}
 }

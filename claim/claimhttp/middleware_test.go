@@ -35,7 +35,7 @@ func TestMiddleware_Protocol(t *testing.T) {
 			name := mode.name + map[bool]string{true: "/WithRedis", false: "/WithoutRedis"}[withRedis]
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				f := setup(t, config{redis: withRedis, options: claimhttp.Options{InTransaction: mode.tx}})
+				f := setup(t, config{redis: withRedis, tx: mode.tx})
 
 				t.Run("SameKeyTwiceReplaysByteForByte", func(t *testing.T) {
 					first := f.post("acme", "k-same", `{"item":"book"}`)
@@ -262,7 +262,7 @@ func TestMiddleware_Protocol(t *testing.T) {
 
 func TestMiddleware_RejectsBeforeClaiming(t *testing.T) {
 	t.Parallel()
-	f := setup(t, config{redis: true, options: claimhttp.Options{InTransaction: true, Canon: canon.Options{MaxBody: 64}}})
+	f := setup(t, config{redis: true, tx: true, options: []claimhttp.Option{claimhttp.WithCanon(canon.Options{MaxBody: 64})}})
 
 	notClaimed := func(t *testing.T, tenant, key string) {
 		t.Helper()
@@ -353,9 +353,8 @@ func TestMiddleware_RejectsBeforeClaiming(t *testing.T) {
 
 func TestMiddleware_OptionalKey(t *testing.T) {
 	t.Parallel()
-	f := setup(t, config{options: claimhttp.Options{
-		InTransaction: true,
-		Optional:      func(r *http.Request) bool { return r.URL.Query().Has("optional") },
+	f := setup(t, config{tx: true, options: []claimhttp.Option{
+		claimhttp.WithOptional(func(r *http.Request) bool { return r.URL.Query().Has("optional") }),
 	}})
 	r := newRequest("acme", http.MethodPost, "/orders?optional", "", `{"item":"book"}`)
 	w := f.serve(r)
@@ -376,8 +375,8 @@ func TestMiddleware_OptionalKey(t *testing.T) {
 func TestMiddleware_RetentionHeader(t *testing.T) {
 	t.Parallel()
 	f := setup(t, config{redis: true,
-		claim:   []claim.Option{claim.WithOperationRetention("POST /refunds", 2*time.Hour)},
-		options: claimhttp.Options{InTransaction: true}})
+		claim: []claim.Option{claim.WithOperationRetention("POST /refunds", 2*time.Hour)},
+		tx:    true})
 	for _, tc := range []struct {
 		path, want string
 	}{{"/orders", "86400"}, {"/refunds", "7200"}} {
@@ -400,7 +399,7 @@ func TestMiddleware_StoreDownIs503(t *testing.T) {
 	for _, withRedis := range []bool{true, false} {
 		t.Run(map[bool]string{true: "WithRedis", false: "WithoutRedis"}[withRedis], func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, config{redis: withRedis, options: claimhttp.Options{InTransaction: true}})
+			f := setup(t, config{redis: withRedis, tx: true})
 			// A second store on a pool that is closed: every statement fails
 			// as unreachable.
 			pool, err := pgxpool.New(t.Context(), f.schema.URL)
@@ -422,7 +421,7 @@ func TestMiddleware_StoreDownIs503(t *testing.T) {
 			}
 			for _, tx := range []bool{true, false} {
 				ran := false
-				guard, err := claimhttp.Middleware(c, claimhttp.Options{TenantFunc: tenantOf, InTransaction: tx, OperationFunc: func(*http.Request) string { return "POST /orders" }})
+				guard, err := claimhttp.Middleware(c, tenantOf, withMode(tx, claimhttp.WithOperation(func(*http.Request) string { return "POST /orders" }))...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -557,7 +556,7 @@ func TestMiddleware_LargeResponses(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, config{redis: true, options: claimhttp.Options{InTransaction: mode.tx, MaxStoredBody: 1024, MaxResponseBody: 8192}})
+			f := setup(t, config{redis: true, tx: mode.tx, options: []claimhttp.Option{claimhttp.WithMaxStoredBody(1024), claimhttp.WithMaxResponseBody(8192)}})
 
 			t.Run("BodyOverMaxStoredBodyIsOmittedFromReplays", func(t *testing.T) {
 				first := f.post("acme", "k-large", `{"item":"book","size":2000}`)
@@ -614,7 +613,7 @@ func TestMiddleware_StreamingIsRefused(t *testing.T) {
 	t.Parallel()
 	f := setup(t, config{})
 	var flushErr, hijackErr error
-	guard, err := claimhttp.Middleware(f.c, claimhttp.Options{TenantFunc: tenantOf, OperationFunc: func(*http.Request) string { return "POST /stream" }})
+	guard, err := claimhttp.Middleware(f.c, tenantOf, claimhttp.WithOperation(func(*http.Request) string { return "POST /stream" }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -636,7 +635,7 @@ func TestMiddleware_StreamingIsRefused(t *testing.T) {
 func TestMiddleware_NoRoutePatternIsRefused(t *testing.T) {
 	t.Parallel()
 	f := setup(t, config{})
-	guard, err := claimhttp.Middleware(f.c, claimhttp.Options{TenantFunc: tenantOf})
+	guard, err := claimhttp.Middleware(f.c, tenantOf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,8 +655,8 @@ func TestMiddleware_NoRoutePatternIsRefused(t *testing.T) {
 
 	// A router's own pattern names it: the same key on two resource ids is
 	// one operation (a reuse with another payload is 422, not a second run).
-	routed, err := claimhttp.Middleware(f.c, claimhttp.Options{TenantFunc: tenantOf, InTransaction: true,
-		OperationFunc: func(r *http.Request) string { return r.Method + " " + patternOf(r) }})
+	routed, err := claimhttp.Middleware(f.c, tenantOf, claimhttp.WithInTransaction(),
+		claimhttp.WithOperation(func(r *http.Request) string { return r.Method + " " + patternOf(r) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -686,7 +685,7 @@ func patternOf(r *http.Request) string {
 
 func TestMiddleware_OperationFromPattern(t *testing.T) {
 	t.Parallel()
-	f := setup(t, config{options: claimhttp.Options{InTransaction: true}})
+	f := setup(t, config{tx: true})
 	w := f.post("acme", "k-op", `{"item":"book"}`)
 	var out orderOut
 	decodeJSON(t, w.Body.Bytes(), &out)
@@ -709,36 +708,41 @@ func TestMiddleware_RejectsBadOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := claimhttp.Options{TenantFunc: tenantOf}
 	for name, tc := range map[string]struct {
-		mutate func(*claimhttp.Options)
-		names  string
+		opts  []claimhttp.Option
+		names string
 	}{
-		"NoTenantFunc":       {func(o *claimhttp.Options) { o.TenantFunc = nil }, "TenantFunc"},
-		"BadHeader":          {func(o *claimhttp.Options) { o.Header = "Idem Key" }, "Header"},
-		"EmptyMethods":       {func(o *claimhttp.Options) { o.Methods = []string{} }, "Methods"},
-		"BadMethod":          {func(o *claimhttp.Options) { o.Methods = []string{"PO ST"} }, "Methods"},
-		"CanonOperation":     {func(o *claimhttp.Options) { o.Canon.Operation = "x" }, "Canon.Operation"},
-		"CanonBadPointer":    {func(o *claimhttp.Options) { o.Canon.Exclude = []string{"no-slash"} }, "Canon"},
-		"CanonNegativeBody":  {func(o *claimhttp.Options) { o.Canon.MaxBody = -1 }, "Canon"},
-		"StoredContentLen":   {func(o *claimhttp.Options) { o.StoredHeaders = []string{"content-length"} }, "StoredHeaders"},
-		"StoredReplayMarker": {func(o *claimhttp.Options) { o.StoredHeaders = []string{claimclient.HeaderReplayed} }, "StoredHeaders"},
-		"NegativeStored":     {func(o *claimhttp.Options) { o.MaxStoredBody = -1 }, "MaxStoredBody"},
-		"ResponseUnderStore": {func(o *claimhttp.Options) { o.MaxStoredBody, o.MaxResponseBody = 10, 5 }, "MaxResponseBody"},
-		"NegativeRetry":      {func(o *claimhttp.Options) { o.RetryAfter = -time.Second }, "RetryAfter"},
-		"NegativeFinish":     {func(o *claimhttp.Options) { o.FinishTimeout = -time.Second }, "FinishTimeout"},
+		"BadHeader":          {[]claimhttp.Option{claimhttp.WithHeader("Idem Key")}, "WithHeader"},
+		"EmptyMethods":       {[]claimhttp.Option{claimhttp.WithMethods()}, "WithMethods"},
+		"BadMethod":          {[]claimhttp.Option{claimhttp.WithMethods("PO ST")}, "WithMethods"},
+		"CanonOperation":     {[]claimhttp.Option{claimhttp.WithCanon(canon.Options{Operation: "x"})}, "WithCanon: Operation"},
+		"CanonBadPointer":    {[]claimhttp.Option{claimhttp.WithCanon(canon.Options{Exclude: []string{"no-slash"}})}, "WithCanon"},
+		"CanonNegativeBody":  {[]claimhttp.Option{claimhttp.WithCanon(canon.Options{MaxBody: -1})}, "WithCanon"},
+		"StoredContentLen":   {[]claimhttp.Option{claimhttp.WithStoredHeaders("content-length")}, "WithStoredHeaders"},
+		"StoredReplayMarker": {[]claimhttp.Option{claimhttp.WithStoredHeaders(claimclient.HeaderReplayed)}, "WithStoredHeaders"},
+		"NegativeStored":     {[]claimhttp.Option{claimhttp.WithMaxStoredBody(-1)}, "WithMaxStoredBody"},
+		"NegativeResponse":   {[]claimhttp.Option{claimhttp.WithMaxResponseBody(-1)}, "WithMaxResponseBody"},
+		"ResponseUnderStore": {[]claimhttp.Option{claimhttp.WithMaxStoredBody(10), claimhttp.WithMaxResponseBody(5)}, "WithMaxResponseBody"},
+		"NegativeRetry":      {[]claimhttp.Option{claimhttp.WithRetryAfter(-time.Second)}, "WithRetryAfter"},
+		"NegativeFinish":     {[]claimhttp.Option{claimhttp.WithFinishTimeout(-time.Second)}, "WithFinishTimeout"},
+		"EmptyOperationPath": {[]claimhttp.Option{claimhttp.WithOperationPath("")}, "WithOperationPath"},
+		"NilOperation":       {[]claimhttp.Option{claimhttp.WithOperation(nil)}, "WithOperation"},
+		"NilOptional":        {[]claimhttp.Option{claimhttp.WithOptional(nil)}, "WithOptional"},
+		"NilLogger":          {[]claimhttp.Option{claimhttp.WithLogger(nil)}, "WithLogger"},
+		"NilOption":          {[]claimhttp.Option{nil}, "nil Option"},
 	} {
-		o := ok
-		tc.mutate(&o)
-		_, err := claimhttp.Middleware(c, o)
+		_, err := claimhttp.Middleware(c, tenantOf, tc.opts...)
 		if !errors.Is(err, claimhttp.ErrConfig) || !strings.Contains(err.Error(), tc.names) {
 			t.Errorf("%s: err = %v, want ErrConfig naming %s", name, err, tc.names)
 		}
 	}
-	if _, err := claimhttp.Middleware[pgx.Tx](nil, ok); !errors.Is(err, claimhttp.ErrConfig) {
+	if _, err := claimhttp.Middleware(c, nil); !errors.Is(err, claimhttp.ErrConfig) || !strings.Contains(err.Error(), "tenant") {
+		t.Errorf("nil tenant function: %v", err)
+	}
+	if _, err := claimhttp.Middleware[pgx.Tx](nil, tenantOf); !errors.Is(err, claimhttp.ErrConfig) {
 		t.Errorf("nil Claimer: %v", err)
 	}
-	if _, err := claimhttp.Middleware(c, ok); err != nil {
+	if _, err := claimhttp.Middleware(c, tenantOf, claimhttp.WithStoredHeaders(), claimhttp.WithMaxStoredBody(10), claimhttp.WithMaxResponseBody(10)); err != nil {
 		t.Errorf("valid options: %v", err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/oncekey/oncekey/claim/internal/wire"
 )
 
-// Defaults of [Options].
+// Defaults of [Middleware], as its options document them.
 const (
 	defaultMaxStoredBody   int64 = 1 << 20
 	defaultMaxResponseBody int64 = 16 << 20
@@ -24,7 +24,7 @@ const (
 )
 
 // defaultStoredHeaders are the response headers stored with a result and
-// replayed when Options.StoredHeaders is nil: the ones that describe the
+// replayed without [WithStoredHeaders]: the ones that describe the
 // representation and the created resource. Set-Cookie, Date, Vary and the
 // hop-by-hop headers are deliberately absent.
 var defaultStoredHeaders = []string{
@@ -72,120 +72,257 @@ func workflowStatus(status int) disposition {
 	return storeFailed
 }
 
-// Options configure [Middleware]. Only TenantFunc is required.
-type Options struct {
-	// TenantFunc returns the authenticated caller of r, typically read from
-	// the principal an authentication middleware put in r's context. It is
-	// required: there is no default, and none that trusts a client header.
-	// An error or an empty tenant answers 401 (ProblemUnidentified) before
-	// anything is claimed.
-	TenantFunc func(r *http.Request) (string, error)
+// Option configures [Middleware]. An option given a bad value makes
+// Middleware fail with an error that matches [ErrConfig] and names the
+// option.
+type Option func(*config) error
 
-	// OperationFunc names the operation of r: a key only ever collides
-	// with itself within one tenant and operation, and retention is set per
-	// operation. Name the route, never the path: "POST /orders/{id}/refunds",
-	// not "/orders/42/refunds". Defaults to the method and the route
-	// pattern net/http's ServeMux matched (r.Pattern, without its own method
-	// prefix); for that, wrap each route (mux.Handle("POST /orders",
-	// guard(h))), not the whole mux. With another router, set it from the
-	// router's own pattern, for chi:
-	//
-	//	OperationFunc: func(r *http.Request) string {
-	//		return r.Method + " " + chi.RouteContext(r.Context()).RoutePattern()
-	//	},
-	//
-	// with the middleware on the route (r.With(guard).Post(...)), so the
-	// pattern is complete when it runs. An empty name (by default: no
-	// r.Pattern) answers 500 and logs why.
-	OperationFunc func(r *http.Request) string
-
-	// Header is the field carrying the key. Defaults to "Idempotency-Key".
-	Header string
-
-	// Methods are the guarded methods; others pass through untouched.
-	// Defaults to POST and PATCH.
-	Methods []string
-
-	// Optional, when set, decides per request whether a request without a
-	// key passes through unguarded (no claim, no retention header). When
-	// nil, or when it returns false, a missing key answers 400
-	// (ProblemKeyMissing); a present but invalid key is always 400. For
-	// every request: func(*http.Request) bool { return true }.
-	Optional func(r *http.Request) bool
-
-	// Canon configures the request fingerprint: included headers, excluded
-	// JSON members, the body limit (default 1 MiB). Leave Canon.Operation
-	// empty: the operation name is set per request. An invalid body answers
-	// 400 (ProblemBodyInvalid), one over the limit 413
-	// (ProblemBodyTooLarge), both before anything is claimed.
-	Canon canon.Options
-
-	// StoredHeaders, MaxStoredBody and MaxResponseBody decide what is
-	// stored and replayed, and how much of a response is buffered; what a
-	// replay then carries is described once, in the package documentation
-	// ("Replays and their limits").
-	//
-	// StoredHeaders lists the response headers stored with a result and
-	// replayed. Defaults to Cache-Control, Content-Language,
-	// Content-Location, Content-Type, ETag, Last-Modified, Link and
-	// Location; hop-by-hop headers, Content-Length, Date, Retry-After and
-	// the middleware's own cannot be stored.
-	StoredHeaders []string
-	// MaxStoredBody is the largest response body stored with a result.
-	// Defaults to 1 MiB.
-	MaxStoredBody int64
-	// MaxResponseBody bounds how much of a response is buffered (it is
-	// published only once its result is durable); a handler that writes
-	// more gets [ErrResponseTooLarge] from Write. Defaults to 16 MiB; at
-	// least MaxStoredBody.
-	MaxResponseBody int64
-
-	// InTransaction runs the handler inside [claim.Claimer.Do]: the claim,
-	// the handler's writes through [Tx] and the stored result commit in one
-	// transaction. The handler must not make long external calls: the
-	// transaction holds a row lock that duplicates wait on. Without it the
-	// middleware runs in workflow mode: it claims (the claim commits on its
-	// own), runs the handler under a lease renewed by [claim.Lease.KeepAlive],
-	// and completes, fails or marks the record uncertain, fenced. The
-	// response's status decides whether it is stored or the key released,
-	// by a fixed policy per mode (package documentation, step 5).
-	InTransaction bool
-
-	// RetryAfter is the Retry-After sent with in-progress answers (capped
-	// at the holder's remaining lease) and 503s. Defaults to 1s; sent in
-	// whole seconds, at least 1.
-	RetryAfter time.Duration
-
-	// OperationPath prefixes the operation identity to form the Location
-	// of 202 answers (in progress under the [claim.WithPoll] setting, and
-	// uncertain): Location is OperationPath + id, "/operations/op_...".
-	// The service serves that resource if it wants one (for example from
-	// its own table keyed by [OperationID]); re-sending the original
-	// request with the same key is always a valid way to poll. Defaults to
-	// "/operations/".
-	OperationPath string
-
-	// FinishTimeout bounds how long the client waits for the durable step
-	// after a workflow handler returned (complete, fail, mark uncertain,
-	// release), retried while the store is unreachable. The step runs
-	// detached from the client's cancellation, so a client that went away
-	// still leaves a stored result for its retry. If it is still not
-	// written then, the client gets 202 (ProblemInProgress, Location) and
-	// the middleware keeps the lease renewed and goes on trying in the
-	// background until the lease runs out; retries see the operation in
-	// progress meanwhile. Defaults to 10s.
-	FinishTimeout time.Duration
-
-	// Logger logs failures of those steps, by operation identity only.
-	// Defaults to discarding.
-	Logger *slog.Logger
+// config is the middleware's configuration: the tenant function, then the
+// options over the defaults.
+type config struct {
+	tenant          func(r *http.Request) (string, error)
+	operation       func(r *http.Request) string // nil: defaultOperation
+	header          string
+	methods         map[string]bool
+	optional        func(r *http.Request) bool
+	canonOpts       canon.Options
+	stored          []string // canonical names
+	maxStoredBody   int64
+	maxResponseBody int64 // 0: max(defaultMaxResponseBody, maxStoredBody)
+	inTransaction   bool
+	retryAfter      time.Duration
+	operationPath   string
+	finishTimeout   time.Duration
+	logger          *slog.Logger
 }
 
-// resolved is Options after defaults and validation.
-type resolved struct {
-	Options
-	methods map[string]bool
-	stored  []string
+// WithOperation names the operation of r: a key only ever collides with
+// itself within one tenant and operation, and retention is set per
+// operation. Name the route, never the path: "POST /orders/{id}/refunds",
+// not "/orders/42/refunds". Defaults to the method and the route pattern
+// net/http's ServeMux matched (r.Pattern, without its own method prefix);
+// for that, wrap each route (mux.Handle("POST /orders", guard(h))), not the
+// whole mux. With another router, set it from the router's own pattern,
+// for chi:
+//
+//	claimhttp.WithOperation(func(r *http.Request) string {
+//		return r.Method + " " + chi.RouteContext(r.Context()).RoutePattern()
+//	})
+//
+// with the middleware on the route (r.With(guard).Post(...)), so the
+// pattern is complete when it runs. An empty name (by default: no
+// r.Pattern) answers 500 and logs why.
+func WithOperation(f func(r *http.Request) string) Option {
+	return func(c *config) error {
+		if f == nil {
+			return configErr("WithOperation: nil function")
+		}
+		c.operation = f
+		return nil
+	}
+}
+
+// WithHeader sets the field carrying the key. Defaults to "Idempotency-Key".
+func WithHeader(name string) Option {
+	return func(c *config) error {
+		if !wire.IsToken(name) {
+			return configErr("WithHeader: %q is not a field name", name)
+		}
+		c.header = http.CanonicalHeaderKey(name)
+		return nil
+	}
+}
+
+// WithMethods sets the guarded methods, at least one; others pass through
+// untouched. Defaults to POST and PATCH.
+func WithMethods(methods ...string) Option {
+	return func(c *config) error {
+		if len(methods) == 0 {
+			return configErr("WithMethods: no method")
+		}
+		set := map[string]bool{}
+		for _, m := range methods {
+			if !wire.IsToken(m) {
+				return configErr("WithMethods: %q is not a method", m)
+			}
+			set[m] = true
+		}
+		c.methods = set
+		return nil
+	}
+}
+
+// WithOptional decides per request whether a request without a key passes
+// through unguarded (no claim, no retention header). By default, or when
+// f returns false, a missing key answers 400 (ProblemKeyMissing); a present
+// but invalid key is always 400. For every request:
+// func(*http.Request) bool { return true }.
+func WithOptional(f func(r *http.Request) bool) Option {
+	return func(c *config) error {
+		if f == nil {
+			return configErr("WithOptional: nil function")
+		}
+		c.optional = f
+		return nil
+	}
+}
+
+// WithCanon configures the request fingerprint: included headers, excluded
+// JSON members, the body limit (default 1 MiB). Leave o.Operation empty:
+// the operation name is set per request. An invalid body answers 400
+// (ProblemBodyInvalid), one over the limit 413 (ProblemBodyTooLarge), both
+// before anything is claimed.
+func WithCanon(o canon.Options) Option {
+	return func(c *config) error {
+		if o.Operation != "" {
+			return configErr("WithCanon: Operation must be empty: the operation is set per request")
+		}
+		probe := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: "/"}, Header: http.Header{}}
+		if _, err := canon.Request(probe, o); err != nil {
+			return configErr("WithCanon: %w", err)
+		}
+		c.canonOpts = o
+		return nil
+	}
+}
+
+// WithStoredHeaders, [WithMaxStoredBody] and [WithMaxResponseBody] decide
+// what is stored and replayed, and how much of a response is buffered;
+// what a replay then carries is described once, in the package
+// documentation ("Replays and their limits").
+//
+// WithStoredHeaders lists the response headers stored with a result and
+// replayed; none stores no header. Defaults to Cache-Control,
+// Content-Language, Content-Location, Content-Type, ETag, Last-Modified,
+// Link and Location; hop-by-hop headers, Content-Length, Date,
+// Retry-After and the middleware's own cannot be stored.
+func WithStoredHeaders(names ...string) Option {
+	return func(c *config) error {
+		stored, err := storedHeaders(names)
+		if err != nil {
+			return err
+		}
+		c.stored = stored
+		return nil
+	}
+}
+
+func storedHeaders(names []string) ([]string, error) {
+	stored := []string{}
+	for _, h := range names {
+		if !wire.IsToken(h) {
+			return nil, configErr("WithStoredHeaders: %q is not a field name", h)
+		}
+		name := http.CanonicalHeaderKey(h)
+		if reserved[name] {
+			return nil, configErr("WithStoredHeaders: %s cannot be stored", name)
+		}
+		stored = append(stored, name)
+	}
+	return stored, nil
+}
+
+// WithMaxStoredBody sets the largest response body stored with a result,
+// in bytes; must be positive. Defaults to 1 MiB.
+func WithMaxStoredBody(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return configErr("WithMaxStoredBody: must be positive, got %d", n)
+		}
+		c.maxStoredBody = n
+		return nil
+	}
+}
+
+// WithMaxResponseBody bounds how much of a response is buffered, in bytes
+// (it is published only once its result is durable); a handler that writes
+// more gets [ErrResponseTooLarge] from Write. Defaults to 16 MiB; at least
+// the stored body limit ([WithMaxStoredBody]).
+func WithMaxResponseBody(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return configErr("WithMaxResponseBody: must be positive, got %d", n)
+		}
+		c.maxResponseBody = n
+		return nil
+	}
+}
+
+// WithInTransaction runs the handler inside [claim.Claimer.Do]: the claim,
+// the handler's writes through [Tx] and the stored result commit in one
+// transaction. The handler must not make long external calls: the
+// transaction holds a row lock that duplicates wait on. Without it the
+// middleware runs in workflow mode: it claims (the claim commits on its
+// own), runs the handler under a lease renewed by [claim.Lease.KeepAlive],
+// and completes, fails or marks the record uncertain, fenced. The
+// response's status decides whether it is stored or the key released, by
+// a fixed policy per mode (package documentation, step 5).
+func WithInTransaction() Option {
+	return func(c *config) error {
+		c.inTransaction = true
+		return nil
+	}
+}
+
+// WithRetryAfter sets the Retry-After sent with in-progress answers (capped
+// at the holder's remaining lease) and 503s; must be positive. Defaults to
+// 1s; sent in whole seconds, at least 1.
+func WithRetryAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return configErr("WithRetryAfter: must be positive, got %v", d)
+		}
+		c.retryAfter = d
+		return nil
+	}
+}
+
+// WithOperationPath sets the prefix of the operation identity that forms
+// the Location of 202 answers (in progress under the [claim.WithPoll]
+// setting, and uncertain): Location is prefix + id, "/operations/op_...".
+// The service serves that resource if it wants one (for example from its
+// own table keyed by [OperationID]); re-sending the original request with
+// the same key is always a valid way to poll. Defaults to "/operations/";
+// must not be empty.
+func WithOperationPath(prefix string) Option {
+	return func(c *config) error {
+		if prefix == "" {
+			return configErr("WithOperationPath: empty prefix")
+		}
+		c.operationPath = prefix
+		return nil
+	}
+}
+
+// WithFinishTimeout bounds how long the client waits for the durable step
+// after a workflow handler returned (complete, fail, mark uncertain,
+// release), retried while the store is unreachable; must be positive. The
+// step runs detached from the client's cancellation, so a client that went
+// away still leaves a stored result for its retry. If it is still not
+// written then, the client gets 202 (ProblemInProgress, Location) and the
+// middleware keeps the lease renewed and goes on trying in the background
+// until the lease runs out; retries see the operation in progress
+// meanwhile. Defaults to 10s.
+func WithFinishTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return configErr("WithFinishTimeout: must be positive, got %v", d)
+		}
+		c.finishTimeout = d
+		return nil
+	}
+}
+
+// WithLogger logs failures of those steps with l, by operation identity
+// only. Defaults to discarding.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return configErr("WithLogger: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
 }
 
 // reserved are response headers that cannot be stored: hop-by-hop,
@@ -202,88 +339,45 @@ func configErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
 }
 
-func resolve(o Options) (resolved, error) {
-	r := resolved{Options: o, methods: map[string]bool{}}
-	if o.TenantFunc == nil {
-		return r, configErr("TenantFunc is required (the tenant must come from authentication)")
+// newConfig applies opts over the defaults and checks what no single
+// option can.
+func newConfig(tenant func(r *http.Request) (string, error), opts []Option) (config, error) {
+	c := config{
+		tenant:        tenant,
+		header:        http.CanonicalHeaderKey(wire.Header),
+		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		maxStoredBody: defaultMaxStoredBody,
+		retryAfter:    defaultRetryAfter,
+		operationPath: defaultOperationPath,
+		finishTimeout: defaultFinishTimeout,
+		logger:        slog.New(slog.DiscardHandler),
 	}
-	if r.Header == "" {
-		r.Header = wire.Header
+	if tenant == nil {
+		return c, configErr("nil tenant function (the tenant must come from authentication)")
 	}
-	if !wire.IsToken(r.Header) {
-		return r, configErr("Header %q is not a field name", r.Header)
+	stored, err := storedHeaders(defaultStoredHeaders)
+	if err != nil {
+		return c, err
 	}
-	r.Header = http.CanonicalHeaderKey(r.Header)
-	if r.Methods == nil {
-		r.Methods = []string{http.MethodPost, http.MethodPatch}
-	}
-	if len(r.Methods) == 0 {
-		return r, configErr("Methods is empty")
-	}
-	for _, m := range r.Methods {
-		if !wire.IsToken(m) {
-			return r, configErr("Methods: %q is not a method", m)
+	c.stored = stored
+	for _, opt := range opts {
+		if opt == nil {
+			return c, configErr("nil Option")
 		}
-		r.methods[m] = true
-	}
-	if r.Canon.Operation != "" {
-		return r, configErr("Canon.Operation must be empty: the operation is set per request by OperationFunc")
-	}
-	probe := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: "/"}, Header: http.Header{}}
-	if _, err := canon.Request(probe, r.Canon); err != nil {
-		return r, configErr("Canon: %w", err)
-	}
-	list := r.StoredHeaders
-	if list == nil {
-		list = defaultStoredHeaders
-	}
-	for _, h := range list {
-		if !wire.IsToken(h) {
-			return r, configErr("StoredHeaders: %q is not a field name", h)
+		if err := opt(&c); err != nil {
+			return c, err
 		}
-		c := http.CanonicalHeaderKey(h)
-		if reserved[c] {
-			return r, configErr("StoredHeaders: %s cannot be stored", c)
-		}
-		r.stored = append(r.stored, c)
 	}
 	switch {
-	case r.MaxStoredBody < 0:
-		return r, configErr("MaxStoredBody must not be negative")
-	case r.MaxStoredBody == 0:
-		r.MaxStoredBody = defaultMaxStoredBody
+	case c.maxResponseBody == 0:
+		c.maxResponseBody = max(defaultMaxResponseBody, c.maxStoredBody)
+	case c.maxResponseBody < c.maxStoredBody:
+		return c, configErr("WithMaxResponseBody (%d) must be at least WithMaxStoredBody (%d)", c.maxResponseBody, c.maxStoredBody)
 	}
-	switch {
-	case r.MaxResponseBody < 0:
-		return r, configErr("MaxResponseBody must not be negative")
-	case r.MaxResponseBody == 0:
-		r.MaxResponseBody = max(defaultMaxResponseBody, r.MaxStoredBody)
-	}
-	if r.MaxResponseBody < r.MaxStoredBody {
-		return r, configErr("MaxResponseBody (%d) must be at least MaxStoredBody (%d)", r.MaxResponseBody, r.MaxStoredBody)
-	}
-	switch {
-	case r.RetryAfter < 0:
-		return r, configErr("RetryAfter must not be negative")
-	case r.RetryAfter == 0:
-		r.RetryAfter = defaultRetryAfter
-	}
-	if r.OperationPath == "" {
-		r.OperationPath = defaultOperationPath
-	}
-	switch {
-	case r.FinishTimeout < 0:
-		return r, configErr("FinishTimeout must not be negative")
-	case r.FinishTimeout == 0:
-		r.FinishTimeout = defaultFinishTimeout
-	}
-	if r.Logger == nil {
-		r.Logger = slog.New(slog.DiscardHandler)
-	}
-	return r, nil
+	return c, nil
 }
 
-// defaultOperation is the default OperationFunc: the method and the route
+// defaultOperation is the default operation name ([WithOperation]): the method and the route
 // pattern the router matched. It returns "" (the middleware answers 500 and
 // logs why) when the router set no r.Pattern — a router other than
 // net/http's ServeMux (chi, gorilla/mux), or the middleware wrapped around a

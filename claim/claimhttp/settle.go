@@ -63,7 +63,7 @@ func (m *middleware[TTx]) settlementFor(op *opInfo, cw *capture) settlement {
 	case op.released.Load():
 		return settlement{kind: settleRelease}
 	}
-	maxStored := m.o.MaxStoredBody
+	maxStored := m.o.maxStoredBody
 	if cw.err != nil {
 		maxStored = -1 // omit the body: it was never whole
 	}
@@ -89,7 +89,7 @@ var errPending = errors.New("claimhttp: outcome not recorded within FinishTimeou
 // store outage longer than the lease leaves the record to a takeover, as a
 // crash would.
 func (m *middleware[TTx]) settle(r *http.Request, l *claim.Lease, stop func() error, opID string, s settlement) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.o.FinishTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.o.finishTimeout)
 	err := retryUnavailable(ctx, func() error { return apply(ctx, l, s) })
 	cancel()
 	if err == nil || !errors.Is(err, claim.ErrUnavailable) {
@@ -119,18 +119,18 @@ func (m *middleware[TTx]) settleLater(ctx context.Context, l *claim.Lease, opID 
 	backoff := 100 * time.Millisecond
 	for {
 		last := time.Now().After(l.Deadline())
-		actx, cancel := context.WithTimeout(ctx, m.o.FinishTimeout)
+		actx, cancel := context.WithTimeout(ctx, m.o.finishTimeout)
 		err := apply(actx, l, s)
 		cancel()
 		switch {
 		case err == nil:
-			m.o.Logger.Info("claimhttp: outcome recorded after the answer", "op", opID, "step", s.kind.String())
+			m.o.logger.Info("claimhttp: outcome recorded after the answer", "op", opID, "step", s.kind.String())
 			return
 		case !errors.Is(err, claim.ErrUnavailable):
-			m.o.Logger.Warn("claimhttp: "+s.kind.String()+" after the answer failed", "op", opID, "err", err)
+			m.o.logger.Warn("claimhttp: "+s.kind.String()+" after the answer failed", "op", opID, "err", err)
 			return
 		case last:
-			m.o.Logger.Error("claimhttp: the lease ran out before the outcome could be recorded; a retry may take the operation over", "op", opID, "step", s.kind.String())
+			m.o.logger.Error("claimhttp: the lease ran out before the outcome could be recorded; a retry may take the operation over", "op", opID, "step", s.kind.String())
 			return
 		}
 		t := time.NewTimer(min(backoff, max(time.Until(l.Deadline()), time.Millisecond)))

@@ -74,7 +74,8 @@ type fixture struct {
 type config struct {
 	redis   bool
 	claim   []claim.Option
-	options claimhttp.Options
+	tx      bool // claimhttp.WithInTransaction
+	options []claimhttp.Option
 	// wrap, when set, puts a wrapper (fault injection) around the store
 	// the Claimer uses; the fixture keeps the real one for reads.
 	wrap func(storeapi.Store[pgx.Tx]) storeapi.Store[pgx.Tx]
@@ -94,7 +95,7 @@ func setup(t testing.TB, cfg config) *fixture {
 	if _, err := s.Pool.Exec(ctx, `CREATE TABLE `+s.Name+`.orders (id bigserial PRIMARY KEY, tenant text NOT NULL, item text NOT NULL, op text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, schema: s, store: st.(storeapi.Store[pgx.Tx]), tx: cfg.options.InTransaction}
+	f := &fixture{t: t, schema: s, store: st.(storeapi.Store[pgx.Tx]), tx: cfg.tx}
 	opts := cfg.claim
 	if cfg.redis {
 		f.rdb, f.prefix = testenv.Redis(t)
@@ -108,11 +109,7 @@ func setup(t testing.TB, cfg config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := cfg.options
-	if o.TenantFunc == nil {
-		o.TenantFunc = tenantOf
-	}
-	guard, err := claimhttp.Middleware(f.c, o)
+	guard, err := claimhttp.Middleware(f.c, tenantOf, withMode(cfg.tx, cfg.options...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,4 +355,12 @@ func testenvPoolless(t *testing.T) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// withMode returns opts with claimhttp.WithInTransaction added when tx.
+func withMode(tx bool, opts ...claimhttp.Option) []claimhttp.Option {
+	if tx {
+		return append([]claimhttp.Option{claimhttp.WithInTransaction()}, opts...)
+	}
+	return opts
 }

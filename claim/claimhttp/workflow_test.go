@@ -74,13 +74,13 @@ func (s *flaky) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.To
 	return s.Store.MarkUncertain(ctx, ref, tok)
 }
 
-func setupFlaky(t *testing.T, withRedis bool, lease time.Duration, o claimhttp.Options) (*fixture, *flaky) {
+func setupFlaky(t *testing.T, withRedis bool, lease time.Duration, opts ...claimhttp.Option) (*fixture, *flaky) {
 	t.Helper()
 	fl := &flaky{}
 	f := setup(t, config{
 		redis:   withRedis,
 		claim:   []claim.Option{claim.WithLease(lease)},
-		options: o,
+		options: opts,
 		wrap: func(s storeapi.Store[pgx.Tx]) storeapi.Store[pgx.Tx] {
 			fl.Store = s
 			return fl
@@ -136,7 +136,7 @@ func TestWorkflow_RenewalsFailWhileTheHandlerWorks(t *testing.T) {
 			{"MarkedUncertainStaysUncertain", `{"item":"book","uncertain":true}`, http.StatusAccepted, durable.Uncertain},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				f, fl := setupFlaky(t, withRedis, lease, claimhttp.Options{})
+				f, fl := setupFlaky(t, withRedis, lease)
 				outage := func(*http.Request) {
 					fl.renewDown.Store(true)
 					time.Sleep(lease * 2) // longer than the lease, unrenewed
@@ -170,7 +170,7 @@ func TestWorkflow_ClientDisconnectDoesNotStopTheWork(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second // long enough that a loaded machine still renews in time
 	redisModes(t, func(t *testing.T, withRedis bool) {
-		f, fl := setupFlaky(t, withRedis, lease, claimhttp.Options{})
+		f, fl := setupFlaky(t, withRedis, lease)
 		tenant := t.Name()
 		effect := make(chan struct{})
 		var once sync.Once
@@ -205,7 +205,7 @@ func TestWorkflow_ClientDisconnectDoesNotStopTheWork(t *testing.T) {
 func TestWorkflow_PanicAfterTheEffect(t *testing.T) {
 	t.Parallel()
 	redisModes(t, func(t *testing.T, withRedis bool) {
-		f, _ := setupFlaky(t, withRedis, time.Second, claimhttp.Options{})
+		f, _ := setupFlaky(t, withRedis, time.Second)
 		tenant := t.Name()
 		f.afterEffect(func(*http.Request) { panic("after the charge") })
 		func() {
@@ -232,7 +232,7 @@ func TestWorkflow_PanicAfterTheEffect(t *testing.T) {
 func TestWorkflow_CompletionFailsForAMoment(t *testing.T) {
 	t.Parallel()
 	redisModes(t, func(t *testing.T, withRedis bool) {
-		f, fl := setupFlaky(t, withRedis, 5*time.Second, claimhttp.Options{FinishTimeout: 10 * time.Second})
+		f, fl := setupFlaky(t, withRedis, 5*time.Second, claimhttp.WithFinishTimeout(10*time.Second))
 		tenant := t.Name()
 		f.afterEffect(func(*http.Request) {
 			fl.finishDown.Store(true)
@@ -257,7 +257,7 @@ func TestWorkflow_CompletionFailsForAMoment(t *testing.T) {
 func TestWorkflow_CompletionOutageLongerThanFinishTimeout(t *testing.T) {
 	t.Parallel()
 	redisModes(t, func(t *testing.T, withRedis bool) {
-		f, fl := setupFlaky(t, withRedis, 5*time.Second, claimhttp.Options{FinishTimeout: 200 * time.Millisecond})
+		f, fl := setupFlaky(t, withRedis, 5*time.Second, claimhttp.WithFinishTimeout(200*time.Millisecond))
 		tenant := t.Name()
 		f.afterEffect(func(*http.Request) { fl.finishDown.Store(true) })
 		w := f.post(tenant, "k-long", `{"item":"book"}`)

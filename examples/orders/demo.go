@@ -45,7 +45,7 @@ func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error
 	var wg sync.WaitGroup
 	for i := range duplicates {
 		wg.Go(func() {
-			tr, err := claimclient.NewTransport(counted, claimclient.Options{MaxAttempts: 10})
+			tr, err := claimclient.NewTransport(counted, claimclient.WithMaxAttempts(10))
 			if err != nil {
 				replies[i].err = err
 				return
@@ -87,7 +87,7 @@ func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error
 	cut.arm(key2)
 	fresh := &http.Transport{} // a new connection: net/http itself does not retry it
 	defer fresh.CloseIdleConnections()
-	tr, err := claimclient.NewTransport(fresh, claimclient.Options{})
+	tr, err := claimclient.NewTransport(fresh)
 	if err != nil {
 		return err
 	}

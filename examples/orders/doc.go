@@ -12,7 +12,7 @@
 //	GET  /orders        the caller's orders
 //
 // POST /orders runs in the middleware's transaction mode
-// (claimhttp.Options.InTransaction): the order row is inserted in the same
+// (claimhttp.WithInTransaction): the order row is inserted in the same
 // transaction that holds the claim and stores the response, so the order
 // and its idempotency record commit together or not at all. A retry with
 // the same key replays the stored 201 byte for byte, with

@@ -124,7 +124,7 @@ func TestOrders_FiftyConcurrentIdenticalRequests(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range clients {
 			wg.Go(func() {
-				replies[i] = f.post(f.transport(claimclient.Options{MaxAttempts: 20}), "acme", key, book)
+				replies[i] = f.post(f.transport(claimclient.WithMaxAttempts(20)), "acme", key, book)
 			})
 		}
 		wg.Wait()
@@ -217,7 +217,7 @@ func TestOrders_CutResponseIsRetriedAndReplayed(t *testing.T) {
 		f.cut.arm(key)
 		fresh := &http.Transport{} // a new connection, which net/http does not retry on its own
 		defer fresh.CloseIdleConnections()
-		tr, err := claimclient.NewTransport(fresh, claimclient.Options{BaseDelay: 10 * time.Millisecond})
+		tr, err := claimclient.NewTransport(fresh, claimclient.WithBaseDelay(10*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,11 +91,9 @@ type service[TTx any] struct {
 // validation, then the idempotency middleware in transaction mode; and the
 // Claimer's sweeper.
 func routes[TTx any](c *claim.Claimer[TTx], orders orderStore[TTx], log *slog.Logger) (*app, error) {
-	guard, err := claimhttp.Middleware(c, claimhttp.Options{
-		TenantFunc:    demoauth.Tenant,
-		InTransaction: true, // the handler's insert joins the claim's transaction
-		Logger:        log,
-	})
+	guard, err := claimhttp.Middleware(c, demoauth.Tenant,
+		claimhttp.WithInTransaction(), // the handler's insert joins the claim's transaction
+		claimhttp.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}

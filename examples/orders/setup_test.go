@@ -161,9 +161,9 @@ func (f *fixture) do(rt http.RoundTripper, req *http.Request) response {
 
 // transport returns a retrying client transport over the fixture's
 // connections, with its own retry budget.
-func (f *fixture) transport(o claimclient.Options) *claimclient.Transport {
+func (f *fixture) transport(opts ...claimclient.Option) *claimclient.Transport {
 	f.t.Helper()
-	tr, err := claimclient.NewTransport(f.base, o)
+	tr, err := claimclient.NewTransport(f.base, opts...)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error
 	var wg sync.WaitGroup
 	for i := range duplicates {
 		wg.Go(func() {
-			tr, err := claimclient.NewTransport(counted, claimclient.Options{MaxAttempts: 10})
+			tr, err := claimclient.NewTransport(counted, claimclient.WithMaxAttempts(10))
 			if err != nil {
 				replies[i].err = err
 				return

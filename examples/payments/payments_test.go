@@ -150,7 +150,7 @@ func TestPayments_FiftyConcurrentDuplicatesChargeOnce(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range clients {
 			wg.Go(func() {
-				replies[i] = f.post(f.transport(claimclient.Options{MaxAttempts: 20}), "acme", key, pay)
+				replies[i] = f.post(f.transport(claimclient.WithMaxAttempts(20)), "acme", key, pay)
 			})
 		}
 		wg.Wait()

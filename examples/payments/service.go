@@ -125,10 +125,10 @@ func newService(b *backend.Backend, gw *gatewayClient, log *slog.Logger, interva
 
 func build[TTx any](c *claim.Claimer[TTx], gw *gatewayClient, log *slog.Logger, interval time.Duration) (*app, error) {
 	s := &service{gateway: gw, log: log}
-	// Workflow mode (no InTransaction): the claim commits on its own with
+	// Workflow mode (no WithInTransaction): the claim commits on its own with
 	// a lease the middleware keeps alive while the handler calls the
 	// gateway, and the answer is stored fenced when the handler returns.
-	guard, err := claimhttp.Middleware(c, claimhttp.Options{TenantFunc: demoauth.Tenant, Logger: log})
+	guard, err := claimhttp.Middleware(c, demoauth.Tenant, claimhttp.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}

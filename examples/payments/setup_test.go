@@ -149,9 +149,9 @@ func (f *fixture) post(rt http.RoundTripper, tenant, key, body string) response 
 	return r
 }
 
-func (f *fixture) transport(o claimclient.Options) *claimclient.Transport {
+func (f *fixture) transport(opts ...claimclient.Option) *claimclient.Transport {
 	f.t.Helper()
-	tr, err := claimclient.NewTransport(f.base, o)
+	tr, err := claimclient.NewTransport(f.base, opts...)
 	if err != nil {
 		f.t.Fatal(err)
 	}

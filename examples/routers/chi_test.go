@@ -61,13 +61,13 @@ func post(t *testing.T, srv *httptest.Server, path, key, body string) *http.Resp
 	return resp
 }
 
-// Under chi, with OperationFunc from the route pattern, every account's
+// Under chi, with WithOperation from the route pattern, every account's
 // charges are one operation: the same key replays on the same resource and
 // is refused (422) with another one, instead of running once per path.
 func TestChi_OperationIsTheRoutePattern(t *testing.T) {
 	c := claimer(t)
 	var ran atomic.Int64
-	guard, err := claimhttp.Middleware(c, claimhttp.Options{TenantFunc: tenant, OperationFunc: chiOperation})
+	guard, err := claimhttp.Middleware(c, tenant, claimhttp.WithOperation(chiOperation))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestChi_OperationIsTheRoutePattern(t *testing.T) {
 	}
 }
 
-// Without OperationFunc the middleware names the operation only from
+// Without WithOperation the middleware names the operation only from
 // r.Pattern. Where the router leaves it empty the request is refused (500)
 // before anything is reserved: a raw path would make every resource id its
 // own operation. Where the router fills it (chi's own, if it does), that
@@ -102,7 +102,7 @@ func TestChi_OperationIsTheRoutePattern(t *testing.T) {
 func TestChi_DefaultNamingNeverUsesTheRawPath(t *testing.T) {
 	c := claimer(t)
 	var ran atomic.Int64
-	guard, err := claimhttp.Middleware(c, claimhttp.Options{TenantFunc: tenant})
+	guard, err := claimhttp.Middleware(c, tenant)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,9 @@
 // copy stands apart. A real service verifies a credential in its
 // authentication middleware (a session, a signed token, a client
 // certificate) and puts the verified principal in the request's context;
-// its claimhttp.Options.TenantFunc reads that principal. The tenant must
-// never come from a header the client controls, or one client could replay
-// another's results by sending its key.
+// the tenant function it gives claimhttp.Middleware reads that principal.
+// The tenant must never come from a header the client controls, or one
+// client could replay another's results by sending its key.
 package demoauth
 
 import (
@@ -40,7 +40,7 @@ func Middleware(next http.Handler) http.Handler {
 }
 
 // Tenant returns the tenant [Middleware] authenticated, or
-// [ErrUnauthenticated]. It fits claimhttp.Options.TenantFunc.
+// [ErrUnauthenticated]. It fits claimhttp.Middleware's tenant function.
 func Tenant(r *http.Request) (string, error) {
 	if t, _ := r.Context().Value(tenantKey{}).(string); t != "" {
 		return t, nil
