@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/oncekey/oncekey/internal/httptoken"
 )
 
 // defaultMaxBody is the body limit when Options.MaxBody is zero: 1 MiB.
@@ -189,30 +191,13 @@ func headerNames(names []string) ([]string, error) {
 	out := make([]string, 0, len(names))
 	for _, name := range names {
 		n := strings.ToLower(strings.TrimSpace(name))
-		if !isToken(n) {
+		if !httptoken.Valid(n) {
 			return nil, fmt.Errorf("%w: header name %q", ErrInvalidOptions, name)
 		}
 		out = append(out, n)
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
-}
-
-// isToken reports whether s is an RFC 9110 token, the syntax of a field name.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // normalizePath applies RFC 3986 section 6.2.2 normalization to an escaped

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/internal/httptoken"
 )
 
 // Defaults of a [Transport], as its options document them.
@@ -45,7 +46,7 @@ type config struct {
 // WithHeader sets the field carrying the key. Defaults to "Idempotency-Key".
 func WithHeader(name string) Option {
 	return func(c *config) error {
-		if !wire.IsToken(name) {
+		if !httptoken.Valid(name) {
 			return configErr("WithHeader: %q is not a field name", name)
 		}
 		c.header = name

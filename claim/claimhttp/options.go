@@ -12,6 +12,7 @@ import (
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/internal/httptoken"
 )
 
 // Defaults of [Middleware], as its options document them.
@@ -125,7 +126,7 @@ func WithOperation(f func(r *http.Request) string) Option {
 // WithHeader sets the field carrying the key. Defaults to "Idempotency-Key".
 func WithHeader(name string) Option {
 	return func(c *config) error {
-		if !wire.IsToken(name) {
+		if !httptoken.Valid(name) {
 			return configErr("WithHeader: %q is not a field name", name)
 		}
 		c.header = http.CanonicalHeaderKey(name)
@@ -142,7 +143,7 @@ func WithMethods(methods ...string) Option {
 		}
 		set := map[string]bool{}
 		for _, m := range methods {
-			if !wire.IsToken(m) {
+			if !httptoken.Valid(m) {
 				return configErr("WithMethods: %q is not a method", m)
 			}
 			set[m] = true
@@ -210,7 +211,7 @@ func WithStoredHeaders(names ...string) Option {
 func storedHeaders(names []string) ([]string, error) {
 	stored := []string{}
 	for _, h := range names {
-		if !wire.IsToken(h) {
+		if !httptoken.Valid(h) {
 			return nil, configErr("WithStoredHeaders: %q is not a field name", h)
 		}
 		name := http.CanonicalHeaderKey(h)

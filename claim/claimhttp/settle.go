@@ -3,6 +3,7 @@ package claimhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -29,8 +30,10 @@ func (k settleKind) String() string {
 		return "fail"
 	case settleUncertain:
 		return "mark uncertain"
+	case settleRelease:
+		return "release"
 	}
-	return "release"
+	return fmt.Sprintf("settlement(%d)", int(k))
 }
 
 // settlement is one durable finishing write.
@@ -47,8 +50,10 @@ func apply(ctx context.Context, l *claim.Lease, s settlement) error {
 		return l.Fail(ctx, s.res)
 	case settleUncertain:
 		return l.MarkUncertain(ctx)
+	case settleRelease:
+		return l.Release(ctx) // only ever from ReleaseKey: see settlementFor
 	}
-	return l.Release(ctx)
+	return fmt.Errorf("claimhttp: unknown settlement %d", s.kind)
 }
 
 // settlementFor decides what becomes of a handler's response. An uncertain

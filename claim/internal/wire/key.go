@@ -154,20 +154,3 @@ func FormatKey(key string) (string, error) {
 	b.WriteByte('"')
 	return b.String(), nil
 }
-
-// IsToken reports whether s is an RFC 9110 token (a field name or method).
-func IsToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
