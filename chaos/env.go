@@ -198,7 +198,21 @@ func warm(ctx context.Context, c redis.Scripter) {
 // withDownstream adds the suite's downstream to w: its effects go to the
 // effects table, each with the result the operation must replay.
 func (e *env) withDownstream(w *workload, plan func(o *op, n int) (fault.Behavior, time.Duration)) error {
+	d, err := e.newDownstream(false, func(o *op, epoch int, id string) []byte { return flowBody(o.key, epoch, id) }, plan)
+	if err != nil {
+		return err
+	}
+	w.downstream = d
+	return nil
+}
+
+// newDownstream starts a downstream (raw: without its deduplication) whose
+// effects go to the effects table, each with the hash of bodyOf (the body
+// the operation must replay if that effect is the one that counted). It is
+// closed with the scenario.
+func (e *env) newDownstream(raw bool, bodyOf func(o *op, epoch int, id string) []byte, plan func(o *op, n int) (fault.Behavior, time.Duration)) (*fault.Downstream, error) {
 	d, err := fault.NewDownstream(fault.DownstreamOptions{
+		Raw: raw,
 		Apply: func(ctx context.Context, opID string, tok fence.Token) (string, error) {
 			o := e.ops[opID]
 			if o == nil {
@@ -207,27 +221,11 @@ func (e *env) withDownstream(w *workload, plan func(o *op, n int) (fault.Behavio
 			epoch, _, _ := o.get()
 			id := uuid.NewString()
 			eff := history.Effect{Key: o.key, Epoch: epoch, Owner: tok.Owner, Generation: tok.Generation,
-				Body: history.Hash(flowBody(o.key, epoch, id)), Via: "downstream"}
-			// The downstream's own write, made idempotent by the effect's
-			// identity: an insert whose acknowledgement was lost is found
-			// again rather than applied twice.
-			var err error
-			for try := 0; try < 3; try++ {
-				ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				_, err = e.tables.InsertEffect(ictx, e.admin, e.name, eff)
-				if err != nil {
-					var n int
-					if e.admin.QueryRow(ictx, `SELECT count(*) FROM `+e.tables.Effects()+` WHERE scenario = $1 AND body = $2`,
-						e.name, eff.Body).Scan(&n) == nil && n > 0 {
-						err = nil
-					}
-				}
-				cancel()
-				if err == nil {
-					return id, nil
-				}
+				Body: history.Hash(bodyOf(o, epoch, id)), Via: "downstream"}
+			if err := e.insertEffectOnce(ctx, eff); err != nil {
+				return "", err
 			}
-			return "", err
+			return id, nil
 		},
 		Plan: func(opID string, n int) (fault.Behavior, time.Duration) {
 			if o := e.ops[opID]; o != nil && plan != nil {
@@ -237,11 +235,34 @@ func (e *env) withDownstream(w *workload, plan func(o *op, n int) (fault.Behavio
 		},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	e.onClose(d.Close)
-	w.downstream = d
-	return nil
+	return d, nil
+}
+
+// insertEffectOnce is the downstream's own write, made idempotent: an
+// insert whose acknowledgement was lost is found again (same key, token and
+// body) rather than applied twice. It tries three times.
+func (e *env) insertEffectOnce(ctx context.Context, eff history.Effect) error {
+	var err error
+	for try := 0; try < 3; try++ {
+		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = e.tables.InsertEffect(ictx, e.admin, e.name, eff)
+		if err != nil {
+			var n int
+			if e.admin.QueryRow(ictx, `SELECT count(*) FROM `+e.tables.Effects()+
+				` WHERE scenario = $1 AND key = $2 AND owner = $3 AND generation = $4 AND body = $5`,
+				e.name, eff.Key, eff.Owner, int64(eff.Generation), eff.Body).Scan(&n) == nil && n > 0 {
+				err = nil
+			}
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 type pgxPool = pgxpool.Pool

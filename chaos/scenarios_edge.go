@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/oncekey/oncekey/chaos/internal/check"
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
@@ -193,53 +191,11 @@ func (e *env) eachOp(ctx context.Context, ops []*op, f func(o *op)) error {
 	return ctx.Err()
 }
 
-// rawDownstream starts a downstream in Raw mode whose effects go to the
-// effects table, each with the hash of bodyOf (the body the operation must
-// replay if that effect is the one that counted).
+// rawDownstream starts a downstream in Raw mode (no deduplication: every
+// call the fence accepted applies an effect) whose effects go to the effects
+// table, each with the hash of bodyOf.
 func (e *env) rawDownstream(bodyOf func(o *op, epoch int, id string) []byte, plan func(o *op, n int) (fault.Behavior, time.Duration)) (*fault.Downstream, error) {
-	d, err := fault.NewDownstream(fault.DownstreamOptions{
-		Raw: true,
-		Apply: func(ctx context.Context, opID string, tok fence.Token) (string, error) {
-			o := e.ops[opID]
-			if o == nil {
-				return "", fmt.Errorf("chaos: downstream call for an unknown operation")
-			}
-			epoch, _, _ := o.get()
-			id := uuid.NewString()
-			eff := history.Effect{Key: o.key, Epoch: epoch, Owner: tok.Owner, Generation: tok.Generation,
-				Body: history.Hash(bodyOf(o, epoch, id)), Via: "downstream"}
-			// An insert whose acknowledgement was lost is found again by
-			// its body (which holds the effect's own identity).
-			var err error
-			for try := 0; try < 3; try++ {
-				ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				_, err = e.tables.InsertEffect(ictx, e.admin, e.name, eff)
-				if err != nil {
-					var n int
-					if e.admin.QueryRow(ictx, `SELECT count(*) FROM `+e.tables.Effects()+` WHERE scenario = $1 AND key = $2 AND owner = $3 AND generation = $4`,
-						e.name, o.key, eff.Owner, int64(eff.Generation)).Scan(&n) == nil && n > 0 {
-						err = nil
-					}
-				}
-				cancel()
-				if err == nil {
-					return id, nil
-				}
-			}
-			return "", err
-		},
-		Plan: func(opID string, n int) (fault.Behavior, time.Duration) {
-			if o := e.ops[opID]; o != nil && plan != nil {
-				return plan(o, n)
-			}
-			return fault.Succeed, 0
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	e.onClose(d.Close)
-	return d, nil
+	return e.newDownstream(true, bodyOf, plan)
 }
 
 // oneCallEach counts the calls that reached the downstream, per key, with

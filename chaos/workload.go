@@ -242,25 +242,7 @@ func (e *env) runAll(ctx context.Context, w *workload, ops []*op) error {
 
 // runOps runs ops, Parallel at a time, each with every client at once.
 func (e *env) runOps(ctx context.Context, w *workload, ops []*op) error {
-	sem := make(chan struct{}, e.cfg.Parallel)
-	var wg sync.WaitGroup
-	for _, o := range ops {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			e.runOp(ctx, w, o, e.cfg.Clients)
-		}()
-	}
-	wg.Wait()
-	return ctx.Err()
+	return e.eachOp(ctx, ops, func(o *op) { e.runOp(ctx, w, o, e.cfg.Clients) })
 }
 
 // runOp starts every client of o at the same moment and waits for them.
