@@ -2,66 +2,48 @@ package claim_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/sqlite"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
 )
 
-// embedded returns a SQLite store in a temporary folder and an in-process
-// Redis: the embedded default, so the examples run with nothing installed.
-// In production use durable/postgres and a real Redis.
-func embedded() (durable.Store[*sql.Tx], *sql.DB, *redis.Client, func()) {
-	dir, err := os.MkdirTemp("", "oncekey-example")
-	if err != nil {
-		panic(err)
-	}
+// exampleEnv returns a PostgreSQL store on a fresh schema of the test database, its
+// pool, a Redis client and a key prefix of the example's own (the test
+// servers: DATABASE_URL and REDIS_URL, or their local defaults).
+func exampleEnv() (durable.Store[pgx.Tx], *pgxpool.Pool, *redis.Client, string, func()) {
+	pool, rdb, prefix, cleanup := testenv.Example()
 	ctx := context.Background()
-	db, err := sqlite.Open(filepath.Join(dir, "oncekey.db"))
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		panic(err)
+	}
+	store, err := postgres.New(pool)
 	if err != nil {
 		panic(err)
 	}
-	if err := sqlite.Migrate(ctx, db); err != nil {
-		panic(err)
-	}
-	store, err := sqlite.New(db)
-	if err != nil {
-		panic(err)
-	}
-	mr, err := miniredis.Run()
-	if err != nil {
-		panic(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	return store, db, rdb, func() {
-		rdb.Close()
-		mr.Close()
-		db.Close()
-		os.RemoveAll(dir)
-	}
+	return store, pool, rdb, prefix, cleanup
 }
 
 // Do claims the key, runs the business write and stores its result in one
 // transaction. The retry replays the stored result instead of running again.
 func ExampleClaimer_Do() {
-	store, db, rdb, cleanup := embedded()
+	store, db, rdb, prefix, cleanup := exampleEnv()
 	defer cleanup()
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, item TEXT)`); err != nil {
+	if _, err := db.Exec(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, item TEXT)`); err != nil {
 		panic(err)
 	}
 
-	c, err := claim.New[*sql.Tx](store, claim.WithRedis(rdb, lua.Options{}))
+	c, err := claim.New[pgx.Tx](store, claim.WithRedis(rdb, lua.Options{Prefix: prefix}))
 	if err != nil {
 		panic(err)
 	}
@@ -69,8 +51,8 @@ func ExampleClaimer_Do() {
 		Scope:       durable.Scope{Tenant: "tenant-42", Operation: "POST /orders", Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"},
 		Fingerprint: "v1:request-fingerprint-from-package-canon",
 	}
-	placeOrder := func(ctx context.Context, tx *sql.Tx, op claim.Op) (durable.Result, error) {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, item) VALUES (?, ?)`, "ord_1", "book"); err != nil {
+	placeOrder := func(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, item) VALUES ($1, $2)`, "ord_1", "book"); err != nil {
 			return durable.Result{}, err // transient: rolled back, key freed
 		}
 		return durable.Result{StatusCode: 201, Body: []byte(`{"id":"ord_1"}`)}, nil
@@ -83,7 +65,7 @@ func ExampleClaimer_Do() {
 		fmt.Println(out.Kind, out.Result.StatusCode, string(out.Result.Body))
 	}
 	var n int
-	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
+	_ = db.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n)
 	fmt.Println("orders:", n)
 	// Output:
 	// executed 201 {"id":"ord_1"}
@@ -95,10 +77,10 @@ func ExampleClaimer_Do() {
 // identity goes downstream as that system's idempotency key; the completion
 // is fenced by the lease's token.
 func ExampleClaimer_Claim() {
-	store, _, rdb, cleanup := embedded()
+	store, _, rdb, prefix, cleanup := exampleEnv()
 	defer cleanup()
 	ctx := context.Background()
-	c, err := claim.New[*sql.Tx](store, claim.WithRedis(rdb, lua.Options{}), claim.WithLease(10*time.Second))
+	c, err := claim.New[pgx.Tx](store, claim.WithRedis(rdb, lua.Options{Prefix: prefix}), claim.WithLease(10*time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -137,10 +119,10 @@ func ExampleClaimer_Claim() {
 // A Reconciler resolves operations whose outcome was unknown by asking the
 // downstream system with the operation identity.
 func ExampleReconciler() {
-	store, _, _, cleanup := embedded()
+	store, _, _, _, cleanup := exampleEnv()
 	defer cleanup()
 	ctx := context.Background()
-	c, err := claim.New[*sql.Tx](store)
+	c, err := claim.New[pgx.Tx](store)
 	if err != nil {
 		panic(err)
 	}
@@ -187,9 +169,9 @@ func ExampleReconciler() {
 // until its context is done. Run it beside the service: without it the
 // table only grows.
 func ExampleClaimer_RunSweeper() {
-	store, _, _, cleanup := embedded()
+	store, _, _, _, cleanup := exampleEnv()
 	defer cleanup()
-	c, err := claim.New[*sql.Tx](store)
+	c, err := claim.New[pgx.Tx](store)
 	if err != nil {
 		panic(err)
 	}

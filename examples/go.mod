@@ -20,6 +20,7 @@ require (
 	github.com/ncruces/go-sqlite3 v0.37.0 // indirect
 	github.com/ncruces/go-sqlite3-wasm/v6 v6.5.35401 // indirect
 	github.com/ncruces/julianday v1.0.0 // indirect
+	github.com/oncekey/oncekey/durable/sqlite v0.0.0-00010101000000-000000000000
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
@@ -32,3 +33,5 @@ require (
 // Development and CI use the workspace (go.work) and this replace; a
 // release drops the replace and requires the tagged library (RELEASING.md).
 replace github.com/oncekey/oncekey => ../
+
+replace github.com/oncekey/oncekey/durable/sqlite => ../durable/sqlite

@@ -2,45 +2,40 @@ package claimhttp_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimhttp"
-	"github.com/oncekey/oncekey/durable/sqlite"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/testenv"
 )
 
 // The middleware guards POST /orders: the handler inserts the order in the
 // transaction that holds the claim, so a retry replays the stored response
-// instead of creating a second order. The example runs on the embedded
-// SQLite store; in production use durable/postgres (pgx.Tx) and Redis.
+// instead of creating a second order. The example runs on PostgreSQL
+// without Redis; add claim.WithRedis in production.
 func ExampleMiddleware() {
-	dir, _ := os.MkdirTemp("", "claimhttp-example")
-	defer os.RemoveAll(dir)
+	pool, _, _, cleanup := testenv.Example() // a fresh schema on the test server
+	defer cleanup()
 	ctx := context.Background()
-	db, err := sqlite.Open(filepath.Join(dir, "oncekey.db"))
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		panic(err)
+	}
+	store, err := postgres.New(pool)
 	if err != nil {
 		panic(err)
 	}
-	defer db.Close()
-	if err := sqlite.Migrate(ctx, db); err != nil {
-		panic(err)
-	}
-	store, err := sqlite.New(db)
-	if err != nil {
-		panic(err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id bigserial PRIMARY KEY, item text)`); err != nil {
 		panic(err)
 	}
 
-	claimer, err := claim.New[*sql.Tx](store)
+	claimer, err := claim.New[pgx.Tx](store)
 	if err != nil {
 		panic(err)
 	}
@@ -51,15 +46,15 @@ func ExampleMiddleware() {
 		panic(err)
 	}
 	createOrder := func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := claimhttp.Tx[*sql.Tx](r.Context())
+		tx, _ := claimhttp.Tx[pgx.Tx](r.Context())
 		var in struct{ Item string }
 		_ = json.NewDecoder(r.Body).Decode(&in)
-		res, err := tx.ExecContext(r.Context(), `INSERT INTO orders (item) VALUES (?)`, in.Item)
+		var id int64
+		err := tx.QueryRow(r.Context(), `INSERT INTO orders (item) VALUES ($1) RETURNING id`, in.Item).Scan(&id)
 		if err != nil {
 			http.Error(w, "try again", http.StatusServiceUnavailable) // released and rolled back
 			return
 		}
-		id, _ := res.LastInsertId()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Location", fmt.Sprintf("/orders/%d", id))
 		w.WriteHeader(http.StatusCreated)
@@ -81,7 +76,7 @@ func ExampleMiddleware() {
 	send(`{"item":"lamp"}`)    // the same key for another request: 422
 
 	var n int
-	_ = db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n)
 	fmt.Println("orders:", n)
 	// Output:
 	// 201  86400 {"id":1,"item":"book"}

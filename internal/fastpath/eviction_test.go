@@ -5,7 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/internal/fastpath"
@@ -26,18 +25,9 @@ func TestCheckEviction(t *testing.T) {
 			}
 		})
 	}
-	t.Run("ConfigUnavailableIsErrPolicyUnknown", func(t *testing.T) {
-		t.Parallel()
-		// miniredis has no CONFIG, like a managed Redis that disables it.
-		m := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { c.Close() })
-		if got, err := fastpath.CheckEviction(ctx, c); !errors.Is(err, fastpath.ErrPolicyUnknown) {
-			t.Fatalf("CheckEviction = %q, %v; want ErrPolicyUnknown", got, err)
-		}
-	})
 	t.Run("RenamedConfigIsErrPolicyUnknown", func(t *testing.T) {
 		t.Parallel()
+		// Like a managed Redis that disables CONFIG.
 		srv := redisproc.Start(t, redisproc.Options{Args: []string{"--rename-command", "CONFIG", ""}})
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 		t.Cleanup(func() { c.Close() })

@@ -4,31 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/testenv"
 )
 
 // The fast path around one operation: claim, (durable claim and the
 // handler, not shown), complete, and a retry answered from the cache.
 func Example() {
-	m, _ := miniredis.Run() // any Redis: standalone, Sentinel or Cluster
-	defer m.Close()
-	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-	defer c.Close()
-	s, err := fastpath.New(c, fastpath.Options{Prefix: "shop"})
+	c, prefix, cleanup := testenv.ExampleRedis() // any Redis: standalone, Sentinel or Cluster
+	defer cleanup()
+	s, err := fastpath.New(c, fastpath.Options{Prefix: prefix})
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	ref := durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "7d3f-{user}"}.Ref(nil)
-	fmt.Println(s.Keys(ref).Lease[:14] + "...}:lease")
+	fmt.Println(strings.TrimPrefix(s.Keys(ref).Lease, prefix)[:10] + "...}:lease")
 
 	owner := uuid.New()
 	r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:abc", Owner: owner, Lease: 30 * time.Second, Retention: 24 * time.Hour})
@@ -55,7 +53,7 @@ func Example() {
 	other, _ := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:other", Owner: uuid.New(), Lease: 30 * time.Second, Retention: 24 * time.Hour})
 	fmt.Println(other.Status)
 	// Output:
-	// shop:{1e7268a2...}:lease
+	// :{1e7268a2...}:lease
 	// acquired true
 	// cached: true
 	// cached 201 {"id":1}

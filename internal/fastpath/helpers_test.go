@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
@@ -18,41 +17,21 @@ import (
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
-// env is one Redis to run the script tests on: miniredis or a real server.
+// env is the Redis server the script tests run on.
 type env struct {
 	raw    redis.UniversalClient // for inspecting keys
 	prefix string
-	// expire ends key's TTL now, by the server's clock: miniredis moves its
-	// clock; a real server gets PEXPIRE 1 and is waited on, the effect of a
+	// expire ends key's TTL now: PEXPIRE 1, then wait, the effect of a
 	// clock jump.
 	expire func(t *testing.T, key string)
 }
 
-// backends are the servers every script test runs on: miniredis is not
-// Redis, so both must pass.
+// backends are the servers every script test runs on.
 var backends = []struct {
 	name string
 	new  func(t *testing.T) env
 }{
-	{"Miniredis", miniEnv},
 	{"Redis", realEnv},
-}
-
-func miniEnv(t *testing.T) env {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	return env{raw: c, prefix: "t", expire: func(t *testing.T, key string) {
-		t.Helper()
-		ttl := m.TTL(key)
-		if ttl <= 0 {
-			t.Fatalf("expire %s: no TTL", key)
-		}
-		m.FastForward(ttl)
-		if m.Exists(key) {
-			t.Fatalf("expire %s: still there", key)
-		}
-	}}
 }
 
 func realEnv(t *testing.T) env {

@@ -184,3 +184,69 @@ func Redis(t testing.TB) (*redis.Client, string) {
 	})
 	return c, prefix
 }
+
+// Example returns what a runnable Example function needs, which has no
+// testing.T: a pool on a fresh schema, a Redis client and a key prefix of its
+// own. cleanup drops the schema, deletes the prefix's keys and closes both.
+// It panics when a service does not answer: an Example cannot skip.
+func Example() (pool *pgxpool.Pool, rdb *redis.Client, prefix string, cleanup func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	base := os.Getenv("DATABASE_URL")
+	if base == "" {
+		base = DefaultDatabaseURL
+	}
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		panic(fmt.Sprintf("testenv: PostgreSQL unavailable (%v); set DATABASE_URL or run the server at its local default", err))
+	}
+	defer admin.Close(context.Background())
+	schema := Name("x_")
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		panic(fmt.Sprintf("testenv: create schema: %v", err))
+	}
+	pool, err = pgxpool.New(ctx, withParam(base, "search_path", schema))
+	if err != nil {
+		panic(fmt.Sprintf("testenv: pool: %v", err))
+	}
+	rdb, prefix, redisCleanup := ExampleRedis()
+	return pool, rdb, prefix, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pool.Close()
+		if c, err := pgx.Connect(ctx, base); err == nil {
+			_, _ = c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+			_ = c.Close(ctx)
+		}
+		redisCleanup()
+	}
+}
+
+// ExampleRedis is the Redis half of [Example]: a client and a key prefix of
+// its own; cleanup deletes the prefix's keys and closes the client.
+func ExampleRedis() (rdb *redis.Client, prefix string, cleanup func()) {
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		u = DefaultRedisURL
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		panic(fmt.Sprintf("testenv: REDIS_URL: %v", err))
+	}
+	rdb = redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		panic(fmt.Sprintf("testenv: Redis unavailable (%v); set REDIS_URL or run the server at its local default", err))
+	}
+	prefix = Name("x")
+	return rdb, prefix, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		rdb.Close()
+	}
+}

@@ -4,7 +4,7 @@
 //
 // Run it alone with
 //
-//	go test ./internal/readmecheck
+//	go test ./examples/internal/readmecheck
 //
 // Each ```go block is checked on its own as the body of a function, after a
 // shared prelude (in readme_test.go) that declares what the snippets assume:

@@ -172,7 +172,7 @@ func check(t *testing.T, file string, s snippet) []error {
 }
 
 func TestREADMESnippetsCompile(t *testing.T) {
-	path := filepath.Join("..", "..", "README.md")
+	path := filepath.Join("..", "..", "..", "README.md")
 	md, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
