@@ -49,6 +49,12 @@ const recCols = `r.tenant_id, r.operation, r.key_hash, r.request_hash, r.state::
 // hash, $4 fingerprint, $5 proposed generation, $6 owner, $7 lease µs,
 // $8 retention µs.
 //
+//   - fin reads a finished record within its retention with the
+//     statement's snapshot, without a lock. Such a record does not change
+//     until it expires (only a restart past retention, or a sweep, touches
+//     it then), so when fin finds one, ins inserts nothing, no row is
+//     locked and nothing is written: a replay answered by the database is
+//     one indexed read, not a locking upsert.
 //   - ins inserts the record, or takes it over when the rule allows
 //     (EXCLUDED.created_at is the statement's clock). A takeover keeps
 //     created_at, so "ins.created_at <> c.now" tells a takeover apart. Its
@@ -65,13 +71,20 @@ const recCols = `r.tenant_id, r.operation, r.key_hash, r.request_hash, r.state::
 //
 // In every case the statement returns exactly one row.
 const claimSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
+fin AS MATERIALIZED (
+	SELECT ` + recCols + `
+	FROM %T r, c n
+	WHERE r.tenant_id = $1::text AND r.operation = $2::text AND r.key_hash = $3::bytea
+		AND r.state IN ('completed', 'failed') AND r.expires_at > n.now
+),
 ins AS (
 	INSERT INTO %T AS t (tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
 		lease_expires_at, takeovers, created_at, expires_at, retention_us)
-	VALUES ($1::text, $2::text, $3::bytea, $4::text, 'processing',
+	SELECT $1::text, $2::text, $3::bytea, $4::text, 'processing',
 		GREATEST($5::bigint, 1, %FLOOR), $6::uuid,
 		(SELECT now FROM c) + $7::bigint * interval '1 microsecond', 0, (SELECT now FROM c),
-		(SELECT now FROM c) + $8::bigint * interval '1 microsecond', $8::bigint)
+		(SELECT now FROM c) + $8::bigint * interval '1 microsecond', $8::bigint
+	WHERE NOT EXISTS (SELECT 1 FROM fin)
 	ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
 		generation = CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL
 			THEN GREATEST($5::bigint, t.generation + 1) ELSE GREATEST(EXCLUDED.generation, t.generation + 1) END,
@@ -97,11 +110,13 @@ old AS (SELECT 1 FROM %T WHERE tenant_id = $1 AND operation = $2 AND key_hash = 
 cur AS (
 	SELECT ` + recCols + `
 	FROM %T r, (SELECT clock_timestamp() AS now) n
-	WHERE r.tenant_id = $1 AND r.operation = $2 AND r.key_hash = $3 AND NOT EXISTS (SELECT 1 FROM ins)
+	WHERE r.tenant_id = $1 AND r.operation = $2 AND r.key_hash = $3
+		AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fin)
 	FOR SHARE OF r
-)
-SELECT ins.generation, COALESCE(ins.created_at <> c.now, false), EXISTS (SELECT 1 FROM old), cur.*
-FROM c LEFT JOIN ins ON true LEFT JOIN cur ON true`
+),
+rec AS (SELECT * FROM fin UNION ALL SELECT * FROM cur)
+SELECT ins.generation, COALESCE(ins.created_at <> c.now, false), EXISTS (SELECT 1 FROM old), rec.*
+FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
 
 // getSQL reads one record: $1 tenant, $2 operation, $3 key hash.
 const getSQL = `SELECT ` + recCols + `

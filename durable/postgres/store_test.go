@@ -969,3 +969,57 @@ func TestMigrate_002ConvertsExistingRows(t *testing.T) {
 	}
 	check("after down and up")
 }
+
+// A replay answered by the database reads: it takes no row lock and writes
+// nothing, so a replay storm during an incident (Redis off or lost) costs
+// one indexed read per duplicate and never queues behind a lock. The
+// control: an in-progress record is still claimed through the locking
+// upsert, which waits for the lock and then reports the lock timeout.
+func TestStore_ReplayTakesNoLock(t *testing.T) {
+	opts := []postgres.Option{postgres.WithLockTimeout(200 * time.Millisecond)}
+	f := newFixture(t, fixtureOpts{opts: opts})
+	ctx := ctxOf(t)
+	finished, running := scope(), scope()
+	ref, _ := f.s.Ref(finished)
+	tok := acquire(t, f.s, claimParams(finished, time.Hour))
+	if err := f.s.Complete(ctx, nil, ref, tok, result); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, f.s, claimParams(running, time.Hour))
+
+	xmax := func() string {
+		var x string
+		if err := f.pool.QueryRow(ctx, `SELECT xmax::text FROM idempotency_requests WHERE key_hash = $1`, ref.KeyHash[:]).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	before := xmax()
+	res, err := f.s.Claim(ctx, nil, claimParams(finished, time.Hour))
+	if err != nil || res.Acquired || res.Record == nil || res.Record.State != durable.Completed ||
+		!bytes.Equal(res.Record.Result.Body, result.Body) {
+		t.Fatalf("replay Claim = %+v, %v; want the completed record", res, err)
+	}
+	if after := xmax(); after != before {
+		t.Fatalf("xmax %s -> %s: the replay locked or wrote the row", before, after)
+	}
+
+	// Another session holds both rows locked, as a long transaction would.
+	locker, err := f.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(context.Background()) //nolint:errcheck
+	if _, err := locker.Exec(ctx, `SELECT 1 FROM idempotency_requests FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		res, err := f.s.Claim(ctx, nil, claimParams(finished, time.Hour))
+		if err != nil || res.Record == nil || res.Record.State != durable.Completed {
+			t.Fatalf("replay under a row lock = %+v, %v; want the completed record at once", res, err)
+		}
+	}
+	if _, err := f.s.Claim(ctx, nil, claimParams(running, time.Hour)); !errors.Is(err, durable.ErrUnavailable) {
+		t.Fatalf("claim of a locked in-progress record = %v; want the lock timeout (ErrUnavailable)", err)
+	}
+}

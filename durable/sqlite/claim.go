@@ -36,12 +36,37 @@ func (s *store) Claim(ctx context.Context, tx *sql.Tx, p storeapi.ClaimParams) (
 	if tx != nil {
 		return s.claim(ctx, tx, ref, p)
 	}
+	// Read first, without the write lock: a record the rule refuses (a
+	// finished one within retention, a live lease, an uncertain one) is
+	// answered by one read, so replays and in-progress answers never queue
+	// behind writers. Only inside a caller's transaction is this skipped:
+	// there a read snapshot followed by a write could fail with
+	// SQLITE_BUSY_SNAPSHOT when another connection committed in between.
+	if res, ok, err := s.readRefused(ctx, ref, p); ok || err != nil {
+		return res, err
+	}
 	unlock, err := s.lockWrites(ctx)
 	if err != nil {
 		return storeapi.ClaimResult{}, unavailable("claim", err)
 	}
 	defer unlock()
 	return s.claim(ctx, s.db, ref, p)
+}
+
+// readRefused reads the record of ref outside any lock. ok reports that it
+// exists and the claim rule refuses it, with the answer the claim returns.
+func (s *store) readRefused(ctx context.Context, ref durable.Ref, p storeapi.ClaimParams) (storeapi.ClaimResult, bool, error) {
+	var claimable bool
+	rec, err := scanRecord(s.queryRow(ctx, s.db, s.q.claimRead, ref.Tenant, ref.Operation, ref.KeyHash[:], p.Fingerprint), &claimable)
+	switch {
+	case errors.Is(err, sql.ErrNoRows), err == nil && claimable:
+		return storeapi.ClaimResult{}, false, nil
+	case err != nil:
+		return storeapi.ClaimResult{}, false, translate("claim", err)
+	case rec.Fingerprint != p.Fingerprint:
+		return storeapi.ClaimResult{Ref: ref}, true, fmt.Errorf("durable/sqlite: claim: %w", durable.ErrMismatch)
+	}
+	return storeapi.ClaimResult{Ref: ref, Record: &rec}, true, nil
 }
 
 func (s *store) claimRef(p storeapi.ClaimParams) (durable.Ref, error) {

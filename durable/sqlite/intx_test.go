@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -85,3 +86,60 @@ orders: 1`
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A claim outside a transaction that the rule refuses (a replay, a live
+// lease) is answered by a read, without the store's write lock: it does not
+// queue behind a transaction that holds the lock. The control: a claim that
+// must write (a new key) does wait for that transaction.
+func TestStore_RefusedClaimDoesNotWaitForWriters(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	finished, running := newScope(), newScope()
+	p := params(finished, "v1:a")
+	r := mustClaim(t, s, p)
+	if err := s.Complete(ctx, nil, r.Ref, r.Token, durable.Result{StatusCode: 201, Body: []byte("done")}); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, params(running, "v1:a"))
+
+	holding, release := make(chan struct{}), make(chan struct{})
+	txDone := make(chan error, 1)
+	go func() {
+		txDone <- s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := s.Claim(ctx, tx, params(newScope(), "v1:a")); err != nil {
+				return err
+			}
+			close(holding) // the transaction holds the write lock
+			<-release
+			return nil
+		})
+	}()
+	<-holding
+	for _, sc := range []durable.Scope{finished, running} {
+		res, err := s.Claim(ctx, nil, params(sc, "v1:a"))
+		if err != nil || res.Acquired || res.Record == nil {
+			t.Fatalf("refused claim while a writer holds the lock = %+v, %v", res, err)
+		}
+	}
+	if got := errOf(s.Claim(ctx, nil, params(finished, "v1:other"))); !errors.Is(got, durable.ErrMismatch) {
+		t.Fatalf("reuse with another fingerprint = %v; want ErrMismatch", got)
+	}
+	if n := s.WriteWaiters(); n != 0 {
+		t.Fatalf("%d claims wait for the write lock; want none", n)
+	}
+	fresh := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(ctx, nil, params(newScope(), "v1:a"))
+		fresh <- err
+	}()
+	waitUntil(t, "the fresh claim waits for the write lock", func() bool { return s.WriteWaiters() == 1 })
+	close(release)
+	if err := <-txDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-fresh; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func errOf(_ storeapi.ClaimResult, err error) error { return err }
