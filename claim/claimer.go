@@ -199,7 +199,7 @@ type Claimer[TTx any] struct {
 	cfg          config
 	log          *slog.Logger
 	m            *meters
-	tr           trace.Tracer
+	tr           tracer
 }
 
 // New returns a Claimer over store, a store from durable/postgres or
@@ -446,7 +446,7 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p storea
 	if c.scripts == nil {
 		return fast{}
 	}
-	ctx, span := c.tr.Start(ctx, spanRedisClaim)
+	ctx, span := c.tr.start(ctx, spanRedisClaim)
 	defer span.End()
 	rep, err := c.scripts.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention})
 	if span.IsRecording() {
@@ -550,7 +550,9 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 	opID := ref.OperationID()
 	sent := time.Now() // the lease is measured from here, on the monotonic clock
 	f := c.redisClaim(ctx, ref, p)
-	claimNote(ctx, attrRedis.Bool(f.answered))
+	if c.tr.on() {
+		c.tr.note(ctx, attrRedis.Bool(f.answered))
+	}
 	if f.final {
 		return c.fastOutcome(ctx, opID, f)
 	}
@@ -604,14 +606,16 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 // is unknown, Redis is raised to it, and a Redis lease of our owner carries
 // the durable generation.
 func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p storeapi.ClaimParams, f fast, res storeapi.ClaimResult) {
-	claimNote(ctx, attrGeneration.Int64(int64(res.Token.Generation)), attrTakeover.Bool(res.Takeover))
+	if c.tr.on() {
+		c.tr.note(ctx, attrGeneration.Int64(int64(res.Token.Generation)), attrTakeover.Bool(res.Takeover))
+	}
 	if res.Takeover {
 		c.m.takeover(ctx)
 		c.log.Info("oncekey: took over an expired lease", "op", ref, "generation", res.Token.Generation)
 	}
 	if (f.answered && res.Token.Generation != f.proposed) || f.ambiguous {
 		err := c.scripts.SyncGen(context.WithoutCancel(ctx), ref, res.Token, p.Retention)
-		event(ctx, eventRedisSync, err)
+		c.tr.event(ctx, eventRedisSync, err)
 		if err != nil {
 			c.log.Debug("oncekey: redis syncgen failed", "op", ref, "err", err)
 		}
@@ -627,7 +631,7 @@ func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.R
 	}
 	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
 	_, err := c.scripts.Release(context.WithoutCancel(ctx), ref, tok)
-	event(ctx, eventRedisRelease, err)
+	c.tr.event(ctx, eventRedisRelease, err)
 	if err != nil {
 		c.log.Debug("oncekey: redis release failed", "op", ref, "err", err)
 	}
@@ -641,7 +645,9 @@ func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Re
 		c.dropRedisLease(ctx, f, ref, p)
 		return Outcome{Kind: InProgress, OperationID: opID, RetryAfter: time.Second}
 	}
-	claimNote(ctx, attrGeneration.Int64(int64(rec.Token.Generation)))
+	if c.tr.on() {
+		c.tr.note(ctx, attrGeneration.Int64(int64(rec.Token.Generation)))
+	}
 	switch {
 	case rec.State.Finished() && rec.Result != nil:
 		c.m.replay(ctx, false)
@@ -679,7 +685,7 @@ func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p st
 		tok.Owner = p.Owner
 	}
 	_, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, rec.Fingerprint, rec.State, *rec.Result, ttl)
-	event(ctx, eventRedisCache, err)
+	c.tr.event(ctx, eventRedisCache, err)
 	if err != nil {
 		c.log.Debug("oncekey: redis refill failed", "op", ref, "err", err)
 	}
@@ -713,7 +719,7 @@ func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, tok fen
 	}
 	ctx = context.WithoutCancel(ctx)
 	_, err := c.scripts.Complete(ctx, ref, tok, fp, state, res, ttl)
-	event(ctx, eventRedisCache, err)
+	c.tr.event(ctx, eventRedisCache, err)
 	if err != nil {
 		// The result is durable, but a Redis lease left behind would answer
 		// duplicates "in progress" until it expires: try once more to drop it.
@@ -726,7 +732,7 @@ func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, tok fen
 
 // durableClaim runs the store's claim as a child span of the claim.
 func (c *Claimer[TTx]) durableClaim(ctx context.Context, tx TTx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
-	ctx, span := c.tr.Start(ctx, spanDurableClaim)
+	ctx, span := c.tr.start(ctx, spanDurableClaim)
 	res, err := c.store.Claim(ctx, tx, p)
 	if span.IsRecording() {
 		switch {

@@ -80,7 +80,9 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	opID := ref.OperationID()
 	sent := time.Now()
 	f := c.redisClaim(ctx, ref, p)
-	claimNote(ctx, attrRedis.Bool(f.answered))
+	if c.tr.on() {
+		c.tr.note(ctx, attrRedis.Bool(f.answered))
+	}
 	if f.final {
 		return c.fastOutcome(ctx, opID, f)
 	}
@@ -95,7 +97,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		fnErr     error
 		read      time.Time // when the claim in tx was sent
 	)
-	txCtx, txSpan := c.tr.Start(ctx, spanDurableTx)
+	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
 	defer func() {
 		if v := recover(); v != nil {
 			txSpan.SetStatus(otelcodes.Error, "panic")

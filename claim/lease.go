@@ -134,7 +134,7 @@ func (l *Lease) releaseRedis(ctx context.Context) {
 		return
 	}
 	_, err := l.c.redis().Release(context.WithoutCancel(ctx), l.ref, l.tok)
-	event(ctx, eventRedisRelease, err)
+	l.c.tracer().event(ctx, eventRedisRelease, err)
 	if err != nil {
 		l.c.logger().Debug("oncekey: redis release failed", "op", l.ref, "err", err)
 	}
@@ -182,7 +182,7 @@ func (l *Lease) MarkUncertain(ctx context.Context) (err error) {
 // while the effect may be half done): pass context.WithoutCancel of it, as
 // package claimhttp does, and bound the work by the lease instead.
 func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func() error) {
-	if _, traced := l.c.tracer(); traced {
+	if l.c.tracer().on() {
 		ctx = operationBaggage(ctx, l.OperationID())
 	}
 	work, cancel := context.WithCancelCause(ctx)
@@ -276,19 +276,17 @@ type leaseHost interface {
 	redis() *fastpath.Scripts
 	logger() *slog.Logger
 	meters() *meters
-	tracer() (tr trace.Tracer, traced bool)
+	tracer() tracer
 }
 
 // startFinish starts the span of a finishing write that leads to state.
 func (l *Lease) startFinish(ctx context.Context, state string) (context.Context, trace.Span) {
-	tr, _ := l.c.tracer()
-	return startFinish(ctx, tr, l.claimSpan, l.OperationID(), l.tok, state)
+	return startFinish(ctx, l.c.tracer(), l.claimSpan, l.OperationID(), l.tok, state)
 }
 
 // durable runs a finishing write on the store as a child span.
 func (l *Lease) durable(ctx context.Context, f func(context.Context) error) error {
-	tr, _ := l.c.tracer()
-	return step(ctx, tr, spanDurableWrite, f)
+	return l.c.tracer().step(ctx, spanDurableWrite, f)
 }
 
 func (c *Claimer[TTx]) renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
@@ -313,6 +311,4 @@ func (c *Claimer[TTx]) markUncertain(ctx context.Context, ref durable.Ref, tok f
 func (c *Claimer[TTx]) redis() *fastpath.Scripts { return c.scripts }
 func (c *Claimer[TTx]) logger() *slog.Logger     { return c.log }
 func (c *Claimer[TTx]) meters() *meters          { return c.m }
-func (c *Claimer[TTx]) tracer() (trace.Tracer, bool) {
-	return c.tr, c.cfg.tracer != nil
-}
+func (c *Claimer[TTx]) tracer() tracer           { return c.tr }

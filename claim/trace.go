@@ -67,18 +67,72 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	}
 }
 
-// newTracer returns the Claimer's tracer: a no-op one without
-// WithTracerProvider.
-func newTracer(tp trace.TracerProvider) trace.Tracer {
+// tracer is a Claimer's tracing. Without WithTracerProvider it is off: it
+// starts no span and touches no span it finds in a context (which would be
+// the caller's own), and costs no allocation.
+type tracer struct {
+	tr trace.Tracer // nil when off
+}
+
+var offSpan trace.Span = noop.Span{}
+
+func newTracer(tp trace.TracerProvider) tracer {
 	if tp == nil {
-		tp = noop.NewTracerProvider()
+		return tracer{}
 	}
-	return tp.Tracer(tracerName)
+	return tracer{tr: tp.Tracer(tracerName)}
+}
+
+func (t tracer) on() bool { return t.tr != nil }
+
+// start starts a span, or returns ctx and a span that records nothing.
+func (t tracer) start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if t.tr == nil {
+		return ctx, offSpan
+	}
+	return t.tr.Start(ctx, name, opts...)
+}
+
+// note sets attributes on the claim span in ctx.
+func (t tracer) note(ctx context.Context, kv ...attribute.KeyValue) {
+	if t.tr == nil {
+		return
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(kv...)
+	}
+}
+
+// event adds a Redis follow-up step to the span in ctx.
+func (t tracer) event(ctx context.Context, name string, err error) {
+	if t.tr == nil {
+		return
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent(name, trace.WithAttributes(attrOK.Bool(err == nil)))
+	}
+}
+
+// step runs one Redis or database step as a child span.
+func (t tracer) step(ctx context.Context, name string, f func(context.Context) error) error {
+	if t.tr == nil {
+		return f(ctx)
+	}
+	ctx, span := t.tr.Start(ctx, name)
+	err := f(ctx)
+	if err != nil {
+		span.SetStatus(codes.Error, errWord(err))
+	}
+	span.End()
+	return err
 }
 
 // startClaim starts the span of a claim of mode "claim" or "do".
 func (c *Claimer[TTx]) startClaim(ctx context.Context, mode string, r Request) (context.Context, trace.Span) {
-	return c.tr.Start(ctx, spanClaim, trace.WithAttributes(attrMode.String(mode), attrOperation.String(r.Scope.Operation)))
+	if !c.tr.on() {
+		return ctx, offSpan
+	}
+	return c.tr.start(ctx, spanClaim, trace.WithAttributes(attrMode.String(mode), attrOperation.String(r.Scope.Operation)))
 }
 
 // endClaim records a claim's outcome on its span and ends it. An error's
@@ -106,32 +160,6 @@ func endClaim(span trace.Span, out Outcome, err error) {
 	span.End()
 }
 
-// claimNote sets attributes on the claim span in ctx, if it records.
-func claimNote(ctx context.Context, kv ...attribute.KeyValue) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(kv...)
-	}
-}
-
-// event adds a Redis follow-up step to the span in ctx.
-func event(ctx context.Context, name string, err error) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.AddEvent(name, trace.WithAttributes(attrOK.Bool(err == nil)))
-	}
-}
-
-// step runs one Redis or database step as a child span; result names how
-// it ended, from its error.
-func step(ctx context.Context, tr trace.Tracer, name string, f func(context.Context) error) error {
-	ctx, span := tr.Start(ctx, name)
-	err := f(ctx)
-	if err != nil && span.IsRecording() {
-		span.SetStatus(codes.Error, errWord(err))
-	}
-	span.End()
-	return err
-}
-
 // errWord names an error of the store by its kind, never by its message.
 func errWord(err error) string {
 	switch {
@@ -154,7 +182,7 @@ func errWord(err error) string {
 // downstream call made with it (and a propagator that sends baggage) can
 // be joined to its claim.
 func (c *Claimer[TTx]) withOperationBaggage(ctx context.Context, opID string) context.Context {
-	if c.cfg.tracer == nil {
+	if !c.tr.on() {
 		return ctx
 	}
 	return operationBaggage(ctx, opID)
@@ -174,7 +202,10 @@ func operationBaggage(ctx context.Context, opID string) context.Context {
 
 // startFinish starts the span of a Lease's finishing write, linked to the
 // span of the claim that acquired the lease.
-func startFinish(ctx context.Context, tr trace.Tracer, claimSpan trace.SpanContext, opID string, tok fence.Token, state string) (context.Context, trace.Span) {
+func startFinish(ctx context.Context, tr tracer, claimSpan trace.SpanContext, opID string, tok fence.Token, state string) (context.Context, trace.Span) {
+	if !tr.on() {
+		return ctx, offSpan
+	}
 	opts := []trace.SpanStartOption{trace.WithAttributes(
 		attrOperationID.String(opID),
 		attrGeneration.Int64(int64(tok.Generation)),
@@ -183,7 +214,7 @@ func startFinish(ctx context.Context, tr trace.Tracer, claimSpan trace.SpanConte
 	if claimSpan.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: claimSpan}))
 	}
-	return tr.Start(ctx, spanFinish, opts...)
+	return tr.start(ctx, spanFinish, opts...)
 }
 
 // endFinish records whether the write was fenced, and ends the span.

@@ -420,13 +420,30 @@ func TestTraces_Off(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := c.Claim(t.Context(), request(secretKey, "a"))
+	// The caller traces with its own provider: a Claimer without one
+	// must leave the caller's span alone (no attributes, no events).
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	ctx, callerSpan := tp.Tracer("caller").Start(t.Context(), "caller")
+	out, err := c.Claim(ctx, request(secretKey, "a"))
 	if err != nil || out.Kind != claim.Acquired {
 		t.Fatalf("claim: %v %v", out.Kind, err)
 	}
-	work, stop := out.Lease.KeepAlive(context.WithoutCancel(t.Context()))
-	defer stop()
+	work, stop := out.Lease.KeepAlive(context.WithoutCancel(ctx))
 	if n := baggage.FromContext(work).Len(); n != 0 {
 		t.Fatalf("baggage without traces: %d members", n)
+	}
+	_ = stop()
+	if err := out.Lease.Complete(ctx, durable.Result{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Claim(ctx, request(secretKey, "a")); err != nil {
+		t.Fatal(err)
+	}
+	callerSpan.End()
+	spans := exp.GetSpans()
+	if len(spans) != 1 || len(spans[0].Attributes) != 0 || len(spans[0].Events) != 0 {
+		t.Fatalf("a Claimer without a TracerProvider traced into the caller's provider or span: %+v", spans)
 	}
 }
