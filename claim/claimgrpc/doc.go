@@ -82,7 +82,10 @@
 // uncertain; a panic marks it uncertain too, then the panic goes on (gRPC
 // does not recover panics: chain a recovery interceptor before this one).
 // A reply that cannot be stored (not a protobuf message) is marked
-// uncertain.
+// uncertain, and so is an error from a handler whose context the lease
+// ended (renewals failed and only the start margin was left, see
+// [claim.Lease.KeepAlive]): that error says the work was interrupted, not
+// what became of it.
 //
 // The handler's context is detached from the call's cancellation and
 // deadline (its values and metadata are kept): a client that disconnects

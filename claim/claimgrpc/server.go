@@ -207,6 +207,13 @@ func (s *server[TTx]) run(ctx context.Context, req any, out claim.Outcome, handl
 		s.o.logger.Warn("claimgrpc: lease lost to another worker; reply discarded", "op", opID)
 		return nil, s.inProgress(opID, 0)
 	}
+	if herr != nil && errors.Is(context.Cause(work), claim.ErrLeaseExpired) && !op.released.Load() {
+		// The interceptor stopped the handler (its lease could not be
+		// renewed): its error says it was interrupted, not what became of
+		// its effect. Not a business outcome to replay: uncertain.
+		op.uncertain.Store(true)
+		s.o.logger.Warn("claimgrpc: handler interrupted by an unrenewed lease; outcome recorded as uncertain", "op", opID)
+	}
 	a, encErr := settlementFor(op, resp, herr)
 	if encErr != nil {
 		s.o.logger.Error("claimgrpc: the handler's reply cannot be stored; outcome recorded as uncertain", "op", opID, "err", encErr)
