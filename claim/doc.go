@@ -134,7 +134,14 @@
 //	                                           uncertain, released), oncekey.fenced (bool),
 //	                                           oncekey.generation, oncekey.operation_id; linked to
 //	                                           the oncekey.claim span that acquired the lease
-//	oncekey.durable.finish        finish       the store's fenced write
+//	oncekey.durable.finish        finish or    the store's fenced write
+//	                              reconcile
+//	oncekey.reconcile             the caller   one per record a Reconciler pass handles:
+//	                                           oncekey.reconcile.result (completed, failed,
+//	                                           unknown, skipped, error), oncekey.generation (the
+//	                                           adopted one), oncekey.operation_id; the resolve
+//	                                           function runs under it
+//	oncekey.durable.adopt         reconcile    the store's adoption of the record
 //
 // The Redis steps after the durable decision are events on the span they
 // belong to, each with oncekey.ok (bool): oncekey.redis.syncgen (Redis
@@ -142,9 +149,11 @@
 // dropped), oncekey.redis.cache (a result cached). Renewals are not traced.
 //
 // A downstream call is joined to its claim by the operation identity: it is
-// an attribute of every span above, and, with a TracerProvider set, the
+// an attribute of the oncekey.claim, oncekey.finish and oncekey.reconcile
+// spans, and, with a TracerProvider set, the
 // baggage member oncekey.operation_id of the work's context (the one
-// [Lease.KeepAlive] returns and the one [Claimer.Do] passes its function),
+// [Lease.KeepAlive] returns, the one [Claimer.Do] passes its function, and
+// the one a [Reconciler] passes its resolve function),
 // so a baggage propagator sends it downstream, where it is the idempotency
 // key the work passes anyway (Lease.OperationID). Baggage goes to every
 // service the work calls: the identity is a hash that reveals neither

@@ -26,6 +26,8 @@ const (
 	spanDurableClaim = "oncekey.durable.claim"
 	spanDurableTx    = "oncekey.durable.transaction"
 	spanDurableWrite = "oncekey.durable.finish"
+	spanReconcile    = "oncekey.reconcile"
+	spanDurableAdopt = "oncekey.durable.adopt"
 
 	eventRedisSync    = "oncekey.redis.syncgen"
 	eventRedisRelease = "oncekey.redis.release"
@@ -45,6 +47,7 @@ const (
 	attrState        = attribute.Key("oncekey.state")
 	attrFenced       = attribute.Key("oncekey.fenced")
 	attrOK           = attribute.Key("oncekey.ok")
+	attrResult       = attribute.Key("oncekey.reconcile.result")
 
 	// baggageOperationID names the baggage member that carries the
 	// operation identity in the work's context.
@@ -52,10 +55,11 @@ const (
 )
 
 // WithTracerProvider records a span for every claim ([Claimer.Claim],
-// [Claimer.Do]) and every finishing write of a [Lease], with child spans
-// for the Redis and database steps, through tp, and puts the operation
-// identity in the baggage of the work's context ([Lease.KeepAlive], the
-// function [Claimer.Do] runs). Span names and attributes: package
+// [Claimer.Do]), every finishing write of a [Lease] and every record a
+// [Reconciler] handles, with child spans for the Redis and database steps,
+// through tp, and puts the operation identity in the baggage of the work's
+// context ([Lease.KeepAlive], the functions [Claimer.Do] and the
+// Reconciler run). Span names and attributes: package
 // documentation, # Traces. Defaults to no traces.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(cfg *config) error {
@@ -224,6 +228,31 @@ func endFinish(span trace.Span, err error) {
 		if err != nil {
 			span.SetStatus(codes.Error, errWord(err))
 		}
+	}
+	span.End()
+}
+
+// endReconcile records what became of one record in a reconciliation pass
+// (before and after are the pass's tallies around it), and ends its span.
+func endReconcile(span trace.Span, rec durable.Record, before, after tally, err error) {
+	if span.IsRecording() {
+		result := "skipped"
+		switch {
+		case after.completed > before.completed:
+			result = "completed"
+		case after.failed > before.failed:
+			result = "failed"
+		case after.unknown > before.unknown:
+			result = "unknown"
+		case err != nil && !errors.Is(err, durable.ErrBusy) && !errors.Is(err, durable.ErrNotFound) && !errors.Is(err, durable.ErrFenced):
+			result = "error"
+			span.SetStatus(codes.Error, errWord(err))
+		}
+		span.SetAttributes(
+			attrOperationID.String(rec.Ref.OperationID()),
+			attrGeneration.Int64(int64(rec.Token.Generation)),
+			attrResult.String(result),
+		)
 	}
 	span.End()
 }

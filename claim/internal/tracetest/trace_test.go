@@ -447,3 +447,48 @@ func TestTraces_Off(t *testing.T) {
 		t.Fatalf("a Claimer without a TracerProvider traced into the caller's provider or span: %+v", spans)
 	}
 }
+
+func TestTraces_Reconcile(t *testing.T) {
+	t.Parallel()
+	f := setup(t, liveRedis)
+	ctx := t.Context()
+	out, err := f.c.Claim(ctx, request(secretKey, "a"))
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatalf("claim: %v %v", out.Kind, err)
+	}
+	if err := out.Lease.MarkUncertain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		bag    string
+		parent trace.SpanID
+	)
+	r, err := claim.NewReconciler(f.c, func(ctx context.Context, rec durable.Record) (claim.Resolution, error) {
+		// The resolver asks the downstream system: its context carries
+		// the reconcile span and the operation identity.
+		bag = baggage.FromContext(ctx).Member("oncekey.operation_id").Value()
+		parent = trace.SpanContextFromContext(ctx).SpanID()
+		return claim.Resolved(durable.Completed, durable.Result{Body: []byte("found")}), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.exp.Reset()
+	if rep, err := r.RunOnce(ctx); err != nil || rep.Resolved != 1 {
+		t.Fatalf("reconcile: %+v %v", rep, err)
+	}
+	rc := f.one("oncekey.reconcile")
+	want(t, rc,
+		attribute.String("oncekey.reconcile.result", "completed"),
+		attribute.String("oncekey.operation_id", out.OperationID),
+	)
+	if g, _ := attr(rc, "oncekey.generation"); g.AsInt64() <= int64(out.Lease.Token().Generation) {
+		t.Fatalf("reconcile generation %d, not above the original %d", g.AsInt64(), out.Lease.Token().Generation)
+	}
+	if kids := f.children(rc); !has(kids, "oncekey.durable.adopt") || !has(kids, "oncekey.durable.finish") {
+		t.Fatalf("reconcile span children %q", kids)
+	}
+	if bag != out.OperationID || parent != rc.SpanContext.SpanID() {
+		t.Fatalf("resolver context: baggage %q, span %v; want %q under %v", bag, parent, out.OperationID, rc.SpanContext.SpanID())
+	}
+}
