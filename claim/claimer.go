@@ -10,7 +10,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncekey/oncekey/claim/internal/adapter"
 	"github.com/oncekey/oncekey/durable"
@@ -46,6 +48,7 @@ type config struct {
 	margin      time.Duration
 	marginSet   bool
 	meter       metric.MeterProvider
+	tracer      trace.TracerProvider
 	logger      *slog.Logger
 	statsMaxAge time.Duration
 	sweepBatch  int
@@ -196,6 +199,7 @@ type Claimer[TTx any] struct {
 	cfg          config
 	log          *slog.Logger
 	m            *meters
+	tr           tracer
 }
 
 // New returns a Claimer over store, a store from durable/postgres or
@@ -231,7 +235,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 			return nil, configErr("retention %v of operation %q must not be shorter than the lease %v", d, op, cfg.lease)
 		}
 	}
-	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger}
+	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger, tr: newTracer(cfg.tracer)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -442,7 +446,12 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p storea
 	if c.scripts == nil {
 		return fast{}
 	}
+	ctx, span := c.tr.start(ctx, spanRedisClaim)
+	defer span.End()
 	rep, err := c.scripts.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention})
+	if span.IsRecording() {
+		span.SetAttributes(attrRedisResult.String(redisResult(rep.Status, err)))
+	}
 	if err != nil {
 		c.m.fallback(ctx)
 		c.log.Debug("oncekey: redis claim failed; using the durable store alone", "op", ref, "err", err)
@@ -495,8 +504,10 @@ func retryAfter(d time.Duration) time.Duration {
 // is governed by its duration.
 func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome, error) {
 	start := time.Now()
+	ctx, span := c.startClaim(ctx, "claim", r)
 	out, err := c.withPolicy(ctx, r, c.claimOnce)
 	c.m.claimDone(ctx, start, out.Kind, err)
+	endClaim(span, out, err)
 	return out, err
 }
 
@@ -539,12 +550,15 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 	opID := ref.OperationID()
 	sent := time.Now() // the lease is measured from here, on the monotonic clock
 	f := c.redisClaim(ctx, ref, p)
+	if c.tr.on() {
+		c.tr.note(ctx, attrRedis.Bool(f.answered))
+	}
 	if f.final {
 		return c.fastOutcome(ctx, opID, f)
 	}
 	p.Proposed = f.proposed
 	read := time.Now() // the record's ExpiresIn is at most this old when it arrives
-	res, err := c.store.Claim(ctx, *new(TTx), p)
+	res, err := c.durableClaim(ctx, *new(TTx), p)
 	if err != nil {
 		c.dropRedisLease(ctx, f, ref, p)
 		return Outcome{OperationID: opID}, c.claimErr(ctx, err)
@@ -553,7 +567,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 		return c.existing(ctx, opID, ref, p, f, res.Record, read), nil
 	}
 	c.acquired(ctx, ref, p, f, res)
-	l := newLease(c, ref, res.Token, p, sent)
+	l := newLease(c, ref, res.Token, p, sent, trace.SpanContextFromContext(ctx))
 	if time.Until(l.Deadline()) < l.margin {
 		// The claim took so long that too little lease is left to work
 		// safely: give the key back rather than start work that could
@@ -592,12 +606,17 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 // is unknown, Redis is raised to it, and a Redis lease of our owner carries
 // the durable generation.
 func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p storeapi.ClaimParams, f fast, res storeapi.ClaimResult) {
+	if c.tr.on() {
+		c.tr.note(ctx, attrGeneration.Int64(int64(res.Token.Generation)), attrTakeover.Bool(res.Takeover))
+	}
 	if res.Takeover {
 		c.m.takeover(ctx)
 		c.log.Info("oncekey: took over an expired lease", "op", ref, "generation", res.Token.Generation)
 	}
 	if (f.answered && res.Token.Generation != f.proposed) || f.ambiguous {
-		if err := c.scripts.SyncGen(context.WithoutCancel(ctx), ref, res.Token, p.Retention); err != nil {
+		err := c.scripts.SyncGen(context.WithoutCancel(ctx), ref, res.Token, p.Retention)
+		c.tr.event(ctx, eventRedisSync, err)
+		if err != nil {
 			c.log.Debug("oncekey: redis syncgen failed", "op", ref, "err", err)
 		}
 	}
@@ -611,7 +630,9 @@ func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.R
 		return
 	}
 	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
-	if _, err := c.scripts.Release(context.WithoutCancel(ctx), ref, tok); err != nil {
+	_, err := c.scripts.Release(context.WithoutCancel(ctx), ref, tok)
+	c.tr.event(ctx, eventRedisRelease, err)
+	if err != nil {
 		c.log.Debug("oncekey: redis release failed", "op", ref, "err", err)
 	}
 }
@@ -623,6 +644,9 @@ func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Re
 	if rec == nil { // a store bug; fail safe
 		c.dropRedisLease(ctx, f, ref, p)
 		return Outcome{Kind: InProgress, OperationID: opID, RetryAfter: time.Second}
+	}
+	if c.tr.on() {
+		c.tr.note(ctx, attrGeneration.Int64(int64(rec.Token.Generation)))
 	}
 	switch {
 	case rec.State.Finished() && rec.Result != nil:
@@ -660,7 +684,9 @@ func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p st
 	if f.mayHoldRedisLease() {
 		tok.Owner = p.Owner
 	}
-	if _, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, rec.Fingerprint, rec.State, *rec.Result, ttl); err != nil {
+	_, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, rec.Fingerprint, rec.State, *rec.Result, ttl)
+	c.tr.event(ctx, eventRedisCache, err)
+	if err != nil {
 		c.log.Debug("oncekey: redis refill failed", "op", ref, "err", err)
 	}
 }
@@ -692,7 +718,9 @@ func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, tok fen
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	if _, err := c.scripts.Complete(ctx, ref, tok, fp, state, res, ttl); err != nil {
+	_, err := c.scripts.Complete(ctx, ref, tok, fp, state, res, ttl)
+	c.tr.event(ctx, eventRedisCache, err)
+	if err != nil {
 		// The result is durable, but a Redis lease left behind would answer
 		// duplicates "in progress" until it expires: try once more to drop it.
 		c.log.Debug("oncekey: redis complete failed; the result is durable and replays from the store", "op", ref, "err", err)
@@ -700,4 +728,42 @@ func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, tok fen
 			c.log.Debug("oncekey: redis release after a failed complete failed too; duplicates see in-progress until the Redis lease expires", "op", ref, "err", err)
 		}
 	}
+}
+
+// durableClaim runs the store's claim as a child span of the claim.
+func (c *Claimer[TTx]) durableClaim(ctx context.Context, tx TTx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
+	ctx, span := c.tr.start(ctx, spanDurableClaim)
+	res, err := c.store.Claim(ctx, tx, p)
+	if span.IsRecording() {
+		switch {
+		case err != nil:
+			span.SetAttributes(attrDurable.String(errWord(err)))
+			span.SetStatus(otelcodes.Error, errWord(err))
+		case res.Acquired:
+			span.SetAttributes(attrDurable.String("acquired"))
+		default:
+			span.SetAttributes(attrDurable.String("existing"))
+		}
+	}
+	span.End()
+	return res, err
+}
+
+// redisResult names how claim.lua answered, or why it did not.
+func redisResult(s fastpath.ClaimStatus, err error) string {
+	switch {
+	case errors.Is(err, fastpath.ErrBreakerOpen):
+		return "breaker_open"
+	case err != nil:
+		return "error"
+	case s == fastpath.ClaimAcquired:
+		return "acquired"
+	case s == fastpath.ClaimCached:
+		return "cached"
+	case s == fastpath.ClaimMismatch:
+		return "mismatch"
+	case s == fastpath.ClaimBusy:
+		return "busy"
+	}
+	return "unknown"
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	otelcodes "go.opentelemetry.io/otel/codes"
+
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/storeapi"
@@ -53,10 +55,20 @@ func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Co
 		return Outcome{}, configErr("Do: nil function")
 	}
 	start := time.Now()
+	ctx, span := c.startClaim(ctx, "do", r)
+	ended := false
+	defer func() {
+		if !ended { // fn panicked
+			span.SetStatus(otelcodes.Error, "panic")
+			span.End()
+		}
+	}()
 	out, err := c.withPolicy(ctx, r, func(ctx context.Context, r Request) (Outcome, error) {
 		return c.doOnce(ctx, r, fn)
 	})
 	c.m.claimDone(ctx, start, out.Kind, err)
+	ended = true
+	endClaim(span, out, err)
 	return out, err
 }
 
@@ -68,6 +80,9 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	opID := ref.OperationID()
 	sent := time.Now()
 	f := c.redisClaim(ctx, ref, p)
+	if c.tr.on() {
+		c.tr.note(ctx, attrRedis.Bool(f.answered))
+	}
 	if f.final {
 		return c.fastOutcome(ctx, opID, f)
 	}
@@ -82,15 +97,18 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		fnErr     error
 		read      time.Time // when the claim in tx was sent
 	)
+	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
 	defer func() {
 		if v := recover(); v != nil {
+			txSpan.SetStatus(otelcodes.Error, "panic")
+			txSpan.End()
 			c.dropRedisLease(ctx, f, ref, p)
 			panic(v)
 		}
 	}()
-	txErr := c.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+	txErr := c.store.InTx(txCtx, func(ctx context.Context, tx TTx) error {
 		read = time.Now()
-		res, err := c.store.Claim(ctx, tx, p)
+		res, err := c.durableClaim(ctx, tx, p)
 		if err != nil {
 			return err
 		}
@@ -102,7 +120,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		if time.Until(sent.Add(p.Lease)) < c.marginFor(p.Lease) {
 			return ErrLeaseExpired
 		}
-		result, fnErr = fn(ctx, tx, Op{ID: opID, Token: tok})
+		result, fnErr = fn(c.withOperationBaggage(ctx, opID), tx, Op{ID: opID, Token: tok})
 		var rej *rejectError
 		switch {
 		case fnErr == nil:
@@ -120,6 +138,10 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		committed = true
 		return nil
 	})
+	if txErr != nil && txSpan.IsRecording() {
+		txSpan.SetStatus(otelcodes.Error, errWord(txErr))
+	}
+	txSpan.End()
 	if txErr != nil {
 		if committed && errors.Is(txErr, durable.ErrUnavailable) {
 			// COMMIT was sent and failed: it may have applied. Read the truth,

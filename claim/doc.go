@@ -105,4 +105,57 @@
 //	                                                    (never deleted: look at them)
 //
 // The record gauges read the store's Stats at most every 10 seconds.
+//
+// # Traces
+//
+// With [WithTracerProvider], a Claimer records these spans (tracer
+// "github.com/oncekey/oncekey/claim"). No span name, attribute, event or
+// status holds a raw key, tenant or body: an operation is named by its
+// identity (oncekey.operation_id, a hash), and an error's status by its
+// kind, never its message.
+//
+//	Span                          Parent       Attributes, meaning
+//	oncekey.claim                 the caller   one per Claimer.Claim or Claimer.Do call:
+//	                                           oncekey.mode (claim, do), oncekey.operation (the
+//	                                           operation name), oncekey.outcome (as the metric),
+//	                                           oncekey.operation_id, oncekey.redis.answered (bool),
+//	                                           oncekey.generation (acquired, or the record's),
+//	                                           oncekey.takeover (bool), oncekey.replay (bool),
+//	                                           oncekey.replay.source (redis, durable) and
+//	                                           oncekey.state on a replay; status Error with the
+//	                                           outcome for an error
+//	oncekey.redis.claim           claim        claim.lua: oncekey.redis.result (acquired, cached,
+//	                                           busy, mismatch, error, breaker_open)
+//	oncekey.durable.transaction   claim        Do's transaction (claim, function, result, commit)
+//	oncekey.durable.claim         claim or     the store's claim: oncekey.durable.result
+//	                              transaction  (acquired, existing, or the error's kind)
+//	oncekey.finish                the caller   one per Lease.Complete, Fail, MarkUncertain or
+//	                                           Release: oncekey.state (completed, failed,
+//	                                           uncertain, released), oncekey.fenced (bool),
+//	                                           oncekey.generation, oncekey.operation_id; linked to
+//	                                           the oncekey.claim span that acquired the lease
+//	oncekey.durable.finish        finish or    the store's fenced write
+//	                              reconcile
+//	oncekey.reconcile             the caller   one per record a Reconciler pass handles:
+//	                                           oncekey.reconcile.result (completed, failed,
+//	                                           unknown, skipped, error), oncekey.generation (the
+//	                                           adopted one), oncekey.operation_id; the resolve
+//	                                           function runs under it
+//	oncekey.durable.adopt         reconcile    the store's adoption of the record
+//
+// The Redis steps after the durable decision are events on the span they
+// belong to, each with oncekey.ok (bool): oncekey.redis.syncgen (Redis
+// raised to the durable generation), oncekey.redis.release (a Redis lease
+// dropped), oncekey.redis.cache (a result cached). Renewals are not traced.
+//
+// A downstream call is joined to its claim by the operation identity: it is
+// an attribute of the oncekey.claim, oncekey.finish and oncekey.reconcile
+// spans, and, with a TracerProvider set, the
+// baggage member oncekey.operation_id of the work's context (the one
+// [Lease.KeepAlive] returns, the one [Claimer.Do] passes its function, and
+// the one a [Reconciler] passes its resolve function),
+// so a baggage propagator sends it downstream, where it is the idempotency
+// key the work passes anyway (Lease.OperationID). Baggage goes to every
+// service the work calls: the identity is a hash that reveals neither
+// tenant nor key.
 package claim

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
@@ -28,16 +30,17 @@ type Lease struct {
 	fp        string
 	lease     time.Duration
 	retention time.Duration
-	margin    time.Duration // the start margin of this claim; KeepAlive ends the work with it left
-	sent      time.Time     // when the claim was sent; the result cache is bounded from it
+	margin    time.Duration     // the start margin of this claim; KeepAlive ends the work with it left
+	sent      time.Time         // when the claim was sent; the result cache is bounded from it
+	claimSpan trace.SpanContext // the span of the claim that acquired the lease, linked from finishes
 
 	mu       sync.Mutex
 	deadline time.Time // conservative local end of the lease, on the monotonic clock
 }
 
-func newLease[TTx any](c *Claimer[TTx], ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, sent time.Time) *Lease {
+func newLease[TTx any](c *Claimer[TTx], ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, sent time.Time, claimSpan trace.SpanContext) *Lease {
 	return &Lease{c: c, ref: ref, tok: tok, fp: p.Fingerprint, lease: p.Lease, retention: p.Retention,
-		margin: c.marginFor(p.Lease), sent: sent, deadline: sent.Add(p.Lease)}
+		margin: c.marginFor(p.Lease), sent: sent, deadline: sent.Add(p.Lease), claimSpan: claimSpan}
 }
 
 // Token returns the fencing token of the lease. Pass its generation to
@@ -94,13 +97,15 @@ func (l *Lease) Fail(ctx context.Context, res durable.Result) error {
 	return l.finish(ctx, durable.Failed, res)
 }
 
-func (l *Lease) finish(ctx context.Context, state durable.State, res durable.Result) error {
-	var err error
-	if state == durable.Completed {
-		err = l.c.finish(ctx, durable.Completed, l.ref, l.tok, res)
-	} else {
-		err = l.c.finish(ctx, durable.Failed, l.ref, l.tok, res)
-	}
+func (l *Lease) finish(ctx context.Context, state durable.State, res durable.Result) (err error) {
+	ctx, span := l.startFinish(ctx, string(state))
+	defer func() { endFinish(span, err) }()
+	err = l.durable(ctx, func(ctx context.Context) error {
+		if state == durable.Completed {
+			return l.c.finish(ctx, durable.Completed, l.ref, l.tok, res)
+		}
+		return l.c.finish(ctx, durable.Failed, l.ref, l.tok, res)
+	})
 	if err != nil {
 		if errors.Is(err, durable.ErrFenced) {
 			l.c.meters().fenced(ctx)
@@ -114,8 +119,10 @@ func (l *Lease) finish(ctx context.Context, state durable.State, res durable.Res
 
 // Release gives the key back after a transient failure before any effect:
 // the next request with the key (any payload) runs as a new operation.
-func (l *Lease) Release(ctx context.Context) error {
-	if err := l.c.release(ctx, l.ref, l.tok); err != nil {
+func (l *Lease) Release(ctx context.Context) (err error) {
+	ctx, span := l.startFinish(ctx, "released")
+	defer func() { endFinish(span, err) }()
+	if err := l.durable(ctx, func(ctx context.Context) error { return l.c.release(ctx, l.ref, l.tok) }); err != nil {
 		return wrap("release", err)
 	}
 	l.releaseRedis(ctx)
@@ -126,7 +133,9 @@ func (l *Lease) releaseRedis(ctx context.Context) {
 	if l.c.redis() == nil {
 		return
 	}
-	if _, err := l.c.redis().Release(context.WithoutCancel(ctx), l.ref, l.tok); err != nil {
+	_, err := l.c.redis().Release(context.WithoutCancel(ctx), l.ref, l.tok)
+	l.c.tracer().event(ctx, eventRedisRelease, err)
+	if err != nil {
 		l.c.logger().Debug("oncekey: redis release failed", "op", l.ref, "err", err)
 	}
 }
@@ -134,8 +143,10 @@ func (l *Lease) releaseRedis(ctx context.Context) {
 // MarkUncertain records that the external outcome is unknown (a downstream
 // call timed out after it may have applied). Retries then get [Uncertain]
 // until a [Reconciler] resolves the record; nothing is re-executed.
-func (l *Lease) MarkUncertain(ctx context.Context) error {
-	if err := l.c.markUncertain(ctx, l.ref, l.tok); err != nil {
+func (l *Lease) MarkUncertain(ctx context.Context) (err error) {
+	ctx, span := l.startFinish(ctx, string(durable.Uncertain))
+	defer func() { endFinish(span, err) }()
+	if err := l.durable(ctx, func(ctx context.Context) error { return l.c.markUncertain(ctx, l.ref, l.tok) }); err != nil {
 		return wrap("mark uncertain", err)
 	}
 	l.c.meters().uncertain(ctx)
@@ -171,6 +182,9 @@ func (l *Lease) MarkUncertain(ctx context.Context) error {
 // while the effect may be half done): pass context.WithoutCancel of it, as
 // package claimhttp does, and bound the work by the lease instead.
 func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func() error) {
+	if l.c.tracer().on() {
+		ctx = operationBaggage(ctx, l.OperationID())
+	}
 	work, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	var (
@@ -262,6 +276,17 @@ type leaseHost interface {
 	redis() *fastpath.Scripts
 	logger() *slog.Logger
 	meters() *meters
+	tracer() tracer
+}
+
+// startFinish starts the span of a finishing write that leads to state.
+func (l *Lease) startFinish(ctx context.Context, state string) (context.Context, trace.Span) {
+	return startFinish(ctx, l.c.tracer(), l.claimSpan, l.OperationID(), l.tok, state)
+}
+
+// durable runs a finishing write on the store as a child span.
+func (l *Lease) durable(ctx context.Context, f func(context.Context) error) error {
+	return l.c.tracer().step(ctx, spanDurableWrite, f)
 }
 
 func (c *Claimer[TTx]) renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
@@ -286,3 +311,4 @@ func (c *Claimer[TTx]) markUncertain(ctx context.Context, ref durable.Ref, tok f
 func (c *Claimer[TTx]) redis() *fastpath.Scripts { return c.scripts }
 func (c *Claimer[TTx]) logger() *slog.Logger     { return c.log }
 func (c *Claimer[TTx]) meters() *meters          { return c.m }
+func (c *Claimer[TTx]) tracer() tracer           { return c.tr }

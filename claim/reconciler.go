@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
 )
 
 // Resolution is what the resolve function given to [NewReconciler] learned
@@ -154,25 +155,36 @@ func (r *Reconciler[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	return t.report(), nil
 }
 
-func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally) error {
-	tok, err := r.c.store.Adopt(ctx, rec.Ref, uuid.New(), 0, r.c.cfg.lease)
+func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally) (err error) {
+	ctx, span := r.c.tr.start(ctx, spanReconcile)
+	before := *t
+	defer func() { endReconcile(span, rec, before, *t, err) }()
+	var tok fence.Token
+	err = r.c.tr.step(ctx, spanDurableAdopt, func(ctx context.Context) (err error) {
+		tok, err = r.c.store.Adopt(ctx, rec.Ref, uuid.New(), 0, r.c.cfg.lease)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	r.c.m.takeover(ctx)
 	rec.Token = tok
-	res, err := r.resolve(ctx, rec)
+	res, err := r.resolve(r.c.withOperationBaggage(ctx, rec.Ref.OperationID()), rec)
 	if err != nil {
 		return fmt.Errorf("resolve: %w", err)
 	}
 	switch res.state {
 	case durable.Completed:
-		err = r.c.store.Complete(ctx, *new(TTx), rec.Ref, tok, res.result)
+		err = r.c.tr.step(ctx, spanDurableWrite, func(ctx context.Context) error {
+			return r.c.store.Complete(ctx, *new(TTx), rec.Ref, tok, res.result)
+		})
 		if err == nil {
 			t.completed++
 		}
 	case durable.Failed:
-		err = r.c.store.Fail(ctx, *new(TTx), rec.Ref, tok, res.result)
+		err = r.c.tr.step(ctx, spanDurableWrite, func(ctx context.Context) error {
+			return r.c.store.Fail(ctx, *new(TTx), rec.Ref, tok, res.result)
+		})
 		if err == nil {
 			t.failed++
 		}

@@ -1,0 +1,86 @@
+package claimgrpc
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/oncekey/oncekey/fence"
+)
+
+type ctxKey int
+
+const opKey ctxKey = 0
+
+// opInfo is what a guarded handler can learn about its operation, and what
+// it can tell the interceptor.
+type opInfo struct {
+	id        string
+	token     fence.Token
+	uncertain atomic.Bool
+	released  atomic.Bool
+}
+
+func withOp(ctx context.Context, op *opInfo) context.Context {
+	return context.WithValue(ctx, opKey, op)
+}
+
+func opFrom(ctx context.Context) *opInfo {
+	op, _ := ctx.Value(opKey).(*opInfo)
+	return op
+}
+
+// OperationID returns the stable identity of the operation a guarded
+// handler runs: the same for every retry and takeover of the tenant,
+// operation and key, and revealing none of them ("op_" and 43 base64url
+// characters). Pass it downstream as that system's idempotency key. It
+// returns "" outside a guarded handler.
+func OperationID(ctx context.Context) string {
+	if op := opFrom(ctx); op != nil {
+		return op.id
+	}
+	return ""
+}
+
+// Token returns the fencing token of the execution a guarded handler runs
+// (see package fence), for downstream systems that reject stale writers.
+// It reports false outside a guarded handler.
+func Token(ctx context.Context) (fence.Token, bool) {
+	if op := opFrom(ctx); op != nil {
+		return op.token, true
+	}
+	return fence.Token{}, false
+}
+
+// MarkUncertain records, from a guarded handler, that the outcome of its
+// work is unknown (a downstream call timed out after it may have applied).
+// When the handler returns, the interceptor marks the record uncertain
+// instead of storing the reply, and answers Aborted (ReasonUncertain) like
+// every retry until a [claim.Reconciler] resolves it; nothing runs again on
+// its own. The handler's own reply is discarded. Errors: [ErrNotGuarded].
+func MarkUncertain(ctx context.Context) error {
+	op := opFrom(ctx)
+	if op == nil {
+		return ErrNotGuarded
+	}
+	op.uncertain.Store(true)
+	return nil
+}
+
+// ReleaseKey declares, from a guarded handler, that its work had no effect
+// (it failed before any external call or write: a dependency was down, a
+// precondition did not hold), so the key may run again. When the handler
+// returns, the interceptor releases the key instead of storing the reply,
+// returns the handler's reply or error as it is, and the next call with the
+// key (any request) runs as a new execution.
+//
+// It is the only way a key is released after its handler started: the
+// interceptor never assumes that nothing happened, whatever the handler's
+// status code. [MarkUncertain] wins over it. Errors: [ErrNotGuarded].
+func ReleaseKey(ctx context.Context) error {
+	op := opFrom(ctx)
+	if op == nil {
+		return ErrNotGuarded
+	}
+	op.released.Store(true)
+	return nil
+}
