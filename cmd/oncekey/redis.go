@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,6 +53,7 @@ func runRedis(e *env, args []string) error {
 	}
 	opt.MaxRetries = -1
 	opt.DialTimeout = *timeout
+	redis.SetLogger(quietLogger{})
 	c := redis.NewClient(opt)
 	defer c.Close()
 	ctx, cancel := contextTimeout(e, *timeout)
@@ -143,3 +145,9 @@ func atLeast(version string, major, minor int) bool {
 	}
 	return ma > major || ma == major && mi >= minor
 }
+
+// quietLogger drops go-redis's own log lines (dial retries): the command
+// reports the error itself.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
