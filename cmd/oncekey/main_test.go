@@ -27,7 +27,12 @@ import (
 func oncekey(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := runCtx(context.Background(), args, strings.NewReader(stdin), &out, &errb)
+	var code int
+	if stdin == "" {
+		code = run(args, &out, &errb)
+	} else {
+		code = runCtx(context.Background(), args, strings.NewReader(stdin), &out, &errb)
+	}
 	return code, out.String(), errb.String()
 }
 
