@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -44,10 +45,8 @@ func (o *opFlags) validate(e *env) error {
 	case o.id != "" && byKey:
 		return usagef("give either -id, or -operation and -key, not both")
 	case o.id != "":
-		if !strings.HasPrefix(o.id, "op_") || len(o.id) != 46 {
-			return usagef("-id must be an operation id: op_ followed by 43 characters")
-		}
-		return nil
+		_, err := parseOperationID(o.id)
+		return err
 	case o.operation == "" || o.key == "":
 		return usagef("give -operation and -key (or -id)")
 	}
@@ -96,36 +95,57 @@ func (o *opFlags) lookup(ctx context.Context, st storeapi.Store[pgx.Tx]) (durabl
 	return st.Get(ctx, ref)
 }
 
-// ByOperationID is the lookup of a record by its operation id within a
-// tenant that a store may provide (durable/postgres gains it with the
-// operation-id column of migration 003). inspect and resolve -id use it
-// when the store has it.
-type ByOperationID interface {
-	GetByOperationID(ctx context.Context, tenant, id string) (durable.Record, error)
+// byOperationID is the store's read of a record by its operation
+// identity within a tenant: digest is what durable.Ref.Digest returns,
+// behind the "op_" identity. durable/postgres gains it with migration 003
+// (storeapi.Store.Operation); with a store that has it, inspect and
+// resolve -id read any record, with one that does not, only the pending
+// ones (see lookupByID).
+type byOperationID interface {
+	Operation(ctx context.Context, tenant string, digest [32]byte) (durable.Record, error)
 }
 
 // pendingScan bounds the fallback of lookupByID.
 const pendingScan = 10000
 
+// errNoIDLookup says the store cannot read a record by its operation id.
+var errNoIDLookup = errors.New("this store cannot read other records by operation id (migration 003): use -operation and -key")
+
+// parseOperationID returns the digest behind an operation id ("op_" and
+// 43 base64url characters, as durable.Ref.OperationID writes it).
+func parseOperationID(id string) ([32]byte, error) {
+	var d [32]byte
+	rest, ok := strings.CutPrefix(id, "op_")
+	b, err := base64.RawURLEncoding.Strict().DecodeString(rest)
+	if !ok || err != nil || len(b) != len(d) {
+		return d, usagef("-id must be an operation id: op_ followed by 43 base64url characters")
+	}
+	copy(d[:], b)
+	return d, nil
+}
+
 // lookupByID finds a record by tenant and operation id: through the
-// store's lookup when it has one; otherwise among the pending records
-// (uncertain, or processing with an expired lease: the ones resolve
-// settles), the oldest pendingScan of them.
-var lookupByID = func(ctx context.Context, st storeapi.Store[pgx.Tx], tenant, id string) (durable.Record, error) {
-	if l, ok := any(st).(ByOperationID); ok {
-		return l.GetByOperationID(ctx, tenant, id)
+// store's read by identity when it has one; otherwise among the pending
+// records (uncertain, or processing with an expired lease: the ones
+// resolve settles), the oldest pendingScan of them.
+func lookupByID(ctx context.Context, st storeapi.Store[pgx.Tx], tenant, id string) (durable.Record, error) {
+	digest, err := parseOperationID(id)
+	if err != nil {
+		return durable.Record{}, err
+	}
+	if l, ok := any(st).(byOperationID); ok {
+		return l.Operation(ctx, tenant, digest)
 	}
 	recs, err := st.Pending(ctx, 0, pendingScan)
 	if err != nil {
 		return durable.Record{}, err
 	}
 	for _, r := range recs {
-		if r.Ref.Tenant == tenant && r.Ref.OperationID() == id {
+		if r.Ref.Tenant == tenant && r.Ref.Digest() == digest {
 			return r, nil
 		}
 	}
-	return durable.Record{}, fmt.Errorf("operation %s is not among this tenant's pending operations (uncertain or stale); "+
-		"this store cannot look up other records by id: use -operation and -key: %w", id, durable.ErrNotFound)
+	return durable.Record{}, fmt.Errorf("operation %s is not among this tenant's pending operations (uncertain or stale); %w", id, errNoIDLookup)
 }
 
 // recordJSON is the printable form of a record: no tenant, no key, no

@@ -3,6 +3,7 @@ package pgmigrate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"testing"
 	"testing/fstest"
@@ -12,9 +13,10 @@ import (
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
-// withNext returns the store's migrations plus a 003 pair, the way a new
-// numbered pair of files lands in durable/postgres/migration.
-func withNext(t *testing.T) fs.FS {
+// withNext returns the store's migrations plus the next numbered pair, the
+// way a new pair of files lands in durable/postgres/migration, and its
+// version.
+func withNext(t *testing.T) (fs.FS, int) {
 	m := fstest.MapFS{}
 	err := fs.WalkDir(postgres.Migrations(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -27,31 +29,42 @@ func withNext(t *testing.T) fs.FS {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m["003_next.up.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE idempotency_requests ADD COLUMN IF NOT EXISTS next_col text;")}
-	m["003_next.down.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE idempotency_requests DROP COLUMN IF EXISTS next_col;")}
-	return m
+	ms, err := pgmigrate.List(postgres.Migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := ms[len(ms)-1].Version + 1
+	name := fmt.Sprintf("%03d_next", v)
+	m[name+".up.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE idempotency_requests ADD COLUMN IF NOT EXISTS next_col text;")}
+	m[name+".down.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE idempotency_requests DROP COLUMN IF EXISTS next_col;")}
+	return m, v
 }
 
 func TestNewNumberedPairJustWorks(t *testing.T) {
 	s := testenv.Postgres(t)
 	ctx := context.Background()
 	tg := pgmigrate.Target{Schema: s.Name, Table: "idem"}
+	base, err := pgmigrate.List(postgres.Migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(base)
 	got, err := pgmigrate.Up(ctx, s.Pool, postgres.Migrations(), tg)
-	if err != nil || len(got) != 2 {
-		t.Fatalf("Up = %v, %v; want versions 1 and 2 recorded", got, err)
+	if err != nil || len(got) != n {
+		t.Fatalf("Up = %v, %v; want all %d versions recorded", got, err, n)
 	}
 	got, err = pgmigrate.Up(ctx, s.Pool, postgres.Migrations(), tg)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("Up again = %v, %v; want nothing new", got, err)
 	}
-	next := withNext(t)
+	next, v := withNext(t)
 	st, err := pgmigrate.Status(ctx, s.Pool, next, tg)
-	if err != nil || len(st.Migrations) != 3 || st.Migrations[2].Applied {
-		t.Fatalf("Status with 003 = %+v, %v; want 003 not applied", st, err)
+	if err != nil || len(st.Migrations) != n+1 || st.Migrations[n].Applied || !st.Migrations[n-1].Applied {
+		t.Fatalf("Status with the next pair = %+v, %v; want it alone not applied", st, err)
 	}
 	got, err = pgmigrate.Up(ctx, s.Pool, next, tg)
-	if err != nil || len(got) != 1 || got[0] != 3 {
-		t.Fatalf("Up with 003 = %v, %v; want [3]", got, err)
+	if err != nil || len(got) != 1 || got[0] != v {
+		t.Fatalf("Up with the next pair = %v, %v; want [%d]", got, err, v)
 	}
 	col := func() bool {
 		var ok bool
@@ -62,22 +75,22 @@ func TestNewNumberedPairJustWorks(t *testing.T) {
 		return ok
 	}
 	if !col() {
-		t.Fatal("003 not applied (table name not substituted?)")
+		t.Fatal("the next pair not applied (table name not substituted?)")
 	}
-	// A build without 003 sees it as unknown and refuses to roll it back.
+	// A build without it sees it as unknown and refuses to roll it back.
 	st, err = pgmigrate.Status(ctx, s.Pool, postgres.Migrations(), tg)
-	if err != nil || len(st.Unknown) != 1 || st.Unknown[0] != 3 {
-		t.Fatalf("Status of an older build = %+v, %v; want 3 unknown", st, err)
+	if err != nil || len(st.Unknown) != 1 || st.Unknown[0] != v {
+		t.Fatalf("Status of an older build = %+v, %v; want %d unknown", st, err, v)
 	}
 	if _, err := pgmigrate.Down(ctx, s.Pool, postgres.Migrations(), tg); err == nil {
 		t.Fatal("an older build rolled back a version it does not have")
 	}
 	m, err := pgmigrate.Down(ctx, s.Pool, next, tg)
-	if err != nil || m.Version != 3 || col() {
-		t.Fatalf("Down = %+v, %v (column still there: %v); want 003 rolled back", m, err, col())
+	if err != nil || m.Version != v || col() {
+		t.Fatalf("Down = %+v, %v (column still there: %v); want %d rolled back", m, err, col(), v)
 	}
-	if st, _ := pgmigrate.Status(ctx, s.Pool, next, tg); !st.Migrations[1].Applied || st.Migrations[2].Applied {
-		t.Fatalf("after Down: %+v; want 001 and 002 applied, 003 not", st)
+	if st, _ := pgmigrate.Status(ctx, s.Pool, next, tg); !st.Migrations[n-1].Applied || st.Migrations[n].Applied {
+		t.Fatalf("after Down: %+v; want all but the last applied", st)
 	}
 }
 
