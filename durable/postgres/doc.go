@@ -25,6 +25,10 @@
 // The client's key is never written: only its SHA-256, or HMAC-SHA-256 under
 // [WithKeySecret], as [durable.Scope.Ref] computes it.
 //
+// [Migrate] records each applied version in the table <table>_migrations
+// beside it; the operator CLI (cmd/oncekey: migrate status, migrate down)
+// reports them and rolls back one step with the .down.sql files.
+//
 // # One statement per operation
 //
 // A claim is one INSERT ... ON CONFLICT (tenant_id, operation, key_hash) DO

@@ -5,11 +5,10 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"path"
-	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekey/oncekey/internal/pgmigrate"
 )
 
 //go:embed migration/*.sql
@@ -30,7 +29,10 @@ func Migrations() fs.FS {
 
 // Migrate creates the schema (with [WithSchema]), the state type, the
 // table and its indexes on pool, by running every embedded .up.sql file in
-// order with the names opts configure (pass the options given to [New]). It
+// order with the names opts configure (pass the options given to [New]), and
+// records each applied version in the table <table>_migrations next to it
+// (a database migrated before versions were recorded gets them recorded;
+// the operator CLI, cmd/oncekey, reports them and rolls back one step). It
 // is idempotent, and serialized by a transaction-scoped advisory lock
 // (pg_advisory_xact_lock on the schema and table name), so any number of
 // instances may call it at the same time at start-up: one creates, the
@@ -45,42 +47,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	names, err := fs.Glob(migrationFiles, "migration/*.up.sql")
-	if err != nil {
-		return fmt.Errorf("durable/postgres: migrate: %w", err)
-	}
-	slices.Sort(names)
-	tx, err := pool.Begin(ctx)
-	if err != nil {
+	if _, err := pgmigrate.Up(ctx, pool, Migrations(), pgmigrate.Target{Schema: c.schema, Table: c.table}); err != nil {
 		return translate("migrate", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	// The lock key names the table as the instances see it: with no schema
-	// option, the search_path's current schema.
-	if _, err := tx.Exec(ctx,
-		`SELECT pg_advisory_xact_lock(hashtextextended('oncekey/durable/postgres/migrate:' ||
-			COALESCE(NULLIF($1::text, ''), current_schema(), '') || '.' || $2::text, 0))`,
-		c.schema, c.table); err != nil {
-		return translate("migrate: lock", err)
-	}
-	if c.schema != "" {
-		// Identifiers were validated by WithSchema: no quoting needed.
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+c.schema+"; SET LOCAL search_path TO "+c.schema); err != nil {
-			return translate("migrate: schema", err)
-		}
-	}
-	for _, name := range names {
-		b, err := migrationFiles.ReadFile(name)
-		if err != nil {
-			return fmt.Errorf("durable/postgres: migrate: %w", err)
-		}
-		sql := strings.ReplaceAll(string(b), defaultTable, c.table)
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			return translate("migrate: "+path.Base(name), err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return translate("migrate: commit", err)
 	}
 	return nil
 }

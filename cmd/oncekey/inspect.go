@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/storeapi"
+)
+
+// opFlags name one operation: -tenant with -operation and -key, or -tenant
+// with -id.
+type opFlags struct {
+	tenant, operation, key, id, secretFile string
+}
+
+func (o *opFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.tenant, "tenant", "", "tenant of the operation (required; never printed)")
+	fs.StringVar(&o.operation, "operation", "", "operation, e.g. \"POST /orders\" (with -key)")
+	fs.StringVar(&o.key, "key", "", "the client's idempotency key, hashed locally and never printed nor sent; \"-\" reads it from stdin")
+	fs.StringVar(&o.id, "id", "", "operation id (op_...) instead of -operation and -key")
+	fs.StringVar(&o.secretFile, "key-secret-file", "", "file holding the store's key secret (postgres.WithKeySecret); default $ONCEKEY_KEY_SECRET")
+}
+
+// validate checks the combination and reads the key from stdin for "-".
+func (o *opFlags) validate(e *env) error {
+	if o.tenant == "" {
+		return usagef("-tenant is required (operations are isolated per tenant)")
+	}
+	byKey := o.operation != "" || o.key != ""
+	switch {
+	case o.id != "" && byKey:
+		return usagef("give either -id, or -operation and -key, not both")
+	case o.id != "":
+		_, err := parseOperationID(o.id)
+		return err
+	case o.operation == "" || o.key == "":
+		return usagef("give -operation and -key (or -id)")
+	}
+	if o.key == "-" {
+		line, err := bufio.NewReader(e.stdin).ReadString('\n')
+		if err != nil && line == "" {
+			return usagef("-key -: no key on stdin")
+		}
+		o.key = strings.TrimRight(line, "\r\n")
+	}
+	// The store would refuse these too; checking here says which flag.
+	if err := (durable.Scope{Tenant: o.tenant, Operation: o.operation, Key: o.key}).Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+// secret returns the store's key secret: the file's contents (a trailing
+// newline removed) or ONCEKEY_KEY_SECRET.
+func (o *opFlags) secret(e *env) ([]byte, error) {
+	if o.secretFile != "" {
+		b, err := os.ReadFile(o.secretFile)
+		if err != nil {
+			return nil, usagef("-key-secret-file: %v", err)
+		}
+		b = []byte(strings.TrimRight(string(b), "\r\n"))
+		if len(b) == 0 {
+			return nil, usagef("-key-secret-file: empty")
+		}
+		return b, nil
+	}
+	return []byte(e.getenv("ONCEKEY_KEY_SECRET")), nil
+}
+
+// lookup reads the operation the flags name.
+func (o *opFlags) lookup(ctx context.Context, st storeapi.Store[pgx.Tx]) (durable.Record, error) {
+	if o.id != "" {
+		return lookupByID(ctx, st, o.tenant, o.id)
+	}
+	// The store hashes the key as it derives its record key (SHA-256, or
+	// HMAC-SHA-256 under the secret): only the hash is sent.
+	ref, err := st.Ref(durable.Scope{Tenant: o.tenant, Operation: o.operation, Key: o.key})
+	if err != nil {
+		return durable.Record{}, usagef("%v", err)
+	}
+	return st.Get(ctx, ref)
+}
+
+// byOperationID is the store's read of a record by its operation
+// identity within a tenant: digest is what durable.Ref.Digest returns,
+// behind the "op_" identity. durable/postgres gains it with migration 003
+// (storeapi.Store.Operation); with a store that has it, inspect and
+// resolve -id read any record, with one that does not, only the pending
+// ones (see lookupByID).
+type byOperationID interface {
+	Operation(ctx context.Context, tenant string, digest [32]byte) (durable.Record, error)
+}
+
+// pendingScan bounds the fallback of lookupByID.
+const pendingScan = 10000
+
+// errNoIDLookup says the store cannot read a record by its operation id.
+var errNoIDLookup = errors.New("this store cannot read other records by operation id (migration 003): use -operation and -key")
+
+// parseOperationID returns the digest behind an operation id ("op_" and
+// 43 base64url characters, as durable.Ref.OperationID writes it).
+func parseOperationID(id string) ([32]byte, error) {
+	var d [32]byte
+	rest, ok := strings.CutPrefix(id, "op_")
+	b, err := base64.RawURLEncoding.Strict().DecodeString(rest)
+	if !ok || err != nil || len(b) != len(d) {
+		return d, usagef("-id must be an operation id: op_ followed by 43 base64url characters")
+	}
+	copy(d[:], b)
+	return d, nil
+}
+
+// lookupByID finds a record by tenant and operation id: through the
+// store's read by identity when it has one; otherwise among the pending
+// records (uncertain, or processing with an expired lease: the ones
+// resolve settles), the oldest pendingScan of them.
+func lookupByID(ctx context.Context, st storeapi.Store[pgx.Tx], tenant, id string) (durable.Record, error) {
+	digest, err := parseOperationID(id)
+	if err != nil {
+		return durable.Record{}, err
+	}
+	if l, ok := any(st).(byOperationID); ok {
+		return l.Operation(ctx, tenant, digest)
+	}
+	recs, err := st.Pending(ctx, 0, pendingScan)
+	if err != nil {
+		return durable.Record{}, err
+	}
+	for _, r := range recs {
+		if r.Ref.Tenant == tenant && r.Ref.Digest() == digest {
+			return r, nil
+		}
+	}
+	return durable.Record{}, fmt.Errorf("operation %s is not among this tenant's pending operations (uncertain or stale); %w", id, errNoIDLookup)
+}
+
+// recordJSON is the printable form of a record: no tenant, no key, no
+// key hash, no result body.
+type recordJSON struct {
+	OperationID      string     `json:"operation_id"`
+	Tenant           string     `json:"tenant_digest"`
+	Operation        string     `json:"operation"`
+	State            string     `json:"state"`
+	Released         bool       `json:"released,omitempty"`
+	Generation       uint64     `json:"generation"`
+	LeaseRemainingMs int64      `json:"lease_remaining_ms"`
+	Takeovers        int        `json:"takeovers"`
+	CreatedAt        time.Time  `json:"created_at"`
+	CompletedAt      *time.Time `json:"completed_at,omitempty"`
+	ExpiresAt        time.Time  `json:"expires_at"`
+	Status           *int       `json:"result_status,omitempty"`
+	ResultVersion    *int       `json:"result_version,omitempty"`
+	BodyBytes        *int       `json:"result_body_bytes,omitempty"`
+}
+
+// tenantDigest names a tenant without showing it: the first 12 hex
+// characters of its SHA-256, so an operator can group records.
+func tenantDigest(t string) string {
+	h := sha256.Sum256([]byte(t))
+	return "t_" + hex.EncodeToString(h[:6])
+}
+
+func toJSON(r durable.Record) recordJSON {
+	j := recordJSON{
+		OperationID: r.Ref.OperationID(), Tenant: tenantDigest(r.Ref.Tenant), Operation: r.Ref.Operation,
+		State: string(r.State), Released: r.Released, Generation: r.Token.Generation,
+		LeaseRemainingMs: r.LeaseRemaining.Milliseconds(), Takeovers: r.Takeovers,
+		CreatedAt: r.CreatedAt.UTC(), ExpiresAt: r.ExpiresAt.UTC(),
+	}
+	if !r.CompletedAt.IsZero() {
+		c := r.CompletedAt.UTC()
+		j.CompletedAt = &c
+	}
+	if r.Result != nil {
+		s, v, n := r.Result.StatusCode, r.Result.Version, len(r.Result.Body)
+		j.Status, j.ResultVersion, j.BodyBytes = &s, &v, &n
+	}
+	return j
+}
+
+func runInspect(e *env, args []string) error {
+	var d dbFlags
+	var o opFlags
+	fs := newFlags(e, "inspect", "inspect -tenant T (-operation OP -key K | -id op_...) [flags]\n\n"+
+		"Shows one operation: state, generation, lease, timestamps, result status. The key is\n"+
+		"hashed here the way the store derives its record key; neither it nor the tenant is printed.")
+	d.register(fs, 30*time.Second)
+	o.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args, false); err != nil {
+		return err
+	}
+	if err := o.validate(e); err != nil {
+		return err
+	}
+	secret, err := o.secret(e)
+	if err != nil {
+		return err
+	}
+	b, err := d.open(e, secret)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	r, err := o.lookup(b.ctx, b.store)
+	if errors.Is(err, errUsage) {
+		return err
+	}
+	if err != nil {
+		return storeErr("inspect", err)
+	}
+	j := toJSON(r)
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(j)
+	}
+	return printRecord(e, j)
+}
+
+func printRecord(e *env, j recordJSON) error {
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	state := j.State
+	if j.Released {
+		state += " (released)"
+	}
+	fmt.Fprintf(w, "operation id\t%s\n", j.OperationID)
+	fmt.Fprintf(w, "tenant digest\t%s\n", j.Tenant)
+	fmt.Fprintf(w, "operation\t%s\n", j.Operation)
+	fmt.Fprintf(w, "state\t%s\n", state)
+	fmt.Fprintf(w, "generation\t%d\n", j.Generation)
+	fmt.Fprintf(w, "lease remaining\t%s\n", time.Duration(j.LeaseRemainingMs)*time.Millisecond)
+	fmt.Fprintf(w, "takeovers\t%d\n", j.Takeovers)
+	fmt.Fprintf(w, "created at\t%s\n", j.CreatedAt.Format(time.RFC3339Nano))
+	if j.CompletedAt != nil {
+		fmt.Fprintf(w, "completed at\t%s\n", j.CompletedAt.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(w, "expires at\t%s\n", j.ExpiresAt.Format(time.RFC3339Nano))
+	if j.Status != nil {
+		fmt.Fprintf(w, "result status\t%d (version %d, body %d bytes)\n", *j.Status, *j.ResultVersion, *j.BodyBytes)
+	}
+	return w.Flush()
+}

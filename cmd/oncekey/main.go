@@ -1,0 +1,168 @@
+// Command oncekey is the operator tool of oncekey: it migrates the
+// PostgreSQL store, reports its statistics, inspects, lists and settles
+// operations, sweeps expired records and checks a Redis server, through the
+// library's own store (durable/postgres), never SQL of its own for the
+// records.
+//
+//	go run github.com/oncekey/oncekey/cmd/oncekey@latest -h
+//
+// Subcommands:
+//
+//	migrate up|status|down   apply, report or roll back one step of the schema
+//	stats                    records by state, stale, expired, takeovers
+//	inspect                  one operation, by tenant + operation + key, or by operation id
+//	pending                  uncertain and stale processing operations, oldest first
+//	resolve                  settle an uncertain operation as completed or failed
+//	sweep                    delete expired records in bounded batches
+//	redis check              maxmemory-policy, cluster slots, version, latency
+//
+// The database comes from -database-url or DATABASE_URL, Redis from
+// -redis-url or REDIS_URL; -schema and -table name the store's table as
+// durable/postgres.WithSchema and WithTable do. A raw idempotency key is
+// hashed locally, the way the store derives its record key (with the secret
+// of ONCEKEY_KEY_SECRET, as postgres.WithKeySecret), and is never printed
+// nor sent; no tenant is printed either (pending shows a digest of it).
+//
+// Exit status: 0 on success, 1 when the operation failed (a service
+// unreachable, a record not found, a check that did not pass), 2 for bad
+// usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := runCtx(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// errUsage marks bad input: the command prints it with the usage hint and
+// exits 2.
+var errUsage = errors.New("usage")
+
+func usagef(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+}
+
+// env is what a subcommand runs with.
+type env struct {
+	ctx    context.Context
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+type command struct {
+	name    string // "migrate", "redis check"
+	summary string
+	run     func(e *env, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"migrate", "apply (up), report (status) or roll back one step (down) of the schema", runMigrate},
+		{"stats", "records by state, oldest unexpired, stale, expired awaiting sweep, takeovers", runStats},
+		{"inspect", "one operation, by -tenant -operation -key or by -tenant -id", runInspect},
+		{"pending", "uncertain and stale processing operations, oldest first", runPending},
+		{"resolve", "settle an uncertain operation as completed or failed, with a reason", runResolve},
+		{"sweep", "delete expired records in bounded batches (-dry-run to count)", runSweep},
+		{"redis", "redis check: maxmemory-policy, cluster slots, version, latency", runRedis},
+	}
+}
+
+// run is main without the process: it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	return runCtx(context.Background(), args, strings.NewReader(""), stdout, stderr)
+}
+
+func runCtx(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(e, args[1:])
+		switch {
+		case err == nil:
+			return exitOK
+		case errors.Is(err, flag.ErrHelp):
+			return exitOK
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "oncekey %s: %s\n(see oncekey %s -h)\n", c.name, strings.TrimPrefix(err.Error(), "usage: "), c.name)
+			return exitUsage
+		default:
+			fmt.Fprintf(stderr, "oncekey %s: %v\n", c.name, err)
+			return exitFail
+		}
+	}
+	fmt.Fprintf(stderr, "oncekey: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "oncekey: the operator tool of oncekey (PostgreSQL store and Redis).")
+	fmt.Fprintln(w, "\nUsage: oncekey <command> [flags]\n\nCommands:")
+	cs := commands()
+	for _, c := range cs {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun oncekey <command> -h for its flags. The database comes from -database-url or")
+	fmt.Fprintln(w, "DATABASE_URL, Redis from -redis-url or REDIS_URL. Exit status: 0 ok, 1 failed, 2 bad usage.")
+}
+
+// newFlags returns a FlagSet for a subcommand whose -h prints to stdout and
+// whose errors come back as usage errors.
+func newFlags(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("oncekey "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fs.SetOutput(e.stdout)
+		fmt.Fprintf(e.stdout, "Usage: oncekey %s\n\n", synopsis)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parse parses args; -h prints the usage and returns flag.ErrHelp; other
+// errors are usage errors; leftover arguments are refused unless allowed.
+func parse(fs *flag.FlagSet, args []string, positional bool) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%v", err)
+	}
+	if !positional && fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}

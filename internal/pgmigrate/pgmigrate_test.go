@@ -1,0 +1,110 @@
+package pgmigrate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"testing"
+	"testing/fstest"
+
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/pgmigrate"
+	"github.com/oncekey/oncekey/internal/testenv"
+)
+
+// withNext returns the store's migrations plus the next numbered pair, the
+// way a new pair of files lands in durable/postgres/migration, and its
+// version.
+func withNext(t *testing.T) (fs.FS, int) {
+	m := fstest.MapFS{}
+	err := fs.WalkDir(postgres.Migrations(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(postgres.Migrations(), p)
+		m[p] = &fstest.MapFile{Data: b}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := pgmigrate.List(postgres.Migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := ms[len(ms)-1].Version + 1
+	name := fmt.Sprintf("%03d_next", v)
+	m[name+".up.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE idempotency_requests ADD COLUMN IF NOT EXISTS next_col text;")}
+	m[name+".down.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE idempotency_requests DROP COLUMN IF EXISTS next_col;")}
+	return m, v
+}
+
+func TestNewNumberedPairJustWorks(t *testing.T) {
+	s := testenv.Postgres(t)
+	ctx := context.Background()
+	tg := pgmigrate.Target{Schema: s.Name, Table: "idem"}
+	base, err := pgmigrate.List(postgres.Migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(base)
+	got, err := pgmigrate.Up(ctx, s.Pool, postgres.Migrations(), tg)
+	if err != nil || len(got) != n {
+		t.Fatalf("Up = %v, %v; want all %d versions recorded", got, err, n)
+	}
+	got, err = pgmigrate.Up(ctx, s.Pool, postgres.Migrations(), tg)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("Up again = %v, %v; want nothing new", got, err)
+	}
+	next, v := withNext(t)
+	st, err := pgmigrate.Status(ctx, s.Pool, next, tg)
+	if err != nil || len(st.Migrations) != n+1 || st.Migrations[n].Applied || !st.Migrations[n-1].Applied {
+		t.Fatalf("Status with the next pair = %+v, %v; want it alone not applied", st, err)
+	}
+	got, err = pgmigrate.Up(ctx, s.Pool, next, tg)
+	if err != nil || len(got) != 1 || got[0] != v {
+		t.Fatalf("Up with the next pair = %v, %v; want [%d]", got, err, v)
+	}
+	col := func() bool {
+		var ok bool
+		if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+			WHERE table_schema = $1 AND table_name = 'idem' AND column_name = 'next_col')`, s.Name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !col() {
+		t.Fatal("the next pair not applied (table name not substituted?)")
+	}
+	// A build without it sees it as unknown and refuses to roll it back.
+	st, err = pgmigrate.Status(ctx, s.Pool, postgres.Migrations(), tg)
+	if err != nil || len(st.Unknown) != 1 || st.Unknown[0] != v {
+		t.Fatalf("Status of an older build = %+v, %v; want %d unknown", st, err, v)
+	}
+	if _, err := pgmigrate.Down(ctx, s.Pool, postgres.Migrations(), tg); err == nil {
+		t.Fatal("an older build rolled back a version it does not have")
+	}
+	m, err := pgmigrate.Down(ctx, s.Pool, next, tg)
+	if err != nil || m.Version != v || col() {
+		t.Fatalf("Down = %+v, %v (column still there: %v); want %d rolled back", m, err, col(), v)
+	}
+	if st, _ := pgmigrate.Status(ctx, s.Pool, next, tg); !st.Migrations[n-1].Applied || st.Migrations[n].Applied {
+		t.Fatalf("after Down: %+v; want all but the last applied", st)
+	}
+}
+
+func TestListRejectsBadNames(t *testing.T) {
+	for name, m := range map[string]fstest.MapFS{
+		"no number": {"x.up.sql": {}, "x.down.sql": {}},
+		"no down":   {"001_a.up.sql": {}},
+		"twice":     {"001_a.up.sql": {}, "001_a.down.sql": {}, "1_b.up.sql": {}, "1_b.down.sql": {}},
+	} {
+		if _, err := pgmigrate.List(m); err == nil {
+			t.Errorf("%s: List accepted it", name)
+		}
+	}
+	if _, err := pgmigrate.Down(context.Background(), testenv.Postgres(t).Pool, fstest.MapFS{}, pgmigrate.Target{Table: "idem"}); !errors.Is(err, pgmigrate.ErrNothingToRollBack) {
+		t.Errorf("Down on an empty schema: %v", err)
+	}
+}
