@@ -263,6 +263,17 @@ func (s *store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Re
 	return raw.record()
 }
 
+// Operation reads the record whose operation identity has digest, within
+// tenant: one read by the operation index. Another tenant's record, like an
+// unknown digest, returns an error matching [durable.ErrNotFound].
+func (s *store) Operation(ctx context.Context, tenant string, digest [32]byte) (durable.Record, error) {
+	var raw rawRecord
+	if err := s.pool.QueryRow(ctx, s.q.operation, digest[:], tenant).Scan(raw.targets()...); err != nil {
+		return durable.Record{}, translate("operation", err)
+	}
+	return raw.record()
+}
+
 // Pending lists, oldest first, at most limit records for the reconciler:
 // processing records whose lease expired at least staleFor ago and
 // uncertain records whose lease is free. Released records are not listed.

@@ -136,6 +136,12 @@ type Store[TTx any] interface {
 	// lease is free. Released records are not listed.
 	Pending(ctx context.Context, staleFor time.Duration, limit int) ([]durable.Record, error)
 
+	// Operation reads the record whose operation identity has digest
+	// ([durable.Ref.Digest]), within tenant, with one indexed read. A record
+	// of another tenant is not found: ErrNotFound, as for an unknown digest,
+	// so the answer never tells whether another tenant has that operation.
+	Operation(ctx context.Context, tenant string, digest [32]byte) (durable.Record, error)
+
 	// InTx runs fn in a new transaction and commits it when fn returns nil;
 	// it rolls back when fn returns an error or panics (re-panicking). A
 	// COMMIT the database refused (a deferred constraint violated, a
