@@ -83,3 +83,37 @@ func TestMigrationDownUp(t *testing.T) {
 		t.Fatalf("Operation after down and up: %+v %v", rec.Ref, err)
 	}
 }
+
+// TestOperationIndex checks that a read by operation digest and tenant can
+// use the index 003 creates (sequential scans disabled, as on a large
+// table where the planner would never pick one).
+func TestOperationIndex(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{})
+	tx, err := f.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(t.Context())
+	var plan strings.Builder
+	if _, err := tx.Exec(t.Context(), `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(t.Context(), `EXPLAIN SELECT * FROM idempotency_requests WHERE operation_digest = '\x00'::bytea AND tenant_id = 't'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan.String(), "idempotency_requests_operation_idx") {
+		t.Fatalf("the operation read does not use its index:\n%s", plan.String())
+	}
+}
