@@ -17,13 +17,15 @@
 //     after it finished the stored result, a retry with another payload
 //     ErrMismatch (422). A burst of duplicates inserts one job: the claim
 //     lets one through, and the job is unique by operation in River too.
-//   - The worker's first attempt continues the claim under its token
-//     (carried in the job's arguments, with the operation identity and the
-//     payload, never the raw key). Every later attempt (River retries a
-//     failed attempt, and rescues the job of a worker that died) adopts the
-//     record under a new generation once the earlier lease expired, so an
-//     earlier worker that is only paused is fenced: its Complete, Fail or
-//     MarkUncertain returns claim.ErrFenced and writes nothing.
+//   - The first worker to run the job takes the claim over from the token
+//     that recorded it (carried in the job's arguments with the operation
+//     identity and the payload, never the raw key) under a new generation:
+//     a handover that succeeds once per token. Every later run (River
+//     retries a failed attempt, rescues the job of a worker that died,
+//     delivers a snoozed job again) adopts the record under a new
+//     generation once the earlier lease expired, so an earlier worker that
+//     is only paused is fenced: its Complete, Fail or MarkUncertain returns
+//     claim.ErrFenced and writes nothing.
 //   - The work runs under [claim.Lease.KeepAlive]. Its result (nil error)
 //     is stored as completed; a [claim.Reject] error as failed; any other
 //     error is retried by River, and on the job's last attempt the record
@@ -44,6 +46,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/internal/adapter"
@@ -93,10 +96,14 @@ type Args struct {
 // Kind implements river.JobArgs.
 func (Args) Kind() string { return Kind }
 
-// InsertOpts implements river.JobArgsWithInsertOpts: one job per
-// operation while it is not cancelled or discarded.
+// InsertOpts implements river.JobArgsWithInsertOpts: one live job per
+// operation (a completed, cancelled or discarded one does not count, so an
+// operation restarted after its retention gets a job of its own).
 func (Args) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+		rivertype.JobStateRunning, rivertype.JobStateScheduled,
+	}}}
 }
 
 // Runner enqueues and works the operations of one Claimer on River.
@@ -138,7 +145,7 @@ func (r *Runner[TTx]) Enqueue(ctx context.Context, client *river.Client[TTx], re
 	}
 	var out claim.Outcome
 	err := adapter.InTx(ctx, r.c, func(ctx context.Context, txAny any) error {
-		o, err := adapter.ClaimTx(ctx, r.c, txAny, req)
+		o, takeover, err := adapter.ClaimTx(ctx, r.c, txAny, req)
 		if err != nil {
 			return err
 		}
@@ -146,21 +153,39 @@ func (r *Runner[TTx]) Enqueue(ctx context.Context, client *river.Client[TTx], re
 		if out.Kind != claim.Acquired {
 			return nil
 		}
+		if takeover {
+			// The operation's job exists (its worker died or is between
+			// attempts): only its next attempt takes it over. Undo this
+			// claim rather than hold a lease no worker continues.
+			return errLeaveToTheJob
+		}
 		tok := out.Lease.Token()
-		_, err = client.InsertTx(ctx, txAny.(TTx), Args{
+		res, err := client.InsertTx(ctx, txAny.(TTx), Args{
 			OperationID: out.OperationID, Tenant: req.Scope.Tenant,
 			Generation: tok.Generation, Owner: tok.Owner, Payload: payload,
 		}, &river.InsertOpts{MaxAttempts: r.o.maxAttempts, Queue: r.o.queue})
 		if err != nil {
 			return fmt.Errorf("claimriver: insert the job: %w", err)
 		}
+		if res.UniqueSkippedAsDuplicate {
+			// A job of this operation is still live (an earlier epoch's,
+			// finishing): it must not run this one. Undo the claim.
+			return errLeaveToTheJob
+		}
 		return nil
 	})
+	if errors.Is(err, errLeaveToTheJob) {
+		return claim.Outcome{Kind: claim.InProgress, OperationID: out.OperationID, RetryAfter: r.o.retryAfter}, nil
+	}
 	if err != nil {
 		return claim.Outcome{OperationID: out.OperationID}, err
 	}
 	return out, nil
 }
+
+// errLeaveToTheJob rolls back an Enqueue whose claim the existing job of
+// the operation must continue instead.
+var errLeaveToTheJob = errors.New("claimriver: the operation's job continues it")
 
 type worker[TTx any] struct {
 	river.WorkerDefaults[Args]
@@ -170,20 +195,23 @@ type worker[TTx any] struct {
 // Work runs one attempt of the job under the operation's lease.
 func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 	r, a := w.r, job.Args
-	var tok fence.Token
-	if job.Attempt == 1 {
-		tok = fence.Token{Generation: a.Generation, Owner: a.Owner}
+	// The first worker to start takes the intent's claim by handover; any
+	// other (River delivers a job again after a crash, a retry, a snooze)
+	// finds it handed over and adopts the record once the lease it was
+	// handed under expired. Every run holds a generation of its own.
+	l, rec, err := adapter.Resume(ctx, r.c, a.Tenant, a.OperationID, fence.Token{Generation: a.Generation, Owner: a.Owner})
+	if errors.Is(err, durable.ErrFenced) {
+		l, rec, err = adapter.Resume(ctx, r.c, a.Tenant, a.OperationID, fence.Token{})
 	}
-	l, rec, err := adapter.Resume(ctx, r.c, a.Tenant, a.OperationID, tok)
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
 		// Swept after its retention, or never committed: nothing to run.
 		return river.JobCancel(fmt.Errorf("claimriver: operation %s: %w", a.OperationID, err))
 	case errors.Is(err, durable.ErrBusy):
-		// An earlier attempt still holds a live lease: come back after it.
+		// An earlier run still holds a live lease: come back after it.
 		return river.JobSnooze(max(rec.LeaseRemaining, time.Second) + time.Second)
 	case err != nil:
-		return err // River retries; the next attempt adopts
+		return err // River retries
 	case l == nil:
 		return nil // finished, uncertain (the Reconciler's) or released
 	}

@@ -103,8 +103,11 @@ func TestAsync_WorkerKilledMidJobIsFinishedByTheRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
-	if rec := e.record("acme", a.OperationID); rec.State != durable.Processing || rec.Token.Generation != a.Generation {
-		t.Fatalf("after the kill: %v generation %d", rec.State, rec.Token.Generation)
+	// The killed worker held the claim by handover: one generation above
+	// the intent's.
+	killed := e.record("acme", a.OperationID)
+	if killed.State != durable.Processing || killed.Token.Generation != a.Generation+1 {
+		t.Fatalf("after the kill: %v generation %d (intent %d)", killed.State, killed.Token.Generation, a.Generation)
 	}
 	// River's rescue of the stuck job.
 	if _, err := e.schema.Pool.Exec(t.Context(), `UPDATE `+e.schema.Name+`.river_job
@@ -113,8 +116,8 @@ func TestAsync_WorkerKilledMidJobIsFinishedByTheRetry(t *testing.T) {
 	}
 	e.client(true)
 	rec := e.waitState("acme", a.OperationID, durable.Completed)
-	if rec.Token.Generation <= a.Generation || rec.Takeovers < 1 {
-		t.Fatalf("finished under generation %d (first %d), %d takeovers; want a takeover", rec.Token.Generation, a.Generation, rec.Takeovers)
+	if rec.Token.Generation <= killed.Token.Generation || rec.Takeovers < 1 {
+		t.Fatalf("finished under generation %d (the killed worker's %d), %d takeovers; want a takeover", rec.Token.Generation, killed.Token.Generation, rec.Takeovers)
 	}
 	if n := e.effects(a.OperationID); n != 1 {
 		t.Fatalf("%d downstream effects; want 1", n)

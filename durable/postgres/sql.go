@@ -33,8 +33,8 @@ const clockMs = `floor(EXTRACT(EPOCH FROM %C) * 1000)::bigint`
 // time is taken from the database's clock (clock_timestamp(), which, unlike
 // now(), moves inside a transaction); durations travel as microseconds.
 type queries struct {
-	claim, get, operation, complete, fail, markUncertain, renew, release, adopt string
-	pending, sweep, stats                                                       string
+	claim, get, operation, handover, complete, fail, markUncertain, renew, release, adopt string
+	pending, sweep, stats                                                                 string
 }
 
 // recCols reads a record r relative to n.now, a clock_timestamp() taken once
@@ -142,6 +142,12 @@ const markUncertainSQL = `UPDATE %T SET state = 'uncertain', lease_expires_at = 
 const renewSQL = `UPDATE %T SET lease_expires_at = clock_timestamp() + $6::bigint * interval '1 microsecond'
 ` + fenceWhere + ` AND (state = 'processing' OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`
 
+// handoverSQL: $6 new owner, $7 lease µs. Returns the new generation.
+const handoverSQL = `UPDATE %T SET generation = generation + 1, owner_token = $6::uuid,
+	lease_expires_at = clock_timestamp() + $7::bigint * interval '1 microsecond'
+` + fenceWhere + ` AND state = 'processing'
+RETURNING generation`
+
 const releaseSQL = `UPDATE %T SET owner_token = NULL, lease_expires_at = NULL
 ` + fenceWhere + ` AND state = 'processing'`
 
@@ -218,6 +224,7 @@ func buildQueries(table string) queries {
 		claim:         f(claimSQL, ""),
 		get:           f(getSQL, ""),
 		operation:     f(operationSQL, ""),
+		handover:      f(handoverSQL, ""),
 		complete:      f(finishSQL, "completed"),
 		fail:          f(finishSQL, "failed"),
 		markUncertain: f(markUncertainSQL, ""),

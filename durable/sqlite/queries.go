@@ -66,9 +66,9 @@ const claimRule = `((state = 'processing' AND owner_token IS NOT NULL
 const takeoverRule = `(state = 'processing' AND owner_token IS NOT NULL)`
 
 type queries struct {
-	lock, claim, claimRead, get, operation         string
-	complete, markUncertain, renew, release, adopt string
-	adoptable, pending, sweep, stats               string
+	lock, claim, claimRead, get, operation, handover string
+	complete, markUncertain, renew, release, adopt   string
+	adoptable, pending, sweep, stats                 string
 }
 
 func buildQueries(table string) queries {
@@ -143,6 +143,12 @@ WHERE ` + fenced + ` AND state = 'processing'`),
 
 		// ?6 lease µs. An uncertain record is renewed only once adopted
 		// (MarkUncertain cleared its lease; Adopt set one).
+		// ?6 new owner, ?7 lease µs.
+		handover: r.Replace(`UPDATE {t} SET generation = generation + 1, owner_token = ?6,
+	lease_expires_at = ` + now + ` + ?7
+WHERE ` + fenced + ` AND state = 'processing'
+RETURNING generation`),
+
 		renew: r.Replace(`UPDATE {t} SET lease_expires_at = ` + now + ` + ?6
 WHERE ` + fenced + ` AND (state = 'processing'
 	OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`),

@@ -5,7 +5,10 @@ package storetest
 
 import (
 	"errors"
+	"sync"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
@@ -119,4 +122,71 @@ func (c *contract[TTx]) operationMigration(t *testing.T) {
 	if got := mustOperation(t, s, ref); got.Token != (fence.Token{Generation: tok.Generation, Owner: tok.Owner}) {
 		t.Fatalf("new claim on the upgraded table: token %v; want %v", got.Token, tok)
 	}
+}
+
+// Handover: the holder of a token hands its claim on, live or expired, once:
+// of concurrent handovers of one token exactly one succeeds (generation
+// +1), the others and the old token are fenced; a finished record cannot be
+// handed over.
+func (c *contract[TTx]) handover(t *testing.T) {
+	s := c.h.New(t)
+	ctx := ctxFor(t)
+	sc := newScope()
+	ref := mustRef(t, s, sc)
+	tok := mustAcquire(t, s, params(sc, fp1, long, long))
+	const n = 16
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		won  []fence.Token
+		errs []error
+	)
+	for range n {
+		wg.Go(func() {
+			nt, err := s.Handover(ctx, ref, tok, uuid.New(), long)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				won = append(won, nt)
+			} else {
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(won) != 1 {
+		t.Fatalf("%d of %d concurrent handovers of one token succeeded; want 1 (errors %v)", len(won), n, errs)
+	}
+	for _, err := range errs {
+		wantErr(t, "a losing handover", err, durable.ErrFenced)
+	}
+	nt := won[0]
+	if nt.Generation != tok.Generation+1 || nt.Owner == tok.Owner {
+		t.Fatalf("handed over to %v from %v; want generation +1 and the new owner", nt, tok)
+	}
+	rec := mustGet(t, s, ref)
+	checkState(t, "after the handover", rec, durable.Processing)
+	checkToken(t, "after the handover", rec.Token, nt)
+	wantErr(t, "Complete with the handed-over token", s.Complete(ctx, noTx[TTx](), ref, tok, sampleResult()), durable.ErrFenced)
+
+	// An expired lease is handed over too, by its holder only.
+	sc2 := newScope()
+	ref2 := mustRef(t, s, sc2)
+	tok2 := mustAcquire(t, s, params(sc2, fp1, short, long))
+	waitLeaseExpired(t, s, ref2)
+	if _, err := s.Handover(ctx, ref2, fence.Token{Generation: tok2.Generation, Owner: uuid.New()}, uuid.New(), long); !errors.Is(err, durable.ErrFenced) {
+		t.Fatalf("handover by another owner = %v; want ErrFenced", err)
+	}
+	nt2, err := s.Handover(ctx, ref2, tok2, uuid.New(), long)
+	must(t, "handover of an expired lease", err)
+	if rec := mustGet(t, s, ref2); rec.LeaseRemaining <= 0 || rec.Token != nt2 {
+		t.Fatalf("after handing over an expired lease: %+v", rec)
+	}
+
+	// A finished record is not handed over.
+	must(t, "complete", s.Complete(ctx, noTx[TTx](), ref, nt, sampleResult()))
+	if _, err := s.Handover(ctx, ref, nt, uuid.New(), long); !errors.Is(err, durable.ErrFenced) {
+		t.Fatalf("handover of a completed record = %v; want ErrFenced", err)
+	}
+	checkState(t, "completed, after a refused handover", mustGet(t, s, ref), durable.Completed)
 }

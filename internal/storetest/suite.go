@@ -25,7 +25,7 @@ import (
 // Sweep); a refused COMMIT reported as such, not as ErrUnavailable (with
 // h.BreakCommit); a record read by its operation identity within its tenant
 // only, and that identity given to rows that existed before migration 003
-// (h.Upgrade); and, with h.Statements, one round trip per Claim and
+// (h.Upgrade); a handover of a claim by its token, exactly once; and, with h.Statements, one round trip per Claim and
 // Complete.
 //
 // The sweep and generation subtests wait for the database's clock to pass a
@@ -70,6 +70,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 		{"DefiniteCommitFailureIsNotReportedAsUnavailable", c.definiteCommitFailure},
 		{"OperationIsReadByItsIdentityWithinItsTenantOnly", c.operationByID},
 		{"MigrationGivesExistingRowsTheirOperationIdentity", c.operationMigration},
+		{"HandoverMovesAClaimOnOnceFromItsToken", c.handover},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,11 +29,13 @@ var (
 	InTx func(ctx context.Context, claimer any, fn func(ctx context.Context, tx any) error) error
 	// ClaimTx claims r (a claim.Request) inside tx and returns the
 	// claim.Outcome; an acquired one holds a *claim.Lease usable once tx
-	// committed. Redis is not asked.
-	ClaimTx func(ctx context.Context, claimer, tx, r any) (any, error)
+	// committed, and takeover reports that it took over an expired lease
+	// of the same request. Redis is not asked.
+	ClaimTx func(ctx context.Context, claimer, tx, r any) (out any, takeover bool, err error)
 	// Resume returns a *claim.Lease (nil when the record is not processing)
-	// on operation id of tenant: under tok, the intent's claim token, or
-	// with the zero token adopted under a new generation once the earlier
-	// lease expired (durable.ErrBusy before).
+	// on operation id of tenant: handed over from tok, the intent's claim
+	// token (once per token; ErrFenced after), or with the zero token
+	// adopted under a new generation once the earlier lease expired
+	// (durable.ErrBusy before).
 	Resume func(ctx context.Context, claimer any, tenant, id string, tok fence.Token) (any, durable.Record, error)
 )
