@@ -151,7 +151,9 @@ func (e *env) client(start bool) *river.Client[pgx.Tx] {
 // attempt^4 seconds).
 type fastRetry struct{}
 
-func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(100 * time.Millisecond) }
+func (fastRetry) NextRetry(*rivertype.JobRow) time.Time {
+	return time.Now().Add(100 * time.Millisecond)
+}
 
 func (e *env) record(tenant, id string) durable.Record {
 	e.t.Helper()
