@@ -52,6 +52,7 @@ func registry() []scenario {
 		{name: "db-cut-before-commit", forces: "PostgreSQL backends terminated mid-transaction (pg_terminate_backend), before the commit", setup: setupDBKill},
 		{name: "db-cut-after-commit", forces: "a COMMIT (or a fenced write) applied whose acknowledgement is lost", setup: setupCommitCut},
 		{name: "paused-owner", forces: "an owner paused past its lease inside its transaction or before its completion while another takes over", setup: setupPausedOwner},
+		{name: "async-river", forces: "async mode on River: workers paused past their lease (the job handed on, the paused completion fenced) and killed mid-job (the retry takes over), Redis restarted empty; one effect, the stored result replayed", ownRedis: true, setup: setupAsyncRiver},
 		{name: "clock-skew", forces: "worker clocks hours off and jumping, Redis leases vanishing early (a Redis clock jump): nothing changes, no live lease is taken over", setup: setupClockSkew},
 	}
 }

@@ -14,6 +14,8 @@
 // [Claimer.Do] claims the key, runs the business write and stores its result
 // in ONE transaction of the durable store: a crash before the commit leaves
 // nothing, after it everything. Use it when the effect is a database write.
+// [Claimer.DoTx] does the same in a transaction the caller began and
+// commits, and returns the Redis step to run after that commit.
 //
 // [Claimer.Claim] returns a [Lease] for workflow work that calls other
 // systems: the claim commits on its own, the worker keeps the lease alive
@@ -21,6 +23,11 @@
 // idempotency key, and completes with [Lease.Complete], fenced. A worker
 // whose lease expired and was taken over gets [ErrFenced] and must not
 // publish its result.
+//
+// [Claimer.Operation] reads an operation by its identity within a tenant,
+// for a caller that polls it (package claimhttp serves it over HTTP;
+// claim/claimriver, a module of its own, runs operations asynchronously on
+// River).
 //
 // # After the work started
 //

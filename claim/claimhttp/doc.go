@@ -116,8 +116,8 @@
 // per cause) and, on in-progress and uncertain answers, "operation_id" (see
 // [OperationID]); none quotes the key, the tenant or the body. Location is
 // the [WithOperationPath] prefix followed by the operation identity,
-// "/operations/op_..."; re-sending the request with the same key is always
-// a valid way to poll.
+// "/operations/op_...", which [Operations] serves; re-sending the request
+// with the same key is always a valid way to poll.
 //
 // # Retention
 //

@@ -281,9 +281,9 @@ func WithRetryAfter(d time.Duration) Option {
 // WithOperationPath sets the prefix of the operation identity that forms
 // the Location of 202 answers (in progress under the [claim.WithPoll]
 // setting, and uncertain): Location is prefix + id, "/operations/op_...".
-// The service serves that resource if it wants one (for example from its
-// own table keyed by [OperationID]); re-sending the original request with
-// the same key is always a valid way to poll. Defaults to "/operations/";
+// [Operations] serves that resource (give it the same prefix);
+// re-sending the original request with the same key is always a valid way
+// to poll. Defaults to "/operations/";
 // must not be empty.
 func WithOperationPath(prefix string) Option {
 	return func(c *config) error {

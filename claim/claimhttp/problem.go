@@ -21,7 +21,12 @@ var problemTitles = map[string]string{
 	claimclient.ProblemUnavailable:  "Service unavailable",
 	claimclient.ProblemUnidentified: "Caller not identified",
 	claimclient.ProblemInternal:     "Internal error",
+	problemNotFound:                 "Not Found",
 }
+
+// problemNotFound is the problem type of an unknown operation (the
+// Operations handler): plain 404 semantics, RFC 9457's "about:blank".
+const problemNotFound = "about:blank"
 
 // problem is an RFC 9457 problem detail as the middleware writes it. Detail
 // is a fixed sentence per cause: it never quotes the key, the tenant or the

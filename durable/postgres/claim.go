@@ -56,8 +56,9 @@ func (s *store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (s
 	}
 	ref := p.Scope.Ref(s.cfg.secret)
 	res := storeapi.ClaimResult{Ref: ref}
+	digest := ref.Digest()
 	args := append(refArgs(ref), p.Fingerprint, int64(p.Proposed), pgUUID(p.Owner),
-		p.Lease.Microseconds(), p.Retention.Microseconds())
+		p.Lease.Microseconds(), p.Retention.Microseconds(), digest[:])
 	for range 3 {
 		var (
 			gen             *int64

@@ -163,6 +163,7 @@ func harness(o fixtureOpts) storetest.Harness[pgx.Tx] {
 		Unreachable: func(t testing.TB) storeapi.Store[pgx.Tx] {
 			return unreachable(t)
 		},
+		Upgrade: upgrade,
 		LoseCommitAck: func(t testing.TB) (storeapi.Store[pgx.Tx], func()) {
 			po := o
 			po.proxy = true

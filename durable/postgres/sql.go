@@ -33,8 +33,8 @@ const clockMs = `floor(EXTRACT(EPOCH FROM %C) * 1000)::bigint`
 // time is taken from the database's clock (clock_timestamp(), which, unlike
 // now(), moves inside a transaction); durations travel as microseconds.
 type queries struct {
-	claim, get, complete, fail, markUncertain, renew, release, adopt string
-	pending, sweep, stats                                            string
+	claim, get, operation, handover, complete, fail, markUncertain, renew, release, adopt string
+	pending, sweep, stats                                                                 string
 }
 
 // recCols reads a record r relative to n.now, a clock_timestamp() taken once
@@ -47,7 +47,7 @@ const recCols = `r.tenant_id, r.operation, r.key_hash, r.request_hash, r.state::
 
 // claimSQL is the claim: one statement. $1 tenant, $2 operation, $3 key
 // hash, $4 fingerprint, $5 proposed generation, $6 owner, $7 lease µs,
-// $8 retention µs.
+// $8 retention µs, $9 operation digest (durable.Ref.Digest).
 //
 //   - fin reads a finished record within its retention with the
 //     statement's snapshot, without a lock. Such a record does not change
@@ -79,11 +79,11 @@ fin AS MATERIALIZED (
 ),
 ins AS (
 	INSERT INTO %T AS t (tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
-		lease_expires_at, takeovers, created_at, expires_at, retention_us)
+		lease_expires_at, takeovers, created_at, expires_at, retention_us, operation_digest)
 	SELECT $1::text, $2::text, $3::bytea, $4::text, 'processing',
 		GREATEST($5::bigint, 1, %FLOOR), $6::uuid,
 		(SELECT now FROM c) + $7::bigint * interval '1 microsecond', 0, (SELECT now FROM c),
-		(SELECT now FROM c) + $8::bigint * interval '1 microsecond', $8::bigint
+		(SELECT now FROM c) + $8::bigint * interval '1 microsecond', $8::bigint, $9::bytea
 	WHERE NOT EXISTS (SELECT 1 FROM fin)
 	ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
 		generation = CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL
@@ -97,6 +97,7 @@ ins AS (
 		expires_at = CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL
 			THEN GREATEST(t.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
 		request_hash = EXCLUDED.request_hash,
+		operation_digest = EXCLUDED.operation_digest,
 		state = 'processing',
 		status_code = NULL, response_headers = NULL, response_headers_bin = NULL, response_body = NULL,
 		response_version = NULL, resource_id = NULL, completed_at = NULL
@@ -122,6 +123,12 @@ FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
 const getSQL = `SELECT ` + recCols + `
 FROM %T r, (SELECT clock_timestamp() AS now) n
 WHERE r.tenant_id = $1::text AND r.operation = $2::text AND r.key_hash = $3::bytea`
+
+// operationSQL reads one record by its operation identity, within one
+// tenant: $1 operation digest, $2 tenant.
+const operationSQL = `SELECT ` + recCols + `
+FROM %T r, (SELECT clock_timestamp() AS now) n
+WHERE r.operation_digest = $1::bytea AND r.tenant_id = $2::text`
 
 // fenceWhere matches the record AND its current token: $1 tenant,
 // $2 operation, $3 key hash, $4 generation, $5 owner.
@@ -149,6 +156,12 @@ const markUncertainSQL = `UPDATE %T SET state = 'uncertain', lease_expires_at = 
 // (its lease is set).
 const renewSQL = `UPDATE %T SET lease_expires_at = clock_timestamp() + $6::bigint * interval '1 microsecond'
 ` + fenceWhere + ` AND (state = 'processing' OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`
+
+// handoverSQL: $6 new owner, $7 lease µs. Returns the new generation.
+const handoverSQL = `UPDATE %T SET generation = generation + 1, owner_token = $6::uuid,
+	lease_expires_at = clock_timestamp() + $7::bigint * interval '1 microsecond'
+` + fenceWhere + ` AND state = 'processing'
+RETURNING generation`
 
 const releaseSQL = `UPDATE %T SET owner_token = NULL, lease_expires_at = NULL
 ` + fenceWhere + ` AND state = 'processing'`
@@ -225,6 +238,8 @@ func buildQueries(table string) queries {
 	return queries{
 		claim:         f(claimSQL, ""),
 		get:           f(getSQL, ""),
+		operation:     f(operationSQL, ""),
+		handover:      f(handoverSQL, ""),
 		complete:      f(finishSQL, "completed"),
 		fail:          f(finishSQL, "failed"),
 		markUncertain: f(markUncertainSQL, ""),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/internal/headers"
+	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/internal/txmark"
 )
@@ -261,6 +262,40 @@ func (s *store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Re
 		return durable.Record{}, translate("get", err)
 	}
 	return raw.record()
+}
+
+// Operation reads the record whose operation identity has digest, within
+// tenant: one read by the operation index. Another tenant's record, like an
+// unknown digest, returns an error matching [durable.ErrNotFound].
+func (s *store) Operation(ctx context.Context, tenant string, digest [32]byte) (durable.Record, error) {
+	var raw rawRecord
+	if err := s.pool.QueryRow(ctx, s.q.operation, digest[:], tenant).Scan(raw.targets()...); err != nil {
+		return durable.Record{}, translate("operation", err)
+	}
+	return raw.record()
+}
+
+// Handover hands the processing record held by from to owner under
+// generation from+1 and a lease of lease, in one statement: exactly one
+// handover of a token succeeds; [durable.ErrFenced] when the record is not
+// held by from (handed over, taken over, finished, released, gone), and
+// [durable.ErrUnavailable] when the reply was lost.
+func (s *store) Handover(ctx context.Context, ref durable.Ref, from fence.Token, owner uuid.UUID, lease time.Duration) (fence.Token, error) {
+	switch {
+	case owner == uuid.Nil:
+		return fence.Token{}, fmt.Errorf("durable/postgres: handover: %w", storeapi.Invalid("owner", "nil UUID"))
+	case lease < time.Millisecond:
+		return fence.Token{}, fmt.Errorf("durable/postgres: handover: %w", storeapi.Invalid("lease", "shorter than 1ms"))
+	}
+	var gen int64
+	err := s.queryRow(ctx, s.pool, s.q.handover, fenceArgs(ref, from, pgUUID(owner), lease.Microseconds()), &gen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fence.Token{}, fmt.Errorf("durable/postgres: handover: %w", durable.ErrFenced)
+	}
+	if err != nil {
+		return fence.Token{}, translate("handover", err)
+	}
+	return fence.Token{Generation: uint64(gen), Owner: owner}, nil
 }
 
 // Pending lists, oldest first, at most limit records for the reconciler:

@@ -77,13 +77,14 @@ func (s *store) claimRef(p storeapi.ClaimParams) (durable.Ref, error) {
 }
 
 func (s *store) claim(ctx context.Context, q querier, ref durable.Ref, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
+	digest := ref.Digest()
 	for range claimAttempts {
 		var (
 			gen int64
 			via string
 		)
 		err := s.queryRow(ctx, q, s.q.claim, ref.Tenant, ref.Operation, ref.KeyHash[:], p.Fingerprint,
-			int64(p.Proposed), p.Owner.String(), p.Lease.Microseconds(), p.Retention.Microseconds()).Scan(&gen, &via)
+			int64(p.Proposed), p.Owner.String(), p.Lease.Microseconds(), p.Retention.Microseconds(), digest[:]).Scan(&gen, &via)
 		if err == nil {
 			return storeapi.ClaimResult{
 				Acquired:  true,

@@ -28,6 +28,7 @@ func TestContract(t *testing.T) {
 		},
 		// In-process, SQLite reports the outcome of every COMMIT: there is
 		// no acknowledgement to lose.
+		Upgrade:       upgrade,
 		LoseCommitAck: nil,
 		// Not set: a Claim that replays a finished record is two in-process
 		// statements here (the refused upsert, which writes nothing, then a

@@ -121,6 +121,11 @@ UPDATE `+migrationTable+` SET version = version WHERE 0`); err != nil {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return translate("migrate "+base, err)
 			}
+			if up && version == operationDigestVersion {
+				if err := s.backfillOperationDigests(ctx, tx); err != nil {
+					return translate("migrate "+base, err)
+				}
+			}
 			record := `DELETE FROM ` + migrationTable + ` WHERE table_name = ?1 AND version = ?2`
 			if up {
 				record = `INSERT INTO ` + migrationTable + ` (table_name, version, applied_at)

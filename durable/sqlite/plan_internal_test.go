@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestQueryPlans checks that Sweep and Pending read their partial indexes
-// instead of the whole table.
+// TestQueryPlans checks that Sweep and Pending read their partial indexes,
+// and Operation its index, instead of the whole table.
 func TestQueryPlans(t *testing.T) {
 	s, err := OpenStore(t.Context(), filepath.Join(t.TempDir(), "plan.db"))
 	if err != nil {
@@ -23,6 +23,8 @@ func TestQueryPlans(t *testing.T) {
 	}{
 		"sweep":   {s.q.sweep, "idempotency_requests_sweep_idx", []any{10}},
 		"pending": {s.q.pending, "idempotency_requests_pending_idx", []any{0, 10}},
+		// The operation resource: one indexed read by digest.
+		"operation": {s.q.operation, "idempotency_requests_operation_idx", []any{make([]byte, 32), "t"}},
 	} {
 		rows, err := s.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, tc.args...)
 		if err != nil {
@@ -63,7 +65,7 @@ func TestMigrationDown(t *testing.T) {
 	for _, step := range []struct {
 		suffix string
 		want   int
-	}{{".up.sql", 3}, {".up.sql", 3}, {".down.sql", 0}, {".down.sql", 0}, {".up.sql", 3}} {
+	}{{".up.sql", 4}, {".up.sql", 4}, {".down.sql", 0}, {".down.sql", 0}, {".up.sql", 4}} {
 		if err := s.migrate(t.Context(), step.suffix); err != nil {
 			t.Fatalf("%s: %v", step.suffix, err)
 		}
@@ -72,11 +74,11 @@ func TestMigrationDown(t *testing.T) {
 		}
 		var cols int
 		if err := s.db.QueryRowContext(t.Context(), `SELECT count(*) FROM pragma_table_info('custom_requests')
-			WHERE name IN ('retention_us', 'response_headers_bin')`).Scan(&cols); err != nil {
+			WHERE name IN ('retention_us', 'response_headers_bin', 'operation_digest')`).Scan(&cols); err != nil {
 			t.Fatal(err)
 		}
-		if want := map[int]int{3: 2, 0: 0}[step.want]; cols != want {
-			t.Fatalf("after %s: %d of the columns of 002, want %d", step.suffix, cols, want)
+		if want := map[int]int{4: 3, 0: 0}[step.want]; cols != want {
+			t.Fatalf("after %s: %d of the columns of 002 and 003, want %d", step.suffix, cols, want)
 		}
 	}
 }

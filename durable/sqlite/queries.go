@@ -66,9 +66,9 @@ const claimRule = `((state = 'processing' AND owner_token IS NOT NULL
 const takeoverRule = `(state = 'processing' AND owner_token IS NOT NULL)`
 
 type queries struct {
-	lock, claim, claimRead, get                    string
-	complete, markUncertain, renew, release, adopt string
-	adoptable, pending, sweep, stats               string
+	lock, claim, claimRead, get, operation, handover string
+	complete, markUncertain, renew, release, adopt   string
+	adoptable, pending, sweep, stats                 string
 }
 
 func buildQueries(table string) queries {
@@ -77,7 +77,7 @@ func buildQueries(table string) queries {
 		lock: r.Replace(`UPDATE {t} SET generation = generation WHERE 0`),
 
 		// ?1-?3 pk, ?4 fingerprint, ?5 proposed, ?6 owner, ?7 lease µs,
-		// ?8 retention µs. The proposed row (excluded) carries the
+		// ?8 retention µs, ?9 operation digest (durable.Ref.Digest). The proposed row (excluded) carries the
 		// statement's clock in created_at; unqualified columns in DO UPDATE
 		// are the stored row's. When the rule refuses, nothing is written
 		// and nothing returned. A takeover keeps the operation (creation,
@@ -89,9 +89,10 @@ func buildQueries(table string) queries {
 		// keeps the longer retention.
 		claim: r.Replace(strings.NewReplacer("{takeover}", takeoverRule).Replace(
 			`INSERT INTO {t} (tenant_id, operation, key_hash, request_hash, state,
-	generation, owner_token, lease_expires_at, takeovers, acquired_via, created_at, expires_at, retention_us)
+	generation, owner_token, lease_expires_at, takeovers, acquired_via, created_at, expires_at, retention_us,
+	operation_digest)
 VALUES (?1, ?2, ?3, ?4, 'processing', max(?5, 1, ` + generationFloor + `), ?6, ` + now + ` + ?7, 0, 'insert',
-	` + now + `, ` + now + ` + ?8, ?8)
+	` + now + `, ` + now + ` + ?8, ?8, ?9)
 ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
 	generation       = CASE WHEN {takeover} THEN max(?5, generation + 1)
 		ELSE max(excluded.generation, generation + 1) END,
@@ -103,6 +104,7 @@ ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
 	takeovers        = takeovers + {takeover},
 	acquired_via     = CASE WHEN {takeover} THEN 'takeover' ELSE 'restart' END,
 	request_hash     = excluded.request_hash,
+	operation_digest = excluded.operation_digest,
 	created_at       = CASE WHEN {takeover} THEN created_at ELSE excluded.created_at END,
 	expires_at       = CASE WHEN {takeover} THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
 	status_code = NULL, response_headers = NULL, response_headers_bin = NULL, response_body = NULL,
@@ -121,6 +123,10 @@ FROM {t} WHERE ` + pk),
 
 		get: r.Replace(`SELECT ` + recordCols + ` FROM {t} WHERE ` + pk),
 
+		// A record by its operation identity within one tenant: ?1
+		// operation digest, ?2 tenant.
+		operation: r.Replace(`SELECT ` + recordCols + ` FROM {t} WHERE operation_digest = ?1 AND tenant_id = ?2`),
+
 		// ?6 state ('completed' or 'failed'), ?7 status, ?8 headers JSON
 		// (the lossy copy), ?9 body, ?10 version, ?11 resource id, ?12
 		// headers byte for byte. The record keeps a full retention after it
@@ -137,6 +143,12 @@ WHERE ` + fenced + ` AND state = 'processing'`),
 
 		// ?6 lease µs. An uncertain record is renewed only once adopted
 		// (MarkUncertain cleared its lease; Adopt set one).
+		// ?6 new owner, ?7 lease µs.
+		handover: r.Replace(`UPDATE {t} SET generation = generation + 1, owner_token = ?6,
+	lease_expires_at = ` + now + ` + ?7
+WHERE ` + fenced + ` AND state = 'processing'
+RETURNING generation`),
+
 		renew: r.Replace(`UPDATE {t} SET lease_expires_at = ` + now + ` + ?6
 WHERE ` + fenced + ` AND (state = 'processing'
 	OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`),

@@ -30,6 +30,14 @@ func (s *store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Re
 	return scanRecord(s.queryRow(ctx, q, s.q.get, ref.Tenant, ref.Operation, ref.KeyHash[:]))
 }
 
+// Operation reads the record whose operation identity has digest, within
+// tenant: one read by the operation index. Another tenant's record, like an
+// unknown digest, returns an error matching [durable.ErrNotFound].
+func (s *store) Operation(ctx context.Context, tenant string, digest [32]byte) (durable.Record, error) {
+	rec, err := scanRecord(s.queryRow(ctx, s.db, s.q.operation, digest[:], tenant))
+	return rec, translate("operation", err)
+}
+
 // Adopt takes over, for the reconciler, a record that is uncertain (its
 // lease free or expired) or processing with an expired lease, both by the
 // database's clock. The state is kept; the generation becomes

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/fence"
@@ -85,6 +87,37 @@ func (s *store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lea
 	}
 	return s.fencedWrite(ctx, nil, "renew", ref, nil, s.q.renew,
 		ref.Tenant, ref.Operation, ref.KeyHash[:], tok.Owner.String(), int64(tok.Generation), lease.Microseconds())
+}
+
+// Handover hands the processing record held by from to owner under
+// generation from+1 and a lease of lease, in one statement: exactly one
+// handover of a token succeeds; [durable.ErrFenced] when the record is not
+// held by from.
+func (s *store) Handover(ctx context.Context, ref durable.Ref, from fence.Token, owner uuid.UUID, lease time.Duration) (fence.Token, error) {
+	if err := validWrite("handover", ref, from); err != nil {
+		return fence.Token{}, err
+	}
+	if err := validLease(lease); err != nil {
+		return fence.Token{}, err
+	}
+	if owner == uuid.Nil {
+		return fence.Token{}, fmt.Errorf("durable/sqlite: handover: %w", storeapi.Invalid("owner", "nil UUID"))
+	}
+	unlock, err := s.lockWrites(ctx)
+	if err != nil {
+		return fence.Token{}, unavailable("handover", err)
+	}
+	defer unlock()
+	var gen int64
+	err = s.queryRow(ctx, s.db, s.q.handover, ref.Tenant, ref.Operation, ref.KeyHash[:], from.Owner.String(),
+		int64(from.Generation), owner.String(), lease.Microseconds()).Scan(&gen)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fence.Token{}, fmt.Errorf("durable/sqlite: handover: %w", durable.ErrFenced)
+	}
+	if err != nil {
+		return fence.Token{}, translate("handover", err)
+	}
+	return fence.Token{Generation: uint64(gen), Owner: owner}, nil
 }
 
 // Release frees a processing record for any new claim, fenced; the row and

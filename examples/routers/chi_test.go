@@ -2,6 +2,7 @@ package routers
 
 import (
 	"database/sql"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/sqlite"
 )
 
@@ -135,5 +137,46 @@ func TestChi_DefaultNamingNeverUsesTheRawPath(t *testing.T) {
 		}
 	default:
 		t.Fatalf("chi set r.Pattern to %q, not a route pattern", p)
+	}
+}
+
+// The operation resource mounts on chi as on any router: the Location of an
+// uncertain (or, with claim.WithPoll, in-progress) answer is served under
+// chi's route pattern; another tenant gets 404.
+func TestChi_OperationsHandler(t *testing.T) {
+	c := claimer(t)
+	ops, err := claimhttp.Operations(c, func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant"), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Get("/operations/{id}", ops.ServeHTTP)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	out, err := c.Claim(t.Context(), claim.Request{Scope: durable.Scope{Tenant: "acme", Operation: "POST /deploys", Key: "k-op"}, Fingerprint: "v1:x"})
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatalf("claim: %v %v", out.Kind, err)
+	}
+	if err := out.Lease.Complete(t.Context(), durable.Result{StatusCode: 201, Headers: map[string][]string{"Location": {"/deploys/d1"}}, Body: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(tenant string) (*http.Response, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/operations/"+out.OperationID, nil)
+		req.Header.Set("X-Tenant", tenant)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := get("acme")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"state":"completed"`) || !strings.Contains(body, `"location":"/deploys/d1"`) {
+		t.Fatalf("acme: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get("globex"); resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("globex: %d %s", resp.StatusCode, body)
 	}
 }

@@ -130,11 +130,25 @@ type Store[TTx any] interface {
 	// state is kept; the generation becomes GREATEST(proposed, stored+1)
 	// (proposed is Redis's generation, or 0). ErrNotFound, ErrBusy otherwise.
 	Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, proposed uint64, lease time.Duration) (fence.Token, error)
+	// Handover moves a processing record held by from to owner (a fresh
+	// random identity, required) under generation from+1 with a lease of
+	// lease from now, whether or not from's lease expired: the holder of
+	// from hands its claim to a worker (an asynchronous job continuing the
+	// claim that recorded it). Exactly one handover of a token succeeds;
+	// every other returns ErrFenced, as does a record no longer held by
+	// from. A lost reply returns ErrUnavailable (the outcome is unknown).
+	Handover(ctx context.Context, ref durable.Ref, from fence.Token, owner uuid.UUID, lease time.Duration) (fence.Token, error)
 	// Pending lists, oldest first, at most limit (at least 1) records the
 	// reconciler should look at: processing records whose lease expired at
 	// least staleFor ago by the database's clock, and uncertain records whose
 	// lease is free. Released records are not listed.
 	Pending(ctx context.Context, staleFor time.Duration, limit int) ([]durable.Record, error)
+
+	// Operation reads the record whose operation identity has digest
+	// ([durable.Ref.Digest]), within tenant, with one indexed read. A record
+	// of another tenant is not found: ErrNotFound, as for an unknown digest,
+	// so the answer never tells whether another tenant has that operation.
+	Operation(ctx context.Context, tenant string, digest [32]byte) (durable.Record, error)
 
 	// InTx runs fn in a new transaction and commits it when fn returns nil;
 	// it rolls back when fn returns an error or panics (re-panicking). A

@@ -14,6 +14,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/oncekey/oncekey/durable"
+
 	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
@@ -27,6 +29,13 @@ type Harness[TTx any] struct {
 	// pool, a port nothing listens on). Every method must return
 	// durable.ErrUnavailable. Required.
 	Unreachable func(t testing.TB) storeapi.Store[TTx]
+
+	// Upgrade returns a fresh store whose table was created by the
+	// migrations before 003 (001 and 002, as a database of the previous
+	// release), holding one completed record for each of refs written with
+	// plain SQL (keys hashed without a secret, generation 1), and then
+	// migrated to the latest version with the backend's Migrate. Required.
+	Upgrade func(t testing.TB, refs []durable.Ref) storeapi.Store[TTx]
 
 	// LoseCommitAck returns a fresh store, like New, and a function arm.
 	// After arm is called, the next COMMIT sent by the store is applied by

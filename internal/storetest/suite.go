@@ -23,15 +23,17 @@ import (
 // takeover; response headers kept byte for byte; generations that rise
 // across Sweep (a clock floor for created records, a clock margin for
 // Sweep); a refused COMMIT reported as such, not as ErrUnavailable (with
-// h.BreakCommit); and, with h.Statements, one round trip per Claim and
+// h.BreakCommit); a record read by its operation identity within its tenant
+// only, and that identity given to rows that existed before migration 003
+// (h.Upgrade); a handover of a claim by its token, exactly once; and, with h.Statements, one round trip per Claim and
 // Complete.
 //
 // The sweep and generation subtests wait for the database's clock to pass a
 // new record's generation by the sweep margin: about a minute, in parallel
 // with the rest.
 func Run[TTx any](t *testing.T, h Harness[TTx]) {
-	if h.New == nil || h.Unreachable == nil {
-		t.Fatal("storetest: Harness.New and Harness.Unreachable are required")
+	if h.New == nil || h.Unreachable == nil || h.Upgrade == nil {
+		t.Fatal("storetest: Harness.New, Harness.Unreachable and Harness.Upgrade are required")
 	}
 	c := &contract[TTx]{h: h}
 	tests := []struct {
@@ -66,6 +68,9 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 		{"TakeoverRaisesExpiryToAFullRetention", c.takeoverRetention},
 		{"HeadersAreStoredByteForByte", c.headersExact},
 		{"DefiniteCommitFailureIsNotReportedAsUnavailable", c.definiteCommitFailure},
+		{"OperationIsReadByItsIdentityWithinItsTenantOnly", c.operationByID},
+		{"MigrationGivesExistingRowsTheirOperationIdentity", c.operationMigration},
+		{"HandoverMovesAClaimOnOnceFromItsToken", c.handover},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

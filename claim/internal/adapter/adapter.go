@@ -4,7 +4,13 @@
 // when it is initialized, before any adapter can hold a Claimer.
 package adapter
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+)
 
 var (
 	// Retention returns the retention of an operation under claimer (a
@@ -12,4 +18,24 @@ var (
 	Retention func(claimer any, operation string) time.Duration
 	// Polls reports whether claimer was configured with claim.WithPoll.
 	Polls func(claimer any) bool
+)
+
+// The asynchronous adapters (claimriver) reach a Claimer (any transaction
+// type) through these; the values are claim's types behind any.
+var (
+	// Rejected returns the result of an error made by claim.Reject.
+	Rejected func(err error) (durable.Result, bool)
+	// InTx runs fn in a new transaction of claimer's store (its TTx as tx).
+	InTx func(ctx context.Context, claimer any, fn func(ctx context.Context, tx any) error) error
+	// ClaimTx claims r (a claim.Request) inside tx and returns the
+	// claim.Outcome; an acquired one holds a *claim.Lease usable once tx
+	// committed, and takeover reports that it took over an expired lease
+	// of the same request. Redis is not asked.
+	ClaimTx func(ctx context.Context, claimer, tx, r any) (out any, takeover bool, err error)
+	// Resume returns a *claim.Lease (nil when the record is not processing)
+	// on operation id of tenant: handed over from tok, the intent's claim
+	// token (once per token; ErrFenced after), or with the zero token
+	// adopted under a new generation once the earlier lease expired
+	// (durable.ErrBusy before).
+	Resume func(ctx context.Context, claimer any, tenant, id string, tok fence.Token) (any, durable.Record, error)
 )

@@ -1,0 +1,110 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/oncekey/oncekey/claim/internal/adapter"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
+)
+
+// The asynchronous adapters of this package (claimriver) claim a key in the
+// transaction that records the intent to run, and resume the operation
+// from a worker, through package adapter rather than through claim's API.
+func init() {
+	type async interface {
+		inTxAny(ctx context.Context, fn func(ctx context.Context, tx any) error) error
+		claimTxAny(ctx context.Context, tx any, r Request) (Outcome, bool, error)
+		resume(ctx context.Context, tenant, id string, tok fence.Token) (*Lease, durable.Record, error)
+	}
+	adapter.Rejected = func(err error) (durable.Result, bool) {
+		var rej *rejectError
+		if errors.As(err, &rej) {
+			return rej.Result, true
+		}
+		return durable.Result{}, false
+	}
+	adapter.InTx = func(ctx context.Context, c any, fn func(ctx context.Context, tx any) error) error {
+		return c.(async).inTxAny(ctx, fn)
+	}
+	adapter.ClaimTx = func(ctx context.Context, c, tx, r any) (any, bool, error) {
+		return c.(async).claimTxAny(ctx, tx, r.(Request))
+	}
+	adapter.Resume = func(ctx context.Context, c any, tenant, id string, tok fence.Token) (any, durable.Record, error) {
+		l, rec, err := c.(async).resume(ctx, tenant, id, tok)
+		if l == nil {
+			return nil, rec, err
+		}
+		return l, rec, err
+	}
+}
+
+func (c *Claimer[TTx]) inTxAny(ctx context.Context, fn func(ctx context.Context, tx any) error) error {
+	return c.store.InTx(ctx, func(ctx context.Context, tx TTx) error { return fn(ctx, tx) })
+}
+
+// claimTxAny claims r inside tx, in the durable store only (Redis is not
+// asked: the claim is not visible before tx commits). An Acquired outcome
+// carries a Lease whose writes run on their own, once tx committed, and
+// reports whether it took over an expired lease of the same request.
+func (c *Claimer[TTx]) claimTxAny(ctx context.Context, txAny any, r Request) (Outcome, bool, error) {
+	tx, ok := txAny.(TTx)
+	if !ok {
+		return Outcome{}, false, configErr("claim in a transaction of type %T, not the store's", txAny)
+	}
+	ref, p, err := c.prepare(r)
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	opID := ref.OperationID()
+	sent := time.Now()
+	res, err := c.store.Claim(ctx, tx, p)
+	if err != nil {
+		return Outcome{OperationID: opID}, false, c.claimErr(ctx, err)
+	}
+	if !res.Acquired {
+		return c.existing(ctx, opID, ref, p, fast{}, res.Record, sent), false, nil
+	}
+	return Outcome{Kind: Acquired, OperationID: opID, Lease: newLease(c, ref, res.Token, p, sent, trace.SpanContextFromContext(ctx))}, res.Takeover, nil
+}
+
+// resume returns a Lease on the operation id of tenant, for a worker that
+// runs it. With tok, the token of the claim that recorded the intent, the
+// claim is handed over to this worker under a new generation (whether or
+// not its lease expired); exactly one worker gets a token's handover, any
+// other ErrFenced. With the zero token (the handover went to a worker that
+// died or failed), the record is adopted under a new generation, which
+// fences every earlier worker, once its lease expired: durable.ErrBusy
+// while it is live. A record that is not processing (finished, uncertain,
+// released) returns a nil Lease and the record: there is nothing to run.
+func (c *Claimer[TTx]) resume(ctx context.Context, tenant, id string, tok fence.Token) (*Lease, durable.Record, error) {
+	rec, err := c.Operation(ctx, tenant, id)
+	if err != nil {
+		return nil, rec, err
+	}
+	if rec.State != durable.Processing || rec.Released {
+		return nil, rec, nil
+	}
+	p := storeapi.ClaimParams{Fingerprint: rec.Fingerprint, Lease: c.cfg.lease, Retention: c.retentionFor(rec.Ref.Operation)}
+	sent := time.Now()
+	var ntok fence.Token
+	if tok != (fence.Token{}) {
+		ntok, err = c.store.Handover(ctx, rec.Ref, tok, uuid.New(), p.Lease)
+	} else {
+		ntok, err = c.store.Adopt(ctx, rec.Ref, uuid.New(), 0, p.Lease)
+		if err == nil {
+			c.m.takeover(ctx)
+			c.log.Info("oncekey: a worker took the operation over", "op", rec.Ref, "generation", ntok.Generation)
+		}
+	}
+	if err != nil {
+		return nil, rec, wrap("resume", err)
+	}
+	return newLease(c, rec.Ref, ntok, p, sent, trace.SpanContextFromContext(ctx)), rec, nil
+}

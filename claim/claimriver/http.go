@@ -1,0 +1,128 @@
+package claimriver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/riverqueue/river"
+
+	"github.com/oncekey/oncekey/canon"
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/durable"
+)
+
+// Handler returns the HTTP front of async mode for operation (for example
+// "POST /deploys"): it reads the Idempotency-Key and the tenant, takes the
+// request's fingerprint (package canon) and its body as the job's payload,
+// and calls [Runner.Enqueue]. It answers:
+//
+//	first request (job inserted)        202, Location, Retry-After, {"id": "op_...", "state": "processing"}
+//	same key while it runs or is        202, the same Location, Retry-After
+//	  being reconciled (uncertain)
+//	same key once finished              the stored status, headers and body, Idempotent-Replayed: true
+//	same key, another request           422 problem (ProblemKeyReused)
+//	no or bad key                       400 problem; no tenant 401; body over WithMaxBody 413
+//	store unreachable                   503 problem, Retry-After
+//
+// Serve the Location with claimhttp.Operations. Problems and the 202 body
+// never carry the key, the tenant or the body; every 202 and problem is
+// "Cache-Control: no-store".
+func (r *Runner[TTx]) Handler(client *river.Client[TTx], operation string, tenant func(*http.Request) (string, error)) (http.Handler, error) {
+	switch {
+	case client == nil, tenant == nil:
+		return nil, fmt.Errorf("%w: Handler needs a River client and a tenant function", ErrConfig)
+	case durable.Scope{Tenant: "t", Operation: operation, Key: "k"}.Validate() != nil:
+		return nil, fmt.Errorf("%w: Handler: invalid operation name", ErrConfig)
+	}
+	return &handler[TTx]{r: r, client: client, operation: operation, tenant: tenant}, nil
+}
+
+type handler[TTx any] struct {
+	r         *Runner[TTx]
+	client    *river.Client[TTx]
+	operation string
+	tenant    func(*http.Request) (string, error)
+}
+
+func (h *handler[TTx]) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	o := h.r.o
+	key, err := wire.ParseKey(req.Header, "")
+	switch {
+	case errors.Is(err, wire.ErrKeyMissing):
+		problem(w, http.StatusBadRequest, claimclient.ProblemKeyMissing, "Idempotency key missing", 0)
+		return
+	case err != nil:
+		problem(w, http.StatusBadRequest, claimclient.ProblemKeyInvalid, "Idempotency key invalid", 0)
+		return
+	}
+	tenant, err := h.tenant(req)
+	if err != nil || tenant == "" {
+		problem(w, http.StatusUnauthorized, claimclient.ProblemUnidentified, "Caller not identified", 0)
+		return
+	}
+	fp, err := canon.Request(req, canon.Options{Operation: h.operation, MaxBody: o.maxBody})
+	switch {
+	case errors.Is(err, canon.ErrTooLarge):
+		problem(w, http.StatusRequestEntityTooLarge, claimclient.ProblemBodyTooLarge, "Request body too large", 0)
+		return
+	case err != nil:
+		problem(w, http.StatusBadRequest, claimclient.ProblemBodyInvalid, "Request body invalid", 0)
+		return
+	}
+	body, err := io.ReadAll(req.Body) // canon read it already; these are its bytes
+	if err != nil {
+		problem(w, http.StatusBadRequest, claimclient.ProblemBodyInvalid, "Request body invalid", 0)
+		return
+	}
+	out, err := h.r.Enqueue(req.Context(), h.client, claim.Request{
+		Scope: durable.Scope{Tenant: tenant, Operation: h.operation, Key: key}, Fingerprint: string(fp),
+	}, body)
+	switch {
+	case errors.Is(err, claim.ErrMismatch):
+		problem(w, http.StatusUnprocessableEntity, claimclient.ProblemKeyReused, "Idempotency key reused", 0)
+		return
+	case errors.Is(err, claim.ErrInvalidScope):
+		problem(w, http.StatusBadRequest, claimclient.ProblemKeyInvalid, "Idempotency key invalid", 0)
+		return
+	case err != nil:
+		problem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "Service unavailable", o.retryAfter)
+		return
+	}
+	if out.Kind == claim.Replayed && out.Result != nil {
+		hdr := w.Header()
+		for k, v := range out.Result.Headers {
+			hdr[k] = append([]string(nil), v...)
+		}
+		hdr.Set(claimclient.HeaderReplayed, "true")
+		status := out.Result.StatusCode
+		if status == 0 {
+			status = http.StatusOK
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write(out.Result.Body)
+		return
+	}
+	// Acquired (the job is in), InProgress, Uncertain: the operation's
+	// Location, the same for every request with this key.
+	state := durable.Processing
+	if out.Kind == claim.Uncertain {
+		state = durable.Uncertain
+	}
+	b, _ := json.Marshal(struct {
+		ID    string        `json:"id"`
+		State durable.State `json:"state"`
+	}{out.OperationID, state})
+	hdr := w.Header()
+	hdr.Set("Location", o.opPath+out.OperationID)
+	hdr.Set("Retry-After", strconv.FormatInt(seconds(o.retryAfter), 10))
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,128 @@
+package claimriver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/postgres"
+)
+
+const childEnv = "CLAIMRIVER_TEST_CHILD" // "URL schema": run as the worker process to be killed
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(childEnv); v != "" {
+		runChild(v)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// runChild is a worker process: a River client whose work makes the
+// downstream call (idempotent by operation identity) and then hangs until
+// the process is killed.
+func runChild(v string) {
+	var url, schema string
+	if _, err := fmt.Sscan(v, &url, &schema); err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	st, err := postgres.New(pool, postgres.WithSchema(schema))
+	if err != nil {
+		panic(err)
+	}
+	c, err := claim.New[pgx.Tx](st, claim.WithLease(time.Second))
+	if err != nil {
+		panic(err)
+	}
+	r, err := New(c, func(ctx context.Context, job Job) (durable.Result, error) {
+		if _, err := pool.Exec(ctx, `INSERT INTO `+schema+`.effects (op, attempt) VALUES ($1, $2) ON CONFLICT (op) DO NOTHING`, job.OperationID, job.Attempt); err != nil {
+			panic(err)
+		}
+		select {} // killed here, mid-job
+	})
+	if err != nil {
+		panic(err)
+	}
+	workers := river.NewWorkers()
+	if err := r.Register(workers); err != nil {
+		panic(err)
+	}
+	cl, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema: schema, Workers: workers, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond,
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := cl.Start(ctx); err != nil {
+		panic(err)
+	}
+	select {}
+}
+
+// A worker process killed (SIGKILL) mid-job: River retries the job, the
+// retry takes the operation over under a new generation once the dead
+// worker's lease expired, and finishes it exactly once (one downstream
+// effect). River's rescuer makes a dead worker's running job retryable
+// after RescueStuckJobsAfter, checked every 30 s (fixed in River); the
+// test does that step itself with the same update, so it does not wait.
+func TestAsync_WorkerKilledMidJobIsFinishedByTheRetry(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Second)
+	a := e.enqueued("killed")
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), childEnv+"="+e.schema.URL+" "+e.schema.Name)
+	child.Stdout, child.Stderr = os.Stderr, os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for e.effects(a.OperationID) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the child worker never started the job")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	// The killed worker held the claim by handover: one generation above
+	// the intent's.
+	killed := e.record("acme", a.OperationID)
+	if killed.State != durable.Processing || killed.Token.Generation != a.Generation+1 {
+		t.Fatalf("after the kill: %v generation %d (intent %d)", killed.State, killed.Token.Generation, a.Generation)
+	}
+	// River's rescue of the stuck job.
+	if _, err := e.schema.Pool.Exec(t.Context(), `UPDATE `+e.schema.Name+`.river_job
+		SET state = 'retryable', scheduled_at = now() WHERE state = 'running'`); err != nil {
+		t.Fatal(err)
+	}
+	e.client(true)
+	rec := e.waitState("acme", a.OperationID, durable.Completed)
+	if rec.Token.Generation <= killed.Token.Generation || rec.Takeovers < 1 {
+		t.Fatalf("finished under generation %d (the killed worker's %d), %d takeovers; want a takeover", rec.Token.Generation, killed.Token.Generation, rec.Takeovers)
+	}
+	if n := e.effects(a.OperationID); n != 1 {
+		t.Fatalf("%d downstream effects; want 1", n)
+	}
+	if e.calls.Load() != 1 {
+		t.Fatalf("the retry called the downstream %d times; want 1", e.calls.Load())
+	}
+}

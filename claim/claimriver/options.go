@@ -1,0 +1,107 @@
+package claimriver
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option configures a [Runner]. A bad value makes [New] fail with an error
+// matching [ErrConfig].
+type Option func(*config) error
+
+type config struct {
+	maxAttempts   int
+	queue         string
+	finishTimeout time.Duration
+	opPath        string
+	retryAfter    time.Duration
+	maxBody       int64
+}
+
+// WithMaxAttempts sets how many attempts River makes of each job (at least
+// 1; River's default, 25, when not set). After the last one fails the
+// operation is marked uncertain.
+func WithMaxAttempts(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithMaxAttempts: at least 1, got %d", ErrConfig, n)
+		}
+		c.maxAttempts = n
+		return nil
+	}
+}
+
+// WithQueue sets the River queue of the jobs (River's default queue when
+// not set). The client that works them must have that queue configured.
+func WithQueue(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("%w: WithQueue: empty name", ErrConfig)
+		}
+		c.queue = name
+		return nil
+	}
+}
+
+// WithFinishTimeout bounds the fenced write that stores an attempt's
+// outcome (Complete, Fail, MarkUncertain), which runs even when River
+// cancelled the attempt. Defaults to 10 seconds.
+func WithFinishTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: WithFinishTimeout: must be positive, got %v", ErrConfig, d)
+		}
+		c.finishTimeout = d
+		return nil
+	}
+}
+
+// WithOperationPath sets the prefix of the Location the HTTP handler
+// answers with: prefix + operation id. Serve it with claimhttp.Operations
+// (given the same prefix). Defaults to "/operations/".
+func WithOperationPath(prefix string) Option {
+	return func(c *config) error {
+		if prefix == "" {
+			return fmt.Errorf("%w: WithOperationPath: empty prefix", ErrConfig)
+		}
+		c.opPath = prefix
+		return nil
+	}
+}
+
+// WithRetryAfter sets the Retry-After of the handler's 202 answers.
+// Defaults to 1 second.
+func WithRetryAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: WithRetryAfter: must be positive, got %v", ErrConfig, d)
+		}
+		c.retryAfter = d
+		return nil
+	}
+}
+
+// WithMaxBody bounds the request body the handler accepts and stores as
+// the job's payload, in bytes. Defaults to 1 MiB.
+func WithMaxBody(n int64) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithMaxBody: at least 1, got %d", ErrConfig, n)
+		}
+		c.maxBody = n
+		return nil
+	}
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{finishTimeout: 10 * time.Second, opPath: "/operations/", retryAfter: time.Second, maxBody: 1 << 20}
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("%w: nil Option", ErrConfig)
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
