@@ -4,7 +4,11 @@
 // when it is initialized, before any adapter can hold a Claimer.
 package adapter
 
-import "time"
+import (
+	"time"
+
+	"github.com/oncekey/oncekey/durable"
+)
 
 var (
 	// Retention returns the retention of an operation under claimer (a
@@ -12,4 +16,7 @@ var (
 	Retention func(claimer any, operation string) time.Duration
 	// Polls reports whether claimer was configured with claim.WithPoll.
 	Polls func(claimer any) bool
+	// Rejected returns the result of an error made by claim.Reject, for
+	// adapters that settle a Lease (workflow mode) from a handler's error.
+	Rejected func(err error) (durable.Result, bool)
 )
