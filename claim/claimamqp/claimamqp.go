@@ -8,7 +8,7 @@
 //
 // The identity of a message is its message-id property, or what WithIdentity
 // returns. The operation is the queue name given to New (WithOperation), the
-// tenant "" (WithTenant). The fingerprint is the body: its RFC 8785 form when
+// tenant "default" (WithTenant). The fingerprint is the body: its RFC 8785 form when
 // it is JSON (member order and spacing do not matter), its bytes otherwise.
 // So the same identity with another body is a mismatch, never run.
 //
@@ -133,7 +133,8 @@ func WithOperation(f func(*amqp.Delivery) string) Option {
 	}
 }
 
-// WithTenant sets the tenant of a delivery. Defaults to "".
+// WithTenant sets the tenant of a delivery. Defaults to "default".
+// An empty tenant is an invalid scope: the message is terminated.
 func WithTenant(f func(*amqp.Delivery) string) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -191,7 +192,7 @@ func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consume
 	cfg := config{
 		identity:  func(d *amqp.Delivery) string { return d.MessageId },
 		operation: func(*amqp.Delivery) string { return queue },
-		tenant:    func(*amqp.Delivery) string { return "" },
+		tenant:    func(*amqp.Delivery) string { return "default" },
 		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		delays:    consume.DefaultDelays,
 	}

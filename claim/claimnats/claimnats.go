@@ -9,7 +9,7 @@
 // The identity of a message is its Nats-Msg-Id header (the one JetStream
 // deduplicates publishes by, within its own, short window), or what
 // WithIdentity returns. The operation is the message's subject
-// (WithOperation), the tenant "" (WithTenant). The fingerprint is the
+// (WithOperation), the tenant "default" (WithTenant). The fingerprint is the
 // payload: its RFC 8785 form when it is JSON (member order and spacing do not
 // matter), its bytes otherwise. So the same identity with another payload is
 // a mismatch, never run.
@@ -43,7 +43,8 @@
 //     MaxDeliver set on the consumer, JetStream gives up after that many
 //     deliveries (a max-deliveries advisory); the record stays uncertain
 //     for the Reconciler either way.
-//   - mismatch, no identity, invalid scope: TermWithReason, and an error log
+//   - mismatch, no identity, invalid scope: Term (never redelivered; a
+//     terminated-message advisory), and an error log
 //     line naming the operation and the record's operation id, never the raw
 //     message id or tenant. The handler never runs.
 package claimnats
@@ -131,7 +132,8 @@ func WithOperation(f func(jetstream.Msg) string) Option {
 	}
 }
 
-// WithTenant sets the tenant of a message. Defaults to "".
+// WithTenant sets the tenant of a message. Defaults to "default".
+// An empty tenant is an invalid scope: the message is terminated.
 func WithTenant(f func(jetstream.Msg) string) Option {
 	return func(c *config) error {
 		if f == nil {
@@ -186,7 +188,7 @@ func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error)
 	cfg := config{
 		identity:  func(m jetstream.Msg) string { return m.Headers().Get(nats.MsgIdHdr) },
 		operation: jetstream.Msg.Subject,
-		tenant:    func(jetstream.Msg) string { return "" },
+		tenant:    func(jetstream.Msg) string { return "default" },
 		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		delays:    consume.DefaultDelays,
 	}
@@ -237,11 +239,9 @@ func settle(msg jetstream.Msg, d consume.Decision) (Action, error) {
 	case Retry, Hold:
 		err = msg.NakWithDelay(d.Delay)
 	case Terminate:
-		reason := "oncekey: never run"
-		if errors.Is(d.Err, claim.ErrMismatch) {
-			reason = "oncekey: message id reused with another payload"
-		}
-		err = msg.TermWithReason(reason)
+		// Term, not TermWithReason: servers before 2.10.4 ignore the latter
+		// and would redeliver. The reason is in the log line.
+		err = msg.Term()
 	}
 	if err != nil {
 		return d.Action, fmt.Errorf("claimnats: %v: %w", d.Action, err)
