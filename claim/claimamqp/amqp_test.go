@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,7 +23,6 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // env is one test's world: its own queue (with a dead-letter queue), schema
 // and Redis key prefix.

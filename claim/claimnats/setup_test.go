@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -22,7 +21,6 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // env is one test's world: its own stream, schema and Redis key prefix.
 type env struct {
