@@ -23,7 +23,6 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-
 // env is one test's world: its own queue (with a dead-letter queue), schema
 // and Redis key prefix.
 type env struct {

@@ -46,8 +46,8 @@
 //   - mismatch, no identity, invalid scope: rejected without requeue, so the
 //     queue's dead-letter exchange (x-dead-letter-exchange) gets it, or
 //     RabbitMQ drops it when the queue has none; an error log line names the
-//     operation and the record's operation id, never the raw message id or
-//     tenant. The handler never runs.
+//     scope hashed (as package claim logs it) and the delivery tag, never
+//     the raw message id, tenant or queue. The handler never runs.
 package claimamqp
 
 import (
@@ -208,7 +208,8 @@ func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consume
 }
 
 func (c *Consumer[TTx]) message(d *amqp.Delivery) consume.Message {
-	return consume.Message{ID: c.cfg.identity(d), Tenant: c.cfg.tenant(d), Operation: c.cfg.operation(d), Payload: d.Body}
+	return consume.Message{ID: c.cfg.identity(d), Tenant: c.cfg.tenant(d), Operation: c.cfg.operation(d), Payload: d.Body,
+		Where: []any{"delivery_tag", d.DeliveryTag, "redelivered", d.Redelivered}}
 }
 
 // Do runs fn once per message identity in the claim's transaction

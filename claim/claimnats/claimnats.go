@@ -44,9 +44,10 @@
 //     deliveries (a max-deliveries advisory); the record stays uncertain
 //     for the Reconciler either way.
 //   - mismatch, no identity, invalid scope: Term (never redelivered; a
-//     terminated-message advisory), and an error log
-//     line naming the operation and the record's operation id, never the raw
-//     message id or tenant. The handler never runs.
+//     terminated-message advisory), and an error log line naming the
+//     scope hashed (as package claim logs it), the stream and its
+//     sequence, never the raw message id, tenant or subject. The handler
+//     never runs.
 package claimnats
 
 import (
@@ -204,7 +205,11 @@ func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error)
 }
 
 func (c *Consumer[TTx]) message(m jetstream.Msg) consume.Message {
-	return consume.Message{ID: c.cfg.identity(m), Tenant: c.cfg.tenant(m), Operation: c.cfg.operation(m), Payload: m.Data()}
+	cm := consume.Message{ID: c.cfg.identity(m), Tenant: c.cfg.tenant(m), Operation: c.cfg.operation(m), Payload: m.Data()}
+	if md, err := m.Metadata(); err == nil {
+		cm.Where = []any{"stream", md.Stream, "stream_seq", md.Sequence.Stream, "consumer", md.Consumer}
+	}
+	return cm
 }
 
 // Do runs fn once per message identity in the claim's transaction

@@ -21,7 +21,6 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-
 // env is one test's world: its own stream, schema and Redis key prefix.
 type env struct {
 	t       *testing.T

@@ -64,6 +64,9 @@ type Message struct {
 	Tenant    string
 	Operation string
 	Payload   []byte
+	// Where names the delivery for a log line (stream sequence, delivery
+	// tag), as slog attributes; never the identity.
+	Where []any
 }
 
 // Delays configures how long a message waits before its redelivery.
@@ -204,12 +207,11 @@ func claimError(log *slog.Logger, m Message, err error, d Delays) *Decision {
 }
 
 func terminate(log *slog.Logger, m Message, err error) Decision {
-	// Never the raw id or tenant: the scope's reference names the record.
-	attrs := []any{"operation", m.Operation, "error", err}
-	if m.ID != "" {
-		ref := durable.Scope{Tenant: m.Tenant, Operation: m.Operation, Key: m.ID}.Ref(nil)
-		attrs = append(attrs, "ref", ref.OperationID())
-	}
+	// Never the raw id, nor a hash of it (a store configured with a key
+	// secret names records by an HMAC this package cannot compute): the
+	// scope as the library logs it (tenant and operation hashed, no key),
+	// the cause, and where the broker holds the message.
+	attrs := append([]any{"scope", durable.Scope{Tenant: m.Tenant, Operation: m.Operation}, "error", err}, m.Where...)
 	log.Error("oncekey: message dead-lettered, never run", attrs...)
 	return Decision{Action: Terminate, Err: err}
 }
