@@ -14,11 +14,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimamqp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/redisproc"
 	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
 )
@@ -335,5 +337,44 @@ func TestRun_UncertainHeldAndRequeued(t *testing.T) {
 	}
 	if runs != 1 {
 		t.Fatalf("handler ran %d times, want 1", runs)
+	}
+}
+
+// Redis restarted empty between deliveries of the same messages: the durable
+// store still arbitrates, one effect per message.
+func TestDo_RedisRestartedEmpty_OneEffect(t *testing.T) {
+	e := newEnv(t)
+	srv := redisproc.Start(t, redisproc.Options{})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	st, err := postgres.New(e.schema.Pool, postgres.WithSchema(e.schema.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := claim.New(st, claim.WithLease(2*time.Second), claim.WithRetention(time.Hour),
+		claim.WithRedis(rdb, lua.Options{Prefix: "t", Timeout: time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := claimamqp.New(c, e.queue, claimamqp.WithRetryDelay(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var finals atomic.Int32
+	e.consume(cons, &finals, effectFn)
+	for i := range 5 {
+		e.publish(fmt.Sprintf("charge-%d", i), `{"amount":1}`)
+	}
+	waitFor(t, "the first 5 acked", 30*time.Second, func() bool { return finals.Load() == 5 })
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		e.publish(fmt.Sprintf("charge-%d", i), `{"amount":1}`)
+		e.publish(fmt.Sprintf("charge-new-%d", i), `{"amount":1}`)
+	}
+	waitFor(t, "all 15 acked", 30*time.Second, func() bool { return finals.Load() == 15 })
+	if rows, distinct := e.effects(); rows != 10 || distinct != 10 {
+		t.Fatalf("effects after the Redis restart: %d rows for %d messages, want 10", rows, distinct)
 	}
 }
