@@ -301,6 +301,19 @@ func TestRun_PausedPastLease_Fenced(t *testing.T) {
 	if r.a != claimnats.Retry || !errors.Is(r.err, claim.ErrFenced) {
 		t.Fatalf("A after resuming: %v %v, want Retry with ErrFenced", r.a, r.err)
 	}
+	// Both executions carried the same operation id downstream, so a
+	// downstream deduplicating on it absorbs the repeat.
+	ids := 0
+	downstream.Range(func(_, v any) bool {
+		ids++
+		if n := v.(*atomic.Int32).Load(); n != 2 {
+			t.Errorf("downstream calls under the operation id: %d, want 2 (A and B)", n)
+		}
+		return true
+	})
+	if ids != 1 {
+		t.Fatalf("downstream saw %d operation ids, want 1", ids)
+	}
 	// The redelivery is answered with B's stored result, without running.
 	a, err := cA.Run(context.Background(), fakeMsg{first}, func(context.Context, jetstream.Msg, claim.Op) (durable.Result, error) {
 		t.Fatal("ran after completion")
