@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,13 +21,6 @@ func init() {
 		inTxAny(ctx context.Context, fn func(ctx context.Context, tx any) error) error
 		claimTxAny(ctx context.Context, tx any, r Request) (Outcome, bool, error)
 		resume(ctx context.Context, tenant, id string, tok fence.Token) (*Lease, durable.Record, error)
-	}
-	adapter.Rejected = func(err error) (durable.Result, bool) {
-		var rej *rejectError
-		if errors.As(err, &rej) {
-			return rej.Result, true
-		}
-		return durable.Result{}, false
 	}
 	adapter.InTx = func(ctx context.Context, c any, fn func(ctx context.Context, tx any) error) error {
 		return c.(async).inTxAny(ctx, fn)

@@ -301,6 +301,13 @@ func init() {
 	}
 	adapter.Retention = func(c any, operation string) time.Duration { return c.(settings).retentionFor(operation) }
 	adapter.Polls = func(c any) bool { return c.(settings).polls() }
+	adapter.Rejected = func(err error) (durable.Result, bool) {
+		var rej *rejectError
+		if errors.As(err, &rej) {
+			return rej.Result, true
+		}
+		return durable.Result{}, false
+	}
 }
 
 // Request is one request to claim: its scope and its canonical fingerprint

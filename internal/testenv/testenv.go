@@ -250,3 +250,32 @@ func ExampleRedis() (rdb *redis.Client, prefix string, cleanup func()) {
 		rdb.Close()
 	}
 }
+
+// Local defaults of the message brokers, used when no URL is set.
+const (
+	DefaultNATSURL = "nats://127.0.0.1:4222"
+	DefaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+)
+
+// NATSURL returns the URL of the NATS server (with JetStream) the tests use:
+// NATS_URL, or DefaultNATSURL when it is unset. The caller dials it and calls
+// Unavailable(t, "NATS", "NATS_URL", err) when it does not answer (this
+// package holds no broker client).
+func NATSURL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("NATS_URL"); u != "" {
+		return u
+	}
+	return DefaultNATSURL
+}
+
+// AMQPURL returns the URL of the RabbitMQ server the tests use: AMQP_URL,
+// or DefaultAMQPURL when it is unset. The caller dials it and calls
+// Unavailable(t, "RabbitMQ", "AMQP_URL", err) when it does not answer.
+func AMQPURL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("AMQP_URL"); u != "" {
+		return u
+	}
+	return DefaultAMQPURL
+}

@@ -60,3 +60,22 @@ func TestURLs_EnvThenLocalDefault(t *testing.T) {
 		t.Fatalf("RedisURL = %q", got)
 	}
 }
+
+func TestBrokerURLs_EnvThenLocalDefault(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("AMQP_URL", "")
+	if got := testenv.NATSURL(t); got != testenv.DefaultNATSURL {
+		t.Fatalf("NATSURL without NATS_URL = %q", got)
+	}
+	if got := testenv.AMQPURL(t); got != testenv.DefaultAMQPURL {
+		t.Fatalf("AMQPURL without AMQP_URL = %q", got)
+	}
+	t.Setenv("NATS_URL", "nats://h:1")
+	t.Setenv("AMQP_URL", "amqp://u:p@h:2/")
+	if got := testenv.NATSURL(t); got != "nats://h:1" {
+		t.Fatalf("NATSURL = %q", got)
+	}
+	if got := testenv.AMQPURL(t); got != "amqp://u:p@h:2/" {
+		t.Fatalf("AMQPURL = %q", got)
+	}
+}

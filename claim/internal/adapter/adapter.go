@@ -18,13 +18,14 @@ var (
 	Retention func(claimer any, operation string) time.Duration
 	// Polls reports whether claimer was configured with claim.WithPoll.
 	Polls func(claimer any) bool
+	// Rejected returns the result of an error made by claim.Reject, for
+	// adapters that settle a Lease (workflow mode) from a handler's error.
+	Rejected func(err error) (durable.Result, bool)
 )
 
 // The asynchronous adapters (claimriver) reach a Claimer (any transaction
 // type) through these; the values are claim's types behind any.
 var (
-	// Rejected returns the result of an error made by claim.Reject.
-	Rejected func(err error) (durable.Result, bool)
 	// InTx runs fn in a new transaction of claimer's store (its TTx as tx).
 	InTx func(ctx context.Context, claimer any, fn func(ctx context.Context, tx any) error) error
 	// ClaimTx claims r (a claim.Request) inside tx and returns the

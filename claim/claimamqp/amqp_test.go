@@ -1,0 +1,380 @@
+package claimamqp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimamqp"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// env is one test's world: its own queue (with a dead-letter queue), schema
+// and Redis key prefix.
+type env struct {
+	t      *testing.T
+	url    string
+	queue  string
+	dlq    string
+	ch     *amqp.Channel
+	schema testenv.Schema
+	claim  *claim.Claimer[pgx.Tx]
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, url: testenv.AMQPURL(t)}
+	e.queue = testenv.Name("q")
+	e.dlq = e.queue + ".dead"
+	_, e.ch = e.dial()
+	if _, err := e.ch.QueueDeclare(e.dlq, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ch.QueueDeclare(e.queue, false, false, false, false, amqp.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": e.dlq,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, c := e.dial()
+		_, _ = c.QueueDelete(e.queue, false, false, false)
+		_, _ = c.QueueDelete(e.dlq, false, false, false)
+	})
+	ctx := context.Background()
+	e.schema = testenv.Postgres(t)
+	if err := postgres.Migrate(ctx, e.schema.Pool, postgres.WithSchema(e.schema.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.schema.Pool.Exec(ctx, `CREATE TABLE effects (op_id text NOT NULL, msg text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(t)
+	st, err := postgres.New(e.schema.Pool, postgres.WithSchema(e.schema.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.claim, err = claim.New(st, claim.WithLease(2*time.Second), claim.WithRetention(time.Hour),
+		claim.WithRedis(rdb, lua.Options{Prefix: prefix, Timeout: time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) dial() (*amqp.Connection, *amqp.Channel) {
+	e.t.Helper()
+	conn, err := amqp.Dial(e.url)
+	if err != nil {
+		testenv.Unavailable(e.t, "RabbitMQ", "AMQP_URL", err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return conn, ch
+}
+
+func (e *env) publish(id, body string) {
+	e.t.Helper()
+	if err := e.ch.PublishWithContext(context.Background(), "", e.queue, false, false, amqp.Publishing{
+		MessageId: id, ContentType: "application/json", Body: []byte(body),
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) effects() (rows, distinct int) {
+	e.t.Helper()
+	if err := e.schema.Pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT msg) FROM effects`).Scan(&rows, &distinct); err != nil {
+		e.t.Fatal(err)
+	}
+	return rows, distinct
+}
+
+func effectFn(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO effects (op_id, msg) VALUES ($1, $2)`, op.ID, d.MessageId); err != nil {
+		return durable.Result{}, err
+	}
+	return durable.Result{Body: []byte("charged")}, nil
+}
+
+// consume runs a consumer on its own connection; finals counts deliveries
+// that ended acked or dead-lettered.
+func (e *env) consume(cons *claimamqp.Consumer[pgx.Tx], finals *atomic.Int32,
+	fn func(context.Context, pgx.Tx, *amqp.Delivery, claim.Op) (durable.Result, error)) *amqp.Connection {
+	e.t.Helper()
+	conn, ch := e.dial()
+	if err := ch.Qos(20, 0, false); err != nil {
+		e.t.Fatal(err)
+	}
+	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	go func() {
+		for d := range ds {
+			a, _ := cons.Do(context.Background(), d, fn)
+			if a == claimamqp.Ack || a == claimamqp.Terminate {
+				finals.Add(1)
+			}
+		}
+	}()
+	return conn
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func newConsumer(t *testing.T, e *env, opts ...claimamqp.Option) *claimamqp.Consumer[pgx.Tx] {
+	t.Helper()
+	cons, err := claimamqp.New(e.claim, e.queue, append([]claimamqp.Option{claimamqp.WithRetryDelay(100 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cons
+}
+
+// The same message published 5 times, the consumer of its first delivery
+// killed mid-handler (connection closed: RabbitMQ requeues the delivery, the
+// transaction rolls back): one effect.
+func TestDo_DuplicatesAndKilledConsumer_OneEffect(t *testing.T) {
+	e := newEnv(t)
+	cons := newConsumer(t, e)
+	connA, chA := e.dial()
+	ds, err := chA.Consume(e.queue, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killCtx, kill := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	go func() {
+		d, ok := <-ds
+		if !ok {
+			return
+		}
+		_, _ = cons.Do(killCtx, d, func(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
+			if _, err := effectFn(ctx, tx, d, op); err != nil {
+				return durable.Result{}, err
+			}
+			close(started)
+			<-ctx.Done()
+			return durable.Result{}, ctx.Err()
+		})
+	}()
+	e.publish("charge-1", `{"amount":100,"currency":"EUR"}`)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("consumer A never started the handler")
+	}
+	connA.Close()
+	kill()
+	for range 4 {
+		e.publish("charge-1", `{"currency":"EUR", "amount":100}`)
+	}
+	var finals atomic.Int32
+	e.consume(cons, &finals, effectFn)
+	waitFor(t, "5 deliveries acked", 30*time.Second, func() bool { return finals.Load() == 5 })
+	if rows, distinct := e.effects(); rows != 1 || distinct != 1 {
+		t.Fatalf("effects: %d rows for %d messages, want exactly 1", rows, distinct)
+	}
+}
+
+// Without the adapter the duplicates show as duplicate effects: the check
+// above catches them.
+func TestNegativeControl_WithoutAdapter_DuplicateEffects(t *testing.T) {
+	e := newEnv(t)
+	for range 3 {
+		e.publish("charge-1", `{"amount":100}`)
+	}
+	_, ch := e.dial()
+	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		d := <-ds
+		if _, err := e.schema.Pool.Exec(context.Background(), `INSERT INTO effects (op_id, msg) VALUES ('', $1)`, d.MessageId); err != nil {
+			t.Fatal(err)
+		}
+		_ = d.Ack(false)
+	}
+	if rows, distinct := e.effects(); rows != 3 || distinct != 1 {
+		t.Fatalf("without the adapter: %d rows for %d messages, want the 3 duplicates", rows, distinct)
+	}
+}
+
+// Three competing consumers, 10 messages each published 3 times: one effect
+// per message.
+func TestDo_CompetingConsumers_OneEffectEach(t *testing.T) {
+	e := newEnv(t)
+	const n = 10
+	for i := range n {
+		for range 3 {
+			e.publish(fmt.Sprintf("charge-%d", i), fmt.Sprintf(`{"amount":%d}`, i))
+		}
+	}
+	var finals atomic.Int32
+	for range 3 {
+		e.consume(newConsumer(t, e), &finals, func(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
+			time.Sleep(20 * time.Millisecond)
+			return effectFn(ctx, tx, d, op)
+		})
+	}
+	waitFor(t, "every delivery acked", 60*time.Second, func() bool { return finals.Load() == 3*n })
+	if rows, distinct := e.effects(); rows != n || distinct != n {
+		t.Fatalf("effects: %d rows for %d messages, want %d", rows, distinct, n)
+	}
+}
+
+// A reused message-id with another body is dead-lettered (it lands in the
+// queue's dead-letter queue), logged without the id, and never run.
+func TestMismatch_DeadLetteredNeverRun(t *testing.T) {
+	e := newEnv(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	cons := newConsumer(t, e, claimamqp.WithLogger(slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil))))
+	e.publish("acct-secret-77", `{"amount":1}`)
+	e.publish("acct-secret-77", `{"amount":999}`)
+	e.publish("", `{"amount":3}`) // no identity: dead-lettered too
+	var finals, runs atomic.Int32
+	e.consume(cons, &finals, func(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
+		runs.Add(1)
+		if string(d.Body) != `{"amount":1}` {
+			t.Errorf("ran %s", d.Body)
+		}
+		return effectFn(ctx, tx, d, op)
+	})
+	waitFor(t, "3 deliveries settled", 30*time.Second, func() bool { return finals.Load() == 3 })
+	var dead []string
+	waitFor(t, "2 dead letters", 10*time.Second, func() bool {
+		d, ok, err := e.ch.Get(e.dlq, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			dead = append(dead, string(d.Body))
+		}
+		return len(dead) == 2
+	})
+	if strings.Join(dead, " ") != `{"amount":999} {"amount":3}` {
+		t.Fatalf("dead letters: %q", dead)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1", runs.Load())
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if !strings.Contains(out, "dead-lettered") || strings.Contains(out, "acct-secret-77") {
+		t.Fatalf("log: %q", out)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Workflow mode: an uncertain outcome is not acked; the delivery is held and
+// requeued, and is never run again.
+func TestRun_UncertainHeldAndRequeued(t *testing.T) {
+	e := newEnv(t)
+	cons := newConsumer(t, e, claimamqp.WithUncertainDelay(200*time.Millisecond))
+	e.publish("charge-u", `{"amount":1}`)
+	_, ch := e.dial()
+	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs int
+	fn := func(context.Context, *amqp.Delivery, claim.Op) (durable.Result, error) {
+		runs++
+		return durable.Result{}, errors.New("gateway timed out after the request was sent")
+	}
+	a, err := cons.Run(context.Background(), <-ds, fn)
+	if a != claimamqp.Hold || err == nil {
+		t.Fatalf("first delivery: %v %v, want Hold", a, err)
+	}
+	select {
+	case d := <-ds:
+		if !d.Redelivered {
+			t.Fatal("the held delivery came back not marked redelivered")
+		}
+		if a, _ := cons.Run(context.Background(), d, fn); a != claimamqp.Hold {
+			t.Fatalf("redelivery: %v, want Hold", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the uncertain delivery was not requeued")
+	}
+	if runs != 1 {
+		t.Fatalf("handler ran %d times, want 1", runs)
+	}
+}
+
+// Redis restarted empty between deliveries of the same messages: the durable
+// store still arbitrates, one effect per message.
+func TestDo_RedisRestartedEmpty_OneEffect(t *testing.T) {
+	e := newEnv(t)
+	srv := redisproc.Start(t, redisproc.Options{})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	st, err := postgres.New(e.schema.Pool, postgres.WithSchema(e.schema.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := claim.New(st, claim.WithLease(2*time.Second), claim.WithRetention(time.Hour),
+		claim.WithRedis(rdb, lua.Options{Prefix: "t", Timeout: time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := claimamqp.New(c, e.queue, claimamqp.WithRetryDelay(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var finals atomic.Int32
+	e.consume(cons, &finals, effectFn)
+	for i := range 5 {
+		e.publish(fmt.Sprintf("charge-%d", i), `{"amount":1}`)
+	}
+	waitFor(t, "the first 5 acked", 30*time.Second, func() bool { return finals.Load() == 5 })
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		e.publish(fmt.Sprintf("charge-%d", i), `{"amount":1}`)
+		e.publish(fmt.Sprintf("charge-new-%d", i), `{"amount":1}`)
+	}
+	waitFor(t, "all 15 acked", 30*time.Second, func() bool { return finals.Load() == 15 })
+	if rows, distinct := e.effects(); rows != 10 || distinct != 10 {
+		t.Fatalf("effects after the Redis restart: %d rows for %d messages, want 10", rows, distinct)
+	}
+}

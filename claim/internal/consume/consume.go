@@ -1,0 +1,236 @@
+// Package consume holds what the message-consumer adapters (claim/claimnats,
+// claim/claimamqp) share: how a message becomes a claim request (identity,
+// fingerprint), how the claim and the handler run, and which broker action
+// each outcome calls for. The adapters only translate an Action into their
+// broker's ack, negative ack or termination.
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/oncekey/oncekey/canon"
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/internal/adapter"
+	"github.com/oncekey/oncekey/durable"
+)
+
+// Action is what the adapter does with the message.
+type Action int
+
+const (
+	// Ack: the operation finished (executed now or replayed); acknowledge.
+	Ack Action = iota + 1
+	// Retry: nothing ran here (in progress under another consumer, the
+	// store is down, the lease was lost); redeliver after Decision.Delay.
+	Retry
+	// Hold: the outcome is uncertain; not acknowledged as success, redelivered
+	// after Decision.Delay, and replayed once a Reconciler resolved it.
+	Hold
+	// Terminate: the message can never run (its id was used for another
+	// payload, or it has no usable identity); dead-letter it, never redeliver.
+	Terminate
+)
+
+func (a Action) String() string {
+	switch a {
+	case Ack:
+		return "ack"
+	case Retry:
+		return "retry"
+	case Hold:
+		return "hold"
+	case Terminate:
+		return "terminate"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// ErrNothingHappened, wrapped by a workflow handler's error, states that the
+// handler had no effect: the lease is released and the message redelivered,
+// to run again. Any other handler error marks the operation uncertain.
+var ErrNothingHappened = errors.New("oncekey: handler had no effect")
+
+// ErrNoIdentity is the cause of a Terminate for a message without an identity.
+var ErrNoIdentity = errors.New("oncekey: message has no identity")
+
+// Message is the broker-independent view of one delivery.
+type Message struct {
+	// ID is the message identity (header or user function); "" is none.
+	ID        string
+	Tenant    string
+	Operation string
+	Payload   []byte
+	// Where names the delivery for a log line (stream sequence, delivery
+	// tag), as slog attributes; never the identity.
+	Where []any
+}
+
+// Delays configures how long a message waits before its redelivery.
+type Delays struct {
+	// Retry is used after a handler error that meant nothing happened, after
+	// a store outage and after a lost lease. InProgress uses the holder's
+	// remaining lease (Outcome.RetryAfter) instead, bounded below by Retry.
+	Retry time.Duration
+	// Uncertain is used while the outcome is uncertain.
+	Uncertain time.Duration
+}
+
+// DefaultDelays are the delays when none are configured.
+var DefaultDelays = Delays{Retry: time.Second, Uncertain: time.Minute}
+
+// Decision is the action for one delivery, with its delay and cause.
+type Decision struct {
+	Action Action
+	// Delay is set for Retry and Hold.
+	Delay time.Duration
+	// Kind is the claim outcome, when the claim answered.
+	Kind claim.Kind
+	// Err is the cause of a Retry, Hold or Terminate; nil for Ack.
+	Err error
+}
+
+// Fingerprint is the fingerprint of a payload: the RFC 8785 form of a JSON
+// payload (so member order and spacing do not matter), otherwise the raw
+// bytes; the two are domain-separated.
+func Fingerprint(payload []byte) string {
+	if c, err := canon.JSONStrict(payload); err == nil {
+		return string(canon.Sum([]byte("oncekey/msg/v1/json"), c))
+	}
+	return string(canon.Sum([]byte("oncekey/msg/v1/raw"), payload))
+}
+
+func request(m Message) (claim.Request, error) {
+	if m.ID == "" {
+		return claim.Request{}, ErrNoIdentity
+	}
+	return claim.Request{
+		Scope:       durable.Scope{Tenant: m.Tenant, Operation: m.Operation, Key: m.ID},
+		Fingerprint: Fingerprint(m.Payload),
+	}, nil
+}
+
+// Do runs fn once per message identity with claim.Claimer.Do: the effect is
+// a database write in the claim's transaction.
+func Do[TTx any](ctx context.Context, c *claim.Claimer[TTx], m Message, d Delays, log *slog.Logger,
+	fn func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error)) Decision {
+	req, err := request(m)
+	if err != nil {
+		return terminate(log, m, err)
+	}
+	out, err := c.Do(ctx, req, fn)
+	if err != nil {
+		if pre := claimError(log, m, err, d); pre != nil {
+			return *pre
+		}
+		// fn's own transient error: rolled back, the key is free.
+		return Decision{Action: Retry, Delay: d.Retry, Err: err}
+	}
+	return fromOutcome(out, d)
+}
+
+// Run runs fn once per message identity in workflow mode: Claim, KeepAlive,
+// then Complete, Fail (fn's error made by claim.Reject), Release (fn's
+// error wraps ErrNothingHappened) or MarkUncertain (any other error). Once fn
+// started, the key is never released unless fn said nothing happened.
+func Run[TTx any](ctx context.Context, c *claim.Claimer[TTx], m Message, d Delays, log *slog.Logger,
+	fn func(ctx context.Context, op claim.Op) (durable.Result, error)) Decision {
+	req, err := request(m)
+	if err != nil {
+		return terminate(log, m, err)
+	}
+	out, err := c.Claim(ctx, req)
+	if err != nil {
+		if pre := claimError(log, m, err, d); pre != nil {
+			return *pre
+		}
+		return Decision{Action: Retry, Delay: d.Retry, Err: err}
+	}
+	if out.Kind != claim.Acquired {
+		return fromOutcome(out, d)
+	}
+	l := out.Lease
+	// The work outlives the delivery's context: it ends by completion or by
+	// the lease, never by a cancelled subscription.
+	work, stop := l.KeepAlive(context.WithoutCancel(ctx))
+	res, herr := fn(work, claim.Op{ID: l.OperationID(), Token: l.Token()})
+	lost := stop()
+	settle := context.WithoutCancel(ctx)
+	var serr error
+	switch {
+	case herr == nil:
+		serr = l.Complete(settle, res)
+		if serr == nil {
+			return Decision{Action: Ack, Kind: claim.Executed}
+		}
+	case errors.Is(herr, ErrNothingHappened):
+		if serr = l.Release(settle); serr == nil {
+			return Decision{Action: Retry, Delay: d.Retry, Err: herr}
+		}
+	case rejected(herr):
+		rres, _ := adapter.Rejected(herr)
+		serr = l.Fail(settle, rres)
+		if serr == nil {
+			return Decision{Action: Ack, Kind: claim.Executed, Err: nil}
+		}
+	default:
+		serr = l.MarkUncertain(settle)
+		if serr == nil {
+			log.WarnContext(ctx, "oncekey: message outcome uncertain; held for the reconciler",
+				"operation_id", l.OperationID(), "error", herr)
+			return Decision{Action: Hold, Delay: d.Uncertain, Kind: claim.Uncertain, Err: herr}
+		}
+	}
+	// The settlement was not written: fenced (another consumer took the key
+	// over and decides) or the store is unreachable (the record stays
+	// processing; after the lease a takeover or the Reconciler decides).
+	// Either way the next delivery is answered from the record.
+	log.WarnContext(ctx, "oncekey: message settlement not written; redelivering",
+		"operation_id", l.OperationID(), "error", serr, "lease", lost)
+	return Decision{Action: Retry, Delay: d.Retry, Err: serr}
+}
+
+// claimError maps an error of the claim itself (nothing ran); nil for an
+// error of the handler.
+func claimError(log *slog.Logger, m Message, err error, d Delays) *Decision {
+	switch {
+	case errors.Is(err, claim.ErrMismatch), errors.Is(err, claim.ErrInvalidScope), errors.Is(err, claim.ErrConfig):
+		dec := terminate(log, m, err)
+		return &dec
+	case errors.Is(err, claim.ErrUnavailable), errors.Is(err, claim.ErrLeaseExpired):
+		return &Decision{Action: Retry, Delay: d.Retry, Err: err}
+	}
+	return nil
+}
+
+func terminate(log *slog.Logger, m Message, err error) Decision {
+	// Never the raw id, nor a hash of it (a store configured with a key
+	// secret names records by an HMAC this package cannot compute): the
+	// scope as the library logs it (tenant and operation hashed, no key),
+	// the cause, and where the broker holds the message.
+	attrs := append([]any{"scope", durable.Scope{Tenant: m.Tenant, Operation: m.Operation}, "error", err}, m.Where...)
+	log.Error("oncekey: message dead-lettered, never run", attrs...)
+	return Decision{Action: Terminate, Err: err}
+}
+
+func fromOutcome(out claim.Outcome, d Delays) Decision {
+	switch out.Kind {
+	case claim.Executed, claim.Replayed:
+		return Decision{Action: Ack, Kind: out.Kind}
+	case claim.InProgress:
+		return Decision{Action: Retry, Kind: out.Kind, Delay: max(out.RetryAfter, d.Retry), Err: errInProgress}
+	case claim.Uncertain:
+		return Decision{Action: Hold, Kind: out.Kind, Delay: d.Uncertain, Err: errUncertain}
+	}
+	return Decision{Action: Retry, Kind: out.Kind, Delay: d.Retry, Err: fmt.Errorf("oncekey: unexpected outcome %v", out.Kind)}
+}
+
+var (
+	errInProgress = errors.New("oncekey: in progress under another consumer")
+	errUncertain  = errors.New("oncekey: outcome uncertain, awaiting the reconciler")
+)
+
+func rejected(err error) bool { _, ok := adapter.Rejected(err); return ok }

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncekey/oncekey/examples/internal/backend"
+)
+
+// The demo on the embedded default (SQLite, miniredis, in-process NATS):
+// every expectation holds, and the story says so.
+func TestDemo_EmbeddedDefault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	err := run(ctx, options{backend: backend.Config{Name: "consumer"}, demo: true}, &out)
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"in-process server with JetStream", "nothing charged by the killed worker", "terminated, never charged", "every expectation held"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("story lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "FAIL") {
+		t.Errorf("a failed expectation:\n%s", out.String())
+	}
+}
+
+func TestParseOptions_NATSFromEnv(t *testing.T) {
+	env := map[string]string{"NATS_URL": "nats://h:1"}
+	o, err := parseOptions([]string{"-demo"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || o.natsURL != "nats://h:1" || !o.demo {
+		t.Fatalf("%+v %v", o, err)
+	}
+	if _, err := parseOptions([]string{"extra"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Fatal("an unexpected argument was accepted")
+	}
+}
