@@ -141,7 +141,7 @@ func TestRun_Config(t *testing.T) {
 // to lose acknowledged commits: the checker must report violations, and
 // their faults must have fired. They are not part of TestScenarios.
 func TestPostgresHazards(t *testing.T) {
-	for _, name := range []string{"pg-crash-async-commit"} {
+	for _, name := range []string{"pg-crash-async-commit", "pg-failover-async"} {
 		t.Run(name, func(t *testing.T) {
 			rep, err := chaos.Run(t.Context(), config(t, name))
 			if err != nil {

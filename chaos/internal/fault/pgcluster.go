@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ErrNoPostgres is returned by [PostgresBin] when the PostgreSQL server
@@ -182,4 +184,99 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Standby takes a base backup of c (pg_basebackup -R: it streams from c)
+// into a new temporary directory and starts it on a free loopback port
+// with c's settings.
+func (c *Cluster) Standby(ctx context.Context) (*Cluster, error) {
+	dir, err := os.MkdirTemp("", "oncekey-pg-")
+	if err != nil {
+		return nil, err
+	}
+	// Its own settings without synchronous_standby_names: once promoted it
+	// has no standby, and would wait for one forever.
+	var settings []string
+	for _, v := range c.settings {
+		if !strings.HasPrefix(v, "synchronous_standby_names=") {
+			settings = append(settings, v)
+		}
+	}
+	s := &Cluster{bin: c.bin, dir: dir, settings: settings}
+	if os.Geteuid() == 0 {
+		if out, err := exec.CommandContext(ctx, "chown", "-R", "postgres:postgres", dir).CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("fault: chown %s: %w: %s", dir, err, out)
+		}
+	}
+	src := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=standby", c.port)
+	if err := s.run(ctx, "pg_basebackup", "-D", s.data(), "-R", "-X", "stream", "-c", "fast", "-d", src); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if s.port, err = freePort(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Promote promotes a standby to primary and waits until it accepts writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	return c.run(ctx, "pg_ctl", "-D", c.data(), "-w", "-t", "60", "promote")
+}
+
+// Disconnect stops a standby's streaming: primary_conninfo is emptied and
+// reloaded, so its WAL receiver exits and does not come back. (SIGSTOP is
+// not enough: the WAL already in the socket's buffers is still received
+// after SIGCONT.)
+func (c *Cluster) Disconnect(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return fmt.Errorf("fault: disconnect standby: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = ''"); err != nil {
+		return fmt.Errorf("fault: disconnect standby: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return fmt.Errorf("fault: disconnect standby: %w", err)
+	}
+	for range 100 {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n); err != nil {
+			return fmt.Errorf("fault: disconnect standby: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("fault: disconnect standby: its WAL receiver is still running")
+}
+
+// Freeze stops (SIGSTOP) every process of the server, so that a standby
+// receives nothing; Thaw resumes them.
+func (c *Cluster) Freeze() error { return c.signalAll(syscall.SIGSTOP) }
+
+// Thaw resumes a server stopped by [Cluster.Freeze].
+func (c *Cluster) Thaw() error { return c.signalAll(syscall.SIGCONT) }
+
+func (c *Cluster) signalAll(sig syscall.Signal) error {
+	b, err := os.ReadFile(filepath.Join(c.data(), "postmaster.pid"))
+	if err != nil {
+		return fmt.Errorf("fault: signal: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		return fmt.Errorf("fault: signal: postmaster.pid: %w", err)
+	}
+	for _, k := range children(pid) {
+		_ = syscall.Kill(k, sig)
+	}
+	return syscall.Kill(pid, sig)
 }
