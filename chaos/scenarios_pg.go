@@ -3,6 +3,10 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,6 +31,7 @@ func hazards() []scenario {
 func pgRegistry() []scenario {
 	return []scenario{
 		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on); the standby's streaming is cut, the primary is SIGKILLed, the standby promoted; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, setup: pgFailover(true)},
+		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between the library and PostgreSQL inside a transaction before its commit", setup: setupPGNetwork},
 		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, setup: pgCrash("on")},
 	}
 }
@@ -196,4 +201,76 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 		}
 		return w, nil
 	}
+}
+
+// setupPGNetwork puts a fault proxy between the library and PostgreSQL and,
+// inside chosen operations' transactions (after the effect, before the
+// commit), delays every reply by twice the lease or drops everything for
+// twice the lease (a partition), then heals. Commits and fenced writes
+// whose replies come late or never are resolved by reading; the leases run
+// out meanwhile, so retries may take over, and the fence decides.
+func setupPGNetwork(ctx context.Context, e *env) (*workload, error) {
+	pcfg, err := pgxpool.ParseConfig(e.cfg.PostgresURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	if strings.HasPrefix(pcfg.ConnConfig.Host, "/") {
+		return nil, fmt.Errorf("%w: pg-network needs PostgreSQL over TCP, not a unix socket", ErrSetup)
+	}
+	px, err := fault.NewProxy(net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port))))
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(px.Close)
+	pool, err := e.newPool(ctx, px.Addr())
+	if err != nil {
+		return nil, err
+	}
+	e.pool = pool
+	w, err := e.mixed(ctx, storeOpts{}, e.userRedis)
+	if err != nil {
+		return nil, err
+	}
+	var busy sync.Mutex // one network fault at a time
+	// Both kinds must fire: registered now, a kind left at zero fails the run.
+	e.faultN("postgres-latency-beyond-lease", 0)
+	e.faultN("postgres-partition-beyond-lease", 0)
+	w.startOp = func(_ context.Context, o *op) {
+		// Even operations run with Do: the fault lands inside their transaction.
+		switch o.i % 4 {
+		case 0:
+			e.planned(o, "latency", 0.3, 0)
+		case 2:
+			e.planned(o, "partition", 0.3, 2)
+		}
+	}
+	w.afterEffect = func(ctx context.Context, a *attempt) error {
+		kind := ""
+		switch {
+		case a.o.take("latency"):
+			kind = "latency"
+		case a.o.take("partition"):
+			kind = "partition"
+		default:
+			return nil
+		}
+		if !busy.TryLock() {
+			return nil
+		}
+		var undo func()
+		if kind == "latency" {
+			undo, err = px.Latency(2*e.cfg.Lease, 0)
+		} else {
+			undo, err = px.Blackhole()
+		}
+		if err != nil {
+			busy.Unlock()
+			return nil
+		}
+		e.fault("postgres-" + kind + "-beyond-lease")
+		a.note = "postgres " + kind + " for 2 leases before the commit"
+		time.AfterFunc(2*e.cfg.Lease, func() { undo(); busy.Unlock() })
+		return nil
+	}
+	return w, nil
 }
