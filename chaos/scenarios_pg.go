@@ -2,18 +2,25 @@ package chaos
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/redisproc"
 )
 
 // hazards are scenarios that run PostgreSQL configured to lose
@@ -32,6 +39,7 @@ func pgRegistry() []scenario {
 	return []scenario{
 		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on); the standby's streaming is cut, the primary is SIGKILLed, the standby promoted; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, setup: pgFailover(true)},
 		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between the library and PostgreSQL inside a transaction before its commit", setup: setupPGNetwork},
+		{name: "tls", forces: "both stores over TLS verified against a CA made at run time (PostgreSQL ssl=on with sslmode=verify-full, redis-server --tls-port with go-redis TLSConfig); clients trusting another CA are refused", ownRedis: true, ownPostgres: true, setup: setupTLS},
 		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, setup: pgCrash("on")},
 	}
 }
@@ -273,4 +281,86 @@ func setupPGNetwork(ctx context.Context, e *env) (*workload, error) {
 		return nil
 	}
 	return w, nil
+}
+
+// setupTLS runs the library on both stores over TLS verified against a
+// throwaway CA made now: a PostgreSQL cluster with ssl=on reached with
+// sslmode=verify-full, and a redis-server on a --tls-port reached with
+// go-redis's TLSConfig. Before the load, a client trusting another CA must
+// be refused by each (fail closed, x509: unknown authority).
+func setupTLS(ctx context.Context, e *env) (*workload, error) {
+	ca, err := fault.NewCA("oncekey-chaos-ca")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	wrong, err := fault.NewCA("some-other-ca")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	c, err := fault.NewCluster(ctx, "synchronous_commit=on", "max_connections=200")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	e.onClose(c.Close)
+	caFile, err := c.EnableTLS(ctx, ca)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	wrongFile := filepath.Join(c.Dir(), "wrong-ca.crt")
+	if err := os.WriteFile(wrongFile, wrong.PEM(), 0o644); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	base := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=verify-full&sslrootcert=", c.Port())
+	var unknown x509.UnknownAuthorityError
+	if conn, err := pgx.Connect(ctx, base+wrongFile); err == nil {
+		conn.Close(ctx)
+		return nil, fmt.Errorf("%w: PostgreSQL accepted a connection verified against the wrong CA", ErrSetup)
+	} else if !errors.As(err, &unknown) {
+		return nil, fmt.Errorf("%w: PostgreSQL with the wrong CA: want x509 unknown authority, got %w", ErrSetup, err)
+	}
+	e.fault("postgres-wrong-ca-refused")
+	if err := e.onCluster(ctx, base+caFile); err != nil {
+		return nil, err
+	}
+	var ssl bool
+	if err := e.pool.QueryRow(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl); err != nil || !ssl {
+		return nil, fmt.Errorf("%w: the library's session is not over TLS (ssl=%v, %v)", ErrSetup, ssl, err)
+	}
+
+	dir, err := os.MkdirTemp("", "oncekey-redis-tls-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	e.onClose(func() { os.RemoveAll(dir) })
+	rca, rcert, rkey, err := ca.WriteServer(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	tlsPort := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	srv, err := redisproc.New(redisproc.Options{Args: []string{"--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", rcert, "--tls-key-file", rkey, "--tls-ca-cert-file", rca, "--tls-auth-clients", "no"}})
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis-server with TLS: %w", ErrSetup, err)
+	}
+	e.onClose(srv.Close)
+	tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	bad := e.redisOwn(tlsAddr, func(o *redis.Options) { o.TLSConfig = wrong.ClientTLS(); o.MaxRetries = -1 })
+	if err := bad.Ping(ctx).Err(); err == nil {
+		return nil, fmt.Errorf("%w: Redis accepted a connection verified against the wrong CA", ErrSetup)
+	} else if !errors.As(err, &unknown) {
+		return nil, fmt.Errorf("%w: Redis with the wrong CA: want x509 unknown authority, got %w", ErrSetup, err)
+	}
+	e.fault("redis-wrong-ca-refused")
+	good := func(int) redis.Scripter {
+		return e.redisOwn(tlsAddr, func(o *redis.Options) { o.TLSConfig = ca.ClientTLS() })
+	}
+	if err := good(0).(*redis.Client).Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("%w: Redis over TLS: %w", ErrSetup, err)
+	}
+	return e.mixed(ctx, storeOpts{}, good)
 }

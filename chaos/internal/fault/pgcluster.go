@@ -280,3 +280,39 @@ func (c *Cluster) signalAll(sig syscall.Signal) error {
 	}
 	return syscall.Kill(pid, sig)
 }
+
+// Dir is the cluster's temporary directory (owned by postgres when run as
+// root).
+func (c *Cluster) Dir() string { return c.dir }
+
+// EnableTLS writes a server certificate of ca into the cluster's directory
+// and turns ssl on (ALTER SYSTEM, reload). It returns the CA file, for
+// sslrootcert.
+func (c *Cluster) EnableTLS(ctx context.Context, ca *CA) (string, error) {
+	caFile, certFile, keyFile, err := ca.WriteServer(c.dir)
+	if err != nil {
+		return "", err
+	}
+	if os.Geteuid() == 0 {
+		if out, err := exec.CommandContext(ctx, "chown", "postgres:postgres", caFile, certFile, keyFile).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("fault: chown certs: %w: %s", err, out)
+		}
+	}
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return "", fmt.Errorf("fault: enable tls: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, q := range []string{
+		"ALTER SYSTEM SET ssl_cert_file = '" + certFile + "'",
+		"ALTER SYSTEM SET ssl_key_file = '" + keyFile + "'",
+		"ALTER SYSTEM SET ssl = on",
+		"SELECT pg_reload_conf()",
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return "", fmt.Errorf("fault: enable tls: %s: %w", q, err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the reload is asynchronous
+	return caFile, nil
+}
