@@ -39,6 +39,7 @@ func pgRegistry() []scenario {
 	return []scenario{
 		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on); the standby's streaming is cut, the primary is SIGKILLed, the standby promoted; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, setup: pgFailover(true)},
 		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between the library and PostgreSQL inside a transaction before its commit", setup: setupPGNetwork},
+		{name: "redis-sentinel", forces: "Redis behind three sentinels, the library on go-redis failover clients; the primary SIGKILLed mid-load, the replica promoted; the claim path must come back on the new primary", ownRedis: true, setup: setupSentinel},
 		{name: "tls", forces: "both stores over TLS verified against a CA made at run time (PostgreSQL ssl=on with sslmode=verify-full, redis-server --tls-port with go-redis TLSConfig); clients trusting another CA are refused", ownRedis: true, ownPostgres: true, setup: setupTLS},
 		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, setup: pgCrash("on")},
 	}
