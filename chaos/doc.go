@@ -40,7 +40,10 @@
 // pg_basebackup -R) a SIGKILL of every server process (pg-crash) and a
 // failover to a synchronous standby (pg-failover-sync). The hazards
 // pg-crash-async-commit and pg-failover-async (synchronous_commit=off, an
-// asynchronous standby) run only when named and must be caught.
+// asynchronous standby) run only when named and must be caught. Last,
+// the stores as production runs them: Redis behind three sentinels with
+// its primary killed (redis-sentinel), and both stores over TLS verified
+// against a CA made at run time, a wrong CA refused (tls).
 //
 // Each scenario runs Iterations logical operations, each retried at once by
 // Clients clients (each with a Claimer and a Redis client of its own, like
