@@ -111,14 +111,14 @@ func pgCrash(sync string) func(ctx context.Context, e *env) (*workload, error) {
 		if err != nil {
 			return nil, err
 		}
-		every := max(e.cfg.Iterations/3, 5)
+		every := max(e.cfg.Iterations/5, 4)
 		w.startOp = func(ctx context.Context, o *op) {
 			if o.i == 0 || o.i%every != every-1 {
 				return
 			}
 			e.bg(func() {
 				// Let the operations started so far commit and answer.
-				time.Sleep(3 * e.cfg.Lease)
+				time.Sleep(e.cfg.Lease)
 				if err := c.Crash(); err != nil {
 					e.violation("setup", "", "crash: %v", err)
 					return
