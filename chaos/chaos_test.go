@@ -136,3 +136,34 @@ func TestRun_Config(t *testing.T) {
 		}
 	})
 }
+
+// TestPostgresHazards runs the negative controls on PostgreSQL configured
+// to lose acknowledged commits: the checker must report violations, and
+// their faults must have fired. They are not part of TestScenarios.
+func TestPostgresHazards(t *testing.T) {
+	for _, name := range []string{"pg-crash-async-commit", "pg-failover-async"} {
+		t.Run(name, func(t *testing.T) {
+			rep, err := chaos.Run(t.Context(), config(t, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Results) != 1 {
+				t.Fatalf("%d results, want 1", len(rep.Results))
+			}
+			r := rep.Results[0]
+			switch {
+			case r.Skipped != "" && testenv.CI():
+				t.Fatalf("skipped under CI=true: %s", r.Skipped)
+			case r.Skipped != "":
+				t.Skip(r.Skipped)
+			case r.Error != "":
+				t.Fatalf("error: %s", r.Error)
+			case len(r.Violations) == 0:
+				t.Fatalf("%s: no violation reported: the hazard was not caught (faults %v)", name, r.Faults)
+			}
+			for _, v := range r.Violations[:min(5, len(r.Violations))] {
+				t.Logf("caught: %s %s: %s", v.Invariant, v.Op, v.Detail)
+			}
+		})
+	}
+}

@@ -130,7 +130,7 @@ func (c Config) normalized() (Config, error) {
 		return c, fmt.Errorf("%w: Lease must be at least 50ms, got %v", ErrConfig, c.Lease)
 	}
 	known := map[string]bool{}
-	for _, s := range registry() {
+	for _, s := range append(registry(), hazards()...) {
 		known[s.name] = true
 	}
 	for _, n := range c.Scenarios {

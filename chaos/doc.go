@@ -34,7 +34,16 @@
 // failed over to a replica that missed writes, split-brained, down,
 // evicting, and re-running scripts after delayed replies; PostgreSQL
 // backends terminated before a commit and commits whose acknowledgement is
-// lost; owners paused past their lease; worker clocks far off.
+// lost; owners paused past their lease; worker clocks far off; then
+// PostgreSQL itself: latency and a partition beyond the lease before a
+// commit (pg-network), and on throwaway clusters (initdb, pg_ctl,
+// pg_basebackup -R) a SIGKILL of every server process (pg-crash) and a
+// failover to a synchronous standby (pg-failover-sync). The hazards
+// pg-crash-async-commit and pg-failover-async (synchronous_commit=off, an
+// asynchronous standby) run only when named and must be caught. Last,
+// the stores as production runs them: Redis behind three sentinels with
+// its primary killed (redis-sentinel), and both stores over TLS verified
+// against a CA made at run time, a wrong CA refused (tls).
 //
 // Each scenario runs Iterations logical operations, each retried at once by
 // Clients clients (each with a Claimer and a Redis client of its own, like

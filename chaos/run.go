@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/chaos/internal/check"
+	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/redisproc"
@@ -63,7 +64,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for _, n := range cfg.Scenarios {
 		want[n] = true
 	}
-	for _, s := range registry() {
+	all := registry()
+	if len(want) > 0 {
+		all = append(all, hazards()...)
+	}
+	for _, s := range all {
 		if len(want) > 0 && !want[s.name] {
 			continue
 		}
@@ -191,6 +196,12 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	if s.ownRedis {
 		if _, err := redisproc.Binary(); err != nil {
 			res.Skipped = "redis-server is not installed; this scenario starts its own (install redis-server or set REDIS_SERVER)"
+			return res
+		}
+	}
+	if s.ownPostgres {
+		if _, err := fault.PostgresBin(); err != nil {
+			res.Skipped = err.Error()
 			return res
 		}
 	}

@@ -22,7 +22,7 @@ import (
 // registry lists every scenario in the order Run runs them: the ten
 // ambiguity windows of DESIGN.md, then the infrastructure faults.
 func registry() []scenario {
-	return []scenario{
+	return append([]scenario{
 		{name: "concurrent", forces: "window 1: the same key from several clients at once (some with Redis, some without): one effect", setup: setupConcurrent},
 		{name: "mismatch", forces: "window 2: the same key with a different payload: rejected, never run", setup: setupMismatch},
 		{name: "lost-response", forces: "window 3: committed, the response lost, the client retries: replayed", setup: setupLostResponse},
@@ -54,7 +54,7 @@ func registry() []scenario {
 		{name: "paused-owner", forces: "an owner paused past its lease inside its transaction or before its completion while another takes over", setup: setupPausedOwner},
 		{name: "async-river", forces: "async mode on River: workers paused past their lease (the job handed on, the paused completion fenced) and killed mid-job (the retry takes over), Redis restarted empty; one effect, the stored result replayed", ownRedis: true, setup: setupAsyncRiver},
 		{name: "clock-skew", forces: "worker clocks hours off and jumping, Redis leases vanishing early (a Redis clock jump): nothing changes, no live lease is taken over", setup: setupClockSkew},
-	}
+	}, pgRegistry()...)
 }
 
 // userRedis gives every client a client of its own for the user's Redis.

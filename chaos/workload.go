@@ -22,7 +22,9 @@ type scenario struct {
 	name     string
 	forces   string
 	ownRedis bool
-	setup    func(ctx context.Context, e *env) (*workload, error)
+	// ownPostgres: it starts PostgreSQL clusters of its own (initdb, pg_ctl).
+	ownPostgres bool
+	setup       func(ctx context.Context, e *env) (*workload, error)
 }
 
 // mode is how an operation runs.

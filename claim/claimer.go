@@ -193,6 +193,9 @@ type Claimer[TTx any] struct {
 	scripts *fastpath.Scripts // nil without Redis
 	// evictionChecked is set once the maxmemory-policy check has run.
 	evictionChecked atomic.Bool
+	// durability is the state of the durability check: 0 not read yet, 1
+	// being read, 2 read.
+	durability atomic.Int32
 	// redisTimeout is the per-call timeout of the scripts: the longest a
 	// successful call can take to reach Redis.
 	redisTimeout time.Duration
@@ -515,7 +518,42 @@ func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome, error) {
 	out, err := c.withPolicy(ctx, r, c.claimOnce)
 	c.m.claimDone(ctx, start, out.Kind, err)
 	endClaim(span, out, err)
+	if err == nil {
+		// The store answers: read its durability settings once.
+		c.checkDurability(ctx)
+	}
 	return out, err
+}
+
+// checkDurability reads once, from a store that can tell (PostgreSQL), whether
+// the database can lose a commit it acknowledged (see
+// postgres.CheckDurability), bounded by 2s but not by ctx's cancellation, and
+// logs and counts what it finds. A failed read is tried again on a later
+// claim.
+func (c *Claimer[TTx]) checkDurability(ctx context.Context) {
+	if c.durability.Load() != 0 || !c.durability.CompareAndSwap(0, 1) {
+		return
+	}
+	d, ok := c.store.(interface {
+		Durability(context.Context) (string, error)
+	})
+	if !ok {
+		c.durability.Store(2)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	problems, err := d.Durability(ctx)
+	cancel()
+	if err != nil {
+		c.durability.Store(0)
+		c.log.Warn("oncekey: could not read the database's durability settings", "err", err)
+		return
+	}
+	c.durability.Store(2)
+	if problems != "" {
+		c.m.degraded.Store(true)
+		c.log.Warn("oncekey: the database can lose acknowledged commits; a lost claim or completion can run again", "settings", problems)
+	}
 }
 
 // withPolicy runs one claim attempt and, configured [WithWait], repeats it

@@ -104,6 +104,8 @@
 //	oncekey.redis.fallbacks           counter           claims that went to the durable store alone
 //	oncekey.redis.breaker             gauge             0 closed, 1 half-open, 2 open
 //	oncekey.redis.eviction            gauge             1 when maxmemory-policy is not noeviction
+//	oncekey.durable.degraded          gauge             1 when the database can lose acknowledged commits
+//	                                                    (read once after the first claim and with Stats)
 //	oncekey.records                   gauge             state: records by state
 //	oncekey.records.oldest_age        gauge       s     age of the oldest record within retention
 //	oncekey.records.stale_processing  gauge             processing records whose lease expired

@@ -27,6 +27,7 @@ const (
 	metricRedisFallbacks  = "oncekey.redis.fallbacks"
 	metricBreakerState    = "oncekey.redis.breaker"
 	metricEvictionPolicy  = "oncekey.redis.eviction"
+	metricDegraded        = "oncekey.durable.degraded"
 	metricRecords         = "oncekey.records"
 	metricOldestAge       = "oncekey.records.oldest_age"
 	metricStaleProcessing = "oncekey.records.stale_processing"
@@ -39,6 +40,7 @@ type meters struct {
 	claims, mismatches, replays, takeovers, fenceds, uncertains, fallbacks, reconcile metric.Int64Counter
 	duration                                                                          metric.Float64Histogram
 	evicting                                                                          atomic.Bool
+	degraded                                                                          atomic.Bool // durability settings can lose commits
 
 	statsMu sync.Mutex
 	statsAt time.Time
@@ -78,6 +80,7 @@ func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
 	}
 	breaker := gauge(metricBreakerState, "1", "Redis breaker: 0 closed, 1 half-open, 2 open.")
 	eviction := gauge(metricEvictionPolicy, "1", "1 when Redis may evict keys (maxmemory-policy is not noeviction).")
+	degraded := gauge(metricDegraded, "1", "1 when the database can lose acknowledged commits (synchronous_commit, fsync, asynchronous standbys).")
 	records := gauge(metricRecords, "1", "Records by state.")
 	oldest := gauge(metricOldestAge, "s", "Age of the oldest record still within retention.")
 	stale := gauge(metricStaleProcessing, "1", "Processing records whose lease expired.")
@@ -103,6 +106,16 @@ func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
 			o.ObserveInt64(eviction, ev)
 		}
 		st, ok := m.storeStats(ctx, c.store, c.cfg.statsMaxAge)
+		if ok && st.Durability != "" {
+			m.degraded.Store(true)
+		} else if ok {
+			m.degraded.Store(false)
+		}
+		dg := int64(0)
+		if m.degraded.Load() {
+			dg = 1
+		}
+		o.ObserveInt64(degraded, dg)
 		if !ok {
 			return nil
 		}
@@ -114,7 +127,7 @@ func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
 		o.ObserveInt64(unswept, st.ExpiredUnswept)
 		o.ObserveInt64(stuck, st.ExpiredStuck)
 		return nil
-	}, breaker, eviction, records, oldest, stale, unswept, stuck)
+	}, breaker, eviction, degraded, records, oldest, stale, unswept, stuck)
 	if err != nil {
 		return nil, err
 	}

@@ -102,6 +102,11 @@ type Stats struct {
 	ExpiredStuck int64
 	// Takeovers is the sum of takeovers over all records.
 	Takeovers int64
+	// Durability is "" when a commit the database acknowledged survives a
+	// crash and a failover; otherwise it names each setting that can lose
+	// one and the value to set (see postgres.CheckDurability). A lost
+	// commit is a claim or completion that can run again.
+	Durability string
 }
 
 // Store is the durable source of truth, as an operator holds it: a store

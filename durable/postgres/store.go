@@ -355,8 +355,9 @@ func (s *store) Sweep(ctx context.Context, batch int) (int, error) {
 }
 
 // Stats summarizes the table in one statement (a full scan: call it at a
-// metrics interval, not per request). It returns [durable.ErrUnavailable]
-// when the database cannot be reached.
+// metrics interval, not per request), and reads the durability settings
+// as [CheckDurability] does into Durability. It returns
+// [durable.ErrUnavailable] when the database cannot be reached.
 func (s *store) Stats(ctx context.Context) (durable.Stats, error) {
 	var proc, done, failed, unc, released, oldestUs, stale, unswept, stuck, takeovers int64
 	err := s.pool.QueryRow(ctx, s.q.stats).Scan(&proc, &done, &failed, &unc, &released, &oldestUs,
@@ -364,7 +365,12 @@ func (s *store) Stats(ctx context.Context) (durable.Stats, error) {
 	if err != nil {
 		return durable.Stats{}, translate("stats", err)
 	}
+	dur, err := durability(ctx, s.pool)
+	if err != nil {
+		return durable.Stats{}, err
+	}
 	return durable.Stats{
+		Durability: dur,
 		ByState: map[durable.State]int64{
 			durable.Processing: proc, durable.Completed: done, durable.Failed: failed, durable.Uncertain: unc,
 		},

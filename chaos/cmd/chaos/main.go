@@ -64,6 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		negative   = fs.String("negative", "", "run the negative control for this broken mode: "+strings.Join(modes(), ", "))
 		list       = fs.Bool("list", false, "list the scenarios and exit")
 		keep       = fs.Bool("keep-schema", false, "keep the run's PostgreSQL schema for inspection")
+		budget     = fs.Duration("budget", 0, "wall-clock budget of the whole run (0: none); scenarios not started within it are left out")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -109,6 +110,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *budget > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *budget)
+		defer cancel()
+	}
 	fmt.Fprintf(stdout, "chaos: seed %d, lease %v, %d operations per scenario, %d clients each\n", cfg.Seed, cfg.Lease, cfg.Iterations, cfg.Clients)
 	rep, err := chaos.Run(ctx, cfg)
 	if err != nil {

@@ -27,6 +27,8 @@ var imports = map[string]string{
 	"fmt":         "fmt",
 	"http":        "net/http",
 	"time":        "time",
+	"tls":         "crypto/tls",
+	"x509":        "crypto/x509",
 	"pgx":         "github.com/jackc/pgx/v5",
 	"pgxpool":     "github.com/jackc/pgx/v5/pgxpool",
 	"redis":       "github.com/redis/go-redis/v9",

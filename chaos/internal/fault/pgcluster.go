@@ -1,0 +1,318 @@
+package fault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoPostgres is returned by [PostgresBin] when the PostgreSQL server
+// binaries (initdb, pg_ctl) cannot be found.
+var ErrNoPostgres = errors.New("fault: PostgreSQL server binaries (initdb, pg_ctl) not found; install postgresql or set PG_BIN")
+
+// PostgresBin returns the directory of initdb and pg_ctl: $PG_BIN, else
+// the newest /usr/lib/postgresql/*/bin.
+func PostgresBin() (string, error) {
+	if d := os.Getenv("PG_BIN"); d != "" {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+		return "", ErrNoPostgres
+	}
+	ms, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(ms) == 0 {
+		if p, err := exec.LookPath("initdb"); err == nil {
+			return filepath.Dir(p), nil
+		}
+		return "", ErrNoPostgres
+	}
+	return filepath.Dir(ms[len(ms)-1]), nil
+}
+
+// Cluster is a throwaway PostgreSQL cluster on a loopback port, in a
+// temporary directory owned by the postgres user when run as root.
+type Cluster struct {
+	bin, dir string
+	port     int
+	settings []string
+}
+
+// NewCluster runs initdb in a temporary directory and starts the server on
+// a free loopback port with settings (name=value, passed as -c).
+func NewCluster(ctx context.Context, settings ...string) (*Cluster, error) {
+	bin, err := PostgresBin()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "oncekey-pg-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{bin: bin, dir: dir, settings: settings}
+	if os.Geteuid() == 0 {
+		if out, err := exec.CommandContext(ctx, "chown", "-R", "postgres:postgres", dir).CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("fault: chown %s: %w: %s", dir, err, out)
+		}
+	}
+	if err := c.run(ctx, "initdb", "-D", c.data(), "-A", "trust", "-U", "postgres", "--no-sync"); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if c.port, err = freePort(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) data() string { return filepath.Join(c.dir, "data") }
+
+// URL is a connection string for database postgres as user postgres.
+func (c *Cluster) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+// Port is the server's port.
+func (c *Cluster) Port() int { return c.port }
+
+func (c *Cluster) run(ctx context.Context, tool string, args ...string) error {
+	name := filepath.Join(c.bin, tool)
+	var cmd *exec.Cmd
+	if os.Geteuid() == 0 {
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, name, args...)
+	}
+	cmd.Dir = c.dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("fault: %s: %w: %s", tool, err, out)
+	}
+	return nil
+}
+
+// Start starts the server (again, after [Cluster.Crash]: it recovers from
+// its WAL) and waits until it accepts connections.
+func (c *Cluster) Start(ctx context.Context) error {
+	opts := []string{"-p " + strconv.Itoa(c.port), "-k " + c.dir, "-c listen_addresses=127.0.0.1"}
+	for _, s := range c.settings {
+		opts = append(opts, "-c "+s)
+	}
+	return c.run(ctx, "pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "log"), "-w", "-t", "60", "-o", strings.Join(opts, " "), "start")
+}
+
+// Crash kills the postmaster and every one of its processes with SIGKILL
+// at once, as a power loss kills the server process tree: WAL still in
+// shared memory (wal_buffers) is lost; what was written to the OS is not.
+func (c *Cluster) Crash() error {
+	b, err := os.ReadFile(filepath.Join(c.data(), "postmaster.pid"))
+	if err != nil {
+		return fmt.Errorf("fault: crash: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		return fmt.Errorf("fault: crash: postmaster.pid: %w", err)
+	}
+	kids := children(pid)
+	_ = syscall.Kill(pid, syscall.SIGSTOP) // no new child while we kill
+	for _, k := range kids {
+		_ = syscall.Kill(k, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(pid, 0) != nil && len(children(pid)) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// children lists the processes whose parent is pid.
+func children(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Close stops the server (immediate) and removes its directory.
+func (c *Cluster) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = c.run(ctx, "pg_ctl", "-D", c.data(), "-m", "immediate", "-w", "stop")
+	os.RemoveAll(c.dir)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Standby takes a base backup of c (pg_basebackup -R: it streams from c)
+// into a new temporary directory and starts it on a free loopback port
+// with c's settings.
+func (c *Cluster) Standby(ctx context.Context) (*Cluster, error) {
+	dir, err := os.MkdirTemp("", "oncekey-pg-")
+	if err != nil {
+		return nil, err
+	}
+	// Its own settings without synchronous_standby_names: once promoted it
+	// has no standby, and would wait for one forever.
+	var settings []string
+	for _, v := range c.settings {
+		if !strings.HasPrefix(v, "synchronous_standby_names=") {
+			settings = append(settings, v)
+		}
+	}
+	s := &Cluster{bin: c.bin, dir: dir, settings: settings}
+	if os.Geteuid() == 0 {
+		if out, err := exec.CommandContext(ctx, "chown", "-R", "postgres:postgres", dir).CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("fault: chown %s: %w: %s", dir, err, out)
+		}
+	}
+	src := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=standby", c.port)
+	if err := s.run(ctx, "pg_basebackup", "-D", s.data(), "-R", "-X", "stream", "-c", "fast", "-d", src); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if s.port, err = freePort(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Promote promotes a standby to primary and waits until it accepts writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	return c.run(ctx, "pg_ctl", "-D", c.data(), "-w", "-t", "60", "promote")
+}
+
+// Disconnect stops a standby's streaming: primary_conninfo is emptied and
+// reloaded, so its WAL receiver exits and does not come back. (SIGSTOP is
+// not enough: the WAL already in the socket's buffers is still received
+// after SIGCONT.)
+func (c *Cluster) Disconnect(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return fmt.Errorf("fault: disconnect standby: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = ''"); err != nil {
+		return fmt.Errorf("fault: disconnect standby: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return fmt.Errorf("fault: disconnect standby: %w", err)
+	}
+	for range 100 {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n); err != nil {
+			return fmt.Errorf("fault: disconnect standby: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("fault: disconnect standby: its WAL receiver is still running")
+}
+
+// Freeze stops (SIGSTOP) every process of the server, so that a standby
+// receives nothing; Thaw resumes them.
+func (c *Cluster) Freeze() error { return c.signalAll(syscall.SIGSTOP) }
+
+// Thaw resumes a server stopped by [Cluster.Freeze].
+func (c *Cluster) Thaw() error { return c.signalAll(syscall.SIGCONT) }
+
+func (c *Cluster) signalAll(sig syscall.Signal) error {
+	b, err := os.ReadFile(filepath.Join(c.data(), "postmaster.pid"))
+	if err != nil {
+		return fmt.Errorf("fault: signal: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		return fmt.Errorf("fault: signal: postmaster.pid: %w", err)
+	}
+	for _, k := range children(pid) {
+		_ = syscall.Kill(k, sig)
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// Dir is the cluster's temporary directory (owned by postgres when run as
+// root).
+func (c *Cluster) Dir() string { return c.dir }
+
+// EnableTLS writes a server certificate of ca into the cluster's directory
+// and turns ssl on (ALTER SYSTEM, reload). It returns the CA file, for
+// sslrootcert.
+func (c *Cluster) EnableTLS(ctx context.Context, ca *CA) (string, error) {
+	caFile, certFile, keyFile, err := ca.WriteServer(c.dir)
+	if err != nil {
+		return "", err
+	}
+	if os.Geteuid() == 0 {
+		if out, err := exec.CommandContext(ctx, "chown", "postgres:postgres", caFile, certFile, keyFile).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("fault: chown certs: %w: %s", err, out)
+		}
+	}
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return "", fmt.Errorf("fault: enable tls: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, q := range []string{
+		"ALTER SYSTEM SET ssl_cert_file = '" + certFile + "'",
+		"ALTER SYSTEM SET ssl_key_file = '" + keyFile + "'",
+		"ALTER SYSTEM SET ssl = on",
+		"SELECT pg_reload_conf()",
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return "", fmt.Errorf("fault: enable tls: %s: %w", q, err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the reload is asynchronous
+	return caFile, nil
+}

@@ -1,0 +1,367 @@
+package chaos
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/chaos/internal/history"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/redisproc"
+)
+
+// hazards are scenarios that run PostgreSQL configured to lose
+// acknowledged commits: negative controls that show the hazard is real and
+// that the checker sees it. They run only when named (Config.Scenarios,
+// -scenario); a run of every scenario leaves them out, since they must fail.
+func hazards() []scenario {
+	return []scenario{
+		{name: "pg-failover-async", forces: "negative control: PostgreSQL primary with an asynchronous streaming standby; the standby's streaming is cut, the primary is SIGKILLed, the standby promoted: acknowledged commits vanish (must be caught)", ownPostgres: true, setup: pgFailover(false)},
+		{name: "pg-crash-async-commit", forces: "negative control: PostgreSQL with synchronous_commit=off SIGKILLed mid-load and restarted: acknowledged commits vanish (must be caught)", ownPostgres: true, setup: pgCrash("off")},
+	}
+}
+
+// pgRegistry lists the scenarios on throwaway PostgreSQL clusters.
+func pgRegistry() []scenario {
+	return []scenario{
+		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on); the standby's streaming is cut, the primary is SIGKILLed, the standby promoted; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, setup: pgFailover(true)},
+		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between the library and PostgreSQL inside a transaction before its commit", setup: setupPGNetwork},
+		{name: "redis-sentinel", forces: "Redis behind three sentinels, the library on go-redis failover clients; the primary SIGKILLed mid-load, the replica promoted; the claim path must come back on the new primary", ownRedis: true, setup: setupSentinel},
+		{name: "tls", forces: "both stores over TLS verified against a CA made at run time (PostgreSQL ssl=on with sslmode=verify-full, redis-server --tls-port with go-redis TLSConfig); clients trusting another CA are refused", ownRedis: true, ownPostgres: true, setup: setupTLS},
+		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, setup: pgCrash("on")},
+	}
+}
+
+// onCluster moves the scenario onto a throwaway cluster: its history
+// tables, its durable store and the library's pool live there, so that
+// what the crash loses is what the checker reads.
+func (e *env) onCluster(ctx context.Context, url string) error {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	pcfg.MaxConns = 8
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "oncekey-chaos-admin"
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	admin, err := pgxpool.NewWithConfig(pctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("%w: cluster: %w", ErrSetup, err)
+	}
+	e.onClose(admin.Close)
+	r := *e.runEnv
+	r.admin = admin
+	r.cfg.PostgresURL = url
+	if _, err := admin.Exec(pctx, "CREATE SCHEMA "+r.schema); err != nil {
+		return fmt.Errorf("%w: cluster schema: %w", ErrSetup, err)
+	}
+	if r.tables, err = history.NewTables(r.schema); err == nil {
+		err = r.tables.Create(pctx, admin)
+	}
+	if err == nil {
+		err = postgres.Migrate(pctx, admin, postgres.WithSchema(r.schema))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: cluster: %w", ErrSetup, err)
+	}
+	e.runEnv = &r
+	pool, err := e.newPool(ctx, "")
+	if err != nil {
+		return err
+	}
+	e.pool = pool
+	return nil
+}
+
+// pgCrash SIGKILLs every process of a throwaway cluster, running with
+// synchronous_commit=sync, a few times while operations run, and restarts
+// it. With sync=off the WAL writer waits 10s (wal_writer_delay) before it
+// writes the commits that did not wait for it, so each crash loses the
+// commits acknowledged in the seconds before it.
+func pgCrash(sync string) func(ctx context.Context, e *env) (*workload, error) {
+	return func(ctx context.Context, e *env) (*workload, error) {
+		c, err := fault.NewCluster(ctx, "synchronous_commit="+sync, "wal_writer_delay=10s",
+			"wal_writer_flush_after=1GB", "fsync=on", "max_connections=200")
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		e.onClose(c.Close)
+		if err := e.onCluster(ctx, c.URL()); err != nil {
+			return nil, err
+		}
+		if sync == "on" {
+			if err := postgres.CheckDurability(ctx, e.pool); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+			}
+		}
+		w, err := e.mixed(ctx, storeOpts{}, nil)
+		if err != nil {
+			return nil, err
+		}
+		every := max(e.cfg.Iterations/5, 4)
+		w.startOp = func(ctx context.Context, o *op) {
+			if o.i == 0 || o.i%every != every-1 {
+				return
+			}
+			e.bg(func() {
+				// Let the operations started so far commit and answer.
+				time.Sleep(e.cfg.Lease)
+				if err := c.Crash(); err != nil {
+					e.violation("setup", "", "crash: %v", err)
+					return
+				}
+				e.fault("postgres-killed")
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
+				defer cancel()
+				if err := c.Start(rctx); err != nil {
+					e.violation("setup", "", "restart after crash: %v", err)
+					return
+				}
+				e.fault("postgres-restarted")
+			})
+		}
+		return w, nil
+	}
+}
+
+// pgFailover runs a primary and a streaming standby (synchronous when
+// sync), the library on a multi-host connection string with
+// target_session_attrs=read-write. Halfway through the run the standby is
+// disconnected (it receives nothing more), operations go on for a few
+// leases, the primary is SIGKILLed, the standby promoted. An asynchronous
+// standby misses the commits the primary acknowledged meanwhile; a synchronous one made the primary wait for it, so no
+// acknowledged commit is missing.
+func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) {
+	return func(ctx context.Context, e *env) (*workload, error) {
+		settings := []string{"synchronous_commit=on", "max_connections=200", "wal_level=replica"}
+		if sync {
+			settings = append(settings, "synchronous_standby_names=*")
+		}
+		primary, err := fault.NewCluster(ctx, settings...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		e.onClose(primary.Close)
+		standby, err := primary.Standby(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		e.onClose(standby.Close)
+		url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write",
+			primary.Port(), standby.Port())
+		if err := e.onCluster(ctx, url); err != nil {
+			return nil, err
+		}
+		// The durability check sees the standby, and whether it is synchronous.
+		var derr error
+		for range 100 {
+			if derr = postgres.CheckDurability(ctx, e.pool); (derr == nil) == sync {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if (derr == nil) != sync {
+			return nil, fmt.Errorf("%w: CheckDurability with sync=%v: %v", ErrSetup, sync, derr)
+		}
+		w, err := e.mixed(ctx, storeOpts{}, nil)
+		if err != nil {
+			return nil, err
+		}
+		at := e.cfg.Iterations / 2
+		w.startOp = func(ctx context.Context, o *op) {
+			if o.i != at {
+				return
+			}
+			e.bg(func() {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				err := standby.Disconnect(dctx)
+				cancel()
+				if err != nil {
+					e.violation("setup", "", "%v", err)
+					return
+				}
+				e.fault("standby-disconnected")
+				time.Sleep(3 * e.cfg.Lease)
+				if err := primary.Crash(); err != nil {
+					e.violation("setup", "", "crash primary: %v", err)
+				}
+				e.fault("primary-killed")
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
+				defer cancel()
+				if err := standby.Promote(rctx); err != nil {
+					e.violation("setup", "", "promote standby: %v", err)
+					return
+				}
+				e.fault("standby-promoted")
+			})
+		}
+		return w, nil
+	}
+}
+
+// setupPGNetwork puts a fault proxy between the library and PostgreSQL and,
+// inside chosen operations' transactions (after the effect, before the
+// commit), delays every reply by twice the lease or drops everything for
+// twice the lease (a partition), then heals. Commits and fenced writes
+// whose replies come late or never are resolved by reading; the leases run
+// out meanwhile, so retries may take over, and the fence decides.
+func setupPGNetwork(ctx context.Context, e *env) (*workload, error) {
+	pcfg, err := pgxpool.ParseConfig(e.cfg.PostgresURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	if strings.HasPrefix(pcfg.ConnConfig.Host, "/") {
+		return nil, fmt.Errorf("%w: pg-network needs PostgreSQL over TCP, not a unix socket", ErrSetup)
+	}
+	px, err := fault.NewProxy(net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port))))
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(px.Close)
+	pool, err := e.newPool(ctx, px.Addr())
+	if err != nil {
+		return nil, err
+	}
+	e.pool = pool
+	w, err := e.mixed(ctx, storeOpts{}, e.userRedis)
+	if err != nil {
+		return nil, err
+	}
+	var busy sync.Mutex // one network fault at a time
+	// Both kinds must fire: registered now, a kind left at zero fails the run.
+	e.faultN("postgres-latency-beyond-lease", 0)
+	e.faultN("postgres-partition-beyond-lease", 0)
+	w.startOp = func(_ context.Context, o *op) {
+		// Even operations run with Do: the fault lands inside their transaction.
+		switch o.i % 4 {
+		case 0:
+			e.planned(o, "latency", 0.3, 0)
+		case 2:
+			e.planned(o, "partition", 0.3, 2)
+		}
+	}
+	w.afterEffect = func(ctx context.Context, a *attempt) error {
+		kind := ""
+		switch {
+		case a.o.take("latency"):
+			kind = "latency"
+		case a.o.take("partition"):
+			kind = "partition"
+		default:
+			return nil
+		}
+		if !busy.TryLock() {
+			return nil
+		}
+		var undo func()
+		if kind == "latency" {
+			undo, err = px.Latency(2*e.cfg.Lease, 0)
+		} else {
+			undo, err = px.Blackhole()
+		}
+		if err != nil {
+			busy.Unlock()
+			return nil
+		}
+		e.fault("postgres-" + kind + "-beyond-lease")
+		a.note = "postgres " + kind + " for 2 leases before the commit"
+		time.AfterFunc(2*e.cfg.Lease, func() { undo(); busy.Unlock() })
+		return nil
+	}
+	return w, nil
+}
+
+// setupTLS runs the library on both stores over TLS verified against a
+// throwaway CA made now: a PostgreSQL cluster with ssl=on reached with
+// sslmode=verify-full, and a redis-server on a --tls-port reached with
+// go-redis's TLSConfig. Before the load, a client trusting another CA must
+// be refused by each (fail closed, x509: unknown authority).
+func setupTLS(ctx context.Context, e *env) (*workload, error) {
+	ca, err := fault.NewCA("oncekey-chaos-ca")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	wrong, err := fault.NewCA("some-other-ca")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	c, err := fault.NewCluster(ctx, "synchronous_commit=on", "max_connections=200")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	e.onClose(c.Close)
+	caFile, err := c.EnableTLS(ctx, ca)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	wrongFile := filepath.Join(c.Dir(), "wrong-ca.crt")
+	if err := os.WriteFile(wrongFile, wrong.PEM(), 0o644); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	base := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=verify-full&sslrootcert=", c.Port())
+	var unknown x509.UnknownAuthorityError
+	if conn, err := pgx.Connect(ctx, base+wrongFile); err == nil {
+		conn.Close(ctx)
+		return nil, fmt.Errorf("%w: PostgreSQL accepted a connection verified against the wrong CA", ErrSetup)
+	} else if !errors.As(err, &unknown) {
+		return nil, fmt.Errorf("%w: PostgreSQL with the wrong CA: want x509 unknown authority, got %w", ErrSetup, err)
+	}
+	e.fault("postgres-wrong-ca-refused")
+	if err := e.onCluster(ctx, base+caFile); err != nil {
+		return nil, err
+	}
+	var ssl bool
+	if err := e.pool.QueryRow(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl); err != nil || !ssl {
+		return nil, fmt.Errorf("%w: the library's session is not over TLS (ssl=%v, %v)", ErrSetup, ssl, err)
+	}
+
+	dir, err := os.MkdirTemp("", "oncekey-redis-tls-")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	e.onClose(func() { os.RemoveAll(dir) })
+	rca, rcert, rkey, err := ca.WriteServer(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	tlsPort := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	srv, err := redisproc.New(redisproc.Options{Args: []string{"--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", rcert, "--tls-key-file", rkey, "--tls-ca-cert-file", rca, "--tls-auth-clients", "no"}})
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis-server with TLS: %w", ErrSetup, err)
+	}
+	e.onClose(srv.Close)
+	tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	bad := e.redisOwn(tlsAddr, func(o *redis.Options) { o.TLSConfig = wrong.ClientTLS(); o.MaxRetries = -1 })
+	if err := bad.Ping(ctx).Err(); err == nil {
+		return nil, fmt.Errorf("%w: Redis accepted a connection verified against the wrong CA", ErrSetup)
+	} else if !errors.As(err, &unknown) {
+		return nil, fmt.Errorf("%w: Redis with the wrong CA: want x509 unknown authority, got %w", ErrSetup, err)
+	}
+	e.fault("redis-wrong-ca-refused")
+	good := func(int) redis.Scripter {
+		return e.redisOwn(tlsAddr, func(o *redis.Options) { o.TLSConfig = ca.ClientTLS() })
+	}
+	if err := good(0).(*redis.Client).Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("%w: Redis over TLS: %w", ErrSetup, err)
+	}
+	return e.mixed(ctx, storeOpts{}, good)
+}
