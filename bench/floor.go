@@ -68,7 +68,7 @@ FROM ` + e.table + ` WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3`
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 func (f *floors) claimArgs(h []byte, owner uuid.UUID) []any {
-	return []any{tenant, operation, h, fingerprint, int64(0), pgUUID(owner), leaseUs, retentionUs}
+	return []any{tenant, operation, h, fingerprint, int64(0), pgUUID(owner), leaseUs, retentionUs, h} // the last: the operation digest (any 32 bytes for the floor)
 }
 
 func (f *floors) completeArgs(h []byte, gen int64, owner uuid.UUID) []any {
