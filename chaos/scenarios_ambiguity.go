@@ -477,6 +477,17 @@ func setupRetention(ctx context.Context, e *env) (*workload, error) {
 		for _, o := range swept {
 			o.skipVerify()
 		}
+		// The second lives complete under a retention that outlasts the
+		// run: the verification pass retries every operation once more
+		// after the whole phase, and a record whose short retention ran out
+		// in between would rightly run again as a third life (at 1000
+		// operations the phase outlasts 4 leases). Expiry is what phase one
+		// tests; phase two tests that the retry ran as a new operation.
+		long, err := e.standard(ctx, st, e.userRedis, claimerOpts{retention: time.Hour})
+		if err != nil {
+			return err
+		}
+		w.claimers, w.verifier = long.claimers, long.verifier
 		return e.runOps(ctx, w, retried)
 	}
 	w.after = func(ctx context.Context, e *env, ops []*op) error {
