@@ -434,6 +434,11 @@ func (e *env) execute(ctx context.Context, s scenario) (check.Input, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if in.Records, err = rs.Read(rctx, e.admin); err != nil {
+		e.mu.Lock()
+		for _, v := range e.extra {
+			err = fmt.Errorf("%w (before it: %s)", err, v)
+		}
+		e.mu.Unlock()
 		return in, err
 	}
 	if in.Effects, err = e.tables.ReadEffects(rctx, e.admin, e.name); err != nil {

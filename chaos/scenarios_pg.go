@@ -181,7 +181,19 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 			return nil, err
 		}
 		at := e.cfg.Iterations / 2
+		// The operations after the one at the halfway mark start only once
+		// the standby is disconnected, so every one of them commits on the
+		// primary alone: with an asynchronous standby their acknowledged
+		// results exist nowhere else when the primary dies.
+		disconnected := make(chan struct{})
 		w.startOp = func(ctx context.Context, o *op) {
+			if o.i > at {
+				select {
+				case <-disconnected:
+				case <-ctx.Done():
+				}
+				return
+			}
 			if o.i != at {
 				return
 			}
@@ -189,12 +201,20 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				err := standby.Disconnect(dctx)
 				cancel()
+				since := e.rec.Now()
+				close(disconnected)
 				if err != nil {
 					e.violation("setup", "", "%v", err)
 					return
 				}
 				e.fault("standby-disconnected")
 				time.Sleep(3 * e.cfg.Lease)
+				if !sync {
+					// The hazard needs acknowledged commits that only the
+					// primary has: wait for some (a loaded machine may be slow
+					// to produce them), within a bound.
+					waitAcks(ctx, e, since, 2, 20*time.Second)
+				}
 				if err := primary.Crash(); err != nil {
 					e.violation("setup", "", "crash primary: %v", err)
 				}
@@ -209,6 +229,24 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 			})
 		}
 		return w, nil
+	}
+}
+
+// waitAcks waits until n operations were acknowledged to a client by an
+// execution that started after since, or until bound.
+func waitAcks(ctx context.Context, e *env, since time.Duration, n int, bound time.Duration) {
+	end := time.Now().Add(bound)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		acks := 0
+		for _, c := range e.rec.Calls() {
+			if c.Start >= since && (c.Kind == history.Execute || c.Kind == history.Complete) && !c.Ambiguous {
+				acks++
+			}
+		}
+		if acks >= n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

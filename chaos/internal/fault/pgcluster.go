@@ -112,7 +112,13 @@ func (c *Cluster) Start(ctx context.Context) error {
 	for _, s := range c.settings {
 		opts = append(opts, "-c "+s)
 	}
-	return c.run(ctx, "pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "log"), "-w", "-t", "60", "-o", strings.Join(opts, " "), "start")
+	err := c.run(ctx, "pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "log"), "-w", "-t", "60", "-o", strings.Join(opts, " "), "start")
+	if err != nil {
+		if b, rerr := os.ReadFile(filepath.Join(c.dir, "log")); rerr == nil {
+			err = fmt.Errorf("%w\nserver log (end):\n%s", err, b[max(0, len(b)-2000):])
+		}
+	}
+	return err
 }
 
 // Crash kills the postmaster and every one of its processes with SIGKILL
@@ -127,20 +133,44 @@ func (c *Cluster) Crash() error {
 	if err != nil {
 		return fmt.Errorf("fault: crash: postmaster.pid: %w", err)
 	}
-	kids := children(pid)
 	_ = syscall.Kill(pid, syscall.SIGSTOP) // no new child while we kill
+	kids := children(pid)
 	for _, k := range kids {
 		_ = syscall.Kill(k, syscall.SIGKILL)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if syscall.Kill(pid, 0) != nil && len(children(pid)) == 0 {
-			break
+	// Wait for every process by its pid: once the postmaster is gone its
+	// children are re-parented, so "no children of pid" proves nothing,
+	// and a restart while one still holds the shared memory is refused.
+	// The postmaster must be reaped too, not only dead: a new postmaster
+	// refuses to start while the pid in postmaster.pid answers kill(pid, 0),
+	// and a zombie does.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, p := range append(kids, pid) {
+		for alive(p) || (p == pid && syscall.Kill(pid, 0) == nil) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("fault: crash: process %d still alive after SIGKILL", p)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
+}
+
+// alive reports whether process pid exists and is not a zombie (a zombie
+// has released its memory; only its exit status waits to be reaped).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(s[i+1:])
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
 
 // children lists the processes whose parent is pid.
