@@ -124,3 +124,92 @@ func TestLease_KeepAliveExpiryKeepsTheKey(t *testing.T) {
 	}
 	mustClaim(t, e.c, r, claim.Replayed)
 }
+
+// slowRenew is a store whose renewals succeed, each after delay: a database
+// under load.
+type slowRenew struct {
+	storeapi.Store[pgx.Tx]
+	delay time.Duration
+	calls atomic.Int64
+}
+
+func (s *slowRenew) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+	s.calls.Add(1)
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Store.Renew(ctx, ref, tok, lease)
+}
+
+func TestLease_KeepAliveKeepsUpWithSlowRenewals(t *testing.T) {
+	t.Parallel()
+	// Renewals that take 35% of the lease each still keep it: the next one
+	// is due a third of the lease after the previous was sent, not after
+	// it came back. (Counted from its return, the second renewal would be
+	// sent at 0.33+0.35+0.33 of the lease and come back at 1.37, past the
+	// deadline of 1.33 less the margin.)
+	const lease = time.Second
+	e := setup(t, withoutRed, claim.WithLease(lease))
+	st := &slowRenew{Store: e.store, delay: lease * 35 / 100}
+	c, err := claim.New[pgx.Tx](st, claim.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("k-slow-renewals", "v1:a")
+	out := mustClaim(t, c, r, claim.Acquired)
+	work, stop := out.Lease.KeepAlive(context.WithoutCancel(t.Context()))
+	select {
+	case <-work.Done():
+		t.Fatalf("work ended after %d renewals: %v", st.calls.Load(), context.Cause(work))
+	case <-time.After(4 * lease):
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("stop = %v, want nil", err)
+	}
+	if n := st.calls.Load(); n < 5 {
+		t.Fatalf("%d renewals in four leases, want at least 5", n)
+	}
+	mustClaim(t, e.c, r, claim.InProgress)
+}
+
+// slowClaim is a store whose claims answer delay after they were sent: the
+// lease, counted from the sending, is partly gone when the work starts.
+type slowClaim struct {
+	storeapi.Store[pgx.Tx]
+	delay time.Duration
+}
+
+func (s *slowClaim) Claim(ctx context.Context, tx pgx.Tx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
+	r, err := s.Store.Claim(ctx, tx, p)
+	time.Sleep(s.delay)
+	return r, err
+}
+
+func TestLease_KeepAliveRenewsAtOnceAfterASlowClaim(t *testing.T) {
+	t.Parallel()
+	// A claim that came back after 65% of the lease is renewed at once:
+	// counted from the start of KeepAlive, the first renewal would be due
+	// at 0.98 of the lease, after the expiry at 0.9 (the margin left).
+	const lease = time.Second
+	e := setup(t, withoutRed, claim.WithLease(lease))
+	c, err := claim.New[pgx.Tx](&slowClaim{Store: e.store, delay: lease * 65 / 100}, claim.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("k-slow-claim", "v1:a")
+	out := mustClaim(t, c, r, claim.Acquired)
+	work, stop := out.Lease.KeepAlive(context.WithoutCancel(t.Context()))
+	select {
+	case <-work.Done():
+		t.Fatalf("work ended: %v", context.Cause(work))
+	case <-time.After(2 * lease):
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("stop = %v, want nil", err)
+	}
+	mustClaim(t, e.c, r, claim.InProgress)
+}

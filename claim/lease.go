@@ -154,7 +154,9 @@ func (l *Lease) MarkUncertain(ctx context.Context) (err error) {
 	return nil
 }
 
-// KeepAlive renews the lease in the background every third of its length
+// KeepAlive renews the lease in the background every third of its length,
+// counted from when the claim or the previous renewal was sent (a claim or
+// renewal that came back later than that is followed by a renewal at once),
 // and returns a context for the work, derived from ctx. That context is
 // cancelled, with the reason as its cause (context.Cause):
 //
@@ -203,7 +205,14 @@ func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func(
 	go func() {
 		defer close(done)
 		interval := max(l.lease/3, time.Millisecond)
-		renew := time.NewTimer(interval)
+		// Each renewal is due interval after the previous one (or the
+		// claim) was sent, which is when the deadline counts from, not
+		// after it came back: a slow claim or a slow renewal must not
+		// stretch the period, or the lease would lapse.
+		nextRenewal := func() time.Duration {
+			return max(time.Until(l.Deadline())-(l.lease-interval), time.Millisecond)
+		}
+		renew := time.NewTimer(nextRenewal())
 		defer renew.Stop()
 		// expiry fires when only the margin is left of the lease by its
 		// local deadline. It runs beside the renewals, not after them, so
@@ -242,7 +251,7 @@ func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func(
 				switch {
 				case err == nil:
 					expiry.Reset(max(untilExpiry(), 0))
-					renew.Reset(interval)
+					renew.Reset(nextRenewal())
 				case errors.Is(err, ErrFenced):
 					fail(err)
 					return
