@@ -27,6 +27,9 @@ func config(t *testing.T, scenarios ...string) chaos.Config {
 		Seed:        7,
 		Progress:    testWriter{t},
 	}
+	if d, err := time.ParseDuration(os.Getenv("CHAOS_LEASE")); err == nil {
+		cfg.Lease = d
+	}
 	if os.Getenv("CHAOS_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -42,7 +45,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 
 // TestScenarios runs every scenario and requires zero violations and that
 // every kind of fault each scenario injects actually fired. Set
-// CHAOS_SCENARIOS=a,b to run some.
+// CHAOS_SCENARIOS=a,b to run some, CHAOS_LEASE=1s to try another lease.
 func TestScenarios(t *testing.T) {
 	var names []string
 	if s := os.Getenv("CHAOS_SCENARIOS"); s != "" {

@@ -213,3 +213,44 @@ func TestLease_KeepAliveRenewsAtOnceAfterASlowClaim(t *testing.T) {
 	}
 	mustClaim(t, e.c, r, claim.InProgress)
 }
+
+func TestLease_KeepAliveIsNotDelayedBySlowRedis(t *testing.T) {
+	t.Parallel()
+	// Redis's copy of the lease takes 80% of the lease to renew (within
+	// its timeout), the database 35%. The durable renewals, which are the
+	// lease, keep their schedule: waiting for Redis (until the renewal's
+	// deadline, 1.0 of the lease) before sending the next would bring it
+	// back at 1.35, past the expiry at 1.23 (the first renewal's send at
+	// 0.33, plus the lease, less the margin), for an accelerator.
+	const lease = time.Second
+	e := setup(t, withRedis, claim.WithLease(lease))
+	st := &slowRenew{Store: e.store, delay: lease * 35 / 100}
+	e.loadScripts()
+	var slowed atomic.Int64
+	slow := &faultyRedis{Scripter: e.rdb, before: func(keys []string) {
+		if len(keys) == 1 { // renew.lua (and release.lua, not called here)
+			slowed.Add(1)
+			time.Sleep(lease * 8 / 10)
+		}
+	}}
+	c, err := claim.New[pgx.Tx](st, claim.WithLease(lease),
+		claim.WithRedis(slow, lua.Options{Prefix: e.prefix, Timeout: 3 * lease}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("k-slow-redis-renewals", "v1:a")
+	out := mustClaim(t, c, r, claim.Acquired)
+	work, stop := out.Lease.KeepAlive(context.WithoutCancel(t.Context()))
+	select {
+	case <-work.Done():
+		t.Fatalf("work ended: %v", context.Cause(work))
+	case <-time.After(3 * lease):
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("stop = %v, want nil", err)
+	}
+	if slowed.Load() == 0 {
+		t.Fatal("Redis's copy was never renewed")
+	}
+	mustClaim(t, e.c, r, claim.InProgress)
+}

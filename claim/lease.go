@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -64,6 +65,16 @@ func (l *Lease) Deadline() time.Time {
 // Renew extends the lease by its full length from now by the database's
 // clock. Errors: [ErrFenced] when the lease was lost, [ErrUnavailable].
 func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.renewDurable(ctx); err != nil {
+		return err
+	}
+	l.renewRedis(ctx)
+	return nil
+}
+
+// renewDurable renews the lease in the durable store, which is what the
+// deadline counts.
+func (l *Lease) renewDurable(ctx context.Context) error {
 	sent := time.Now()
 	if err := l.c.renew(ctx, l.ref, l.tok, l.lease); err != nil {
 		if errors.Is(err, durable.ErrFenced) {
@@ -74,12 +85,18 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	l.deadline = sent.Add(l.lease)
 	l.mu.Unlock()
-	if l.c.redis() != nil {
-		if _, err := l.c.redis().Renew(ctx, l.ref, l.tok, l.lease); err != nil {
-			l.c.logger().Debug("oncekey: redis renew failed", "op", l.ref, "err", err)
-		}
-	}
 	return nil
+}
+
+// renewRedis renews Redis's copy of the lease, best effort: it only keeps
+// duplicates answered by Redis.
+func (l *Lease) renewRedis(ctx context.Context) {
+	if l.c.redis() == nil {
+		return
+	}
+	if _, err := l.c.redis().Renew(ctx, l.ref, l.tok, l.lease); err != nil {
+		l.c.logger().Debug("oncekey: redis renew failed", "op", l.ref, "err", err)
+	}
 }
 
 // Complete stores res as the operation's result (state completed), fenced,
@@ -222,11 +239,20 @@ func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func(
 		untilExpiry := func() time.Duration { return time.Until(l.Deadline()) - l.margin }
 		expiry := time.NewTimer(max(untilExpiry(), 0))
 		defer expiry.Stop()
-		var renewed chan error // set while a renewal is in flight
+		var renewed chan error // set while a durable renewal is in flight
+		// Redis's copy is renewed after each durable renewal, off the
+		// schedule: a slow Redis must not delay the next durable renewal
+		// (the lease would lapse for an accelerator). One at a time; a
+		// renewal that finds the previous one still running skips it.
+		var (
+			redisBusy atomic.Bool
+			redisWG   sync.WaitGroup
+		)
 		defer func() {
 			if renewed != nil {
 				<-renewed // work is done, so its context ended the renewal
 			}
+			redisWG.Wait() // likewise
 		}()
 		for {
 			select {
@@ -243,8 +269,17 @@ func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func(
 				renewed = make(chan error, 1)
 				go func(ch chan<- error) {
 					rctx, rcancel := context.WithDeadline(work, l.Deadline())
-					defer rcancel()
-					ch <- l.Renew(rctx)
+					err := l.renewDurable(rctx)
+					rcancel()
+					if err == nil && redisBusy.CompareAndSwap(false, true) {
+						redisWG.Add(1)
+						go func() {
+							defer redisWG.Done()
+							defer redisBusy.Store(false)
+							l.renewRedis(work)
+						}()
+					}
+					ch <- err
 				}(renewed)
 			case err := <-renewed:
 				renewed = nil
