@@ -17,24 +17,32 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-// unrenewable is a store whose renewals fail as if the database were
-// unreachable: each takes delay (a connection attempt that times out), then
-// returns ErrUnavailable. Every other method reaches the real store.
-type unrenewable struct {
+// slowRenew is a store whose renewals each take delay (a database under
+// load, or a connection attempt that times out), then reach the real store,
+// or, with refuse, fail with ErrUnavailable as if the database were
+// unreachable. Every other method reaches the real store.
+type slowRenew struct {
 	storeapi.Store[pgx.Tx]
-	delay time.Duration
-	calls atomic.Int64
+	delay  time.Duration
+	refuse bool
+	calls  atomic.Int64
 }
 
-func (s *unrenewable) Renew(ctx context.Context, _ durable.Ref, _ fence.Token, _ time.Duration) error {
+func (s *slowRenew) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
 	s.calls.Add(1)
 	t := time.NewTimer(s.delay)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
+		if !s.refuse {
+			return ctx.Err()
+		}
 	}
-	return fmt.Errorf("%w: renew: connection timed out (injected)", durable.ErrUnavailable)
+	if s.refuse {
+		return fmt.Errorf("%w: renew: connection timed out (injected)", durable.ErrUnavailable)
+	}
+	return s.Store.Renew(ctx, ref, tok, lease)
 }
 
 func TestLease_KeepAliveCancelsBeforeATakeoverIsPossible(t *testing.T) {
@@ -44,7 +52,7 @@ func TestLease_KeepAliveCancelsBeforeATakeoverIsPossible(t *testing.T) {
 			t.Parallel()
 			const lease = 1200 * time.Millisecond
 			e := setup(t, mode, claim.WithLease(lease))
-			st := &unrenewable{Store: e.store, delay: lease / 10}
+			st := &slowRenew{Store: e.store, delay: lease / 10, refuse: true}
 			opts := []claim.Option{claim.WithLease(lease)}
 			if e.rdb != nil {
 				opts = append(opts, claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second}))
@@ -104,7 +112,7 @@ func TestLease_KeepAliveExpiryKeepsTheKey(t *testing.T) {
 	// while no one took it over.
 	const lease = 600 * time.Millisecond
 	e := setup(t, withoutRed, claim.WithLease(lease))
-	first, err := claim.New[pgx.Tx](&unrenewable{Store: e.store, delay: time.Millisecond}, claim.WithLease(lease))
+	first, err := claim.New[pgx.Tx](&slowRenew{Store: e.store, delay: time.Millisecond, refuse: true}, claim.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,26 +131,6 @@ func TestLease_KeepAliveExpiryKeepsTheKey(t *testing.T) {
 		t.Fatalf("Complete after ErrLeaseExpired with no takeover = %v, want success", err)
 	}
 	mustClaim(t, e.c, r, claim.Replayed)
-}
-
-// slowRenew is a store whose renewals succeed, each after delay: a database
-// under load.
-type slowRenew struct {
-	storeapi.Store[pgx.Tx]
-	delay time.Duration
-	calls atomic.Int64
-}
-
-func (s *slowRenew) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
-	s.calls.Add(1)
-	t := time.NewTimer(s.delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return s.Store.Renew(ctx, ref, tok, lease)
 }
 
 func TestLease_KeepAliveKeepsUpWithSlowRenewals(t *testing.T) {
