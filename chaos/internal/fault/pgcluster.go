@@ -133,7 +133,14 @@ func (c *Cluster) Crash() error {
 	if err != nil {
 		return fmt.Errorf("fault: crash: postmaster.pid: %w", err)
 	}
+	shm := sysvKey(b)
 	_ = syscall.Kill(pid, syscall.SIGSTOP) // no new child while we kill
+	// SIGSTOP is delivered asynchronously: a fork already under way can
+	// still complete, so list the children only once the postmaster has
+	// stopped.
+	for i := 0; i < 100 && !stopped(pid); i++ {
+		time.Sleep(5 * time.Millisecond)
+	}
 	kids := children(pid)
 	for _, k := range kids {
 		_ = syscall.Kill(k, syscall.SIGKILL)
@@ -154,7 +161,81 @@ func (c *Cluster) Crash() error {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return nil
+	// Whatever the listing missed still has the cluster's System V shared
+	// memory attached, and a new postmaster refuses to start beside it
+	// ("pre-existing shared memory block is still in use"): find those
+	// processes by their mapping and kill them too.
+	if shm == "" {
+		return nil
+	}
+	for {
+		left := attached(shm)
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fault: crash: processes %v still attached to the shared memory after SIGKILL", left)
+		}
+		for _, p := range left {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sysvKey returns the name under which the cluster's System V shared memory
+// segment appears in /proc/PID/maps ("/SYSV" and its key in 8 hex digits),
+// from line 7 of postmaster.pid ("key shmid"), or "" when it has none.
+func sysvKey(pidfile []byte) string {
+	lines := strings.Split(string(pidfile), "\n")
+	if len(lines) < 7 {
+		return ""
+	}
+	f := strings.Fields(lines[6])
+	if len(f) == 0 {
+		return ""
+	}
+	key, err := strconv.ParseUint(f[0], 10, 32)
+	if err != nil || key == 0 {
+		return ""
+	}
+	return fmt.Sprintf("/SYSV%08x", key)
+}
+
+// attached lists the live processes that map the shared memory segment
+// named name (see [sysvKey]).
+func attached(name string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || !alive(n) {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/maps")
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(b), name+" ") || strings.Contains(string(b), name+"\n") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// stopped reports whether process pid is stopped by a signal (or gone).
+func stopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return true
+	}
+	f := strings.Fields(s[i+1:])
+	return len(f) == 0 || f[0] == "T"
 }
 
 // alive reports whether process pid exists and is not a zombie (a zombie
