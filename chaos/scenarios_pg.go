@@ -38,7 +38,7 @@ func hazards() []scenario {
 func pgRegistry() []scenario {
 	return []scenario{
 		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on); the standby's streaming is cut, the primary is SIGKILLed, the standby promoted; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, setup: pgFailover(true)},
-		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between the library and PostgreSQL inside a transaction before its commit", setup: setupPGNetwork},
+		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between one client and PostgreSQL, inside a Do transaction before its commit or between a workflow's effect and its finish; the other clients still reach the database and take over", setup: setupPGNetwork},
 		{name: "redis-sentinel", forces: "Redis behind three sentinels, the library on go-redis failover clients; the primary SIGKILLed mid-load, the replica promoted; the claim path must come back on the new primary", ownRedis: true, setup: setupSentinel},
 		{name: "tls", forces: "both stores over TLS verified against a CA made at run time (PostgreSQL ssl=on with sslmode=verify-full, redis-server --tls-port with go-redis TLSConfig); clients trusting another CA are refused", ownRedis: true, ownPostgres: true, setup: setupTLS},
 		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, setup: pgCrash("on")},
@@ -250,12 +250,16 @@ func waitAcks(ctx context.Context, e *env, since time.Duration, n int, bound tim
 	}
 }
 
-// setupPGNetwork puts a fault proxy between the library and PostgreSQL and,
+// setupPGNetwork gives each client its own fault proxy to PostgreSQL and,
 // inside chosen operations' transactions (after the effect, before the
-// commit), delays every reply by twice the lease or drops everything for
-// twice the lease (a partition), then heals. Commits and fenced writes
-// whose replies come late or never are resolved by reading; the leases run
-// out meanwhile, so retries may take over, and the fence decides.
+// commit), delays every reply on the owner's proxy by twice the lease or
+// drops everything on it for twice the lease (a partition), then heals.
+// Only the owner is cut off, as when one application host loses its
+// network: its lease runs out while the other clients still reach the
+// database and take the operation over, so the owner's late commit is a
+// stale owner's, and the fence must refuse it (the negative control
+// complete-without-fence shows that it is needed). Commits and fenced
+// writes whose replies come late or never are resolved by reading.
 func setupPGNetwork(ctx context.Context, e *env) (*workload, error) {
 	pcfg, err := pgxpool.ParseConfig(e.cfg.PostgresURL)
 	if err != nil {
@@ -264,34 +268,66 @@ func setupPGNetwork(ctx context.Context, e *env) (*workload, error) {
 	if strings.HasPrefix(pcfg.ConnConfig.Host, "/") {
 		return nil, fmt.Errorf("%w: pg-network needs PostgreSQL over TCP, not a unix socket", ErrSetup)
 	}
-	px, err := fault.NewProxy(net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port))))
+	target := net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port)))
+	w := &workload{timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
+	pxs := make([]*fault.Proxy, e.cfg.Clients)
+	for c := range pxs {
+		px, err := fault.NewProxy(target)
+		if err != nil {
+			return nil, err
+		}
+		e.onClose(px.Close)
+		pxs[c] = px
+		pool, err := e.newPool(ctx, px.Addr())
+		if err != nil {
+			return nil, err
+		}
+		st, err := e.store(storeOpts{}, pool)
+		if err != nil {
+			return nil, err
+		}
+		rc := e.userRedis(c)
+		warm(ctx, rc)
+		cl, err := e.claimer(claimerOpts{store: st, redis: rc})
+		if err != nil {
+			return nil, err
+		}
+		w.claimers = append(w.claimers, cl)
+	}
+	vst, err := e.store(storeOpts{})
 	if err != nil {
 		return nil, err
 	}
-	e.onClose(px.Close)
-	pool, err := e.newPool(ctx, px.Addr())
-	if err != nil {
+	if w.verifier, err = e.claimer(claimerOpts{store: vst, redis: e.redisUser("", nil)}); err != nil {
 		return nil, err
 	}
-	e.pool = pool
-	w, err := e.mixed(ctx, storeOpts{}, e.userRedis)
-	if err != nil {
+	w.modeOf = flowOdd
+	w.rejectRate = 0.1
+	if err := e.withDownstream(w, nil); err != nil {
 		return nil, err
 	}
-	var busy sync.Mutex // one network fault at a time
+	// One fault at a time on each client's proxy; an attempt whose proxy
+	// is busy waits for it (at most 2 leases), so that every planned fault
+	// fires.
+	busy := make([]sync.Mutex, len(pxs))
 	// Both kinds must fire: registered now, a kind left at zero fails the run.
 	e.faultN("postgres-latency-beyond-lease", 0)
 	e.faultN("postgres-partition-beyond-lease", 0)
 	w.startOp = func(_ context.Context, o *op) {
-		// Even operations run with Do: the fault lands inside their transaction.
+		// Even operations run with Do: the fault lands inside their
+		// transaction, which holds the claim's row lock, so duplicates wait
+		// for it. Odd ones are workflows: the fault lands between the
+		// downstream effect and the fenced finish while the lease, not a
+		// lock, holds the claim; it lapses, a duplicate takes over, and the
+		// owner's late finish is a stale owner's.
 		switch o.i % 4 {
-		case 0:
-			e.planned(o, "latency", 0.3, 0)
-		case 2:
-			e.planned(o, "partition", 0.3, 2)
+		case 0, 1:
+			e.planned(o, "latency", 0.3, 0, 1)
+		case 2, 3:
+			e.planned(o, "partition", 0.3, 2, 3)
 		}
 	}
-	w.afterEffect = func(ctx context.Context, a *attempt) error {
+	inject := func(a *attempt) {
 		kind := ""
 		switch {
 		case a.o.take("latency"):
@@ -299,26 +335,27 @@ func setupPGNetwork(ctx context.Context, e *env) (*workload, error) {
 		case a.o.take("partition"):
 			kind = "partition"
 		default:
-			return nil
+			return
 		}
-		if !busy.TryLock() {
-			return nil
-		}
+		i := a.client % len(pxs)
+		busy[i].Lock()
 		var undo func()
+		var err error
 		if kind == "latency" {
-			undo, err = px.Latency(2*e.cfg.Lease, 0)
+			undo, err = pxs[i].Latency(2*e.cfg.Lease, 0)
 		} else {
-			undo, err = px.Blackhole()
+			undo, err = pxs[i].Blackhole()
 		}
 		if err != nil {
-			busy.Unlock()
-			return nil
+			busy[i].Unlock()
+			return
 		}
 		e.fault("postgres-" + kind + "-beyond-lease")
-		a.note = "postgres " + kind + " for 2 leases before the commit"
-		time.AfterFunc(2*e.cfg.Lease, func() { undo(); busy.Unlock() })
-		return nil
+		a.note = "postgres " + kind + " for 2 leases before the commit, on this client's connections only"
+		time.AfterFunc(2*e.cfg.Lease, func() { undo(); busy[i].Unlock() })
 	}
+	w.afterEffect = func(_ context.Context, a *attempt) error { inject(a); return nil }
+	w.beforeComplete = func(_ context.Context, a *attempt) { inject(a) }
 	return w, nil
 }
 
