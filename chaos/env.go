@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -115,10 +116,18 @@ type claimerOpts struct {
 	clock     func() time.Time // the breaker's clock; nil: time.Now
 	retention time.Duration
 	policy    claim.Option // nil: the default (fail fast)
+	// logger replaces the run's logger for this Claimer; logFor, in
+	// [env.standard], gives each client's Claimer its own.
+	logger *slog.Logger
+	logFor func(client int) *slog.Logger
 }
 
 func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
-	opts := []claim.Option{claim.WithLease(e.cfg.Lease), claim.WithLogger(e.log)}
+	log := e.log
+	if o.logger != nil {
+		log = o.logger
+	}
+	opts := []claim.Option{claim.WithLease(e.cfg.Lease), claim.WithLogger(log)}
 	if o.policy != nil {
 		opts = append(opts, o.policy)
 	}
@@ -156,6 +165,9 @@ func (e *env) standard(ctx context.Context, st storeapi.Store[pgxTx], newRedis f
 	for c := 0; c < e.cfg.Clients; c++ {
 		o := co
 		o.store = st
+		if co.logFor != nil {
+			o.logger = co.logFor(c)
+		}
 		if newRedis != nil {
 			o.redis = newRedis(c)
 			warm(ctx, o.redis)
@@ -167,7 +179,7 @@ func (e *env) standard(ctx context.Context, st storeapi.Store[pgxTx], newRedis f
 		w.claimers = append(w.claimers, cl)
 	}
 	vo := co
-	vo.store, vo.redis, vo.luaOpts = st, e.redisUser("", nil), nil
+	vo.store, vo.redis, vo.luaOpts, vo.logger = st, e.redisUser("", nil), nil, nil
 	v, err := e.claimer(vo)
 	if err != nil {
 		return nil, err

@@ -3,10 +3,12 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -107,13 +109,34 @@ func setupSentinel(ctx context.Context, e *env) (*workload, error) {
 		e.onClose(func() { c.Close() })
 		return c
 	}
-	w, err := e.mixed(ctx, storeOpts{}, newClient)
+	// The workload of mixed, with each client's Claimer logging to a
+	// recorder of its Redis breaker's transitions.
+	st, err := e.store(storeOpts{})
 	if err != nil {
 		return nil, err
 	}
+	brk := &breakers{states: map[int][]string{}}
+	w, err := e.standard(ctx, st, newClient, claimerOpts{logFor: func(c int) *slog.Logger {
+		var inner slog.Handler
+		if e.log != nil {
+			inner = e.log.Handler()
+		}
+		return slog.New(&breakerHandler{b: brk, client: c, inner: inner})
+	}})
+	if err != nil {
+		return nil, err
+	}
+	w.modeOf = flowOdd
+	w.rejectRate = 0.1
+	if err := e.withDownstream(w, nil); err != nil {
+		return nil, err
+	}
+	// The outage must be seen: some client's breaker opens (else the run
+	// proved nothing about the fallback).
+	e.faultN("redis-breaker-opened", 0)
 	at := e.cfg.Iterations / 2
-	promoted := make(chan struct{})
-	var once sync.Once
+	killed, promoted := make(chan struct{}), make(chan struct{})
+	var once, killOnce sync.Once
 	var newPrimary string
 	var keysAtPromotion int64
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0]})
@@ -132,9 +155,11 @@ func setupSentinel(ctx context.Context, e *env) (*workload, error) {
 		if o.i == at {
 			e.bg(func() {
 				defer once.Do(func() { close(promoted) })
+				defer killOnce.Do(func() { close(killed) })
 				time.Sleep(e.cfg.Lease) // mid-load
 				primary.Kill()
 				e.fault("redis-primary-killed")
+				killOnce.Do(func() { close(killed) })
 				deadline := time.Now().Add(60 * time.Second)
 				for time.Now().Before(deadline) {
 					addr, err := sc.GetMasterAddrByName(context.WithoutCancel(ctx), sentinelMaster).Result()
@@ -149,14 +174,38 @@ func setupSentinel(ctx context.Context, e *env) (*workload, error) {
 				e.violation("setup", "", "the sentinels did not promote the replica within 60s")
 			})
 		}
+		// The next operations start once the primary is dead, so they meet
+		// the outage: the breaker opens and they go to the database.
+		if o.i > at && o.i <= at+e.cfg.Parallel {
+			select {
+			case <-killed:
+			case <-ctx.Done():
+			}
+		}
 		if o.i > at+e.cfg.Parallel {
 			select {
 			case <-promoted:
 			case <-ctx.Done():
 			}
+			// Past two cool-downs every open breaker lets a probe through,
+			// so each client's breaker can close on the new primary.
+			select {
+			case <-time.After(2 * e.cfg.Lease):
+			case <-ctx.Done():
+			}
 		}
 	}
 	w.after = func(ctx context.Context, e *env, _ []*op) error {
+		opened, open := brk.verdict()
+		e.faultN("redis-breaker-opened", int64(opened))
+		for _, c := range open {
+			e.violation("sentinel-breaker-recovery", "", "client %d's Redis breaker is still %s at the end, after the promotion: the claim path did not come back to Redis", c, brk.last(c))
+		}
+		// A claim that took longer than the start margin is refused with
+		// ErrLeaseExpired (nothing ran, retry): counted apart, not here.
+		if n := e.observed()["error"]; n > 0 {
+			e.violation("sentinel-fallback", "", "%d calls failed while Redis failed over: the breaker must send them to the database instead", n)
+		}
 		if newPrimary == "" {
 			return nil
 		}
@@ -168,4 +217,85 @@ func setupSentinel(ctx context.Context, e *env) (*workload, error) {
 		return nil
 	}
 	return w, nil
+}
+
+// breakers records the transitions of each client's Redis breaker, which
+// the library logs at Warn ("oncekey: redis breaker", state=...).
+type breakers struct {
+	mu     sync.Mutex
+	states map[int][]string
+}
+
+// verdict returns how many clients' breakers opened and, sorted, the
+// clients whose breaker opened and did not end closed.
+func (b *breakers) verdict() (opened int, open []int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c, ss := range b.states {
+		if !slices.Contains(ss, "open") {
+			continue
+		}
+		opened++
+		if ss[len(ss)-1] != "closed" {
+			open = append(open, c)
+		}
+	}
+	slices.Sort(open)
+	return opened, open
+}
+
+// last returns client c's last recorded breaker state.
+func (b *breakers) last(c int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ss := b.states[c]; len(ss) > 0 {
+		return ss[len(ss)-1]
+	}
+	return "closed"
+}
+
+// breakerHandler feeds b from one client's log and passes every record on
+// to inner (nil: the run logs nothing).
+type breakerHandler struct {
+	b      *breakers
+	client int
+	inner  slog.Handler
+}
+
+func (h *breakerHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || (h.inner != nil && h.inner.Enabled(ctx, l))
+}
+
+func (h *breakerHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "oncekey: redis breaker" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "state" {
+				h.b.mu.Lock()
+				h.b.states[h.client] = append(h.b.states[h.client], a.Value.String())
+				h.b.mu.Unlock()
+				return false
+			}
+			return true
+		})
+	}
+	if h.inner != nil && h.inner.Enabled(ctx, r.Level) {
+		return h.inner.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h *breakerHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	if h.inner != nil {
+		c.inner = h.inner.WithAttrs(as)
+	}
+	return &c
+}
+
+func (h *breakerHandler) WithGroup(name string) slog.Handler {
+	c := *h
+	if h.inner != nil {
+		c.inner = h.inner.WithGroup(name)
+	}
+	return &c
 }

@@ -447,6 +447,10 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 		// store) that calls a lost acknowledgement a failure is caught.
 		call.Kind, call.Note = history.NoEffect, "not committed, says the library: "+err.Error()
 		e.observe("not-committed")
+	case errors.Is(err, claim.ErrLeaseExpired):
+		// The claim round trip used up the start margin: fn did not run.
+		call.Kind, call.Note = history.NoEffect, err.Error()
+		e.observe("lease-expired-before-start")
 	default:
 		call.Kind, call.Note = history.NoEffect, err.Error()
 		e.observe("error")
@@ -490,6 +494,13 @@ func (e *env) flowAttempt(ctx context.Context, w *workload, o *op, c, n int) boo
 		e.rec.Add(call)
 		e.observe("mismatch")
 		return true
+	case errors.Is(err, claim.ErrLeaseExpired):
+		// The claim round trip used up the start margin: the key was
+		// released, nothing ran.
+		call.Kind, call.Note = history.NoEffect, err.Error()
+		e.rec.Add(call)
+		e.observe("lease-expired-before-start")
+		return false
 	default:
 		// The claim may have been granted to this caller without its
 		// learning the token.
