@@ -73,7 +73,9 @@ func TestBreakerHandler_HearsTheLibrary(t *testing.T) {
 	defer cancel()
 	for i := range 4 {
 		out, err := cl.Do(ctx, claim.Request{Scope: durable.Scope{Tenant: "t", Operation: "op", Key: "k" + string(rune('a'+i))}, Fingerprint: "f"},
-			func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) { return durable.Result{StatusCode: 200}, nil })
+			func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+				return durable.Result{StatusCode: 200}, nil
+			})
 		if err != nil || out.Kind != claim.Executed {
 			t.Fatalf("Do %d with Redis refused: %v %v (the database must serve it)", i, out.Kind, err)
 		}
