@@ -203,6 +203,8 @@ type Claimer[TTx any] struct {
 	log          *slog.Logger
 	m            *meters
 	tr           tracer
+	// pause replaces the sweep's pause between batches in tests.
+	pause func(ctx context.Context, d time.Duration) error
 }
 
 // New returns a Claimer over store, a store from durable/postgres or

@@ -1,5 +1,10 @@
 package claim
 
+import (
+	"context"
+	"time"
+)
+
 // WithSweepBatch sets how many records one statement of a sweep deletes, so
 // a test exercises several batches with few records.
 func WithSweepBatch(n int) Option {
@@ -7,4 +12,10 @@ func WithSweepBatch(n int) Option {
 		cfg.sweepBatch = n
 		return nil
 	}
+}
+
+// SetSweepPause replaces the pause between a sweep's batches, so a test
+// sees the pauses asked for without waiting them.
+func SetSweepPause[TTx any](c *Claimer[TTx], f func(ctx context.Context, d time.Duration) error) {
+	c.pause = f
 }

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 func TestClaimer_Sweep(t *testing.T) {
@@ -58,5 +61,71 @@ func TestClaimer_Sweep(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("RunSweeper = %v", err)
+	}
+}
+
+// fullSweeps is a store whose first full sweeps each take delay and delete
+// a whole batch (without touching the database); the next ones delete
+// nothing.
+type fullSweeps struct {
+	storeapi.Store[pgx.Tx]
+	delay time.Duration
+	full  int
+	calls int
+}
+
+func (s *fullSweeps) Sweep(_ context.Context, limit int) (int, error) {
+	s.calls++
+	time.Sleep(s.delay)
+	if s.calls <= s.full {
+		return limit, nil
+	}
+	return 0, nil
+}
+
+// TestClaimer_SweepPacesItsBatches: between full batches the sweep pauses
+// three times as long as the batch took (at most a quarter of its time
+// deleting), not after the last one, never more than 100 batches, and a
+// context that ends during a pause ends the sweep with what it deleted.
+func TestClaimer_SweepPacesItsBatches(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withoutRed)
+	const delay = 5 * time.Millisecond
+	for _, tc := range []struct {
+		full, calls, pauses, deleted int
+	}{
+		{full: 3, calls: 4, pauses: 3, deleted: 3000},
+		{full: 1000, calls: 100, pauses: 99, deleted: 100_000},
+	} {
+		st := &fullSweeps{Store: e.store, delay: delay, full: tc.full}
+		c, err := claim.New[pgx.Tx](st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pauses []time.Duration
+		claim.SetSweepPause(c, func(_ context.Context, d time.Duration) error {
+			pauses = append(pauses, d)
+			return nil
+		})
+		n, err := c.Sweep(t.Context())
+		if err != nil || n != tc.deleted || st.calls != tc.calls || len(pauses) != tc.pauses {
+			t.Fatalf("%d full batches: Sweep = %d, %v after %d batches and %d pauses; want %d after %d batches and %d pauses",
+				tc.full, n, err, st.calls, len(pauses), tc.deleted, tc.calls, tc.pauses)
+		}
+		for i, d := range pauses {
+			if d < 3*delay {
+				t.Fatalf("pause %d = %v after a batch of at least %v: want at least 3 times the batch", i, d, delay)
+			}
+		}
+	}
+
+	st := &fullSweeps{Store: e.store, full: 10}
+	c, err := claim.New[pgx.Tx](st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.SetSweepPause(c, func(context.Context, time.Duration) error { return context.Canceled })
+	if n, err := c.Sweep(t.Context()); n != 1000 || !errors.Is(err, context.Canceled) || st.calls != 1 {
+		t.Fatalf("Sweep ended during its first pause = %d, %v after %d batches; want 1000, context.Canceled after 1", n, err, st.calls)
 	}
 }
