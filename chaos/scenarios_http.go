@@ -151,6 +151,12 @@ func (s *service) outer(next http.Handler) http.Handler {
 		tw := &teeWriter{ResponseWriter: w, discard: drop, header: http.Header{}}
 		next.ServeHTTP(tw, r)
 		end := e.rec.Now()
+		if sr.ran && tw.status == http.StatusAccepted {
+			// This request's own handler ran and it was answered 202: its
+			// outcome was not recorded within FinishTimeout (pending), as
+			// opposed to a duplicate told the work is in progress.
+			e.observe("http-202-pending")
+		}
 		if sr.ran {
 			epoch, fp, _ := o.get()
 			call := history.Call{Key: o.key, Epoch: epoch, Client: 2000, Token: sr.tok, Fingerprint: fp, Body: history.Hash(sr.body),
