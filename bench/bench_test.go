@@ -138,6 +138,40 @@ func TestReport_FailuresFailTheRun(t *testing.T) {
 	}
 }
 
+func TestReport_CostTargetsAreCeilings(t *testing.T) {
+	t.Parallel()
+	cfg := config{duration: time.Second, round: time.Second}
+	mk := func(name string, ops int64, costs ...costTarget) *variant {
+		v := &variant{name: name, costs: costs}
+		v.st = stats{ops: ops, elapsed: time.Second, rounds: 1}
+		return v
+	}
+	cheap := mk("cheap", 80, costTarget{floor: "floor", atMost: 1.3}) // costs 1.25×
+	dear := mk("dear", 50, costTarget{floor: "floor", atMost: 1.45})  // costs 2×
+	floor := mk("floor", 100)
+	rep := newReport(cfg)
+	rep.add(&workload{name: "w", variants: []*variant{cheap, dear, floor}}, nil)
+	for i, want := range []struct {
+		ratio float64
+		meets bool
+	}{{1.25, true}, {2, false}} {
+		c := rep.Workloads[0].Variants[i].Costs
+		if len(c) != 1 || c[0].Ratio != want.ratio || !c[0].AtMost || c[0].Meets == nil || *c[0].Meets != want.meets {
+			t.Errorf("variant %d: costs %+v, want ratio %v meets %v", i, c, want.ratio, want.meets)
+		}
+	}
+	if len(rep.Failures) != 0 {
+		t.Errorf("a missed target is a failure: %q", rep.Failures)
+	}
+	var out bytes.Buffer
+	rep.table(&out)
+	for _, want := range []string{"costs 1.25× floor", "≤ 1.30× met", "costs 2.00× floor", "≤ 1.45× MISSED"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // TestRun_Smoke runs every workload briefly against the real servers and
 // checks what the tool checks, plus that it cleans up after itself.
 func TestRun_Smoke(t *testing.T) {
@@ -171,8 +205,10 @@ func TestRun_Smoke(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]float64{
-		"fresh/floor-2stmt/sql":                              4, // BEGIN, claim, completion, COMMIT
-		"fresh/library/sql":                                  4,
+		"fresh/floor-2stmt/sql":                              5, // BEGIN, claim, the order INSERT, completion, COMMIT
+		"fresh/library/sql":                                  5,
+		"fresh/library-no-redis/sql":                         5,
+		"fresh/floor-business-tx/sql":                        3, // BEGIN, the order INSERT, COMMIT
 		"replay/library/sql":                                 0, // answered by Redis
 		"replay/library/redis":                               1,
 		"replay/floor-select/sql":                            1,
@@ -187,6 +223,15 @@ func TestRun_Smoke(t *testing.T) {
 	}
 	if got := figures["storm/library: durable claims per key"]; got <= 0 || got > 1.05 {
 		t.Errorf("storm: durable claims per key = %v, want (0, 1.05]", got)
+	}
+	for _, w := range rep.Workloads {
+		for _, v := range w.Variants {
+			for _, c := range v.Costs {
+				if c.Meets == nil || c.Ratio <= 0 {
+					t.Errorf("%s/%s: cost vs %s not judged: %+v", w.Name, v.Name, c.Vs, c)
+				}
+			}
+		}
 	}
 
 	ctx := context.Background()

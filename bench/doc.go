@@ -16,10 +16,18 @@
 //
 // # Workloads
 //
-//   - fresh: unique keys, claim → complete through [claim.Claimer.Do] with
-//     an empty business write. Floor: the library's own claim and
-//     completion statements (captured from it at start-up), issued with pgx
-//     in one transaction.
+//   - fresh: unique keys, claim → complete through [claim.Claimer.Do],
+//     whose business write is one INSERT into a small orders table the tool
+//     creates in its schema. Floors: floor-2stmt, the library's own BEGIN,
+//     claim and completion statements (captured from it at start-up, which
+//     checks that the INSERT comes between the claim and the completion)
+//     with the same INSERT, issued with pgx in one transaction; and
+//     floor-business-tx, BEGIN, the INSERT, COMMIT with no idempotency at
+//     all: what the same write costs a service without oncekey. Besides the
+//     throughput ratio to floor-2stmt, the library is judged by its cost
+//     ratio to floor-business-tx (that floor's throughput over the
+//     library's: how many times more a request costs), at most 1.3 without
+//     Redis and 1.45 with it.
 //   - storm: K keys, M duplicates each, N workers taking requests in order,
 //     so the duplicates of a key are in flight together. Checks that each
 //     key executed exactly once and counts durable claims per key. Floors:
@@ -46,7 +54,15 @@
 // COMMIT are statements), allocations per request (runtime.MemStats Mallocs
 // over the round, the harness's own key building included: two or three
 // allocations), this process's CPU time per request (getrusage; the
-// servers' CPU is not in it) and the throughput ratio to its floor.
+// servers' CPU is not in it), the throughput ratio to its floor and, where
+// set, the cost ratios to other floors. Each workload runs with
+// -concurrency (32) workers, each sending its next request when its last
+// returns: a closed loop.
+//
+// Targets are floors or ceilings: a throughput ratio must reach its
+// target ("≥" in the table, "target" in the JSON), a cost ratio must stay
+// at or under its own ("≤", "costs" with "at_most"). A missed target is
+// reported, never a failure.
 //
 // A correctness failure (a key executed twice, a request that failed, a
 // floor that did not see what it expects) makes the tool exit with status 1.

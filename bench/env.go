@@ -52,6 +52,10 @@ type env struct {
 	rc     *redisCounter
 	opens  atomic.Int64 // times the breaker of withRedis opened
 
+	// insertOrder is the fresh workload's business write: one row of the
+	// run's own orders table, created with the schema.
+	insertOrder string
+
 	withRedis *claim.Claimer[pgx.Tx] // Redis in front
 	noRedis   *claim.Claimer[pgx.Tx] // PostgreSQL only
 	// setup is withRedis with a Redis timeout of at least a second, for
@@ -116,6 +120,10 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 	if err := postgres.Migrate(cctx, e.pool, postgres.WithSchema(e.schema)); err != nil {
 		return e, err
 	}
+	if _, err := e.pool.Exec(cctx, "CREATE TABLE "+e.schema+".orders (id text PRIMARY KEY, amount bigint NOT NULL)"); err != nil {
+		return e, fmt.Errorf("bench: orders table: %w", err)
+	}
+	e.insertOrder = "INSERT INTO " + e.schema + ".orders (id, amount) VALUES ($1, $2)"
 	e.withRedis, err = e.claimer(e.rdb, func(s fastpath.BreakerState) {
 		if s == fastpath.BreakerOpen {
 			e.opens.Add(1)

@@ -40,6 +40,7 @@ var (
 // floors cannot drift from what they are compared to.
 type floors struct {
 	e           *env
+	beginSQL    string // the library's BEGIN (with its SET LOCALs)
 	claimSQL    string // the durable claim: INSERT ... ON CONFLICT ... RETURNING
 	completeSQL string // the fenced completion UPDATE
 	selectSQL   string // a bare read of a stored result
@@ -89,32 +90,43 @@ func sameShape(got, want []any) bool {
 	return true
 }
 
-// captureSQL records the statements of one Do on the PostgreSQL-only
-// Claimer and keeps its claim and completion.
+// captureSQL records the statements of one Do (with the fresh workload's
+// business write) on the PostgreSQL-only Claimer and keeps its BEGIN, claim
+// and completion. It checks that the order INSERT came between the claim
+// and the completion, as the floor sends it.
 func (f *floors) captureSQL(ctx context.Context) error {
+	key := randName("capture-")
 	stmts, err := f.e.sql.capture(func() error {
-		_, err := f.e.noRedis.Do(ctx, request(randName("capture-")), emptyWrite)
+		_, err := doOrder(ctx, f.e, f.e.noRedis, key)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("%w: Do: %w", ErrCapture, err)
 	}
 	h := make([]byte, 32)
-	for _, s := range stmts {
+	claimAt, insertAt, completeAt := -1, -1, -1
+	for i, s := range stmts {
 		switch {
+		case i == 0 && strings.HasPrefix(strings.ToLower(s.SQL), "begin"):
+			f.beginSQL = s.SQL
 		case isClaimSQL(s.SQL) && sameShape(f.claimArgs(h, uuid.Nil), s.Args):
-			f.claimSQL = s.SQL
+			f.claimSQL, claimAt = s.SQL, i
+		case s.SQL == f.e.insertOrder:
+			insertAt = i
 		case !isClaimSQL(s.SQL) && strings.Contains(s.SQL, "UPDATE") && strings.Contains(s.SQL, "'completed'") &&
 			len(s.Args) > 0 && sameShape(f.completeArgs(h, 1, uuid.Nil)[:len(s.Args)-1], s.Args[:len(s.Args)-1]):
 			// The last argument is the byte-exact header encoding of the
 			// (constant) result: the floor sends the library's own bytes.
-			f.completeSQL = s.SQL
+			f.completeSQL, completeAt = s.SQL, i
 			f.binHeaders, _ = s.Args[len(s.Args)-1].([]byte)
 		}
 	}
-	if f.claimSQL == "" || f.completeSQL == "" {
-
-		return fmt.Errorf("%w: no claim and completion of the expected shape among %d statements", ErrCapture, len(stmts))
+	if f.beginSQL == "" || f.claimSQL == "" || f.completeSQL == "" {
+		return fmt.Errorf("%w: no BEGIN, claim and completion of the expected shape among %d statements", ErrCapture, len(stmts))
+	}
+	if claimAt >= insertAt || insertAt >= completeAt {
+		return fmt.Errorf("%w: the business INSERT is not between the claim and the completion (statements %d, %d, %d)",
+			ErrCapture, claimAt, insertAt, completeAt)
 	}
 	return nil
 }
@@ -162,13 +174,14 @@ func (f *floors) captureScript(ctx context.Context) error {
 // emptyWrite is the business write of every workload: none, and the result.
 func emptyWrite(context.Context, pgx.Tx, claim.Op) (durable.Result, error) { return result, nil }
 
-// fresh is the fresh-key floor: BEGIN, the claim, the completion, COMMIT,
-// with pgx and nothing else. The completion is fenced by the generation the
-// claim returned (the database clock's floor, as for the library).
+// fresh is the fresh-key floor: the library's BEGIN, the claim, the order
+// INSERT, the completion, COMMIT, with pgx and nothing else. The completion
+// is fenced by the generation the claim returned (the database clock's
+// floor, as for the library).
 func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
 	owner := uuid.New()
-	tx, err := f.e.pool.Begin(ctx)
+	tx, err := f.e.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: f.beginSQL})
 	if err != nil {
 		return oOther, err
 	}
@@ -193,6 +206,9 @@ func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
 	if !acquired {
 		return oOther, fmt.Errorf("%w: floor claim did not acquire a fresh key", ErrUnexpected)
 	}
+	if err := insertOrder(ctx, f.e, tx, key); err != nil {
+		return oOther, err
+	}
 	tag, err := tx.Exec(ctx, f.completeSQL, f.completeArgs(h[:], gen, owner)...)
 	if err != nil {
 		return oOther, err
@@ -201,6 +217,33 @@ func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
 		return oOther, fmt.Errorf("%w: floor completion updated %d rows", ErrUnexpected, tag.RowsAffected())
 	}
 	return oExecuted, tx.Commit(ctx)
+}
+
+// businessTx is the bare business transaction: BEGIN, the order INSERT,
+// COMMIT, with pgx and no idempotency at all. It is what a service without
+// oncekey pays for the same write.
+func (f *floors) businessTx(ctx context.Context, key string) (outcome, error) {
+	tx, err := f.e.pool.Begin(ctx)
+	if err != nil {
+		return oOther, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if err := insertOrder(ctx, f.e, tx, key); err != nil {
+		return oOther, err
+	}
+	return oExecuted, tx.Commit(ctx)
+}
+
+// insertOrder is the business write, as the library's fn sends it.
+func insertOrder(ctx context.Context, e *env, tx pgx.Tx, key string) error {
+	tag, err := tx.Exec(ctx, e.insertOrder, key, orderAmount)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("%w: the order INSERT wrote %d rows", ErrUnexpected, tag.RowsAffected())
+	}
+	return nil
 }
 
 // evalsha is the Redis floor: one EVALSHA of claim.lua on the key's three

@@ -7,11 +7,38 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
 )
 
-// doFresh runs Do on a key never seen and expects it executed.
+// orderAmount is the amount of every business row.
+const orderAmount int64 = 4200
+
+// orderWrite returns the business write of a fresh request: one INSERT of
+// the order keyed by the request's key, in the transaction that holds the
+// claim, and the result.
+func orderWrite(e *env, key string) func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+	return func(ctx context.Context, tx pgx.Tx, _ claim.Op) (durable.Result, error) {
+		if err := insertOrder(ctx, e, tx, key); err != nil {
+			return durable.Result{}, err
+		}
+		return result, nil
+	}
+}
+
+// doFresh runs Do with an empty business write on a key never seen and
+// expects it executed (the other workloads' fresh requests).
 func doFresh(ctx context.Context, c *claim.Claimer[pgx.Tx], key string) (outcome, error) {
-	out, err := c.Do(ctx, request(key), emptyWrite)
+	return doWith(ctx, c, key, emptyWrite)
+}
+
+// doOrder runs Do with the order INSERT as its business write on a key
+// never seen and expects it executed (the fresh workload's requests).
+func doOrder(ctx context.Context, e *env, c *claim.Claimer[pgx.Tx], key string) (outcome, error) {
+	return doWith(ctx, c, key, orderWrite(e, key))
+}
+
+func doWith(ctx context.Context, c *claim.Claimer[pgx.Tx], key string, fn func(context.Context, pgx.Tx, claim.Op) (durable.Result, error)) (outcome, error) {
+	out, err := c.Do(ctx, request(key), fn)
 	if err != nil {
 		return oOther, err
 	}
@@ -21,26 +48,33 @@ func doFresh(ctx context.Context, c *claim.Claimer[pgx.Tx], key string) (outcome
 	return oExecuted, nil
 }
 
-// freshWorkload: unique keys, claim → complete through Do with an empty
-// business write, against the same two statements issued with pgx in one
-// transaction.
+// freshWorkload: unique keys, claim → business INSERT → complete through
+// Do, against the same statements issued with pgx in one transaction, and
+// against the business transaction alone (BEGIN, the INSERT, COMMIT).
 func freshWorkload(e *env, f *floors) *workload {
 	return &workload{
 		name: "fresh",
-		about: "unique keys, claim → complete in one transaction (Do, empty business write); " +
-			"floor: the library's claim and completion statements issued with pgx in one transaction",
+		about: "unique keys, claim → business INSERT → complete in one transaction (Do); " +
+			"floors: the library's BEGIN, claim and completion statements and the INSERT issued with pgx in one transaction " +
+			"(floor-2stmt), and BEGIN, the INSERT, COMMIT with no idempotency at all (floor-business-tx)",
 		variants: []*variant{
 			{name: "library", vs: "floor-2stmt", target: 0.85,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.45}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
-					return doFresh(ctx, e.withRedis, r.key(i))
+					return doOrder(ctx, e, e.withRedis, r.key(i))
 				}},
 			{name: "library-no-redis", vs: "floor-2stmt",
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.3}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
-					return doFresh(ctx, e.noRedis, r.key(i))
+					return doOrder(ctx, e, e.noRedis, r.key(i))
 				}},
 			{name: "floor-2stmt", floor: true,
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.fresh(ctx, r.key(i))
+				}},
+			{name: "floor-business-tx", floor: true,
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.businessTx(ctx, r.key(i))
 				}},
 		},
 	}

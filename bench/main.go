@@ -195,6 +195,9 @@ func summary(wr workloadReport) string {
 		if v.Vs != "" {
 			s += fmt.Sprintf(" (%.2f of %s)", v.Ratio, v.Vs)
 		}
+		for _, c := range v.Costs {
+			s += fmt.Sprintf(" (costs %.2f× %s)", c.Ratio, c.Vs)
+		}
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")

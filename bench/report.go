@@ -61,9 +61,23 @@ type variantReport struct {
 	BreakerOpened int64            `json:"breaker_opened,omitempty"`
 	Outcomes      map[string]int64 `json:"outcomes"`
 	Vs            string           `json:"vs,omitempty"`
-	Ratio         float64          `json:"ratio,omitempty"` // PerSecond / the PerSecond of Vs
-	Target        float64          `json:"target,omitempty"`
+	Ratio         float64          `json:"ratio,omitempty"`  // PerSecond / the PerSecond of Vs
+	Target        float64          `json:"target,omitempty"` // at least: Ratio ≥ Target
 	Meets         *bool            `json:"meets,omitempty"`
+	// Costs compare the variant to floors by cost, each with a ceiling.
+	Costs []costReport `json:"costs,omitempty"`
+}
+
+// costReport is a cost comparison: Ratio is the PerSecond of Vs over the
+// variant's, how many times more a request of the variant costs than one
+// of the floor Vs. Its Target is a ceiling (AtMost): Meets when Ratio ≤
+// Target.
+type costReport struct {
+	Vs     string  `json:"vs"`
+	Ratio  float64 `json:"ratio,omitempty"`
+	Target float64 `json:"target"`
+	AtMost bool    `json:"at_most"`
+	Meets  *bool   `json:"meets,omitempty"`
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -93,6 +107,9 @@ func (rep *report) add(w *workload, extras []extra) {
 		vr := variantReport{Name: v.name, Floor: v.floor, Rounds: s.rounds, Requests: s.ops, Errors: s.errs,
 			Seconds: s.elapsed.Seconds(), Vs: v.vs, Target: v.target, Outcomes: map[string]int64{},
 			BreakerOpened: s.counts.opens}
+		for _, c := range v.costs {
+			vr.Costs = append(vr.Costs, costReport{Vs: c.floor, Target: c.atMost, AtMost: true})
+		}
 		if s.firstErr != nil {
 			vr.FirstError = s.firstErr.Error()
 		}
@@ -125,6 +142,13 @@ func (rep *report) add(w *workload, extras []extra) {
 				vr.Meets = boolp(vr.Ratio >= vr.Target)
 			}
 		}
+		for j := range vr.Costs {
+			c := &vr.Costs[j]
+			if base := rate[c.Vs]; base > 0 && vr.PerSecond > 0 {
+				c.Ratio = base / vr.PerSecond
+				c.Meets = boolp(c.Ratio <= c.Target)
+			}
+		}
 		if vr.Errors > 0 {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("%s/%s: %d of %d requests failed; first: %s",
 				w.name, vr.Name, vr.Errors, vr.Requests, vr.FirstError))
@@ -139,6 +163,13 @@ func (rep *report) add(w *workload, extras []extra) {
 		}
 	}
 	rep.Workloads = append(rep.Workloads, wr)
+}
+
+func metMark(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
 }
 
 // fmtDur prints a duration with three significant digits.
@@ -169,17 +200,20 @@ func (rep *report) table(w io.Writer) {
 			if v.Floor {
 				name += " (floor)"
 			}
-			ratio, target := "", ""
+			var ratios, targets []string
 			if v.Vs != "" {
-				ratio = fmt.Sprintf("%.2f of %s", v.Ratio, v.Vs)
+				ratios = append(ratios, fmt.Sprintf("%.2f of %s", v.Ratio, v.Vs))
 			}
 			if v.Meets != nil {
-				mark := "met"
-				if !*v.Meets {
-					mark = "MISSED"
-				}
-				target = fmt.Sprintf("≥ %.2f %s", v.Target, mark)
+				targets = append(targets, fmt.Sprintf("≥ %.2f %s", v.Target, metMark(*v.Meets)))
 			}
+			for _, c := range v.Costs {
+				ratios = append(ratios, fmt.Sprintf("costs %.2f× %s", c.Ratio, c.Vs))
+				if c.Meets != nil {
+					targets = append(targets, fmt.Sprintf("≤ %.2f× %s", c.Target, metMark(*c.Meets)))
+				}
+			}
+			ratio, target := strings.Join(ratios, "; "), strings.Join(targets, "; ")
 			errs := ""
 			if v.Errors > 0 {
 				errs = fmt.Sprintf(" [%d errors]", v.Errors)

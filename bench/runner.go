@@ -57,6 +57,8 @@ type variant struct {
 	// none).
 	vs     string
 	target float64
+	// costs compare the variant to floors by cost, each with a ceiling.
+	costs []costTarget
 	// op runs request i of round r.
 	op func(ctx context.Context, r *round, i int64) (outcome, error)
 	// before runs, untimed, before each round (and the warm-up).
@@ -69,6 +71,14 @@ type variant struct {
 	after func(ctx context.Context, r *round, n int64) error
 
 	st stats
+}
+
+// costTarget compares a variant to a floor by cost: the floor's throughput
+// over the variant's, how many times more a request of the variant costs.
+// The target is a ceiling: the ratio must stay at or under atMost.
+type costTarget struct {
+	floor  string
+	atMost float64
 }
 
 // stats accumulate over the timed rounds of a variant.
