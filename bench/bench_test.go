@@ -105,10 +105,186 @@ func TestParseFlags(t *testing.T) {
 			t.Fatalf("smoke config: duration %v, keys %d, workloads %v", c.duration, c.keys, c.workloads)
 		}
 	})
-	for _, args := range [][]string{{"-workload", "fresh,nope"}, {"-concurrency", "0"}, {"-dups", "0"}, {"extra"}} {
+	t.Run("SmokeAddsOpenLoop", func(t *testing.T) {
+		c, err := parseFlags([]string{"-smoke"}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.closed || c.rate != 100 || !slices.Equal(c.open, openWorkloads) || c.knee {
+			t.Fatalf("smoke: closed %v, rate %v, open %v, knee %v", c.closed, c.rate, c.open, c.knee)
+		}
+	})
+	t.Run("RateReplacesTheClosedLoop", func(t *testing.T) {
+		c, err := parseFlags([]string{"-rate", "1000"}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.closed || c.rate != 1000 || !slices.Equal(c.workloads, openWorkloads) || !slices.Equal(c.open, openWorkloads) {
+			t.Fatalf("-rate: closed %v, rate %v, workloads %v, open %v", c.closed, c.rate, c.workloads, c.open)
+		}
+	})
+	t.Run("KneeDefaults", func(t *testing.T) {
+		c, err := parseFlags([]string{"-knee", "-workload", "replay"}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.closed || !c.knee || !slices.Equal(c.open, []string{"replay"}) || len(c.kneeRates) < 5 ||
+			!slices.IsSorted(c.kneeRates) || c.kneeP99 <= 0 || c.kneeStep <= 0 {
+			t.Fatalf("-knee: closed %v, open %v, rates %v, p99 %v, step %v", c.closed, c.open, c.kneeRates, c.kneeP99, c.kneeStep)
+		}
+	})
+	for _, args := range [][]string{{"-workload", "fresh,nope"}, {"-concurrency", "0"}, {"-dups", "0"}, {"extra"},
+		{"-rate", "-1"}, {"-rate", "NaN"}, {"-rate", "+Inf"}, {"-rate", "10", "-max-inflight", "0"},
+		{"-rate", "10", "-open-round", "0s"}, {"-rate", "10", "-workload", "storm"}, {"-knee", "-workload", "fresh,sweep"},
+		{"-knee", "-knee-rates", "100,50"}, {"-knee", "-knee-rates", "100,100"}, {"-knee", "-knee-rates", "0,10"},
+		{"-knee", "-knee-rates", "10,x"}, {"-knee", "-knee-rates", ""}, {"-knee", "-knee-p99", "0s"},
+		{"-knee", "-knee-step", "1ms"}} {
 		if _, err := parseFlags(args, &bytes.Buffer{}); !errors.Is(err, ErrConfig) {
 			t.Errorf("parseFlags(%q) = %v, want ErrConfig", args, err)
 		}
+	}
+}
+
+// slowTarget is a fake server that takes 50ms a request; with serial, one
+// request at a time (a queue in front of one worker).
+type slowTarget struct {
+	serial bool
+	mu     sync.Mutex
+}
+
+func (s *slowTarget) op(context.Context, int64) (outcome, error) {
+	if s.serial {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	time.Sleep(50 * time.Millisecond)
+	return oExecuted, nil
+}
+
+// TestRunOpen checks that the open-loop scheduler measures from each
+// request's intended send time, so a target that cannot keep up shows its
+// queue, where a closed-loop measurement of the same target hides it.
+func TestRunOpen(t *testing.T) {
+	t.Parallel()
+	t.Run("QueueShowsWhereClosedLoopHidesIt", func(t *testing.T) {
+		t.Parallel()
+		// 100/s for 300ms is 30 requests into a server that does 20/s:
+		// request k waits for the k before it, so the last finish about
+		// 1.5s after the start, more than a second after they were due.
+		target := &slowTarget{serial: true}
+		s := runOpen(t.Context(), target.op, 100, time.Now(), 300*time.Millisecond, 1000)
+		if s.scheduled != 30 || s.sent != 30 || s.dropped != 0 || s.errs != 0 || s.outcomes[oExecuted] != 30 {
+			t.Fatalf("scheduled %d, sent %d, dropped %d, errors %d, executed %d; want 30 sent, none dropped",
+				s.scheduled, s.sent, s.dropped, s.errs, s.outcomes[oExecuted])
+		}
+		open := s.h.quantile(0.99)
+		if open < 500*time.Millisecond {
+			t.Errorf("open-loop p99 = %v, want far above the 50ms of one request", open)
+		}
+		// The negative control: one closed-loop worker on the same target
+		// sees 50ms a request and no queue at all.
+		e := &env{cfg: config{concurrency: 1}, sql: &sqlCounter{}, rc: &redisCounter{}}
+		v := &variant{name: "slow", op: func(ctx context.Context, _ *round, i int64) (outcome, error) { return target.op(ctx, i) }}
+		if err := runRound(t.Context(), e, v, 0, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		closed := v.st.h.quantile(0.99)
+		if v.st.ops == 0 || closed < 50*time.Millisecond || closed*4 > open {
+			t.Errorf("closed-loop p99 = %v over %d requests, open-loop p99 = %v: want the closed loop to hide the queue",
+				closed, v.st.ops, open)
+		}
+	})
+	t.Run("CapDropsAndCounts", func(t *testing.T) {
+		t.Parallel()
+		// One in flight at a time, 50ms each, 100 due a second for 500ms:
+		// at most about 11 can start; the rest are dropped, and counted.
+		target := &slowTarget{}
+		s := runOpen(t.Context(), target.op, 100, time.Now(), 500*time.Millisecond, 1)
+		if s.scheduled != 50 || s.sent+s.dropped != s.scheduled || s.sent < 1 || s.dropped < 25 {
+			t.Fatalf("scheduled %d, sent %d, dropped %d; want 50 = sent + dropped, most dropped", s.scheduled, s.sent, s.dropped)
+		}
+		if s.h.n != uint64(s.sent) {
+			t.Errorf("%d latencies recorded for %d sent: a dropped request has no latency", s.h.n, s.sent)
+		}
+	})
+	t.Run("LateDispatchCountsFromTheIntendedTime", func(t *testing.T) {
+		t.Parallel()
+		// A schedule that started a second ago: the first 100 requests are
+		// overdue by 1s down to 10ms when they are sent. An instant target
+		// answers them at once, so only the intended time makes them slow.
+		instant := func(context.Context, int64) (outcome, error) { return oExecuted, nil }
+		s := runOpen(t.Context(), instant, 100, time.Now().Add(-time.Second), 1200*time.Millisecond, 1000)
+		if s.scheduled != 120 || s.sent != 120 {
+			t.Fatalf("scheduled %d, sent %d; want 120", s.scheduled, s.sent)
+		}
+		if got := s.h.quantile(1); got < time.Second {
+			t.Errorf("max latency %v; want at least the 1s request 0 was overdue", got)
+		}
+		// The 60th smallest of 20 on-time and 100 overdue by 10ms..1s is
+		// overdue by at least 400ms.
+		if got := s.h.quantile(0.5); got < 300*time.Millisecond {
+			t.Errorf("p50 %v; want the overdue time counted", got)
+		}
+	})
+	t.Run("CancelEndsTheSchedule", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		s := runOpen(ctx, (&slowTarget{}).op, 100, time.Now(), time.Hour, 10)
+		if s.scheduled != 0 {
+			t.Errorf("a cancelled run scheduled %d requests", s.scheduled)
+		}
+	})
+}
+
+func TestKnee(t *testing.T) {
+	t.Parallel()
+	const bound = 20 * time.Millisecond
+	rates := []float64{100, 200, 400, 800, 1600, 3200, 6400}
+	// p99 by variant and rate: variant 0 is over at 400, within at 800
+	// (noise), over at 1600 and 3200, and stops there; variant 1 never
+	// goes over; variant 2 is over from the start; variant 3 drops
+	// requests at 800 and up, with a p99 within the bound.
+	p99 := []map[float64]time.Duration{
+		{100: 5 * time.Millisecond, 200: 8 * time.Millisecond, 400: 30 * time.Millisecond, 800: 15 * time.Millisecond,
+			1600: 90 * time.Millisecond, 3200: time.Second, 6400: time.Second},
+		{},
+		{100: time.Second, 200: time.Second, 400: time.Second},
+		{},
+	}
+	var calls [][]int
+	steps, err := kneeSweep(rates, len(p99), func(rate float64, active []int) ([]kneeStep, error) {
+		calls = append(calls, slices.Clone(active))
+		out := make([]kneeStep, len(active))
+		for j, i := range active {
+			var s openStats
+			s.sent = 10
+			s.h.record(p99[i][rate] + time.Millisecond)
+			if i == 3 && rate >= 800 {
+				s.dropped = 1
+			}
+			out[j] = stepOf(rate, &s, bound)
+		}
+		return out, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int{{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 3}, {0, 1, 3}, {0, 1, 3}, {0, 1}, {1}}
+	if !slices.EqualFunc(calls, want, slices.Equal) {
+		t.Errorf("variants stepped per rate = %v, want %v", calls, want)
+	}
+	for i, w := range []struct {
+		steps           int
+		knee, firstOver float64
+	}{{6, 800, 400}, {7, 6400, 0}, {2, 0, 100}, {5, 400, 800}} {
+		knee, over := kneeOf(steps[i])
+		if len(steps[i]) != w.steps || knee != w.knee || over != w.firstOver {
+			t.Errorf("variant %d: %d steps, knee %v, first over %v; want %d, %v, %v", i, len(steps[i]), knee, over, w.steps, w.knee, w.firstOver)
+		}
+	}
+	if _, err := kneeSweep(rates, 1, func(float64, []int) ([]kneeStep, error) { return nil, nil }); err == nil {
+		t.Error("a step function that returns no steps is not an error")
 	}
 }
 
@@ -172,13 +348,44 @@ func TestReport_CostTargetsAreCeilings(t *testing.T) {
 	}
 }
 
+func TestReport_Knee(t *testing.T) {
+	t.Parallel()
+	cfg := config{kneeP99: 20 * time.Millisecond, kneeStep: time.Second, kneeRates: []float64{100, 200, 400}}
+	lib := &variant{name: "library", vs: "floor"}
+	floor := &variant{name: "floor", floor: true}
+	steps := [][]kneeStep{
+		{{Rate: 100, P99us: 1000}, {Rate: 200, P99us: 30000, Exceeded: true}, {Rate: 400, P99us: 90000, Exceeded: true}},
+		{{Rate: 100, P99us: 900}, {Rate: 200, P99us: 1000}, {Rate: 400, P99us: 1100, Dropped: 3, Exceeded: true}},
+	}
+	rep := newReport(cfg)
+	rep.addKnee("w", []*variant{lib, floor}, steps)
+	k := rep.Knee[0].Variants
+	if k[0].Knee != 100 || k[0].FirstOver != 200 || k[1].Knee != 200 || k[1].FirstOver != 400 {
+		t.Fatalf("knees %v/%v and %v/%v, want 100/200 and 200/400", k[0].Knee, k[0].FirstOver, k[1].Knee, k[1].FirstOver)
+	}
+	if r := k[0].Ratios; len(r) != 1 || r[0].Vs != "floor" || r[0].Ratio != 0.5 || !r[0].Bounded {
+		t.Errorf("knee ratios %+v, want library / floor 0.5", r)
+	}
+	var out bytes.Buffer
+	rep.table(&out)
+	for _, want := range []string{"knee (p99 ≤ 20.0ms)", "| library | 100/s | 200/s |", "3 dropped", "library / floor: 0.50 (100/s / 200/s)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // TestRun_Smoke runs every workload briefly against the real servers and
 // checks what the tool checks, plus that it cleans up after itself.
 func TestRun_Smoke(t *testing.T) {
 	t.Parallel()
 	cfg, err := parseFlags([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t),
 		"-duration", "300ms", "-round", "60ms", "-concurrency", "4", "-pg-conns", "4", "-dups", "10", "-keys", "40",
-		"-replay-keys", "20", "-backlog", "500", "-sweep-batch", "100", "-redis-timeout", "1s"}, &bytes.Buffer{})
+		"-replay-keys", "20", "-backlog", "500", "-sweep-batch", "100", "-redis-timeout", "1s",
+		// and the open-loop run and knee sweep, briefly (-smoke keeps the
+		// closed-loop run with them)
+		"-smoke", "-rate", "50", "-open-round", "100ms", "-max-inflight", "100",
+		"-knee", "-knee-rates", "30,60", "-knee-step", "100ms", "-knee-p99", "1s"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +437,30 @@ func TestRun_Smoke(t *testing.T) {
 				if c.Meets == nil || c.Ratio <= 0 {
 					t.Errorf("%s/%s: cost vs %s not judged: %+v", w.Name, v.Name, c.Vs, c)
 				}
+			}
+		}
+	}
+	openVariants := map[string]int{"fresh": 4, "replay": 2}
+	if len(rep.OpenLoop) != 2 || len(rep.Knee) != 2 {
+		t.Fatalf("%d open-loop runs and %d knee sweeps, want 2 and 2", len(rep.OpenLoop), len(rep.Knee))
+	}
+	for _, w := range rep.OpenLoop {
+		if len(w.Variants) != openVariants[w.Name] {
+			t.Errorf("open-loop %s: %d variants, want %d", w.Name, len(w.Variants), openVariants[w.Name])
+		}
+		for _, v := range w.Variants {
+			if v.Sent == 0 || v.Errors != 0 || v.Sent+v.Dropped != v.Scheduled || v.P99us <= 0 || v.Achieved <= 0 {
+				t.Errorf("open-loop %s/%s: %+v", w.Name, v.Name, v)
+			}
+		}
+	}
+	for _, w := range rep.Knee {
+		if len(w.Variants) != openVariants[w.Name] {
+			t.Errorf("knee %s: %d variants, want %d", w.Name, len(w.Variants), openVariants[w.Name])
+		}
+		for _, v := range w.Variants {
+			if len(v.Steps) == 0 || v.Steps[0].Rate != 30 || v.Steps[0].Sent == 0 || v.Steps[0].Errors != 0 {
+				t.Errorf("knee %s/%s: steps %+v", w.Name, v.Name, v.Steps)
 			}
 		}
 	}

@@ -4,6 +4,14 @@
 //
 //	go run ./bench [-redis URL] [-postgres URL] [-workload NAME[,NAME]] [-concurrency N]
 //	               [-duration D] [-json FILE] [-smoke]
+//	               [-rate N [-max-inflight N] [-open-round D]]
+//	               [-knee [-knee-p99 D] [-knee-rates N,N,...] [-knee-step D]]
+//
+// For example:
+//
+//	go run ./bench -duration 6s -json bench.json      # closed loop, every workload
+//	go run ./bench -workload fresh,replay -rate 1000  # open loop at 1000 requests/s
+//	go run ./bench -workload fresh,replay -knee       # open-loop knee sweep
 //
 // The URLs default to REDIS_URL and DATABASE_URL, else to the local servers
 // (redis://127.0.0.1:6379/0 and
@@ -64,8 +72,48 @@
 // at or under its own ("≤", "costs" with "at_most"). A missed target is
 // reported, never a failure.
 //
+// # Open loop
+//
+// The closed loop above (each worker sends its next request when the last
+// returns) hides queueing: a stalled server stalls the workers too, and the
+// requests that would have arrived meanwhile are never sent, so never slow
+// (coordinated omission). -rate N runs the open-loop variants of fresh
+// (library, library-no-redis, floor-2stmt, floor-business-tx) and replay
+// (library, floor-evalsha) on a fixed arrival schedule instead: request k
+// is due at start + k/N whether or not the earlier ones have returned, and
+// runs in its own goroutine. A request's latency runs from when it was due,
+// not from when it started, so a late dispatch counts against it too. At
+// most -max-inflight (10000) requests are in flight; a request due beyond
+// that is dropped, not sent, and counted. Like the closed loop, the
+// variants alternate in rounds (-open-round, 1s), the order rotating, each
+// after one untimed warm-up round, until each has had its share of
+// -duration; each round waits for its last request, so no queue spills into
+// the next variant's round. The tool reports, per variant, p50/p99/p99.9
+// from the due times, the requests sent and dropped, and the achieved
+// rate: successful requests over the time from each round's start to its
+// last completion, which falls under N once the variant cannot keep up.
+// Without -smoke, -rate and -knee replace the closed-loop run, and name
+// fresh and replay (the workloads they run) by default.
+//
+// -knee sweeps the same variants through -knee-rates (default 250/s
+// doubling to 64000/s), -knee-step (2s) of open loop per variant and rate,
+// the variants alternating in rounds at each rate. A step exceeds the
+// bound when its p99 is above -knee-p99 (default 50ms: on the 2-core
+// shared machine of the measurements below, with PostgreSQL committing
+// with fsync, fresh's p99 at light load is already 10-50ms, so a tighter
+// bound leaves no knee at all), or a request was dropped or failed. A
+// variant stops stepping after two steps in a row exceed the bound. Its
+// knee is the highest rate whose step stayed within the bound ("none":
+// none did; "≥": none exceeded it, so the knee is past the rates tried),
+// reported with the p99 of every step and the ratio of the library's knee
+// to its floors'. At low rates a step holds few requests (500 at 250/s, so
+// the p99 is the fifth-worst): a longer -knee-step steadies it.
+//
+// # Failures
+//
 // A correctness failure (a key executed twice, a request that failed, a
 // floor that did not see what it expects) makes the tool exit with status 1.
-// Speed never does: -smoke runs every workload for about two seconds, for
-// CI, without judging the figures.
+// Speed never does: -smoke runs every workload for about two seconds, then
+// fresh and replay open-loop at 100 requests/s for about two seconds each,
+// for CI, without judging the figures.
 package main

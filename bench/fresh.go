@@ -58,21 +58,21 @@ func freshWorkload(e *env, f *floors) *workload {
 			"floors: the library's BEGIN, claim and completion statements and the INSERT issued with pgx in one transaction " +
 			"(floor-2stmt), and BEGIN, the INSERT, COMMIT with no idempotency at all (floor-business-tx)",
 		variants: []*variant{
-			{name: "library", vs: "floor-2stmt", target: 0.85,
+			{name: "library", vs: "floor-2stmt", target: 0.85, open: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.45}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.withRedis, r.key(i))
 				}},
-			{name: "library-no-redis", vs: "floor-2stmt",
+			{name: "library-no-redis", vs: "floor-2stmt", open: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.3}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.noRedis, r.key(i))
 				}},
-			{name: "floor-2stmt", floor: true,
+			{name: "floor-2stmt", floor: true, open: true,
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.fresh(ctx, r.key(i))
 				}},
-			{name: "floor-business-tx", floor: true,
+			{name: "floor-business-tx", floor: true, open: true,
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.businessTx(ctx, r.key(i))
 				}},

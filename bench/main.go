@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,7 +38,26 @@ type config struct {
 	redisTimeout    time.Duration
 	cpuProfile      string
 	memProfile      string
+
+	// Open loop: -rate runs the open-loop variants of fresh and replay at
+	// rate requests per second; -knee sweeps them through kneeRates.
+	rate        float64
+	maxInflight int
+	openRound   time.Duration // length of one open-loop round of one variant
+	knee        bool
+	kneeP99     time.Duration
+	kneeRates   []float64
+	kneeStep    time.Duration // open-loop time per variant and rate
+
+	closed bool     // run the closed-loop workloads (not when only -rate or -knee asks otherwise)
+	open   []string // the workloads of the open-loop runs and knee sweeps
 }
+
+// openWorkloads are the workloads that have open-loop variants.
+var openWorkloads = []string{"fresh", "replay"}
+
+// defaultKneeRates is the knee sweep's default: 250/s doubling to 64000/s.
+const defaultKneeRates = "250,500,1000,2000,4000,8000,16000,32000,64000"
 
 var allWorkloads = []string{"fresh", "storm", "replay", "redis-down", "sweep"}
 
@@ -45,6 +66,9 @@ func (c config) describe() map[string]any {
 		"workloads": c.workloads, "concurrency": c.concurrency, "duration": c.duration.String(),
 		"round": c.round.String(), "smoke": c.smoke, "dups": c.dups, "keys": c.keys, "replay_keys": c.replayKeys,
 		"backlog": c.backlog, "sweep_batch": c.sweepBatch, "pg_conns": c.pgConns, "redis_timeout": c.redisTimeout.String(),
+		"closed_loop": c.closed, "open_loop_workloads": c.open, "rate": c.rate, "max_inflight": c.maxInflight,
+		"open_round": c.openRound.String(), "knee": c.knee, "knee_p99": c.kneeP99.String(), "knee_rates": c.kneeRates,
+		"knee_step": c.kneeStep.String(),
 	}
 }
 
@@ -78,30 +102,75 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", 50*time.Millisecond, "per-call Redis timeout of the library (lua.Options.Timeout)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile at the end to this file")
+	fs.Float64Var(&c.rate, "rate", 0, "open loop: run fresh and replay at this many requests per second (0: off; -smoke: 100)")
+	fs.IntVar(&c.maxInflight, "max-inflight", 10000, "open loop: requests in flight at most; a request due beyond it is dropped and counted")
+	fs.DurationVar(&c.openRound, "open-round", time.Second, "open loop: length of one round of one variant")
+	fs.BoolVar(&c.knee, "knee", false, "sweep fresh and replay open-loop through -knee-rates for the highest rate whose p99 stays within -knee-p99")
+	fs.DurationVar(&c.kneeP99, "knee-p99", 50*time.Millisecond, "knee: the p99 bound")
+	kneeRates := fs.String("knee-rates", defaultKneeRates, "knee: the rates to step through, ascending, comma-separated")
+	fs.DurationVar(&c.kneeStep, "knee-step", 2*time.Second, "knee: open-loop time per variant and rate")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected arguments %q", ErrConfig, fs.Args())
 	}
 	if c.smoke {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]string{"duration": "2s", "round": "100ms", "keys": "200", "replay-keys": "200", "backlog": "20000"} {
+		for name, v := range map[string]string{"duration": "2s", "round": "100ms", "keys": "200", "replay-keys": "200", "backlog": "20000",
+			"rate": "100", "open-round": "250ms"} {
 			if !set[name] {
 				_ = fs.Set(name, v)
 			}
 		}
 	}
-	if *workloads == "all" {
+	if math.IsNaN(c.rate) || math.IsInf(c.rate, 0) || c.rate < 0 {
+		return c, fmt.Errorf("%w: -rate must be a number of requests per second, 0 or more", ErrConfig)
+	}
+	// Without -smoke, -rate and -knee replace the closed-loop run; the
+	// workloads then default to the open-loop ones.
+	openMode := c.rate > 0 || c.knee
+	c.closed = c.smoke || !openMode
+	switch {
+	case *workloads == "all" && !c.closed:
+		c.workloads = openWorkloads
+	case *workloads == "all":
 		c.workloads = allWorkloads
-	} else {
+	default:
 		for _, w := range strings.Split(*workloads, ",") {
 			if w = strings.TrimSpace(w); !slices.Contains(allWorkloads, w) {
 				return c, fmt.Errorf("%w: unknown workload %q (have %s)", ErrConfig, w, strings.Join(allWorkloads, ", "))
 			}
 			c.workloads = append(c.workloads, w)
 		}
+	}
+	if openMode {
+		for _, w := range c.workloads {
+			switch {
+			case slices.Contains(openWorkloads, w):
+				c.open = append(c.open, w)
+			case !c.closed:
+				return c, fmt.Errorf("%w: -rate and -knee run %s only, not %q", ErrConfig, strings.Join(openWorkloads, " and "), w)
+			}
+		}
+	}
+	if c.knee {
+		rates, err := parseRates(*kneeRates)
+		if err != nil {
+			return c, err
+		}
+		c.kneeRates = rates
+	}
+	switch {
+	case c.maxInflight < 1:
+		return c, fmt.Errorf("%w: -max-inflight must be at least 1", ErrConfig)
+	case c.openRound < time.Millisecond:
+		return c, fmt.Errorf("%w: -open-round must be at least 1ms", ErrConfig)
+	case c.kneeP99 <= 0:
+		return c, fmt.Errorf("%w: -knee-p99 must be positive", ErrConfig)
+	case c.kneeStep < 10*time.Millisecond:
+		return c, fmt.Errorf("%w: -knee-step must be at least 10ms", ErrConfig)
 	}
 	switch {
 	case c.concurrency < 1:
@@ -116,6 +185,22 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("%w: -redis-timeout must be at least 1ms", ErrConfig)
 	}
 	return c, nil
+}
+
+// parseRates parses -knee-rates: positive rates, strictly ascending.
+func parseRates(list string) ([]float64, error) {
+	var rates []float64
+	for _, f := range strings.Split(list, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		switch {
+		case err != nil || math.IsNaN(r) || math.IsInf(r, 0) || r <= 0:
+			return nil, fmt.Errorf("%w: -knee-rates: %q is not a positive rate", ErrConfig, strings.TrimSpace(f))
+		case len(rates) > 0 && r <= rates[len(rates)-1]:
+			return nil, fmt.Errorf("%w: -knee-rates must ascend: %g after %g", ErrConfig, r, rates[len(rates)-1])
+		}
+		rates = append(rates, r)
+	}
+	return rates, nil
 }
 
 var (
@@ -157,16 +242,34 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		"redis-down": func() *workload { return redisDownWorkload(e) },
 		"sweep":      func() *workload { return sweepWorkload(e) },
 	}
-	for _, name := range cfg.workloads {
+	// Each workload is built and prepared once: the closed-loop run, the
+	// open-loop run and the knee sweep share it.
+	built := map[string]*workload{}
+	get := func(name string) (*workload, error) {
+		if w := built[name]; w != nil {
+			return w, nil
+		}
 		w := build[name]()
-		rounds, length := plan(cfg, len(w.variants))
-		logf("%s: %d variants × %d rounds of %s, %d workers: %s", w.name, len(w.variants), rounds, fmtDur(length), cfg.concurrency, w.about)
-		start := time.Now()
+		built[name] = w
 		if w.prepare != nil {
 			if err := w.prepare(ctx); err != nil {
-				return rep, err
+				return nil, err
 			}
 		}
+		return w, nil
+	}
+	closed := cfg.workloads
+	if !cfg.closed {
+		closed = nil
+	}
+	for _, name := range closed {
+		start := time.Now()
+		w, err := get(name)
+		if err != nil {
+			return rep, err
+		}
+		rounds, length := plan(cfg, len(w.variants))
+		logf("%s: %d variants × %d rounds of %s, %d workers: %s", w.name, len(w.variants), rounds, fmtDur(length), cfg.concurrency, w.about)
 		if err := runRounds(ctx, e, w.variants); err != nil {
 			return rep, fmt.Errorf("bench: %s: %w", w.name, err)
 		}
@@ -178,6 +281,25 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		}
 		rep.add(w, extras)
 		logf("%s: done in %s: %s", w.name, fmtDur(time.Since(start)), summary(rep.Workloads[len(rep.Workloads)-1]))
+	}
+	type openRun func(context.Context, *env, *report, *workload) error
+	var openRuns []openRun
+	if cfg.rate > 0 {
+		openRuns = append(openRuns, openWorkload)
+	}
+	if cfg.knee {
+		openRuns = append(openRuns, kneeWorkload)
+	}
+	for _, runOpen := range openRuns {
+		for _, name := range cfg.open {
+			w, err := get(name)
+			if err != nil {
+				return rep, err
+			}
+			if err := runOpen(ctx, e, rep, w); err != nil {
+				return rep, err
+			}
+		}
 	}
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	rep.LoadAvg[1] = loadAvg()
@@ -234,7 +356,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg)
-	if len(rep.Workloads) > 0 {
+	if len(rep.Workloads) > 0 || len(rep.OpenLoop) > 0 || len(rep.Knee) > 0 {
 		fmt.Fprintln(stdout)
 		rep.table(stdout)
 	}

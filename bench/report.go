@@ -20,8 +20,12 @@ type report struct {
 	Config     map[string]any   `json:"config"`
 	Schema     string           `json:"schema"`     // the PostgreSQL schema of the run, dropped at exit
 	Prefix     string           `json:"key_prefix"` // the Redis key prefix of the run, deleted at exit
-	Workloads  []workloadReport `json:"workloads"`
-	Failures   []string         `json:"failures,omitempty"`
+	Workloads  []workloadReport `json:"workloads"`  // closed-loop
+	// OpenLoop and Knee are the open-loop runs (-rate) and knee sweeps
+	// (-knee).
+	OpenLoop []openWorkloadReport `json:"open_loop,omitempty"`
+	Knee     []kneeWorkloadReport `json:"knee,omitempty"`
+	Failures []string             `json:"failures,omitempty"`
 
 	cfg config
 }
@@ -189,9 +193,26 @@ func fmtDur(d time.Duration) string {
 
 func fmtUs(v float64) string { return fmtDur(time.Duration(v * float64(time.Microsecond))) }
 
-// table writes the report as a markdown table, then each workload's own
-// figures and checks.
+// table writes the report: the closed-loop table with each workload's own
+// figures and checks, the open-loop table, the knee sweeps, the failures.
 func (rep *report) table(w io.Writer) {
+	if len(rep.Workloads) > 0 {
+		rep.closedTable(w)
+	}
+	if len(rep.OpenLoop) > 0 {
+		rep.openTable(w)
+	}
+	if len(rep.Knee) > 0 {
+		rep.kneeTable(w)
+	}
+	for _, f := range rep.Failures {
+		fmt.Fprintf(w, "- FAILURE: %s\n", f)
+	}
+}
+
+// closedTable writes the closed-loop runs as a markdown table, then each
+// workload's own figures and checks.
+func (rep *report) closedTable(w io.Writer) {
 	fmt.Fprintf(w, "| workload | variant | req/s | p50 | p99 | p99.9 | redis/req | sql/req | allocs/req | cpu/req | ratio | target |\n")
 	fmt.Fprintf(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 	for _, wr := range rep.Workloads {
@@ -253,7 +274,220 @@ func (rep *report) table(w io.Writer) {
 			fmt.Fprintf(w, "- %s, %s: %s%s%s\n", wr.Name, x.Name, val, mark, note)
 		}
 	}
-	for _, f := range rep.Failures {
-		fmt.Fprintf(w, "- FAILURE: %s\n", f)
+	fmt.Fprintln(w)
+}
+
+// openWorkloadReport is an open-loop run of a workload's variants at one
+// rate (-rate).
+type openWorkloadReport struct {
+	Name        string              `json:"name"`
+	Rate        float64             `json:"rate"` // intended requests per second
+	MaxInflight int                 `json:"max_inflight"`
+	Variants    []openVariantReport `json:"variants"`
+}
+
+type openVariantReport struct {
+	Name       string  `json:"name"`
+	Floor      bool    `json:"floor"`
+	Rounds     int     `json:"rounds"`
+	Scheduled  int64   `json:"scheduled"` // requests the arrival schedule held
+	Sent       int64   `json:"sent"`      // of which started
+	Dropped    int64   `json:"dropped"`   // of which not started: the in-flight cap was reached
+	Errors     int64   `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+	Seconds    float64 `json:"seconds"` // from each round's start to its last completion, summed
+	// Achieved is the successful requests over Seconds.
+	Achieved float64 `json:"achieved_per_second"`
+	// The latencies run from each request's intended send time.
+	P50us    float64          `json:"p50_us"`
+	P99us    float64          `json:"p99_us"`
+	P999us   float64          `json:"p999_us"`
+	MaxUs    float64          `json:"max_us"`
+	Outcomes map[string]int64 `json:"outcomes"`
+}
+
+// kneeWorkloadReport is a knee sweep of a workload's variants (-knee).
+type kneeWorkloadReport struct {
+	Name        string              `json:"name"`
+	P99BoundUs  float64             `json:"p99_bound_us"`
+	StepSeconds float64             `json:"step_seconds"` // per variant and rate
+	MaxInflight int                 `json:"max_inflight"`
+	Rates       []float64           `json:"rates"`
+	Variants    []kneeVariantReport `json:"variants"`
+}
+
+type kneeVariantReport struct {
+	Name  string     `json:"name"`
+	Floor bool       `json:"floor"`
+	Steps []kneeStep `json:"steps"`
+	// Knee is the highest rate at which the step stayed within the bound
+	// (0: none did); FirstOver the lowest at which it did not (0: none, so
+	// Knee is a lower bound).
+	Knee      float64 `json:"knee"`
+	FirstOver float64 `json:"first_over,omitempty"`
+	// Ratios compare the knee to the knees of the floors the variant is
+	// compared to in the closed-loop run.
+	Ratios []kneeRatio `json:"ratios,omitempty"`
+}
+
+// kneeRatio is the variant's knee over the floor Vs's knee. Bounded is
+// false when either knee is only a lower bound (or zero): the ratio is
+// then not the ratio of the true knees.
+type kneeRatio struct {
+	Vs      string  `json:"vs"`
+	Ratio   float64 `json:"ratio"`
+	Bounded bool    `json:"bounded"`
+}
+
+// addOpen records an open-loop run of vs.
+func (rep *report) addOpen(name string, vs []*variant, stats []openStats) {
+	wr := openWorkloadReport{Name: name, Rate: rep.cfg.rate, MaxInflight: rep.cfg.maxInflight}
+	for i, v := range vs {
+		s := &stats[i]
+		vr := openVariantReport{Name: v.name, Floor: v.floor, Rounds: s.rounds, Scheduled: s.scheduled, Sent: s.sent,
+			Dropped: s.dropped, Errors: s.errs, Seconds: s.elapsed.Seconds(), Achieved: s.achieved(),
+			P50us: us(s.h.quantile(0.5)), P99us: us(s.h.quantile(0.99)), P999us: us(s.h.quantile(0.999)),
+			MaxUs: us(time.Duration(s.h.max)), Outcomes: map[string]int64{}}
+		if s.firstErr != nil {
+			vr.FirstError = s.firstErr.Error()
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s open-loop/%s: %d of %d requests failed; first: %s",
+				name, v.name, s.errs, s.sent, vr.FirstError))
+		}
+		if s.sent == 0 {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s open-loop/%s: no request ran", name, v.name))
+		}
+		for k, c := range s.outcomes {
+			if c > 0 {
+				vr.Outcomes[outcomeNames[k]] = c
+			}
+		}
+		wr.Variants = append(wr.Variants, vr)
+	}
+	rep.OpenLoop = append(rep.OpenLoop, wr)
+}
+
+// addKnee records a knee sweep of vs (the failed requests are recorded as
+// the sweep goes).
+func (rep *report) addKnee(name string, vs []*variant, steps [][]kneeStep) {
+	cfg := rep.cfg
+	wr := kneeWorkloadReport{Name: name, P99BoundUs: us(cfg.kneeP99), StepSeconds: cfg.kneeStep.Seconds(),
+		MaxInflight: cfg.maxInflight, Rates: cfg.kneeRates}
+	type knee struct{ at, over float64 }
+	knees := map[string]knee{}
+	for i, v := range vs {
+		vr := kneeVariantReport{Name: v.name, Floor: v.floor, Steps: steps[i]}
+		vr.Knee, vr.FirstOver = kneeOf(steps[i])
+		knees[v.name] = knee{vr.Knee, vr.FirstOver}
+		wr.Variants = append(wr.Variants, vr)
+	}
+	for i, v := range vs {
+		floors := []string{}
+		if v.vs != "" {
+			floors = append(floors, v.vs)
+		}
+		for _, c := range v.costs {
+			floors = append(floors, c.floor)
+		}
+		for _, f := range floors {
+			fk, ok := knees[f]
+			if !ok {
+				continue
+			}
+			vk := knees[v.name]
+			r := kneeRatio{Vs: f, Bounded: vk.over > 0 && fk.over > 0 && vk.at > 0 && fk.at > 0}
+			if fk.at > 0 {
+				r.Ratio = vk.at / fk.at
+			}
+			wr.Variants[i].Ratios = append(wr.Variants[i].Ratios, r)
+		}
+	}
+	rep.Knee = append(rep.Knee, wr)
+}
+
+// openTable writes the open-loop runs as a markdown table.
+func (rep *report) openTable(w io.Writer) {
+	fmt.Fprintf(w, "| workload | variant | rate | achieved/s | sent | dropped | p50 | p99 | p99.9 | max |\n")
+	fmt.Fprintf(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, wr := range rep.OpenLoop {
+		for _, v := range wr.Variants {
+			name := v.Name
+			if v.Floor {
+				name += " (floor)"
+			}
+			if v.Errors > 0 {
+				name += fmt.Sprintf(" [%d errors]", v.Errors)
+			}
+			fmt.Fprintf(w, "| %s | %s | %g/s | %.0f | %d | %d | %s | %s | %s | %s |\n", wr.Name, name, wr.Rate, v.Achieved,
+				v.Sent, v.Dropped, fmtUs(v.P50us), fmtUs(v.P99us), fmtUs(v.P999us), fmtUs(v.MaxUs))
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// kneeTable writes the knee sweeps: per variant its knee and the p99 at
+// each rate it ran, then the knee ratios.
+func (rep *report) kneeTable(w io.Writer) {
+	for _, wr := range rep.Knee {
+		fmt.Fprintf(w, "| %s | knee (p99 ≤ %s) | first over |", wr.Name, fmtUs(wr.P99BoundUs))
+		for _, r := range wr.Rates {
+			fmt.Fprintf(w, " p99 at %g/s |", r)
+		}
+		fmt.Fprintf(w, "\n|---|--:|--:|%s\n", strings.Repeat("--:|", len(wr.Rates)))
+		for _, v := range wr.Variants {
+			name := v.Name
+			if v.Floor {
+				name += " (floor)"
+			}
+			knee, over := "none", "—"
+			if v.Knee > 0 {
+				knee = fmt.Sprintf("%g/s", v.Knee)
+			}
+			if v.FirstOver > 0 {
+				over = fmt.Sprintf("%g/s", v.FirstOver)
+			} else if v.Knee > 0 {
+				knee = "≥ " + knee
+			}
+			fmt.Fprintf(w, "| %s | %s | %s |", name, knee, over)
+			for i := range wr.Rates {
+				cell := ""
+				if i < len(v.Steps) {
+					s := v.Steps[i]
+					cell = fmtUs(s.P99us)
+					if s.Dropped > 0 {
+						cell += fmt.Sprintf(", %d dropped", s.Dropped)
+					}
+					if s.Errors > 0 {
+						cell += fmt.Sprintf(", %d errors", s.Errors)
+					}
+					if s.Exceeded {
+						cell = "**" + cell + "**"
+					}
+				}
+				fmt.Fprintf(w, " %s |", cell)
+			}
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w)
+		knees := map[string]string{}
+		for _, v := range wr.Variants {
+			knees[v.Name] = "none"
+			if v.Knee > 0 {
+				knees[v.Name] = fmt.Sprintf("%g/s", v.Knee)
+			}
+		}
+		for _, v := range wr.Variants {
+			for _, r := range v.Ratios {
+				ratio := "n/a"
+				if r.Ratio > 0 {
+					ratio = fmt.Sprintf("%.2f", r.Ratio)
+				}
+				note := ""
+				if !r.Bounded {
+					note = "; a knee is missing or only a lower bound, so this is not the ratio of the knees"
+				}
+				fmt.Fprintf(w, "- %s knee, %s / %s: %s (%s / %s%s)\n", wr.Name, v.Name, r.Vs, ratio, knees[v.Name], knees[r.Vs], note)
+			}
+		}
+		fmt.Fprintln(w)
 	}
 }

@@ -59,6 +59,8 @@ type variant struct {
 	target float64
 	// costs compare the variant to floors by cost, each with a ceiling.
 	costs []costTarget
+	// open puts the variant in the open-loop runs (-rate, -knee).
+	open bool
 	// op runs request i of round r.
 	op func(ctx context.Context, r *round, i int64) (outcome, error)
 	// before runs, untimed, before each round (and the warm-up).
