@@ -91,7 +91,8 @@
 // the next variant's round. The tool reports, per variant, p50/p99/p99.9
 // from the due times, the requests sent and dropped, and the achieved
 // rate: successful requests over the time from each round's start to its
-// last completion, which falls under N once the variant cannot keep up.
+// end or its last completion, whichever is later, which falls under N once
+// the variant cannot keep up.
 // Without -smoke, -rate and -knee replace the closed-loop run, and name
 // fresh and replay (the workloads they run) by default.
 //

@@ -295,7 +295,7 @@ type openVariantReport struct {
 	Dropped    int64   `json:"dropped"`   // of which not started: the in-flight cap was reached
 	Errors     int64   `json:"errors"`
 	FirstError string  `json:"first_error,omitempty"`
-	Seconds    float64 `json:"seconds"` // from each round's start to its last completion, summed
+	Seconds    float64 `json:"seconds"` // from each round's start to its end or last completion (the later), summed
 	// Achieved is the successful requests over Seconds.
 	Achieved float64 `json:"achieved_per_second"`
 	// The latencies run from each request's intended send time.
