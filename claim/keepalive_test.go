@@ -242,3 +242,77 @@ func TestLease_KeepAliveIsNotDelayedBySlowRedis(t *testing.T) {
 	}
 	mustClaim(t, e.c, r, claim.InProgress)
 }
+
+// refuseUntil is a store that refuses renewals (unreachable) until a time,
+// then passes them on.
+type refuseUntil struct {
+	storeapi.Store[pgx.Tx]
+	until atomic.Int64 // unix nanoseconds
+	calls atomic.Int64
+}
+
+func (s *refuseUntil) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+	s.calls.Add(1)
+	if time.Now().UnixNano() < s.until.Load() {
+		return fmt.Errorf("%w: renew: connection refused (injected)", durable.ErrUnavailable)
+	}
+	return s.Store.Renew(ctx, ref, tok, lease)
+}
+
+// TestLease_KeepAliveRenewsAfterTheWorkWasToldToStop: ErrLeaseExpired
+// tells the work to stop, but the worker still holds the key until it
+// records its outcome, so the renewals go on: a slow renewal in flight at
+// the expiry is not cut, and a store that comes back after it is renewed
+// on. Either way no one can take the key over meanwhile. (Stopping the
+// renewals at the expiry let the lease lapse under a loaded database and a
+// retry ran the effect a second time.)
+func TestLease_KeepAliveRenewsAfterTheWorkWasToldToStop(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second // margin 0.1 lease, renewals every third
+	e := setup(t, withoutRed, claim.WithLease(lease))
+	t.Run("slow renewal in flight", func(t *testing.T) {
+		t.Parallel()
+		// The first renewal is sent at 0.33 lease and answers at 0.95:
+		// after the expiry (0.9), before the deadline (1.0).
+		st := &slowRenew{Store: e.store, delay: lease * 62 / 100}
+		c, err := claim.New[pgx.Tx](st, claim.WithLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keptAfterExpiry(t, e, c, "k-renew-in-flight")
+	})
+	t.Run("store back after the expiry", func(t *testing.T) {
+		t.Parallel()
+		st := &refuseUntil{Store: e.store}
+		st.until.Store(time.Now().Add(lease * 95 / 100).UnixNano())
+		c, err := claim.New[pgx.Tx](st, claim.WithLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keptAfterExpiry(t, e, c, "k-store-back")
+	})
+}
+
+func keptAfterExpiry(t *testing.T, e *env, c *claim.Claimer[pgx.Tx], key string) {
+	t.Helper()
+	const lease = 2 * time.Second
+	r := req(key, "v1:a")
+	claimed := time.Now()
+	out := mustClaim(t, c, r, claim.Acquired)
+	work, stop := out.Lease.KeepAlive(context.WithoutCancel(t.Context()))
+	<-work.Done()
+	if cause := context.Cause(work); !errors.Is(cause, claim.ErrLeaseExpired) {
+		t.Fatalf("work ended with %v, want ErrLeaseExpired", cause)
+	}
+	// Well past the lease as it stood at the expiry: held only if the
+	// renewals went on.
+	time.Sleep(time.Until(claimed.Add(lease * 3 / 2)))
+	mustClaim(t, e.c, r, claim.InProgress)
+	if err := stop(); !errors.Is(err, claim.ErrLeaseExpired) {
+		t.Fatalf("stop = %v, want ErrLeaseExpired", err)
+	}
+	if err := out.Lease.Complete(t.Context(), result("recorded")); err != nil {
+		t.Fatalf("Complete = %v, want success (no one took the key over)", err)
+	}
+	mustClaim(t, e.c, r, claim.Replayed)
+}

@@ -192,7 +192,10 @@ func (l *Lease) MarkUncertain(ctx context.Context) (err error) {
 // ErrLeaseExpired does not mean the key was lost to someone else: no one may
 // have taken it over yet, so a fenced [Lease.Complete] (or Fail, or
 // MarkUncertain) may still succeed, and the caller should try it rather
-// than give up on recording an effect that may have happened. KeepAlive
+// than give up on recording an effect that may have happened. The renewals
+// go on after ErrLeaseExpired, until stop or a fenced renewal: a renewal
+// that gets through (a slow one in flight is not cut) keeps the key from a
+// takeover while the worker winds down and records its outcome. KeepAlive
 // never releases the key: once work started, only the application may
 // state that nothing happened.
 //
@@ -204,7 +207,15 @@ func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func(
 	if l.c.tracer().on() {
 		ctx = operationBaggage(ctx, l.OperationID())
 	}
-	work, cancel := context.WithCancelCause(ctx)
+	// alive ends when stop is called (or ctx ends): the renewals run on
+	// it. work, derived from it, also ends when the lease is lost or about
+	// to run out; the renewals go on after that, until stop, since the
+	// worker still holds the key and is about to record its outcome (a
+	// fenced Complete, Fail or MarkUncertain): a renewal that succeeds
+	// keeps the key from a takeover meanwhile, and the worker may still
+	// be running whatever it did not stop.
+	alive, end := context.WithCancel(ctx)
+	work, cancel := context.WithCancelCause(alive)
 	done := make(chan struct{})
 	var (
 		once   sync.Once
@@ -250,25 +261,29 @@ func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func(
 		)
 		defer func() {
 			if renewed != nil {
-				<-renewed // work is done, so its context ended the renewal
+				<-renewed // stop ended alive, so its context ended the renewal
 			}
 			redisWG.Wait() // likewise
 		}()
 		for {
 			select {
-			case <-work.Done():
+			case <-alive.Done():
 				return
 			case <-expiry.C:
 				if d := untilExpiry(); d > 0 {
 					expiry.Reset(d)
 					continue
 				}
+				// The work must stop; the renewals go on (a slow one in
+				// flight is not cut: it may yet extend the lease).
 				fail(fmt.Errorf("%w: not renewed in time", ErrLeaseExpired))
-				return
 			case <-renew.C:
 				renewed = make(chan error, 1)
 				go func(ch chan<- error) {
-					rctx, rcancel := context.WithDeadline(work, l.Deadline())
+					// Bounded, so a renewal stuck on a dead connection is
+					// retried: until the deadline while there is one, then
+					// a third of the lease at a time.
+					rctx, rcancel := context.WithTimeout(alive, max(time.Until(l.Deadline()), interval))
 					err := l.renewDurable(rctx)
 					rcancel()
 					if err == nil && redisBusy.CompareAndSwap(false, true) {
@@ -276,7 +291,7 @@ func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func(
 						go func() {
 							defer redisWG.Done()
 							defer redisBusy.Store(false)
-							l.renewRedis(work)
+							l.renewRedis(alive)
 						}()
 					}
 					ch <- err
@@ -285,12 +300,14 @@ func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func(
 				renewed = nil
 				switch {
 				case err == nil:
-					expiry.Reset(max(untilExpiry(), 0))
+					if work.Err() == nil {
+						expiry.Reset(max(untilExpiry(), 0))
+					}
 					renew.Reset(nextRenewal())
 				case errors.Is(err, ErrFenced):
 					fail(err)
 					return
-				default: // unreachable for now: retry soon, until the margin is reached
+				default: // the store unreachable: retry soon
 					renew.Reset(max(interval/4, time.Millisecond))
 				}
 			}
@@ -299,6 +316,7 @@ func (l *Lease) KeepAlive(ctx context.Context) (work context.Context, stop func(
 	stop = func() error {
 		once.Do(func() {
 			cancel(context.Canceled)
+			end()
 			<-done
 		})
 		mu.Lock()
