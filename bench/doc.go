@@ -100,15 +100,16 @@
 // doubling to 64000/s), -knee-step (2s) of open loop per variant and rate,
 // the variants alternating in rounds at each rate. A step exceeds the
 // bound when its p99 is above -knee-p99 (default 50ms: on the 2-core
-// shared machine of the measurements below, with PostgreSQL committing
-// with fsync, fresh's p99 at light load is already 10-50ms, so a tighter
-// bound leaves no knee at all), or a request was dropped or failed. A
+// shared machine of the README's measurements, with PostgreSQL committing
+// with fsync, fresh's p99 at 250/s was 10-40ms, and a trial with a 20ms
+// bound left two of fresh's four variants with no knee), or a request was
+// dropped or failed. A
 // variant stops stepping after two steps in a row exceed the bound. Its
 // knee is the highest rate whose step stayed within the bound ("none":
 // none did; "≥": none exceeded it, so the knee is past the rates tried),
 // reported with the p99 of every step and the ratio of the library's knee
 // to its floors'. At low rates a step holds few requests (500 at 250/s, so
-// the p99 is the fifth-worst): a longer -knee-step steadies it.
+// the p99 is the sixth-worst): a longer -knee-step steadies it.
 //
 // # Failures
 //
