@@ -36,16 +36,29 @@ type Keys struct {
 // the braces, a client key containing '{' or '}' cannot move the slot.
 // KeysFor does not validate prefix; [New] rejects one with braces.
 func KeysFor(prefix string, ref durable.Ref) Keys {
+	return keysAt(prefix, ref.Digest())
+}
+
+// keysAt returns the keys of the record whose [durable.Ref.Digest] is d. The
+// three names are cut from one string, built in one allocation.
+func keysAt(prefix string, d [32]byte) Keys {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	d := ref.Digest()
-	// prefix + ":{" + 64 hex + "}:" + suffix, built in one buffer.
-	b := make([]byte, 0, len(prefix)+2+hex.EncodedLen(len(d))+2)
-	b = append(b, prefix...)
-	b = append(b, ":{"...)
-	b = hex.AppendEncode(b, d[:])
-	b = append(b, "}:"...)
-	base := string(b)
-	return Keys{Lease: base + "lease", Gen: base + "gen", Result: base + "result"}
+	const lease, gen, result = "lease", "gen", "result"
+	// base = prefix + ":{" + 64 hex + "}:"; the names are base+lease,
+	// base+gen and base+result, one after the other.
+	base := len(prefix) + 2 + hex.EncodedLen(len(d)) + 2
+	var buf [384]byte // on the stack: prefixes up to 50 bytes fit
+	b := buf[:0]
+	for _, suffix := range [...]string{lease, gen, result} {
+		b = append(b, prefix...)
+		b = append(b, ":{"...)
+		b = hex.AppendEncode(b, d[:])
+		b = append(b, "}:"...)
+		b = append(b, suffix...)
+	}
+	all := string(b)
+	i, j := base+len(lease), 2*base+len(lease)+len(gen)
+	return Keys{Lease: all[:i], Gen: all[i:j], Result: all[j:]}
 }
