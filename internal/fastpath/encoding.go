@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/oncekey/oncekey/durable"
 )
@@ -29,6 +30,12 @@ const resultV1 = 0x01
 // round-trips exactly. The same result always encodes to the same bytes,
 // which complete.lua relies on to make a re-run a no-op.
 func encodeResult(state durable.State, r durable.Result) []byte {
+	return []byte(encodeResultString(state, r))
+}
+
+// encodeResultString is [encodeResult] as a string, built in one
+// allocation: it is sent to Redis as it is, without a copy.
+func encodeResultString(state durable.State, r durable.Result) string {
 	n := 1 + 3*binary.MaxVarintLen64 + len(state) + len(r.ResourceID) + len(r.Body) + 2*binary.MaxVarintLen64
 	for k, vs := range r.Headers {
 		n += len(k) + 2*binary.MaxVarintLen64
@@ -36,51 +43,67 @@ func encodeResult(state durable.State, r durable.Result) []byte {
 			n += len(v) + binary.MaxVarintLen64
 		}
 	}
-	b := make([]byte, 0, n)
-	b = append(b, resultV1)
-	b = appendStr(b, string(state))
-	b = binary.AppendVarint(b, int64(r.StatusCode))
-	b = binary.AppendVarint(b, int64(r.Version))
-	b = appendStr(b, r.ResourceID)
+	var e encoder
+	e.b.Grow(n)
+	e.b.WriteByte(resultV1)
+	e.str(string(state))
+	e.varint(int64(r.StatusCode))
+	e.varint(int64(r.Version))
+	e.str(r.ResourceID)
 	if r.Headers == nil {
-		b = binary.AppendUvarint(b, 0)
+		e.uvarint(0)
 	} else {
-		names := make([]string, 0, len(r.Headers))
+		// The names, sorted, in a stack array when they are few.
+		var arr [8]string
+		names := arr[:0]
 		for k := range r.Headers {
 			names = append(names, k)
 		}
 		slices.Sort(names)
-		b = binary.AppendUvarint(b, uint64(len(names))+1)
+		e.uvarint(uint64(len(names)) + 1)
 		for _, k := range names {
-			b = appendStr(b, k)
+			e.str(k)
 			vs := r.Headers[k]
 			if vs == nil {
-				b = binary.AppendUvarint(b, 0)
+				e.uvarint(0)
 				continue
 			}
-			b = binary.AppendUvarint(b, uint64(len(vs))+1)
+			e.uvarint(uint64(len(vs)) + 1)
 			for _, v := range vs {
-				b = appendStr(b, v)
+				e.str(v)
 			}
 		}
 	}
 	if r.Body == nil {
-		b = binary.AppendUvarint(b, 0)
+		e.uvarint(0)
 	} else {
-		b = binary.AppendUvarint(b, uint64(len(r.Body))+1)
-		b = append(b, r.Body...)
+		e.uvarint(uint64(len(r.Body)) + 1)
+		e.b.Write(r.Body)
 	}
-	return b
+	return e.b.String()
 }
 
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
+// encoder writes an encoded result.
+type encoder struct{ b strings.Builder }
+
+func (e *encoder) uvarint(v uint64) {
+	var tmp [binary.MaxVarintLen64]byte
+	e.b.Write(binary.AppendUvarint(tmp[:0], v))
+}
+
+func (e *encoder) varint(v int64) {
+	var tmp [binary.MaxVarintLen64]byte
+	e.b.Write(binary.AppendVarint(tmp[:0], v))
+}
+
+func (e *encoder) str(s string) {
+	e.uvarint(uint64(len(s)))
+	e.b.WriteString(s)
 }
 
 // decoder reads an encoded result; the first error sticks.
 type decoder struct {
-	b   []byte
+	b   string
 	err error
 }
 
@@ -94,7 +117,7 @@ func (d *decoder) uvarint(what string) uint64 {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.b)
+	v, n := uvarint(d.b)
 	if n <= 0 || (n > 1 && d.b[n-1] == 0) { // overlong: not canonical
 		d.fail("bad " + what)
 		return 0
@@ -107,7 +130,7 @@ func (d *decoder) varint(what string) int64 {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.b)
+	v, n := varint(d.b)
 	if n <= 0 || (n > 1 && d.b[n-1] == 0) { // overlong: not canonical
 		d.fail("bad " + what)
 		return 0
@@ -116,21 +139,53 @@ func (d *decoder) varint(what string) int64 {
 	return v
 }
 
-func (d *decoder) bytes(n uint64, what string) []byte {
+// bytes returns the next n bytes, sharing the input's memory.
+func (d *decoder) bytes(n uint64, what string) string {
 	if d.err != nil {
-		return nil
+		return ""
 	}
 	if n > uint64(len(d.b)) {
 		d.fail(what + " runs past the end")
-		return nil
+		return ""
 	}
-	v := d.b[:n:n]
+	v := d.b[:n]
 	d.b = d.b[n:]
 	return v
 }
 
 func (d *decoder) str(what string) string {
-	return string(d.bytes(d.uvarint(what+" length"), what))
+	return d.bytes(d.uvarint(what+" length"), what)
+}
+
+// uvarint is binary.Uvarint of a string.
+func uvarint(s string) (uint64, int) {
+	var x uint64
+	var sh uint
+	for i := 0; i < len(s); i++ {
+		if i == binary.MaxVarintLen64 {
+			return 0, -(i + 1) // overflow
+		}
+		b := s[i]
+		if b < 0x80 {
+			if i == binary.MaxVarintLen64-1 && b > 1 {
+				return 0, -(i + 1) // overflow
+			}
+			return x | uint64(b)<<sh, i + 1
+		}
+		x |= uint64(b&0x7f) << sh
+		sh += 7
+	}
+	return 0, 0
+}
+
+// varint is binary.Varint of a string.
+func varint(s string) (int64, int) {
+	ux, n := uvarint(s)
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
+	}
+	return x, n
 }
 
 // count reads a "0 = nil, n+1 = n" count; each counted item takes at least
@@ -150,15 +205,15 @@ func (d *decoder) count(what string) (n int, isNil bool) {
 // decodeResult reads what encodeResult wrote. It accepts only the canonical
 // encoding (known version, valid finished state, ascending unique header
 // names, no trailing bytes) and returns an error matching [ErrCorrupt]
-// otherwise. The returned Body shares b's memory (with its capacity cut to
-// its length).
-func decodeResult(b []byte) (durable.State, durable.Result, error) {
+// otherwise. Decoding a string copies nothing but the body: the other
+// strings of the result share b's memory.
+func decodeResult[T string | []byte](b T) (durable.State, durable.Result, error) {
 	if len(b) == 0 || b[0] != resultV1 {
 		return "", durable.Result{}, fmt.Errorf("%w: result encoding: unknown version", ErrCorrupt)
 	}
-	d := &decoder{b: b[1:]}
+	d := &decoder{b: string(b)[1:]}
 	var r durable.Result
-	state := durable.State(d.str("state"))
+	state := finishedState(d.str("state"))
 	status := d.varint("status")
 	version := d.varint("version")
 	r.StatusCode, r.Version = int(status), int(version)
@@ -188,7 +243,7 @@ func decodeResult(b []byte) (durable.State, durable.Result, error) {
 		}
 	}
 	if n, isNil := d.count("body length"); !isNil {
-		r.Body = d.bytes(uint64(n), "body")
+		r.Body = []byte(d.bytes(uint64(n), "body"))
 		if r.Body == nil {
 			r.Body = []byte{}
 		}
@@ -203,4 +258,16 @@ func decodeResult(b []byte) (durable.State, durable.Result, error) {
 		return "", durable.Result{}, d.err
 	}
 	return state, r, nil
+}
+
+// finishedState returns s as a State, the constant itself for a finished
+// one, so a decoded result does not keep the reply's memory for it.
+func finishedState(s string) durable.State {
+	switch durable.State(s) {
+	case durable.Completed:
+		return durable.Completed
+	case durable.Failed:
+		return durable.Failed
+	}
+	return durable.State(s)
 }
