@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -14,9 +15,9 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-// The scripts, from package lua's embedded sources. Run sends EVALSHA and
+// The scripts, from package lua's embedded sources. A call sends EVALSHA and
 // falls back to EVAL on NOSCRIPT (a restarted or failed-over server, or a
-// cluster node that never saw the script).
+// cluster node that never saw the script); see Scripts.send.
 var (
 	claimScript    = script("claim.lua")
 	renewScript    = script("renew.lua")
@@ -25,12 +26,20 @@ var (
 	syncgenScript  = script("syncgen.lua")
 )
 
-func script(name string) *redis.Script {
-	src, err := lua.Sources.ReadFile(name)
+// luaScript is one script, with its EVALSHA and EVAL arguments boxed once.
+type luaScript struct {
+	*redis.Script
+	sha, src any
+}
+
+func script(name string) *luaScript {
+	b, err := lua.Sources.ReadFile(name)
 	if err != nil {
 		panic("fastpath: " + err.Error()) // embedded: cannot happen
 	}
-	return redis.NewScript(string(src))
+	src := string(b)
+	rs := redis.NewScript(src)
+	return &luaScript{Script: rs, sha: rs.Hash(), src: src}
 }
 
 // Defaults of [Options], as documented on [lua.Options].
@@ -131,6 +140,12 @@ type Scripts struct {
 	// (ContextTimeoutEnabled); otherwise each call runs on its own
 	// goroutine so the wrapper can return at the deadline anyway.
 	direct bool
+	// proc is c when it is a go-redis client, whose Process takes a
+	// command built here in one allocation (see call); nil for any other
+	// Scripter, which is called through redis.Script.Run.
+	proc interface {
+		Process(ctx context.Context, cmd redis.Cmder) error
+	}
 }
 
 // New returns the scripts running on c, which may be any client kind
@@ -156,6 +171,14 @@ func New(c redis.Scripter, opts Options) (*Scripts, error) {
 		maxCachedBody: opts.MaxCachedBody,
 		cacheTTL:      opts.CacheTTL,
 		direct:        honorsContext(c),
+	}
+	switch c := c.(type) {
+	case *redis.Client:
+		s.proc = c
+	case *redis.ClusterClient:
+		s.proc = c
+	case *redis.Ring:
+		s.proc = c
 	}
 	switch {
 	case containsBrace(opts.Prefix):
@@ -211,6 +234,12 @@ func honorsContext(c redis.Scripter) bool {
 // Keys returns the Redis keys of ref under this Scripts' prefix.
 func (s *Scripts) Keys(ref durable.Ref) Keys { return KeysFor(s.prefix, ref) }
 
+// KeysAt returns the Redis keys, under this Scripts' prefix, of the record
+// whose [durable.Ref.Digest] is d: a caller that has the digest already
+// builds the keys once and passes them to every call of a request (the
+// methods ending in Keys).
+func (s *Scripts) KeysAt(d [32]byte) Keys { return keysAt(s.prefix, d) }
+
 // Breaker returns the breaker's state.
 func (s *Scripts) Breaker() BreakerState { return s.breaker.State() }
 
@@ -220,7 +249,7 @@ func (s *Scripts) Breaker() BreakerState { return s.breaker.State() }
 // such fallback. Load goes through neither the breaker nor the timeout: ctx
 // bounds it.
 func (s *Scripts) Load(ctx context.Context) error {
-	for _, sc := range []*redis.Script{claimScript, renewScript, completeScript, releaseScript, syncgenScript} {
+	for _, sc := range []*luaScript{claimScript, renewScript, completeScript, releaseScript, syncgenScript} {
 		if err := sc.Load(ctx, s.c).Err(); err != nil {
 			return fmt.Errorf("%w: load: %w", ErrUnavailable, err)
 		}
@@ -228,8 +257,129 @@ func (s *Scripts) Load(ctx context.Context) error {
 	return nil
 }
 
+// The most arguments of a script command: EVALSHA, the SHA1, the number
+// of keys, 3 keys (claim.lua), 5 arguments (complete.lua).
+const maxCallArgs = 3 + 3 + 5
+
+// call is one script command, built in one allocation: the arguments of
+// EVALSHA as go-redis sends them, every string and integer boxed as a
+// pointer into the call itself (go-redis writes and routes *string and
+// *int64 as it does string and int64), so that boxing allocates nothing.
+// Keys come first, then the script's arguments.
+type call struct {
+	args  [maxCallArgs]any
+	n     int // arguments set, from args[3] on
+	nkeys int
+	strs  [maxCallArgs - 3]string
+	ints  [2]int64
+	ni    int
+	gen   uint64
+	owner uuidText
+}
+
+// uuidText is a UUID's canonical text form, which go-redis sends as the
+// bytes MarshalBinary returns.
+type uuidText [36]byte
+
+func (u *uuidText) MarshalBinary() ([]byte, error) { return u[:], nil }
+
+// newCall returns a call of the given keys.
+func newCall(keys ...string) *call {
+	c := &call{n: 3, nkeys: len(keys)}
+	for _, k := range keys {
+		c.str(k)
+	}
+	return c
+}
+
+func (c *call) str(v string) {
+	p := &c.strs[c.n-3]
+	*p = v
+	c.args[c.n] = p
+	c.n++
+}
+
+// uuid adds id in its canonical text form, or "" for uuid.Nil.
+func (c *call) uuid(id uuid.UUID) {
+	if id == uuid.Nil {
+		c.str("")
+		return
+	}
+	// uuid.UUID.String's layout, written in place.
+	const hexDigits = "0123456789abcdef"
+	j := 0
+	for i, b := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			c.owner[j] = '-'
+			j++
+		}
+		c.owner[j], c.owner[j+1] = hexDigits[b>>4], hexDigits[b&0x0f]
+		j += 2
+	}
+	c.args[c.n] = &c.owner
+	c.n++
+}
+
+// uint adds a generation.
+func (c *call) uint(v uint64) {
+	c.gen = v
+	c.args[c.n] = &c.gen
+	c.n++
+}
+
+func (c *call) int(v int64) {
+	c.ints[c.ni] = v
+	c.args[c.n] = &c.ints[c.ni]
+	c.ni++
+	c.n++
+}
+
+// keys and values return the keys and arguments as redis.Script.Run takes
+// them, by value: a Scripter that is not a go-redis client may read them.
+func (c *call) keys() []string { return c.strs[:c.nkeys] }
+
+func (c *call) values() []any {
+	vs := make([]any, 0, c.n-3-c.nkeys)
+	for _, a := range c.args[3+c.nkeys : c.n] {
+		switch a := a.(type) {
+		case *string:
+			vs = append(vs, *a)
+		case *int64:
+			vs = append(vs, *a)
+		case *uint64:
+			vs = append(vs, strconv.FormatUint(*a, 10))
+		case *uuidText:
+			vs = append(vs, string(a[:]))
+		}
+	}
+	return vs
+}
+
+// send runs the script: EVALSHA, then EVAL when the server does not have
+// the script (a restarted or failed-over server, or a cluster node that
+// never saw it), as redis.Script.Run does.
+func (s *Scripts) send(ctx context.Context, sc *luaScript, c *call) (any, error) {
+	if s.proc == nil {
+		return sc.Run(ctx, s.c, c.keys(), c.values()...).Result()
+	}
+	c.args[0], c.args[1], c.args[2] = "evalsha", sc.sha, c.nkeys
+	cmd := redis.NewCmd(ctx, c.args[:c.n]...)
+	cmd.SetFirstKeyPos(3)
+	_ = s.proc.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if err == nil || !(errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		return v, err
+	}
+	// A fresh slice: the first command may still be read by a hook.
+	args := append([]any{"eval", sc.src, c.nkeys}, c.args[3:c.n]...)
+	cmd = redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = s.proc.Process(ctx, cmd)
+	return cmd.Result()
+}
+
 // run sends one script through the breaker, with the per-call timeout.
-func (s *Scripts) run(ctx context.Context, name string, sc *redis.Script, keys []string, args ...any) (any, error) {
+func (s *Scripts) run(ctx context.Context, name string, sc *luaScript, c *call) (any, error) {
 	probe, ok := s.breaker.Allow()
 	if !ok {
 		return nil, ErrBreakerOpen
@@ -239,9 +389,9 @@ func (s *Scripts) run(ctx context.Context, name string, sc *redis.Script, keys [
 	var v any
 	var err error
 	if s.direct {
-		v, err = sc.Run(cctx, s.c, keys, args...).Result()
+		v, err = s.send(cctx, sc, c)
 	} else {
-		v, err = s.detached(cctx, sc, keys, args)
+		v, err = s.detached(cctx, sc, c)
 	}
 	switch {
 	case err == nil:
@@ -263,10 +413,10 @@ type reply struct {
 
 // detached runs the script on a goroutine and stops waiting at ctx's end,
 // for clients that would otherwise block until their ReadTimeout.
-func (s *Scripts) detached(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
+func (s *Scripts) detached(ctx context.Context, sc *luaScript, c *call) (any, error) {
 	ch := make(chan reply, 1)
 	go func() {
-		v, err := sc.Run(ctx, s.c, keys, args...).Result()
+		v, err := s.send(ctx, sc, c)
 		ch <- reply{v, err}
 	}()
 	select {
@@ -370,6 +520,11 @@ type CachedResult struct {
 // [ErrInvalidArgument] (no call made), [ErrBreakerOpen], [ErrUnavailable],
 // [ErrCorrupt].
 func (s *Scripts) Claim(ctx context.Context, ref durable.Ref, a ClaimArgs) (ClaimReply, error) {
+	return s.ClaimKeys(ctx, s.Keys(ref), a)
+}
+
+// ClaimKeys is [Scripts.Claim] on keys from [Scripts.KeysAt].
+func (s *Scripts) ClaimKeys(ctx context.Context, k Keys, a ClaimArgs) (ClaimReply, error) {
 	switch {
 	case a.Fingerprint == "" || len(a.Fingerprint) > MaxFingerprintLen:
 		return ClaimReply{}, invalid("claim: fingerprint empty or longer than %d bytes", MaxFingerprintLen)
@@ -380,9 +535,12 @@ func (s *Scripts) Claim(ctx context.Context, ref durable.Ref, a ClaimArgs) (Clai
 	case a.Retention < time.Millisecond:
 		return ClaimReply{}, invalid("claim: retention shorter than 1ms")
 	}
-	k := s.Keys(ref)
-	v, err := s.run(ctx, "claim", claimScript, []string{k.Lease, k.Gen, k.Result},
-		a.Fingerprint, a.Owner.String(), a.Lease.Milliseconds(), msUp(a.Retention))
+	c := newCall(k.Lease, k.Gen, k.Result)
+	c.str(a.Fingerprint)
+	c.uuid(a.Owner)
+	c.int(a.Lease.Milliseconds())
+	c.int(msUp(a.Retention))
+	v, err := s.run(ctx, "claim", claimScript, c)
 	if err != nil {
 		return ClaimReply{}, err
 	}
@@ -419,7 +577,7 @@ func parseClaim(v any) (ClaimReply, error) {
 		if !fok || !gok || !bok {
 			return ClaimReply{}, corrupt("claim", v)
 		}
-		state, res, err := decodeResult([]byte(blob))
+		state, res, err := decodeResult(blob)
 		if err != nil {
 			return ClaimReply{}, err
 		}
@@ -437,14 +595,21 @@ func parseClaim(v any) (ClaimReply, error) {
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
 func (s *Scripts) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) (held bool, err error) {
+	return s.RenewKeys(ctx, s.Keys(ref), tok, lease)
+}
+
+// RenewKeys is [Scripts.Renew] on keys from [Scripts.KeysAt].
+func (s *Scripts) RenewKeys(ctx context.Context, k Keys, tok fence.Token, lease time.Duration) (held bool, err error) {
 	switch {
 	case tok.Owner == uuid.Nil:
 		return false, invalid("renew: nil owner")
 	case lease < time.Millisecond:
 		return false, invalid("renew: lease shorter than 1ms")
 	}
-	k := s.Keys(ref)
-	v, err := s.run(ctx, "renew", renewScript, []string{k.Lease}, tok.Owner.String(), lease.Milliseconds())
+	c := newCall(k.Lease)
+	c.uuid(tok.Owner)
+	c.int(lease.Milliseconds())
+	v, err := s.run(ctx, "renew", renewScript, c)
 	if err != nil {
 		return false, err
 	}
@@ -457,11 +622,17 @@ func (s *Scripts) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, l
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
 func (s *Scripts) Release(ctx context.Context, ref durable.Ref, tok fence.Token) (held bool, err error) {
+	return s.ReleaseKeys(ctx, s.Keys(ref), tok)
+}
+
+// ReleaseKeys is [Scripts.Release] on keys from [Scripts.KeysAt].
+func (s *Scripts) ReleaseKeys(ctx context.Context, k Keys, tok fence.Token) (held bool, err error) {
 	if tok.Owner == uuid.Nil {
 		return false, invalid("release: nil owner")
 	}
-	k := s.Keys(ref)
-	v, err := s.run(ctx, "release", releaseScript, []string{k.Lease}, tok.Owner.String())
+	c := newCall(k.Lease)
+	c.uuid(tok.Owner)
+	v, err := s.run(ctx, "release", releaseScript, c)
 	if err != nil {
 		return false, err
 	}
@@ -485,6 +656,11 @@ func (s *Scripts) Release(ctx context.Context, ref durable.Ref, tok fence.Token)
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
 func (s *Scripts) Complete(ctx context.Context, ref durable.Ref, tok fence.Token, fingerprint string, state durable.State, res durable.Result, ttl time.Duration) (cached bool, err error) {
+	return s.CompleteKeys(ctx, s.Keys(ref), tok, fingerprint, state, res, ttl)
+}
+
+// CompleteKeys is [Scripts.Complete] on keys from [Scripts.KeysAt].
+func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fingerprint string, state durable.State, res durable.Result, ttl time.Duration) (cached bool, err error) {
 	switch {
 	case tok.Generation == 0:
 		return false, invalid("complete: generation 0")
@@ -495,20 +671,20 @@ func (s *Scripts) Complete(ctx context.Context, ref durable.Ref, tok fence.Token
 	}
 	ttl = min(ttl, s.cacheTTL)
 	cache := ttl >= time.Millisecond && s.maxCachedBody >= 0 && len(res.Body) <= s.maxCachedBody
-	var blob []byte
+	var blob string
 	var ttlMS int64
 	if cache {
-		blob, ttlMS = encodeResult(state, res), ttl.Milliseconds()
+		blob, ttlMS = encodeResultString(state, res), ttl.Milliseconds()
 	} else if tok.Owner == uuid.Nil {
 		return false, nil // nothing to cache and no lease to drop
 	}
-	owner := ""
-	if tok.Owner != uuid.Nil {
-		owner = tok.Owner.String()
-	}
-	k := s.Keys(ref)
-	v, err := s.run(ctx, "complete", completeScript, []string{k.Lease, k.Result},
-		owner, strconv.FormatUint(tok.Generation, 10), fingerprint, blob, ttlMS)
+	c := newCall(k.Lease, k.Result)
+	c.uuid(tok.Owner)
+	c.uint(tok.Generation)
+	c.str(fingerprint)
+	c.str(blob)
+	c.int(ttlMS)
+	v, err := s.run(ctx, "complete", completeScript, c)
 	if err != nil {
 		return false, err
 	}
@@ -516,11 +692,11 @@ func (s *Scripts) Complete(ctx context.Context, ref durable.Ref, tok fence.Token
 	if !ok || len(arr) != 2 {
 		return false, corrupt("complete", v)
 	}
-	c, ok := arr[0].(int64)
+	n, ok := arr[0].(int64)
 	if !ok {
 		return false, corrupt("complete", v)
 	}
-	return c == 1, nil
+	return n == 1, nil
 }
 
 // SyncGen runs syncgen.lua with tok after the durable store answered with
@@ -529,19 +705,22 @@ func (s *Scripts) Complete(ctx context.Context, ref durable.Ref, tok fence.Token
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
 func (s *Scripts) SyncGen(ctx context.Context, ref durable.Ref, tok fence.Token, retention time.Duration) error {
+	return s.SyncGenKeys(ctx, s.Keys(ref), tok, retention)
+}
+
+// SyncGenKeys is [Scripts.SyncGen] on keys from [Scripts.KeysAt].
+func (s *Scripts) SyncGenKeys(ctx context.Context, k Keys, tok fence.Token, retention time.Duration) error {
 	switch {
 	case tok.Generation == 0:
 		return invalid("syncgen: generation 0")
 	case retention < time.Millisecond:
 		return invalid("syncgen: retention shorter than 1ms")
 	}
-	owner := ""
-	if tok.Owner != uuid.Nil {
-		owner = tok.Owner.String()
-	}
-	k := s.Keys(ref)
-	v, err := s.run(ctx, "syncgen", syncgenScript, []string{k.Lease, k.Gen},
-		strconv.FormatUint(tok.Generation, 10), owner, msUp(retention))
+	c := newCall(k.Lease, k.Gen)
+	c.uint(tok.Generation)
+	c.uuid(tok.Owner)
+	c.int(msUp(retention))
+	v, err := s.run(ctx, "syncgen", syncgenScript, c)
 	if err != nil {
 		return err
 	}
