@@ -842,7 +842,15 @@ func setupReconcileAfterRetention(ctx context.Context, e *env) (*workload, error
 		return nil, err
 	}
 	w.downstream = d
-	rc, err := e.newReconciling(w.verifier, d)
+	// The Reconciler's Claimer keeps what it finishes an hour: the
+	// replays after it (every client, then the verification pass) take
+	// longer than six leases at soak size, and a completed record past
+	// its retention rightly starts a new operation.
+	rcl, err := e.claimer(claimerOpts{store: st, redis: e.redisUser("", nil), retention: time.Hour})
+	if err != nil {
+		return nil, err
+	}
+	rc, err := e.newReconciling(rcl, d)
 	if err != nil {
 		return nil, err
 	}
@@ -897,8 +905,9 @@ func setupReconcileAfterRetention(ctx context.Context, e *env) (*workload, error
 		if err != nil {
 			return err
 		}
-		// The Reconciler resolves them now, after their retention.
-		for pass := 0; pass < 10; pass++ {
+		// The Reconciler resolves them now, after their retention, a
+		// batch a pass, until a pass finds nothing.
+		for pass := 0; pass < len(ops)+10; pass++ {
 			rep := rc.pass(ctx)
 			e.faultN("reconciled-after-retention", int64(rep.Resolved))
 			if rep.Scanned == 0 {
