@@ -199,3 +199,40 @@ func BenchmarkClaimer_Replay(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimer_DoReplayFromRedis: a completed key sent again through Do
+// and answered by the Redis cache alone (the bench tool's replay workload).
+func BenchmarkClaimer_DoReplayFromRedis(b *testing.B) {
+	f := newBenchFixture(b, &lua.Options{})
+	ctx := context.Background()
+	r := benchReq(testenv.Name("k"))
+	if out, err := f.c.Do(ctx, r, emptyWrite); err != nil || out.Kind != claim.Executed {
+		b.Fatalf("Do = %v, %v", out.Kind, err)
+	}
+	f.loop(b, func(int) {
+		out, err := f.c.Do(ctx, r, emptyWrite)
+		if err != nil || out.Kind != claim.Replayed || !out.FromCache {
+			b.Fatalf("Do = %v (from cache %v), %v", out.Kind, out.FromCache, err)
+		}
+	})
+}
+
+// BenchmarkClaimer_DoStorm: a duplicate of a request in progress through
+// Do, answered by Redis alone with InProgress (the bench tool's storm
+// workload, while the first request of the key runs).
+func BenchmarkClaimer_DoStorm(b *testing.B) {
+	f := newBenchFixture(b, &lua.Options{})
+	ctx := context.Background()
+	r := benchReq(testenv.Name("k"))
+	held, err := f.c.Claim(ctx, r)
+	if err != nil || held.Kind != claim.Acquired {
+		b.Fatalf("Claim = %v, %v", held.Kind, err)
+	}
+	b.Cleanup(func() { _ = held.Lease.Release(context.Background()) })
+	f.loop(b, func(int) {
+		out, err := f.c.Do(ctx, r, emptyWrite)
+		if err != nil || out.Kind != claim.InProgress {
+			b.Fatalf("Do = %v, %v", out.Kind, err)
+		}
+	})
+}
