@@ -515,7 +515,7 @@ func retryAfter(d time.Duration) time.Duration {
 // work), [ErrLeaseExpired]. ctx bounds the round trips and any wait; the lease
 // is governed by its duration.
 func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome, error) {
-	start := time.Now()
+	start := c.m.start()
 	ctx, span := c.startClaim(ctx, "claim", r)
 	out, err := c.withPolicy(ctx, r, c.claimOnce)
 	c.m.claimDone(ctx, start, out.Kind, err)

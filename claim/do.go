@@ -54,7 +54,7 @@ func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Co
 	if fn == nil {
 		return Outcome{}, configErr("Do: nil function")
 	}
-	start := time.Now()
+	start := c.m.start()
 	ctx, span := c.startClaim(ctx, "do", r)
 	ended := false
 	defer func() {

@@ -56,7 +56,7 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 	if reflect.ValueOf(&tx).Elem().IsZero() {
 		return Outcome{}, finish, configErr("DoTx: nil transaction (use Do to run in a transaction of the store's)")
 	}
-	start := time.Now()
+	start := c.m.start()
 	defer func() { c.m.claimDone(ctx, start, out.Kind, err) }()
 	ref, p, err := c.prepare(r)
 	if err != nil {

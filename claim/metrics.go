@@ -37,6 +37,11 @@ const (
 )
 
 type meters struct {
+	// on: a MeterProvider was given. Without one the per-claim recording
+	// is skipped altogether (the counters would be no-ops anyway), clock
+	// reading included.
+	on bool
+
 	claims, mismatches, replays, takeovers, fenceds, uncertains, fallbacks, reconcile metric.Int64Counter
 	duration                                                                          metric.Float64Histogram
 	evicting                                                                          atomic.Bool
@@ -54,7 +59,7 @@ func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
 		mp = noop.NewMeterProvider()
 	}
 	mt := mp.Meter("github.com/oncekey/oncekey/claim")
-	m := &meters{}
+	m := &meters{on: c.cfg.meter != nil}
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
 		ctr, err := mt.Int64Counter(name, metric.WithDescription(desc))
@@ -154,18 +159,28 @@ func (m *meters) storeStats(ctx context.Context, s interface {
 	return st, true
 }
 
-// Attribute sets are built once: metric.WithAttributes allocates on every
-// call, even with the no-op provider, and this is the hot path.
+// Attribute sets are built once, and so are the option slices that carry
+// them: metric.WithAttributes allocates on every call, and so does passing
+// one option to a variadic parameter of an interface method; this is the
+// hot path.
 var (
-	outcomeOpts = map[string]metric.MeasurementOption{}
-	sourceRedis = metric.WithAttributes(attribute.String("source", "redis"))
-	sourceStore = metric.WithAttributes(attribute.String("source", "durable"))
+	outcomeOpts = map[string]outcomeOpt{}
+	sourceRedis = []metric.AddOption{metric.WithAttributes(attribute.String("source", "redis"))}
+	sourceStore = []metric.AddOption{metric.WithAttributes(attribute.String("source", "durable"))}
 )
+
+// outcomeOpt is the attribute set of one outcome, as the options of the
+// claims counter and of the duration histogram.
+type outcomeOpt struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
 
 func init() {
 	for _, v := range []string{"acquired", "executed", "replayed", "in_progress", "uncertain", "unknown",
 		"mismatch", "invalid", "unavailable", "lease_expired", "error"} {
-		outcomeOpts[v] = metric.WithAttributes(attribute.String("outcome", v))
+		a := metric.WithAttributes(attribute.String("outcome", v))
+		outcomeOpts[v] = outcomeOpt{add: []metric.AddOption{a}, record: []metric.RecordOption{a}}
 	}
 }
 
@@ -188,10 +203,22 @@ func outcomeAttr(k Kind, err error) string {
 	return v
 }
 
+// start returns when a claim starts, for its duration, or the zero time
+// when metrics are off.
+func (m *meters) start() time.Time {
+	if !m.on {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 func (m *meters) claimDone(ctx context.Context, start time.Time, k Kind, err error) {
-	a := outcomeOpts[outcomeAttr(k, err)]
-	m.claims.Add(ctx, 1, a)
-	m.duration.Record(ctx, time.Since(start).Seconds(), a)
+	if !m.on {
+		return
+	}
+	o := outcomeOpts[outcomeAttr(k, err)]
+	m.claims.Add(ctx, 1, o.add...)
+	m.duration.Record(ctx, time.Since(start).Seconds(), o.record...)
 }
 
 func (m *meters) mismatch(ctx context.Context)  { m.mismatches.Add(ctx, 1) }
@@ -202,11 +229,14 @@ func (m *meters) fallback(ctx context.Context)  { m.fallbacks.Add(ctx, 1) }
 func (m *meters) evictionPolicy(string)         { m.evicting.Store(true) }
 
 func (m *meters) replay(ctx context.Context, fromRedis bool) {
+	if !m.on {
+		return
+	}
 	src := sourceStore
 	if fromRedis {
 		src = sourceRedis
 	}
-	m.replays.Add(ctx, 1, src)
+	m.replays.Add(ctx, 1, src...)
 }
 
 func (m *meters) reconciled(ctx context.Context, t tally) {
