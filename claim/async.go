@@ -50,20 +50,19 @@ func (c *Claimer[TTx]) claimTxAny(ctx context.Context, txAny any, r Request) (Ou
 	if !ok {
 		return Outcome{}, false, configErr("claim in a transaction of type %T, not the store's", txAny)
 	}
-	ref, p, err := c.prepare(r)
+	t, p, err := c.prepare(r)
 	if err != nil {
 		return Outcome{}, false, err
 	}
-	opID := ref.OperationID()
 	sent := time.Now()
 	res, err := c.store.Claim(ctx, tx, p)
 	if err != nil {
-		return Outcome{OperationID: opID}, false, c.claimErr(ctx, err)
+		return Outcome{OperationID: t.opID}, false, c.claimErr(ctx, err)
 	}
 	if !res.Acquired {
-		return c.existing(ctx, opID, ref, p, fast{}, res.Record, sent), false, nil
+		return c.existing(ctx, &t, p, fast{}, res.Record, sent), false, nil
 	}
-	return Outcome{Kind: Acquired, OperationID: opID, Lease: newLease(c, ref, res.Token, p, sent, trace.SpanContextFromContext(ctx))}, res.Takeover, nil
+	return Outcome{Kind: Acquired, OperationID: t.opID, Lease: newLease(c, &t, res.Token, p, sent, trace.SpanContextFromContext(ctx))}, res.Takeover, nil
 }
 
 // resume returns a Lease on the operation id of tenant, for a worker that
@@ -98,5 +97,6 @@ func (c *Claimer[TTx]) resume(ctx context.Context, tenant, id string, tok fence.
 	if err != nil {
 		return nil, rec, wrap("resume", err)
 	}
-	return newLease(c, rec.Ref, ntok, p, sent, trace.SpanContextFromContext(ctx)), rec, nil
+	t := c.targetOf(rec.Ref)
+	return newLease(c, &t, ntok, p, sent, trace.SpanContextFromContext(ctx)), rec, nil
 }

@@ -2,6 +2,8 @@ package claim
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -398,31 +400,70 @@ func (c *Claimer[TTx]) marginFor(lease time.Duration) time.Duration {
 	return lease / 10
 }
 
-// prepare validates the request and returns the store's reference.
-func (c *Claimer[TTx]) prepare(r Request) (durable.Ref, storeapi.ClaimParams, error) {
+// target is the record a request names, with what the steps of the request
+// derive from it, computed once (the digest is hashed once): the store's
+// reference, the operation identity and the Redis key names.
+type target struct {
+	ref  durable.Ref
+	opID string
+	keys fastpath.Keys // zero without Redis
+}
+
+// targetOf returns the target of ref.
+func (c *Claimer[TTx]) targetOf(ref durable.Ref) target {
+	d := ref.Digest()
+	t := target{ref: ref, opID: operationID(d)}
+	if c.scripts != nil {
+		t.keys = c.scripts.KeysAt(d)
+	}
+	return t
+}
+
+// operationID is [durable.Ref.OperationID] of the Ref whose digest is d, in
+// one allocation.
+func operationID(d [32]byte) string {
+	const prefix = "op_"
+	var b [len(prefix) + 43]byte
+	copy(b[:], prefix)
+	base64.RawURLEncoding.Encode(b[len(prefix):], d[:])
+	return string(b[:])
+}
+
+// newOwner returns a fresh random (version 4) owner identity, as uuid.New
+// does, without its allocation.
+func newOwner() uuid.UUID {
+	var u uuid.UUID
+	_, _ = rand.Read(u[:]) // crypto/rand.Read never fails
+	u[6] = (u[6] & 0x0f) | 0x40
+	u[8] = (u[8] & 0x3f) | 0x80
+	return u
+}
+
+// prepare validates the request and returns its target.
+func (c *Claimer[TTx]) prepare(r Request) (target, storeapi.ClaimParams, error) {
 	p := storeapi.ClaimParams{
 		Scope:       r.Scope,
 		Fingerprint: r.Fingerprint,
-		Owner:       uuid.New(),
+		Owner:       newOwner(),
 		Lease:       c.leaseFor(r),
 		Retention:   c.retentionFor(r.Scope.Operation),
 	}
 	if err := p.Validate(); err != nil {
-		return durable.Ref{}, p, wrap("claim", err)
+		return target{}, p, wrap("claim", err)
 	}
 	// Configuration errors of this claim's lease: reject before anything
 	// is reserved, rather than acquire and give back every time.
 	if m := c.marginFor(p.Lease); m >= p.Lease {
-		return durable.Ref{}, p, configErr("lease %v of the request must be longer than the start margin %v", p.Lease, m)
+		return target{}, p, configErr("lease %v of the request must be longer than the start margin %v", p.Lease, m)
 	}
 	if p.Lease > p.Retention {
-		return durable.Ref{}, p, configErr("lease %v of the request must not be longer than the retention %v of operation %q", p.Lease, p.Retention, r.Scope.Operation)
+		return target{}, p, configErr("lease %v of the request must not be longer than the retention %v of operation %q", p.Lease, p.Retention, r.Scope.Operation)
 	}
 	ref, err := c.store.Ref(r.Scope)
 	if err != nil {
-		return durable.Ref{}, p, wrap("claim", err)
+		return target{}, p, wrap("claim", err)
 	}
-	return ref, p, nil
+	return c.targetOf(ref), p, nil
 }
 
 // fast is the outcome of the Redis step of a claim (the fast path).
@@ -454,19 +495,19 @@ func (f fast) mayHoldRedisLease() bool { return (f.answered && f.proposed != 0) 
 
 // redisClaim runs claim.lua. Any Redis failure degrades to the durable
 // store alone.
-func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p storeapi.ClaimParams) fast {
+func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.ClaimParams) fast {
 	if c.scripts == nil {
 		return fast{}
 	}
 	ctx, span := c.tr.start(ctx, spanRedisClaim)
 	defer span.End()
-	rep, err := c.scripts.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention})
+	rep, err := c.scripts.ClaimKeys(ctx, t.keys, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention})
 	if span.IsRecording() {
 		span.SetAttributes(attrRedisResult.String(redisResult(rep.Status, err)))
 	}
 	if err != nil {
 		c.m.fallback(ctx)
-		c.log.Debug("oncekey: redis claim failed; using the durable store alone", "op", ref, "err", err)
+		c.debug("oncekey: redis claim failed; using the durable store alone", t.ref, err)
 		// An open breaker or a bad argument sent nothing; any other error
 		// may come after the script ran and took a lease for our owner.
 		return fast{ambiguous: !errors.Is(err, fastpath.ErrBreakerOpen) && !errors.Is(err, fastpath.ErrInvalidArgument)}
@@ -477,8 +518,8 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, ref durable.Ref, p storea
 	case fastpath.ClaimAcquired:
 		return fast{answered: true, proposed: rep.Generation}
 	case fastpath.ClaimCached:
-		res := rep.Cached.Result
-		return fast{answered: true, final: true, kind: Replayed, result: &res, state: rep.Cached.State}
+		// rep.Cached is this reply's own: the outcome can point into it.
+		return fast{answered: true, final: true, kind: Replayed, result: &rep.Cached.Result, state: rep.Cached.State}
 	case fastpath.ClaimMismatch:
 		return fast{answered: true, final: true, err: fmt.Errorf("%w (cached result)", ErrMismatch)}
 	case fastpath.ClaimBusy:
@@ -590,39 +631,39 @@ func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(cont
 }
 
 func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error) {
-	ref, p, err := c.prepare(r)
+	t, p, err := c.prepare(r)
 	if err != nil {
 		return Outcome{}, err
 	}
-	opID := ref.OperationID()
-	sent := time.Now() // the lease is measured from here, on the monotonic clock
-	f := c.redisClaim(ctx, ref, p)
+	// The lease is measured from here, on the monotonic clock; so is the
+	// age of what the durable claim reads (see refill).
+	sent := time.Now()
+	f := c.redisClaim(ctx, &t, p)
 	if c.tr.on() {
 		c.tr.note(ctx, attrRedis.Bool(f.answered))
 	}
 	if f.final {
-		return c.fastOutcome(ctx, opID, f)
+		return c.fastOutcome(ctx, t.opID, f)
 	}
 	p.Proposed = f.proposed
-	read := time.Now() // the record's ExpiresIn is at most this old when it arrives
 	res, err := c.durableClaim(ctx, *new(TTx), p)
 	if err != nil {
-		c.dropRedisLease(ctx, f, ref, p)
-		return Outcome{OperationID: opID}, c.claimErr(ctx, err)
+		c.dropRedisLease(ctx, f, &t, p)
+		return Outcome{OperationID: t.opID}, c.claimErr(ctx, err)
 	}
 	if !res.Acquired {
-		return c.existing(ctx, opID, ref, p, f, res.Record, read), nil
+		return c.existing(ctx, &t, p, f, res.Record, sent), nil
 	}
-	c.acquired(ctx, ref, p, f, res)
-	l := newLease(c, ref, res.Token, p, sent, trace.SpanContextFromContext(ctx))
+	c.acquired(ctx, &t, p, f, res)
+	l := newLease(c, &t, res.Token, p, sent, trace.SpanContextFromContext(ctx))
 	if time.Until(l.Deadline()) < l.margin {
 		// The claim took so long that too little lease is left to work
 		// safely: give the key back rather than start work that could
 		// outlive its lease.
 		_ = l.Release(context.WithoutCancel(ctx))
-		return Outcome{OperationID: opID}, ErrLeaseExpired
+		return Outcome{OperationID: t.opID}, ErrLeaseExpired
 	}
-	return Outcome{Kind: Acquired, OperationID: opID, Lease: l}, nil
+	return Outcome{Kind: Acquired, OperationID: t.opID, Lease: l}, nil
 }
 
 func (c *Claimer[TTx]) claimErr(ctx context.Context, err error) error {
@@ -652,19 +693,19 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 // was bypassed), or when the Redis claim's reply was lost so the proposal
 // is unknown, Redis is raised to it, and a Redis lease of our owner carries
 // the durable generation.
-func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p storeapi.ClaimParams, f fast, res storeapi.ClaimResult) {
+func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.ClaimParams, f fast, res storeapi.ClaimResult) {
 	if c.tr.on() {
 		c.tr.note(ctx, attrGeneration.Int64(int64(res.Token.Generation)), attrTakeover.Bool(res.Takeover))
 	}
 	if res.Takeover {
 		c.m.takeover(ctx)
-		c.log.Info("oncekey: took over an expired lease", "op", ref, "generation", res.Token.Generation)
+		c.log.Info("oncekey: took over an expired lease", "op", t.ref, "generation", res.Token.Generation)
 	}
 	if (f.answered && res.Token.Generation != f.proposed) || f.ambiguous {
-		err := c.scripts.SyncGen(context.WithoutCancel(ctx), ref, res.Token, p.Retention)
+		err := c.scripts.SyncGenKeys(context.WithoutCancel(ctx), t.keys, res.Token, p.Retention)
 		c.tr.event(ctx, eventRedisSync, err)
 		if err != nil {
-			c.log.Debug("oncekey: redis syncgen failed", "op", ref, "err", err)
+			c.debug("oncekey: redis syncgen failed", t.ref, err)
 		}
 	}
 }
@@ -672,25 +713,25 @@ func (c *Claimer[TTx]) acquired(ctx context.Context, ref durable.Ref, p storeapi
 // dropRedisLease gives back a Redis lease that the durable store did not
 // confirm, so it blocks no one. release.lua matches the owner only, so a
 // lease whose generation we never learned (a lost reply) is dropped too.
-func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, ref durable.Ref, p storeapi.ClaimParams) {
+func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, t *target, p storeapi.ClaimParams) {
 	if !f.mayHoldRedisLease() {
 		return
 	}
 	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
-	_, err := c.scripts.Release(context.WithoutCancel(ctx), ref, tok)
+	_, err := c.scripts.ReleaseKeys(context.WithoutCancel(ctx), t.keys, tok)
 	c.tr.event(ctx, eventRedisRelease, err)
 	if err != nil {
-		c.log.Debug("oncekey: redis release failed", "op", ref, "err", err)
+		c.debug("oncekey: redis release failed", t.ref, err)
 	}
 }
 
 // existing classifies a record the durable claim did not take, and refills
 // Redis from it when Redis lost it. read is when the statement that read rec
-// was sent.
-func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Ref, p storeapi.ClaimParams, f fast, rec *durable.Record, read time.Time) Outcome {
+// was sent, or earlier.
+func (c *Claimer[TTx]) existing(ctx context.Context, t *target, p storeapi.ClaimParams, f fast, rec *durable.Record, read time.Time) Outcome {
 	if rec == nil { // a store bug; fail safe
-		c.dropRedisLease(ctx, f, ref, p)
-		return Outcome{Kind: InProgress, OperationID: opID, RetryAfter: time.Second}
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{Kind: InProgress, OperationID: t.opID, RetryAfter: time.Second}
 	}
 	if c.tr.on() {
 		c.tr.note(ctx, attrGeneration.Int64(int64(rec.Token.Generation)))
@@ -698,31 +739,32 @@ func (c *Claimer[TTx]) existing(ctx context.Context, opID string, ref durable.Re
 	switch {
 	case rec.State.Finished() && rec.Result != nil:
 		c.m.replay(ctx, false)
-		c.refill(ctx, f, ref, p, rec, read)
+		c.refill(ctx, f, t, p, rec, read)
 		res := *rec.Result
-		return Outcome{Kind: Replayed, OperationID: opID, State: rec.State, Result: &res}
+		return Outcome{Kind: Replayed, OperationID: t.opID, State: rec.State, Result: &res}
 	case rec.State == durable.Uncertain:
-		c.dropRedisLease(ctx, f, ref, p)
-		return Outcome{Kind: Uncertain, OperationID: opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{Kind: Uncertain, OperationID: t.opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
 	default:
-		c.dropRedisLease(ctx, f, ref, p)
-		return Outcome{Kind: InProgress, OperationID: opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{Kind: InProgress, OperationID: t.opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
 	}
 }
 
 // refill caches a finished record in Redis (which had lost it) for no longer
 // than the record's remaining retention, and drops our Redis lease if we
-// took one. read is when the statement that read rec was sent: rec.ExpiresIn
-// was measured by the database after it, so ExpiresIn minus the time since
-// read, on the monotonic clock, is no more than what is left of the record
-// however slow the round trips were (see cacheTTL).
-func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p storeapi.ClaimParams, rec *durable.Record, read time.Time) {
+// took one. read is when the statement that read rec was sent, or earlier
+// (the claims pass the time their claim was sent, before Redis was asked):
+// rec.ExpiresIn was measured by the database after it, so ExpiresIn minus
+// the time since read, on the monotonic clock, is no more than what is
+// left of the record however slow the round trips were (see cacheTTL).
+func (c *Claimer[TTx]) refill(ctx context.Context, f fast, t *target, p storeapi.ClaimParams, rec *durable.Record, read time.Time) {
 	if c.scripts == nil {
 		return
 	}
 	ttl := c.cacheTTL(rec.ExpiresIn, read)
 	if ttl <= 0 {
-		c.dropRedisLease(ctx, f, ref, p)
+		c.dropRedisLease(ctx, f, t, p)
 		return
 	}
 	// The cached copy carries the record's durable generation; with our
@@ -731,10 +773,10 @@ func (c *Claimer[TTx]) refill(ctx context.Context, f fast, ref durable.Ref, p st
 	if f.mayHoldRedisLease() {
 		tok.Owner = p.Owner
 	}
-	_, err := c.scripts.Complete(context.WithoutCancel(ctx), ref, tok, rec.Fingerprint, rec.State, *rec.Result, ttl)
+	_, err := c.scripts.CompleteKeys(context.WithoutCancel(ctx), t.keys, tok, rec.Fingerprint, rec.State, *rec.Result, ttl)
 	c.tr.event(ctx, eventRedisCache, err)
 	if err != nil {
-		c.log.Debug("oncekey: redis refill failed", "op", ref, "err", err)
+		c.debug("oncekey: redis refill failed", t.ref, err)
 	}
 }
 
@@ -753,27 +795,35 @@ func (c *Claimer[TTx]) cacheTTL(remaining time.Duration, from time.Time) time.Du
 // record's retention measured from when the claim was sent (which is before
 // the database set expires_at, so the cache never outlives the record; a
 // finish that moves expires_at later only makes this more conservative).
-func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
+func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
 	if c.scripts == nil {
 		return
 	}
 	ttl := c.cacheTTL(retention, sent)
 	if ttl <= 0 {
-		if _, err := c.scripts.Release(context.WithoutCancel(ctx), ref, tok); err != nil {
-			c.log.Debug("oncekey: redis release failed", "op", ref, "err", err)
+		if _, err := c.scripts.ReleaseKeys(context.WithoutCancel(ctx), keys, tok); err != nil {
+			c.debug("oncekey: redis release failed", ref, err)
 		}
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	_, err := c.scripts.Complete(ctx, ref, tok, fp, state, res, ttl)
+	_, err := c.scripts.CompleteKeys(ctx, keys, tok, fp, state, res, ttl)
 	c.tr.event(ctx, eventRedisCache, err)
 	if err != nil {
 		// The result is durable, but a Redis lease left behind would answer
 		// duplicates "in progress" until it expires: try once more to drop it.
-		c.log.Debug("oncekey: redis complete failed; the result is durable and replays from the store", "op", ref, "err", err)
-		if _, err := c.scripts.Release(ctx, ref, tok); err != nil {
-			c.log.Debug("oncekey: redis release after a failed complete failed too; duplicates see in-progress until the Redis lease expires", "op", ref, "err", err)
+		c.debug("oncekey: redis complete failed; the result is durable and replays from the store", ref, err)
+		if _, err := c.scripts.ReleaseKeys(ctx, keys, tok); err != nil {
+			c.debug("oncekey: redis release after a failed complete failed too; duplicates see in-progress until the Redis lease expires", ref, err)
 		}
+	}
+}
+
+// debug logs a failed Redis step of the operation ref at debug level,
+// building the line's arguments only when that level is on.
+func (c *Claimer[TTx]) debug(msg string, ref durable.Ref, err error) {
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.log.Debug(msg, "op", ref, "err", err)
 	}
 }
 

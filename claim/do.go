@@ -73,13 +73,13 @@ func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Co
 }
 
 func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Context, TTx, Op) (durable.Result, error)) (out Outcome, err error) {
-	ref, p, err := c.prepare(r)
+	t, p, err := c.prepare(r)
 	if err != nil {
 		return Outcome{}, err
 	}
-	opID := ref.OperationID()
+	ref, opID := t.ref, t.opID
 	sent := time.Now()
-	f := c.redisClaim(ctx, ref, p)
+	f := c.redisClaim(ctx, &t, p)
 	if c.tr.on() {
 		c.tr.note(ctx, attrRedis.Bool(f.answered))
 	}
@@ -102,7 +102,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		if v := recover(); v != nil {
 			txSpan.SetStatus(otelcodes.Error, "panic")
 			txSpan.End()
-			c.dropRedisLease(ctx, f, ref, p)
+			c.dropRedisLease(ctx, f, &t, p)
 			panic(v)
 		}
 	}()
@@ -153,26 +153,26 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 			if err == nil &&
 				rec.State == state && rec.Token == tok && rec.Result != nil {
 				c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", ref)
-				c.acquired(ctx, ref, p, f, claimed)
-				return c.executed(ctx, opID, ref, tok, p, state, *rec.Result, sent), nil
+				c.acquired(ctx, &t, p, f, claimed)
+				return c.executed(ctx, &t, tok, p, state, *rec.Result, sent), nil
 			}
-			c.dropRedisLease(ctx, f, ref, p)
+			c.dropRedisLease(ctx, f, &t, p)
 			return Outcome{OperationID: opID}, fmt.Errorf("%w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
 		}
-		c.dropRedisLease(ctx, f, ref, p)
+		c.dropRedisLease(ctx, f, &t, p)
 		if fnErr != nil && errors.Is(txErr, fnErr) {
 			return Outcome{OperationID: opID}, fnErr
 		}
 		return Outcome{OperationID: opID}, c.claimErr(ctx, txErr)
 	}
 	if !claimed.Acquired {
-		return c.existing(ctx, opID, ref, p, f, claimed.Record, read), nil
+		return c.existing(ctx, &t, p, f, claimed.Record, read), nil
 	}
-	c.acquired(ctx, ref, p, f, claimed)
-	return c.executed(ctx, opID, ref, tok, p, state, result, sent), nil
+	c.acquired(ctx, &t, p, f, claimed)
+	return c.executed(ctx, &t, tok, p, state, result, sent), nil
 }
 
-func (c *Claimer[TTx]) executed(ctx context.Context, opID string, ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, state durable.State, res durable.Result, sent time.Time) Outcome {
-	c.cacheResult(ctx, ref, tok, p.Fingerprint, state, res, p.Retention, sent)
-	return Outcome{Kind: Executed, OperationID: opID, State: state, Result: &res}
+func (c *Claimer[TTx]) executed(ctx context.Context, t *target, tok fence.Token, p storeapi.ClaimParams, state durable.State, res durable.Result, sent time.Time) Outcome {
+	c.cacheResult(ctx, t.ref, t.keys, tok, p.Fingerprint, state, res, p.Retention, sent)
+	return Outcome{Kind: Executed, OperationID: t.opID, State: state, Result: &res}
 }

@@ -58,13 +58,13 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 	}
 	start := c.m.start()
 	defer func() { c.m.claimDone(ctx, start, out.Kind, err) }()
-	ref, p, err := c.prepare(r)
+	t, p, err := c.prepare(r)
 	if err != nil {
 		return Outcome{}, finish, err
 	}
-	opID := ref.OperationID()
+	ref, opID := t.ref, t.opID
 	sent := time.Now()
-	f := c.redisClaim(ctx, ref, p)
+	f := c.redisClaim(ctx, &t, p)
 	if f.final {
 		out, err = c.fastOutcome(ctx, opID, f)
 		return out, finish, err
@@ -72,22 +72,21 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 	p.Proposed = f.proposed
 	defer func() {
 		if v := recover(); v != nil {
-			c.dropRedisLease(ctx, f, ref, p)
+			c.dropRedisLease(ctx, f, &t, p)
 			panic(v)
 		}
 	}()
-	read := time.Now()
 	claimed, err := c.store.Claim(ctx, tx, p)
 	if err != nil {
-		c.dropRedisLease(ctx, f, ref, p)
+		c.dropRedisLease(ctx, f, &t, p)
 		return Outcome{OperationID: opID}, finish, c.claimErr(ctx, err)
 	}
 	if !claimed.Acquired {
-		return c.existing(ctx, opID, ref, p, f, claimed.Record, read), finish, nil
+		return c.existing(ctx, &t, p, f, claimed.Record, sent), finish, nil
 	}
 	tok := claimed.Token
 	if time.Until(sent.Add(p.Lease)) < c.marginFor(p.Lease) {
-		c.dropRedisLease(ctx, f, ref, p)
+		c.dropRedisLease(ctx, f, &t, p)
 		return Outcome{OperationID: opID}, finish, ErrLeaseExpired
 	}
 	var (
@@ -104,11 +103,11 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		state, result = durable.Failed, rej.Result
 		err = c.store.Fail(ctx, tx, ref, tok, result)
 	default:
-		c.dropRedisLease(ctx, f, ref, p)
+		c.dropRedisLease(ctx, f, &t, p)
 		return Outcome{OperationID: opID}, finish, fnErr
 	}
 	if err != nil {
-		c.dropRedisLease(ctx, f, ref, p)
+		c.dropRedisLease(ctx, f, &t, p)
 		return Outcome{OperationID: opID}, finish, wrap("complete", err)
 	}
 	var once bool
@@ -118,11 +117,11 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		}
 		once = true
 		if commitErr != nil {
-			c.dropRedisLease(ctx, f, ref, p)
+			c.dropRedisLease(ctx, f, &t, p)
 			return
 		}
-		c.acquired(ctx, ref, p, f, claimed)
-		c.cacheResult(ctx, ref, tok, p.Fingerprint, state, result, p.Retention, sent)
+		c.acquired(ctx, &t, p, f, claimed)
+		c.cacheResult(ctx, ref, t.keys, tok, p.Fingerprint, state, result, p.Retention, sent)
 	}
 	res := result
 	return Outcome{Kind: Executed, OperationID: opID, State: state, Result: &res}, finish, nil

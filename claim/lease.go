@@ -27,6 +27,8 @@ import (
 type Lease struct {
 	c         leaseHost
 	ref       durable.Ref
+	opID      string        // ref.OperationID()
+	keys      fastpath.Keys // ref's Redis key names; zero without Redis
 	tok       fence.Token
 	fp        string
 	lease     time.Duration
@@ -39,8 +41,8 @@ type Lease struct {
 	deadline time.Time // conservative local end of the lease, on the monotonic clock
 }
 
-func newLease[TTx any](c *Claimer[TTx], ref durable.Ref, tok fence.Token, p storeapi.ClaimParams, sent time.Time, claimSpan trace.SpanContext) *Lease {
-	return &Lease{c: c, ref: ref, tok: tok, fp: p.Fingerprint, lease: p.Lease, retention: p.Retention,
+func newLease[TTx any](c *Claimer[TTx], t *target, tok fence.Token, p storeapi.ClaimParams, sent time.Time, claimSpan trace.SpanContext) *Lease {
+	return &Lease{c: c, ref: t.ref, opID: t.opID, keys: t.keys, tok: tok, fp: p.Fingerprint, lease: p.Lease, retention: p.Retention,
 		margin: c.marginFor(p.Lease), sent: sent, deadline: sent.Add(p.Lease), claimSpan: claimSpan}
 }
 
@@ -51,7 +53,7 @@ func (l *Lease) Token() fence.Token { return l.tok }
 // OperationID returns the stable identity of the logical operation, the same
 // for every retry and takeover: use it as the idempotency key of downstream
 // calls, so a takeover that repeats a call is deduplicated there.
-func (l *Lease) OperationID() string { return l.ref.OperationID() }
+func (l *Lease) OperationID() string { return l.opID }
 
 // Deadline returns when the lease ends at the latest, by this process's
 // monotonic clock, measured from when the claim or the last renewal was
@@ -94,7 +96,7 @@ func (l *Lease) renewRedis(ctx context.Context) {
 	if l.c.redis() == nil {
 		return
 	}
-	if _, err := l.c.redis().Renew(ctx, l.ref, l.tok, l.lease); err != nil {
+	if _, err := l.c.redis().RenewKeys(ctx, l.keys, l.tok, l.lease); err != nil {
 		l.c.logger().Debug("oncekey: redis renew failed", "op", l.ref, "err", err)
 	}
 }
@@ -130,7 +132,7 @@ func (l *Lease) finish(ctx context.Context, state durable.State, res durable.Res
 		}
 		return wrap(string(state), err)
 	}
-	l.c.cacheResult(ctx, l.ref, l.tok, l.fp, state, res, l.retention, l.sent)
+	l.c.cacheResult(ctx, l.ref, l.keys, l.tok, l.fp, state, res, l.retention, l.sent)
 	return nil
 }
 
@@ -150,7 +152,7 @@ func (l *Lease) releaseRedis(ctx context.Context) {
 	if l.c.redis() == nil {
 		return
 	}
-	_, err := l.c.redis().Release(context.WithoutCancel(ctx), l.ref, l.tok)
+	_, err := l.c.redis().ReleaseKeys(context.WithoutCancel(ctx), l.keys, l.tok)
 	l.c.tracer().event(ctx, eventRedisRelease, err)
 	if err != nil {
 		l.c.logger().Debug("oncekey: redis release failed", "op", l.ref, "err", err)
@@ -334,7 +336,7 @@ type leaseHost interface {
 	finish(ctx context.Context, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error
 	release(ctx context.Context, ref durable.Ref, tok fence.Token) error
 	markUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error
-	cacheResult(ctx context.Context, ref durable.Ref, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time)
+	cacheResult(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time)
 	redis() *fastpath.Scripts
 	logger() *slog.Logger
 	meters() *meters
