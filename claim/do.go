@@ -72,107 +72,121 @@ func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Co
 	return out, err
 }
 
+// doTx is one attempt of Do: what its transaction needs and what it
+// learns, in one allocation shared with the function that InTx runs.
+type doTx[TTx any] struct {
+	c    *Claimer[TTx]
+	fn   func(context.Context, TTx, Op) (durable.Result, error)
+	t    target
+	p    storeapi.ClaimParams
+	sent time.Time // when the claim was sent: the lease counts from it
+
+	claimed   storeapi.ClaimResult
+	state     durable.State
+	result    durable.Result
+	committed bool // fn and the completion succeeded inside the transaction
+	fnErr     error
+	rej       *rejectError
+}
+
+// run is the transaction's body: the durable claim, fn and the completion.
+func (d *doTx[TTx]) run(ctx context.Context, tx TTx) error {
+	c := d.c
+	res, err := c.durableClaim(ctx, tx, d.p)
+	if err != nil {
+		return err
+	}
+	d.claimed = res
+	if !res.Acquired {
+		return nil // commit nothing; classify below
+	}
+	tok := res.Token
+	if time.Until(d.sent.Add(d.p.Lease)) < c.marginFor(d.p.Lease) {
+		return ErrLeaseExpired
+	}
+	d.result, d.fnErr = d.fn(c.withOperationBaggage(ctx, d.t.opID), tx, Op{ID: d.t.opID, Token: tok})
+	switch {
+	case d.fnErr == nil:
+		d.state = durable.Completed
+		err = c.store.Complete(ctx, tx, d.t.ref, tok, d.result)
+	case errors.As(d.fnErr, &d.rej):
+		d.state, d.result = durable.Failed, d.rej.Result
+		err = c.store.Fail(ctx, tx, d.t.ref, tok, d.result)
+	default:
+		return d.fnErr
+	}
+	if err != nil {
+		return err
+	}
+	d.committed = true
+	return nil
+}
+
 func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Context, TTx, Op) (durable.Result, error)) (out Outcome, err error) {
 	t, p, err := c.prepare(r)
 	if err != nil {
 		return Outcome{}, err
 	}
-	ref, opID := t.ref, t.opID
 	sent := time.Now()
 	f := c.redisClaim(ctx, &t, p)
 	if c.tr.on() {
 		c.tr.note(ctx, attrRedis.Bool(f.answered))
 	}
 	if f.final {
-		return c.fastOutcome(ctx, opID, f)
+		return c.fastOutcome(ctx, t.opID, f)
 	}
 	p.Proposed = f.proposed
 
-	var (
-		claimed   storeapi.ClaimResult
-		tok       fence.Token
-		state     durable.State
-		result    durable.Result
-		committed bool // fn and the completion succeeded inside the transaction
-		fnErr     error
-		read      time.Time // when the claim in tx was sent
-	)
+	d := &doTx[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
 	defer func() {
 		if v := recover(); v != nil {
 			txSpan.SetStatus(otelcodes.Error, "panic")
 			txSpan.End()
-			c.dropRedisLease(ctx, f, &t, p)
+			c.dropRedisLease(ctx, f, &d.t, p)
 			panic(v)
 		}
 	}()
-	txErr := c.store.InTx(txCtx, func(ctx context.Context, tx TTx) error {
-		read = time.Now()
-		res, err := c.durableClaim(ctx, tx, p)
-		if err != nil {
-			return err
-		}
-		claimed = res
-		if !res.Acquired {
-			return nil // commit nothing; classify below
-		}
-		tok = res.Token
-		if time.Until(sent.Add(p.Lease)) < c.marginFor(p.Lease) {
-			return ErrLeaseExpired
-		}
-		result, fnErr = fn(c.withOperationBaggage(ctx, opID), tx, Op{ID: opID, Token: tok})
-		var rej *rejectError
-		switch {
-		case fnErr == nil:
-			state = durable.Completed
-			err = c.store.Complete(ctx, tx, ref, tok, result)
-		case errors.As(fnErr, &rej):
-			state, result = durable.Failed, rej.Result
-			err = c.store.Fail(ctx, tx, ref, tok, result)
-		default:
-			return fnErr
-		}
-		if err != nil {
-			return err
-		}
-		committed = true
-		return nil
-	})
+	txErr := c.store.InTx(txCtx, d.run)
 	if txErr != nil && txSpan.IsRecording() {
 		txSpan.SetStatus(otelcodes.Error, errWord(txErr))
 	}
 	txSpan.End()
+	tok := d.claimed.Token
 	if txErr != nil {
-		if committed && errors.Is(txErr, durable.ErrUnavailable) {
+		if d.committed && errors.Is(txErr, durable.ErrUnavailable) {
 			// COMMIT was sent and failed: it may have applied. Read the truth,
 			// even when the caller has given up, but not forever: a store that
 			// does not answer leaves the outcome unknown.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitRereadTimeout)
-			rec, err := c.store.Get(rctx, ref)
+			rec, err := c.store.Get(rctx, d.t.ref)
 			cancel()
 			if err == nil &&
-				rec.State == state && rec.Token == tok && rec.Result != nil {
-				c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", ref)
-				c.acquired(ctx, &t, p, f, claimed)
-				return c.executed(ctx, &t, tok, p, state, *rec.Result, sent), nil
+				rec.State == d.state && rec.Token == tok && rec.Result != nil {
+				c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", d.t.ref)
+				c.acquired(ctx, &d.t, p, f, d.claimed)
+				d.result = *rec.Result
+				return c.executed(ctx, d), nil
 			}
-			c.dropRedisLease(ctx, f, &t, p)
-			return Outcome{OperationID: opID}, fmt.Errorf("%w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
+			c.dropRedisLease(ctx, f, &d.t, p)
+			return Outcome{OperationID: d.t.opID}, fmt.Errorf("%w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
 		}
-		c.dropRedisLease(ctx, f, &t, p)
-		if fnErr != nil && errors.Is(txErr, fnErr) {
-			return Outcome{OperationID: opID}, fnErr
+		c.dropRedisLease(ctx, f, &d.t, p)
+		if d.fnErr != nil && errors.Is(txErr, d.fnErr) {
+			return Outcome{OperationID: d.t.opID}, d.fnErr
 		}
-		return Outcome{OperationID: opID}, c.claimErr(ctx, txErr)
+		return Outcome{OperationID: d.t.opID}, c.claimErr(ctx, txErr)
 	}
-	if !claimed.Acquired {
-		return c.existing(ctx, &t, p, f, claimed.Record, read), nil
+	if !d.claimed.Acquired {
+		return c.existing(ctx, &d.t, p, f, d.claimed.Record, sent), nil
 	}
-	c.acquired(ctx, &t, p, f, claimed)
-	return c.executed(ctx, &t, tok, p, state, result, sent), nil
+	c.acquired(ctx, &d.t, p, f, d.claimed)
+	return c.executed(ctx, d), nil
 }
 
-func (c *Claimer[TTx]) executed(ctx context.Context, t *target, tok fence.Token, p storeapi.ClaimParams, state durable.State, res durable.Result, sent time.Time) Outcome {
-	c.cacheResult(ctx, t.ref, t.keys, tok, p.Fingerprint, state, res, p.Retention, sent)
-	return Outcome{Kind: Executed, OperationID: t.opID, State: state, Result: &res}
+// executed caches the committed result of d in Redis and returns its
+// outcome, whose Result points into d.
+func (c *Claimer[TTx]) executed(ctx context.Context, d *doTx[TTx]) Outcome {
+	c.cacheResult(ctx, d.t.ref, d.t.keys, d.claimed.Token, d.p.Fingerprint, d.state, d.result, d.p.Retention, d.sent)
+	return Outcome{Kind: Executed, OperationID: d.t.opID, State: d.state, Result: &d.result}
 }
