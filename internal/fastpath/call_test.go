@@ -65,7 +65,7 @@ func TestSend_FallsBackToEvalOnNoScript(t *testing.T) {
 				call.str("fp")
 				call.uuid(owner)
 				call.uint(42)
-				v, err := s.run(t.Context(), "test", sc, call)
+				v, err := s.run(t.Context(), false, "test", sc, call)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -78,5 +78,26 @@ func TestSend_FallsBackToEvalOnNoScript(t *testing.T) {
 				t.Fatalf("ScriptExists = %v, %v", n, err)
 			}
 		})
+	}
+}
+
+// An open breaker answers before any argument is built.
+func TestBreakerOpen_BuildsNothing(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { c.Close() })
+	s, err := New(c, Options{Breaker: BreakerOptions{Failures: 1, CoolDown: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.breaker.Failure(false)
+	k := s.KeysAt([32]byte{1})
+	a := ClaimArgs{Fingerprint: "fp", Owner: uuid.New(), Lease: time.Second, Retention: time.Minute}
+	ctx := t.Context()
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := s.ClaimKeys(ctx, k, a); err != ErrBreakerOpen {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per refused claim", n)
 	}
 }

@@ -378,12 +378,20 @@ func (s *Scripts) send(ctx context.Context, sc *luaScript, c *call) (any, error)
 	return cmd.Result()
 }
 
-// run sends one script through the breaker, with the per-call timeout.
-func (s *Scripts) run(ctx context.Context, name string, sc *luaScript, c *call) (any, error) {
+// admit asks the breaker whether a call may go to Redis now (see
+// [Breaker.Allow]). A call's arguments are built only once it is admitted,
+// and run must follow with the probe flag.
+func (s *Scripts) admit() (probe bool, err error) {
 	probe, ok := s.breaker.Allow()
 	if !ok {
-		return nil, ErrBreakerOpen
+		return false, ErrBreakerOpen
 	}
+	return probe, nil
+}
+
+// run sends one script admitted by the breaker, with the per-call timeout,
+// and records its outcome with the breaker.
+func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScript, c *call) (any, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var v any
@@ -535,12 +543,16 @@ func (s *Scripts) ClaimKeys(ctx context.Context, k Keys, a ClaimArgs) (ClaimRepl
 	case a.Retention < time.Millisecond:
 		return ClaimReply{}, invalid("claim: retention shorter than 1ms")
 	}
+	probe, err := s.admit()
+	if err != nil {
+		return ClaimReply{}, err
+	}
 	c := newCall(k.Lease, k.Gen, k.Result)
 	c.str(a.Fingerprint)
 	c.uuid(a.Owner)
 	c.int(a.Lease.Milliseconds())
 	c.int(msUp(a.Retention))
-	v, err := s.run(ctx, "claim", claimScript, c)
+	v, err := s.run(ctx, probe, "claim", claimScript, c)
 	if err != nil {
 		return ClaimReply{}, err
 	}
@@ -606,10 +618,14 @@ func (s *Scripts) RenewKeys(ctx context.Context, k Keys, tok fence.Token, lease 
 	case lease < time.Millisecond:
 		return false, invalid("renew: lease shorter than 1ms")
 	}
+	probe, err := s.admit()
+	if err != nil {
+		return false, err
+	}
 	c := newCall(k.Lease)
 	c.uuid(tok.Owner)
 	c.int(lease.Milliseconds())
-	v, err := s.run(ctx, "renew", renewScript, c)
+	v, err := s.run(ctx, probe, "renew", renewScript, c)
 	if err != nil {
 		return false, err
 	}
@@ -630,9 +646,13 @@ func (s *Scripts) ReleaseKeys(ctx context.Context, k Keys, tok fence.Token) (hel
 	if tok.Owner == uuid.Nil {
 		return false, invalid("release: nil owner")
 	}
+	probe, err := s.admit()
+	if err != nil {
+		return false, err
+	}
 	c := newCall(k.Lease)
 	c.uuid(tok.Owner)
-	v, err := s.run(ctx, "release", releaseScript, c)
+	v, err := s.run(ctx, probe, "release", releaseScript, c)
 	if err != nil {
 		return false, err
 	}
@@ -671,12 +691,17 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 	}
 	ttl = min(ttl, s.cacheTTL)
 	cache := ttl >= time.Millisecond && s.maxCachedBody >= 0 && len(res.Body) <= s.maxCachedBody
+	if !cache && tok.Owner == uuid.Nil {
+		return false, nil // nothing to cache and no lease to drop
+	}
+	probe, err := s.admit()
+	if err != nil {
+		return false, err
+	}
 	var blob string
 	var ttlMS int64
 	if cache {
 		blob, ttlMS = encodeResultString(state, res), ttl.Milliseconds()
-	} else if tok.Owner == uuid.Nil {
-		return false, nil // nothing to cache and no lease to drop
 	}
 	c := newCall(k.Lease, k.Result)
 	c.uuid(tok.Owner)
@@ -684,7 +709,7 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 	c.str(fingerprint)
 	c.str(blob)
 	c.int(ttlMS)
-	v, err := s.run(ctx, "complete", completeScript, c)
+	v, err := s.run(ctx, probe, "complete", completeScript, c)
 	if err != nil {
 		return false, err
 	}
@@ -716,11 +741,15 @@ func (s *Scripts) SyncGenKeys(ctx context.Context, k Keys, tok fence.Token, rete
 	case retention < time.Millisecond:
 		return invalid("syncgen: retention shorter than 1ms")
 	}
+	probe, err := s.admit()
+	if err != nil {
+		return err
+	}
 	c := newCall(k.Lease, k.Gen)
 	c.uint(tok.Generation)
 	c.uuid(tok.Owner)
 	c.int(msUp(retention))
-	v, err := s.run(ctx, "syncgen", syncgenScript, c)
+	v, err := s.run(ctx, probe, "syncgen", syncgenScript, c)
 	if err != nil {
 		return err
 	}
