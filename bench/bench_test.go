@@ -381,7 +381,7 @@ func TestRun_Smoke(t *testing.T) {
 	t.Parallel()
 	cfg, err := parseFlags([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t),
 		"-duration", "300ms", "-round", "60ms", "-concurrency", "4", "-pg-conns", "4", "-dups", "10", "-keys", "40",
-		"-replay-keys", "20", "-backlog", "500", "-sweep-batch", "100", "-redis-timeout", "1s",
+		"-replay-keys", "20", "-backlog", "500", "-redis-timeout", "1s",
 		// and the open-loop run and knee sweep, briefly (-smoke keeps the
 		// closed-loop run with them)
 		"-smoke", "-rate", "50", "-open-round", "100ms", "-max-inflight", "100",

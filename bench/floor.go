@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"crypto/sha256"
+	"encoding"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -83,11 +84,32 @@ func sameShape(got, want []any) bool {
 		return false
 	}
 	for i := range got {
-		if fmt.Sprintf("%T", got[i]) != fmt.Sprintf("%T", want[i]) {
+		if fmt.Sprintf("%T", plain(got[i])) != fmt.Sprintf("%T", plain(want[i])) {
 			return false
 		}
 	}
 	return true
+}
+
+// plain is v as go-redis writes it: the library may hand it pointers into
+// a command it built in one allocation (*string, *int64 are written as
+// their values), and any integer is an integer.
+func plain(v any) any {
+	switch x := v.(type) {
+	case *string:
+		return *x
+	case *int64:
+		return *x
+	case *int:
+		return int64(*x)
+	case int:
+		return int64(x)
+	case encoding.BinaryMarshaler: // go-redis writes what it returns
+		if b, err := x.MarshalBinary(); err == nil {
+			return string(b)
+		}
+	}
+	return v
 }
 
 // captureSQL records the statements of one Do (with the fresh workload's
@@ -148,16 +170,20 @@ func (f *floors) captureScript(ctx context.Context) error {
 		}
 		switch args[0] {
 		case "evalsha":
-			f.sha, _ = args[1].(string)
+			f.sha, _ = plain(args[1]).(string)
 		case "eval":
-			src, _ := args[1].(string)
+			src, _ := plain(args[1]).(string)
 			sum := sha1.Sum([]byte(src))
 			f.sha = hex.EncodeToString(sum[:])
 		default:
 			continue
 		}
-		if !sameShape(args, want) || fmt.Sprint(args[2]) != "3" {
-			return fmt.Errorf("%w: the first script call has an unexpected shape", ErrCapture)
+		if !sameShape(args, want) || fmt.Sprint(plain(args[2])) != "3" {
+			shape := make([]string, len(args))
+			for i, a := range args {
+				shape[i] = fmt.Sprintf("%T", a)
+			}
+			return fmt.Errorf("%w: the first script call has an unexpected shape: %v", ErrCapture, shape)
 		}
 		break
 	}

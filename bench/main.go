@@ -33,7 +33,6 @@ type config struct {
 	dups, keys      int // storm: duplicates per key, keys per variant
 	replayKeys      int
 	backlog         int // sweep: expired records per round
-	sweepBatch      int
 	pgConns         int
 	redisTimeout    time.Duration
 	cpuProfile      string
@@ -65,7 +64,7 @@ func (c config) describe() map[string]any {
 	return map[string]any{
 		"workloads": c.workloads, "concurrency": c.concurrency, "duration": c.duration.String(),
 		"round": c.round.String(), "smoke": c.smoke, "dups": c.dups, "keys": c.keys, "replay_keys": c.replayKeys,
-		"backlog": c.backlog, "sweep_batch": c.sweepBatch, "pg_conns": c.pgConns, "redis_timeout": c.redisTimeout.String(),
+		"backlog": c.backlog, "pg_conns": c.pgConns, "redis_timeout": c.redisTimeout.String(),
 		"closed_loop": c.closed, "open_loop_workloads": c.open, "rate": c.rate, "max_inflight": c.maxInflight,
 		"open_round": c.openRound.String(), "knee": c.knee, "knee_p99": c.kneeP99.String(), "knee_rates": c.kneeRates,
 		"knee_step": c.kneeStep.String(),
@@ -97,7 +96,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.keys, "keys", 1000, "storm: keys per variant at most")
 	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "replay: completed keys retried")
 	fs.IntVar(&c.backlog, "backlog", 100000, "sweep: expired records inserted before each sweep round")
-	fs.IntVar(&c.sweepBatch, "sweep-batch", 1000, "sweep: rows per Sweep call")
 	fs.IntVar(&c.pgConns, "pg-conns", 16, "PostgreSQL pool size")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", 50*time.Millisecond, "per-call Redis timeout of the library (lua.Options.Timeout)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
@@ -177,8 +175,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("%w: -concurrency must be at least 1", ErrConfig)
 	case c.duration < 10*time.Millisecond || c.round < time.Millisecond:
 		return c, fmt.Errorf("%w: -duration must be at least 10ms and -round at least 1ms", ErrConfig)
-	case c.dups < 1 || c.keys < 1 || c.replayKeys < 1 || c.backlog < 1 || c.sweepBatch < 1:
-		return c, fmt.Errorf("%w: -dups, -keys, -replay-keys, -backlog and -sweep-batch must be at least 1", ErrConfig)
+	case c.dups < 1 || c.keys < 1 || c.replayKeys < 1 || c.backlog < 1:
+		return c, fmt.Errorf("%w: -dups, -keys, -replay-keys and -backlog must be at least 1", ErrConfig)
 	case c.pgConns < 1:
 		return c, fmt.Errorf("%w: -pg-conns must be at least 1", ErrConfig)
 	case c.redisTimeout < time.Millisecond:

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// sweepMax is the most one Claimer.Sweep deletes (100 batches of 1000):
+// a sweep that deleted less found the end of the backlog.
+const sweepMax = 100 * 1000
+
 // sweeper tracks the sweeps of the sweep workload.
 type sweeper struct {
 	e      *env
@@ -50,20 +54,39 @@ func (s *sweeper) fill(ctx context.Context, r *round) error {
 	return nil
 }
 
-// run sweeps in batches until the backlog is gone or the round ends.
+// run sweeps with the library's Claimer.Sweep (batches of 1000, paced:
+// a pause of three times each batch's duration after it) until the backlog
+// is gone or the round ends.
 func (s *sweeper) run(ctx context.Context, r *round) {
 	start := time.Now()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // the round's end cuts a sweep short, in a batch or a pause
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for !r.stop.Load() {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		cancel()
+	}()
 	var swept int64
 	var err error
 	done := false
-	for !r.stop.Load() && ctx.Err() == nil {
+	for sctx.Err() == nil {
 		var n int
-		n, err = s.e.store.Sweep(ctx, s.e.cfg.sweepBatch)
+		n, err = s.e.withRedis.Sweep(sctx)
 		swept += int64(n)
 		if err != nil {
+			if sctx.Err() != nil {
+				err = nil // cut by the round's end
+			}
 			break
 		}
-		if n < s.e.cfg.sweepBatch {
+		if n < sweepMax {
 			done = true
 			break
 		}
@@ -92,8 +115,8 @@ func sweepWorkload(e *env) *workload {
 	swept := &variant{name: "claims+sweep", vs: "claims", op: op, before: s.fill, background: s.run}
 	w := &workload{
 		name: "sweep",
-		about: fmt.Sprintf("fresh keys through Do (Redis on) alone, and while Sweep(batch %d) deletes a backlog of %d "+
-			"expired records inserted before each round (the round ends when the backlog is gone)", e.cfg.sweepBatch, e.cfg.backlog),
+		about: fmt.Sprintf("fresh keys through Do (Redis on) alone, and while Claimer.Sweep (paced batches of 1000) deletes a backlog of %d "+
+			"expired records inserted before each round (the round ends when the backlog is gone)", e.cfg.backlog),
 		variants: []*variant{plain, swept},
 	}
 	w.finish = func(context.Context) ([]extra, error) {
