@@ -824,7 +824,13 @@ func setupReconcileAfterRetention(ctx context.Context, e *env) (*workload, error
 	if err != nil {
 		return nil, err
 	}
-	retention := 6 * e.cfg.Lease
+	// The retention (a record's, set when it is claimed) must outlast
+	// what follows the Reconciler's finish: every client's replay, then
+	// the verification pass. Those grow with the operations, so it does
+	// too (six leases at 20 operations; about 42 s at 1000). A completed
+	// record past its retention rightly starts a new operation, which
+	// the checker would count as a second effect.
+	retention := 6*e.cfg.Lease + time.Duration(e.cfg.Iterations)*40*time.Millisecond
 	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{retention: retention})
 	if err != nil {
 		return nil, err
@@ -842,15 +848,7 @@ func setupReconcileAfterRetention(ctx context.Context, e *env) (*workload, error
 		return nil, err
 	}
 	w.downstream = d
-	// The Reconciler's Claimer keeps what it finishes an hour: the
-	// replays after it (every client, then the verification pass) take
-	// longer than six leases at soak size, and a completed record past
-	// its retention rightly starts a new operation.
-	rcl, err := e.claimer(claimerOpts{store: st, redis: e.redisUser("", nil), retention: time.Hour})
-	if err != nil {
-		return nil, err
-	}
-	rc, err := e.newReconciling(rcl, d)
+	rc, err := e.newReconciling(w.verifier, d)
 	if err != nil {
 		return nil, err
 	}
