@@ -113,17 +113,23 @@ func benchReq(key string) claim.Request {
 
 func emptyWrite(context.Context, pgx.Tx, claim.Op) (durable.Result, error) { return benchResult, nil }
 
-// loop runs op b.N times and reports statements and commands per operation.
+// loop runs op b.N times and reports statements and commands per operation,
+// and the CPU time this process spent per operation (all its threads, user
+// and system): the client's work, which on a shared machine is steadier
+// than the wall time of a round trip to the servers.
 func (f *benchFixture) loop(b *testing.B, op func(i int)) {
 	b.ReportAllocs()
 	s0, c0 := f.stmts.n.Load(), f.cmds.n.Load()
+	cpu0 := processCPU(b)
 	i := 0
 	for b.Loop() {
 		op(i)
 		i++
 	}
+	cpu := processCPU(b) - cpu0 // 0 where the platform does not tell
 	b.ReportMetric(float64(f.stmts.n.Load()-s0)/float64(i), "stmts/op")
 	b.ReportMetric(float64(f.cmds.n.Load()-c0)/float64(i), "redis/op")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(i), "cpu-ns/op")
 }
 
 var benchModes = []struct {
