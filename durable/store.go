@@ -80,14 +80,22 @@ type Record struct {
 	ExpiresIn time.Duration
 }
 
-// Stats summarizes the store for metrics and alerting.
+// Stats summarizes the store for metrics and alerting. A store computes it
+// at a cost that need not grow with its table: durable/postgres counts the
+// small sets exactly from partial indexes and, on a table above 1 MiB,
+// estimates the completed and failed totals from the planner's statistics
+// (see its Stats).
 type Stats struct {
-	// ByState counts records per state (released records excluded).
+	// ByState counts records per state (released records excluded). The
+	// counts of Completed and Failed may be estimates (durable/postgres,
+	// on a table above 1 MiB); Processing and Uncertain are exact.
 	ByState map[State]int64
 	// Released counts released records not yet swept.
 	Released int64
 	// OldestUnexpiredAge is the age of the oldest record not yet past its
-	// retention; zero when there is none.
+	// retention; zero when there is none. durable/postgres, on a table above
+	// 1 MiB, takes for finished and released records the age of the one
+	// whose retention ends first: the oldest when they share one retention.
 	OldestUnexpiredAge time.Duration
 	// StaleProcessing counts processing records whose lease expired and
 	// that no one took over yet.

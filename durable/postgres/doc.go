@@ -25,9 +25,20 @@
 // The client's key is never written: only its SHA-256, or HMAC-SHA-256 under
 // [WithKeySecret], as [durable.Scope.Ref] computes it.
 //
+// 003 adds operation_digest (the operation identity, read by its own
+// index) and 004 a partial index on the records ever taken over, for
+// [durable.Store.Stats].
+//
 // [Migrate] records each applied version in the table <table>_migrations
 // beside it; the operator CLI (cmd/oncekey: migrate status, migrate down)
 // reports them and rolls back one step with the .down.sql files.
+//
+// # Stats
+//
+// [durable.Store.Stats] reads partial indexes only, so its cost follows the
+// small sets it counts (processing, uncertain, released, the sweep backlog,
+// the records taken over), not the table; it estimates the completed and
+// failed totals on a table above 1 MiB. See [durable.Stats].
 //
 // # One statement per operation
 //

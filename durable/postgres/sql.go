@@ -34,7 +34,7 @@ const clockMs = `floor(EXTRACT(EPOCH FROM %C) * 1000)::bigint`
 // now(), moves inside a transaction); durations travel as microseconds.
 type queries struct {
 	claim, get, operation, handover, complete, fail, markUncertain, renew, release, adopt string
-	pending, sweep, stats                                                                 string
+	pending, sweep, stats, statsExact                                                     string
 }
 
 // recCols reads a record r relative to n.now, a clock_timestamp() taken once
@@ -208,7 +208,10 @@ v AS (
 DELETE FROM %T t USING v
 WHERE t.tenant_id = v.tenant_id AND t.operation = v.operation AND t.key_hash = v.key_hash`
 
-const statsSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+// statsExactSQL counts every record exactly in one sequential scan. Stats
+// runs it only while the table is small (statsExactMaxPages); its cost grows
+// with the table.
+const statsExactSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
 SELECT
 	count(*) FILTER (WHERE state = 'processing' AND owner_token IS NOT NULL),
 	count(*) FILTER (WHERE state = 'completed'),
@@ -223,6 +226,72 @@ SELECT
 		AND expires_at <= (SELECT now FROM c)),
 	COALESCE(sum(takeovers), 0)
 FROM %T`
+
+// statsSQL summarizes the table at a cost that does not grow with it. Each
+// part reads one partial index (on a partitioned table, that index in every
+// partition):
+//
+//   - u: processing and uncertain records (pending_idx), counted exactly:
+//     leased, uncertain, released, stale, stuck, and the oldest unexpired;
+//   - the sweep backlog (sweep_idx, expires_at up to now), exact;
+//   - the finished or released record whose retention ends first
+//     (sweep_idx, one row): the age of the oldest finished record, exact
+//     when records share one retention;
+//   - takeovers (takeovers_idx, 004: records taken over), exact;
+//   - e: the completed and failed totals, estimated from the catalog: the
+//     table's (or each partition's) row density at its last VACUUM or ANALYZE (reltuples /
+//     relpages) times its current size in pages, split by the share of
+//     each state ANALYZE sampled (pg_stats). e also returns the current
+//     size in pages, which decides whether Stats counts exactly instead.
+//
+// The time is statement_timestamp(), stable within the statement, so the
+// planner estimates the expiry ranges with it (an index range on a few
+// rows), as it cannot with clock_timestamp().
+const statsSQL = `SELECT u.leased, u.uncertain, u.released, u.stale, u.stuck,
+	COALESCE((EXTRACT(EPOCH FROM (statement_timestamp() - LEAST(u.oldest, (
+		SELECT f.created_at FROM %T f
+		WHERE (f.state IN ('completed', 'failed') OR (f.state = 'processing' AND f.owner_token IS NULL))
+			AND f.expires_at > statement_timestamp()
+		ORDER BY f.expires_at LIMIT 1)))) * 1000000)::bigint, 0),
+	(SELECT count(*) FROM %T w
+		WHERE (w.state IN ('completed', 'failed') OR (w.state = 'processing' AND w.owner_token IS NULL))
+			AND w.expires_at <= statement_timestamp()),
+	(SELECT COALESCE(sum(k.takeovers), 0) FROM %T k WHERE k.takeovers > 0),
+	e.completed, e.failed, e.pages
+FROM (
+	SELECT
+		count(*) FILTER (WHERE state = 'processing' AND owner_token IS NOT NULL) AS leased,
+		count(*) FILTER (WHERE state = 'uncertain') AS uncertain,
+		count(*) FILTER (WHERE state = 'processing' AND owner_token IS NULL) AS released,
+		count(*) FILTER (WHERE state = 'processing' AND owner_token IS NOT NULL
+			AND lease_expires_at <= statement_timestamp()) AS stale,
+		count(*) FILTER (WHERE ((state = 'processing' AND owner_token IS NOT NULL) OR state = 'uncertain')
+			AND expires_at <= statement_timestamp()) AS stuck,
+		min(created_at) FILTER (WHERE expires_at > statement_timestamp()) AS oldest
+	FROM %T
+	WHERE state IN ('processing', 'uncertain')
+) u, (
+	SELECT COALESCE(sum(l.rows * l.fc), 0)::bigint AS completed, COALESCE(sum(l.rows * l.ff), 0)::bigint AS failed,
+		COALESCE(sum(l.pages), 0)::bigint AS pages
+	FROM (
+		SELECT s.pages,
+			CASE WHEN c.reltuples < 0 THEN 0
+				WHEN c.relpages = 0 THEN c.reltuples
+				ELSE c.reltuples / c.relpages * s.pages END AS rows,
+			COALESCE(st.most_common_freqs[array_position(st.most_common_vals::text::text[], 'completed')], 0) AS fc,
+			COALESCE(st.most_common_freqs[array_position(st.most_common_vals::text::text[], 'failed')], 0) AS ff
+		FROM (
+			SELECT relid FROM pg_partition_tree(to_regclass('%T')) WHERE isleaf
+			UNION ALL
+			SELECT oid FROM pg_class WHERE oid = to_regclass('%T') AND relkind = 'r'
+		) t
+		JOIN pg_class c ON c.oid = t.relid
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		CROSS JOIN LATERAL (SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages) s
+		LEFT JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = c.relname
+			AND st.attname = 'state' AND NOT st.inherited
+	) l
+) e`
 
 // setLockTimeoutSQL bounds lock waits for the rest of the (implicit)
 // transaction; sent in the same round trip as the statement it guards.
@@ -249,5 +318,6 @@ func buildQueries(table string) queries {
 		pending:       f(pendingSQL, ""),
 		sweep:         f(sweepSQL, ""),
 		stats:         f(statsSQL, ""),
+		statsExact:    f(statsExactSQL, ""),
 	}
 }

@@ -354,16 +354,46 @@ func (s *store) Sweep(ctx context.Context, batch int) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// Stats summarizes the table in one statement (a full scan: call it at a
-// metrics interval, not per request), and reads the durability settings
-// as [CheckDurability] does into Durability. It returns
-// [durable.ErrUnavailable] when the database cannot be reached.
+// statsExactMaxPages is the size (8 KiB pages, all partitions together) up
+// to which Stats counts every record exactly with a sequential scan: 1 MiB,
+// a few thousand records, read in about a millisecond. Above it Stats
+// estimates the completed and failed totals instead. A variable so that
+// tests can take either path on any table.
+var statsExactMaxPages int64 = 128
+
+// Stats summarizes the table at a cost that does not grow with it, and reads
+// the durability settings as [CheckDurability] does into Durability. It
+// returns [durable.ErrUnavailable] when the database cannot be reached.
+//
+// One statement reads partial indexes only (pending_idx, sweep_idx and
+// takeovers_idx; see the migrations): the processing, uncertain and released
+// counts, StaleProcessing, ExpiredUnswept, ExpiredStuck and Takeovers are
+// exact, and cost what those small sets hold (ExpiredUnswept: the sweep
+// backlog). ByState[Completed] and ByState[Failed] are estimates from the
+// planner's statistics: each table's (or partition's) row density at its
+// last VACUUM or ANALYZE, times its current size, times the share of that
+// state in ANALYZE's sample. They follow the table within autovacuum's
+// thresholds (10 % changed rows by default) and are 0 until the table is
+// first analyzed. OldestUnexpiredAge is exact for processing and uncertain
+// records; for finished and released ones it is the age of the one whose
+// retention ends first, which is the oldest when they share one retention.
+//
+// While the table is at most statsExactMaxPages (1 MiB) in size, a second
+// statement counts everything exactly in one sequential scan of it instead
+// (so a small table, a test's above all, gets exact numbers).
 func (s *store) Stats(ctx context.Context) (durable.Stats, error) {
-	var proc, done, failed, unc, released, oldestUs, stale, unswept, stuck, takeovers int64
-	err := s.pool.QueryRow(ctx, s.q.stats).Scan(&proc, &done, &failed, &unc, &released, &oldestUs,
-		&stale, &unswept, &stuck, &takeovers)
+	var leased, unc, released, stale, stuck, oldestUs, unswept, takeovers, done, failed, pages int64
+	err := s.pool.QueryRow(ctx, s.q.stats).Scan(&leased, &unc, &released, &stale, &stuck, &oldestUs,
+		&unswept, &takeovers, &done, &failed, &pages)
 	if err != nil {
 		return durable.Stats{}, translate("stats", err)
+	}
+	if pages <= statsExactMaxPages {
+		err := s.pool.QueryRow(ctx, s.q.statsExact).Scan(&leased, &done, &failed, &unc, &released, &oldestUs,
+			&stale, &unswept, &stuck, &takeovers)
+		if err != nil {
+			return durable.Stats{}, translate("stats", err)
+		}
 	}
 	dur, err := durability(ctx, s.pool)
 	if err != nil {
@@ -372,7 +402,7 @@ func (s *store) Stats(ctx context.Context) (durable.Stats, error) {
 	return durable.Stats{
 		Durability: dur,
 		ByState: map[durable.State]int64{
-			durable.Processing: proc, durable.Completed: done, durable.Failed: failed, durable.Uncertain: unc,
+			durable.Processing: leased, durable.Completed: done, durable.Failed: failed, durable.Uncertain: unc,
 		},
 		Released:           released,
 		OldestUnexpiredAge: time.Duration(oldestUs) * time.Microsecond,
