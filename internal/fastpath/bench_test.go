@@ -1,9 +1,13 @@
 package fastpath_test
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,4 +152,89 @@ func BenchmarkClaimOverhead(b *testing.B) {
 			})
 		})
 	}
+}
+
+// pipeServer is an in-memory Redis that answers every command with the
+// same RESP reply: a go-redis client dialled to it runs all of its own
+// code (command building, writing, reading, parsing) with no kernel
+// network in the way.
+func pipeServer(b *testing.B, reply string) *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Protocol:              2,
+		DisableIdentity:       true,
+		PoolSize:              1,
+		ContextTimeoutEnabled: true,
+		Dialer: func(context.Context, string, string) (net.Conn, error) {
+			client, server := net.Pipe()
+			go serveCanned(server, reply)
+			return client, nil
+		},
+	})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// serveCanned reads RESP commands from conn and answers each with reply,
+// until conn is closed.
+func serveCanned(conn net.Conn, reply string) {
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	line := func() (string, error) {
+		s, err := r.ReadString('\n')
+		return strings.TrimSuffix(s, "\r\n"), err
+	}
+	for {
+		head, err := line()
+		if err != nil {
+			return
+		}
+		n, _ := strconv.Atoi(strings.TrimPrefix(head, "*"))
+		for range n {
+			l, err := line()
+			if err != nil {
+				return
+			}
+			size, _ := strconv.Atoi(strings.TrimPrefix(l, "$"))
+			if _, err := r.Discard(size + 2); err != nil {
+				return
+			}
+		}
+		if _, err := io.WriteString(conn, reply); err != nil {
+			return
+		}
+	}
+}
+
+// BenchmarkClaimClientCPU is the CPU of one Claim on a go-redis client,
+// through the wrapper and as a bare EVALSHA of the same arguments, against
+// an in-memory server: the client's whole work per call, steady enough to
+// compare on a shared machine.
+func BenchmarkClaimClientCPU(b *testing.B) {
+	ref := durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: "k"}.Ref(nil)
+	a := fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: 10 * time.Second, Retention: time.Minute}
+	const acquired = "*2\r\n$8\r\nacquired\r\n$13\r\n1767225600000\r\n"
+	ctx := context.Background()
+	b.Run("wrapper", func(b *testing.B) {
+		s, err := fastpath.New(pipeServer(b, acquired), fastpath.Options{Timeout: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Claim(ctx, ref, a); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("bare-evalsha", func(b *testing.B) {
+		c := pipeServer(b, acquired)
+		sha := redis.NewScript(fastpath.ClaimSource()).Hash()
+		b.ReportAllocs()
+		for b.Loop() {
+			k := fastpath.KeysFor("", ref)
+			if err := c.EvalSha(ctx, sha, []string{k.Lease, k.Gen, k.Result}, a.Fingerprint, a.Owner.String(), a.Lease.Milliseconds(), a.Retention.Milliseconds()).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
