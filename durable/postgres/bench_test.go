@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,5 +99,73 @@ func BenchmarkStats(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkPartitions compares the throughput of claim → complete of fresh
+// keys (on the pool, two statements, 16 goroutines) on an unpartitioned
+// table, on one WithPartitions(16), and on the same partitioned table with
+// sessions forced to generic plans (plan_cache_mode=force_generic_plan).
+// Each iteration is one round: each variant runs alone for 300ms in turn,
+// so drift on a shared machine hits all of them alike; run it for several
+// rounds (-benchtime 10x). It reports each variant's operations per second
+// over all rounds and the ratios to plain (below 1: slower).
+//
+//	go test -run '^$' -bench 'Partitions' -benchtime 10x ./durable/postgres
+func BenchmarkPartitions(b *testing.B) {
+	res := durable.Result{StatusCode: 201, Body: []byte(`{"id":"ord_1"}`), Version: 1,
+		Headers: map[string][]string{"Content-Type": {"application/json"}}}
+	part := []postgres.Option{postgres.WithPartitions(16)}
+	variants := []struct {
+		name string
+		f    *fixture
+		ops  int64
+		busy time.Duration
+	}{
+		{name: "plain", f: newFixture(b, fixtureOpts{})},
+		{name: "partitioned", f: newFixture(b, fixtureOpts{opts: part})},
+		{name: "partitioned-generic", f: newFixture(b, fixtureOpts{opts: part, genericPlans: true})},
+	}
+	var seq atomic.Int64
+	prefix := testenv.Name("k")
+	const workers, slice = 16, 300 * time.Millisecond
+	for b.Loop() {
+		for i := range variants {
+			v := &variants[i]
+			var ops atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			deadline := start.Add(slice)
+			for range workers {
+				wg.Go(func() {
+					for time.Now().Before(deadline) {
+						p := storeapi.ClaimParams{
+							Scope:       durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: prefix + strconv.FormatInt(seq.Add(1), 10)},
+							Fingerprint: "v1:bench", Owner: uuid.New(), Lease: 30 * time.Second, Retention: time.Hour,
+						}
+						r, err := v.f.s.Claim(context.Background(), nil, p)
+						if err != nil || !r.Acquired {
+							b.Errorf("Claim = %+v, %v", r, err)
+							return
+						}
+						if err := v.f.s.Complete(context.Background(), nil, r.Ref, r.Token, res); err != nil {
+							b.Error(err)
+							return
+						}
+						ops.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			v.ops += ops.Load()
+			v.busy += time.Since(start)
+		}
+	}
+	rate := func(i int) float64 { return float64(variants[i].ops) / variants[i].busy.Seconds() }
+	for i, v := range variants {
+		b.ReportMetric(rate(i), v.name+"-ops/s")
+		if i > 0 {
+			b.ReportMetric(rate(i)/rate(0), v.name+"/plain")
+		}
 	}
 }

@@ -20,6 +20,26 @@ var (
 	ErrConfig = errors.New("durable/postgres: invalid configuration")
 )
 
+// PartitionMismatchError is returned by [Migrate] with [WithPartitions] when
+// the table already exists with another partitioning: Have is its number of
+// hash partitions on (tenant_id, operation, key_hash), 0 when it is not
+// partitioned that way. Migrate changed nothing. The partitioning of a table
+// is chosen when it is created; to change it, create a new table (another
+// [WithTable]) and move to it.
+type PartitionMismatchError struct {
+	Table      string // as the statements name it (schema-qualified with WithSchema)
+	Want, Have int
+}
+
+func (e *PartitionMismatchError) Error() string {
+	have := "is not hash-partitioned on its key"
+	if e.Have > 0 {
+		have = fmt.Sprintf("has %d hash partitions", e.Have)
+	}
+	return fmt.Sprintf("durable/postgres: migrate: table %s %s, WithPartitions asks for %d; the partitioning is chosen when the table is created",
+		e.Table, have, e.Want)
+}
+
 // SQLSTATEs that mean "the store cannot serve this now; retry", reported as
 // durable.ErrUnavailable. Each is a definite failure: the statement did not
 // apply.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"io/fs"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -9,6 +10,10 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 )
+
+// MigrationsFor returns the migrations Migrate runs WithPartitions(n)
+// (n = 0: the embedded files).
+func MigrationsFor(n int) (fs.FS, error) { return migrationsFor(n) }
 
 // Seed writes n records in a production-like mix into table on pool and
 // runs ANALYZE (see seed).

@@ -35,6 +35,7 @@ type config struct {
 	secret      []byte
 	lockTimeout time.Duration
 	idleInTx    time.Duration
+	partitions  int // 0: as the table is (unpartitioned when Migrate creates it)
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -120,6 +121,36 @@ func WithIdleInTxTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: WithIdleInTxTimeout: must be at least 1ms", ErrConfig)
 		}
 		c.idleInTx = d
+		return nil
+	}
+}
+
+// Bounds of [WithPartitions].
+const (
+	minPartitions = 2
+	maxPartitions = 1024
+)
+
+// WithPartitions makes [Migrate] create the table PARTITION BY HASH
+// (tenant_id, operation, key_hash), its primary key, with n partitions
+// named <table>_p0 ... <table>_p<n-1>. The primary key, and so the claim's
+// one-statement uniqueness, is the same as on an unpartitioned table, and
+// every statement the store sends on the claim path names the full key, so
+// it reads and writes one partition (see the package documentation for
+// the few that read all of them).
+//
+// n is chosen when the table is created, and cannot change: Migrate with
+// WithPartitions on a table that exists unpartitioned, or with another
+// number of partitions, changes nothing and returns a
+// [*PartitionMismatchError]. Migrate without it accepts the table as it is,
+// partitioned or not, and [New] ignores it (the statements are the same).
+// n must be from 2 to 1024; an error wrapping [ErrConfig] otherwise.
+func WithPartitions(n int) Option {
+	return func(c *config) error {
+		if n < minPartitions || n > maxPartitions {
+			return fmt.Errorf("%w: WithPartitions: %d partitions; must be from %d to %d", ErrConfig, n, minPartitions, maxPartitions)
+		}
+		c.partitions = n
 		return nil
 	}
 }

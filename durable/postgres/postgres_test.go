@@ -56,6 +56,11 @@ type fixtureOpts struct {
 	// points elsewhere, so any unqualified name would fail.
 	qualified bool
 	opts      []postgres.Option
+	// partitions: the store's table is created WithPartitions(partitions)
+	// (0: not partitioned). Set it in opts too.
+	partitions int
+	// genericPlans: the sessions run with plan_cache_mode=force_generic_plan.
+	genericPlans bool
 }
 
 var fixtures sync.Map // storeapi.Store[pgx.Tx] → *fixture
@@ -79,6 +84,9 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	}
 	f := &fixture{schema: sch, stmts: &counter{}, app: sch.Name}
 	cfg.ConnConfig.RuntimeParams["application_name"] = f.app
+	if o.genericPlans {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	cfg.ConnConfig.Tracer = f.stmts
 	if o.proxy {
 		network, target := "tcp", net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
@@ -163,7 +171,7 @@ func harness(o fixtureOpts) storetest.Harness[pgx.Tx] {
 		Unreachable: func(t testing.TB) storeapi.Store[pgx.Tx] {
 			return unreachable(t)
 		},
-		Upgrade: upgrade,
+		Upgrade: upgradeWith(o.partitions),
 		LoseCommitAck: func(t testing.TB) (storeapi.Store[pgx.Tx], func()) {
 			po := o
 			po.proxy = true
@@ -202,4 +210,11 @@ func TestContractUnconfiguredPool(t *testing.T) {
 		qualified:    true,
 		opts:         []postgres.Option{postgres.WithTable("idem_keys"), postgres.WithKeySecret([]byte("test secret"))},
 	}))
+}
+
+// TestContractPartitioned runs the suite on a table hash-partitioned into 4
+// (WithPartitions): the store's behaviour must not change.
+func TestContractPartitioned(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, harness(fixtureOpts{partitions: 4, opts: []postgres.Option{postgres.WithPartitions(4)}}))
 }

@@ -35,6 +35,7 @@ func TestStatsAtScale(t *testing.T) {
 		opts []Option
 	}{
 		{"plain", nil},
+		{"partitioned", []Option{WithPartitions(4)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -265,8 +265,10 @@ func (s *store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Re
 }
 
 // Operation reads the record whose operation identity has digest, within
-// tenant: one read by the operation index. Another tenant's record, like an
-// unknown digest, returns an error matching [durable.ErrNotFound].
+// tenant: one read by the operation index (on a table WithPartitions, one
+// index read in each partition: the digest is not in the partition key).
+// Another tenant's record, like an unknown digest, returns an error matching
+// [durable.ErrNotFound].
 func (s *store) Operation(ctx context.Context, tenant string, digest [32]byte) (durable.Record, error) {
 	var raw rawRecord
 	if err := s.pool.QueryRow(ctx, s.q.operation, digest[:], tenant).Scan(raw.targets()...); err != nil {

@@ -14,16 +14,32 @@ import (
 	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
-// upgrade is the contract suite's Harness.Upgrade: a table created by the
-// migrations before 003, rows written with plain SQL as the previous
-// release stored them, then Migrate.
-func upgrade(t testing.TB, refs []durable.Ref) storeapi.Store[pgx.Tx] {
+// upgradeWith returns the contract suite's Harness.Upgrade: a table
+// created by the migrations before 003 (WithPartitions(partitions) when it
+// is not 0), rows written with plain SQL as the previous release stored
+// them, then Migrate.
+func upgradeWith(partitions int) func(t testing.TB, refs []durable.Ref) storeapi.Store[pgx.Tx] {
+	return func(t testing.TB, refs []durable.Ref) storeapi.Store[pgx.Tx] {
+		t.Helper()
+		var opts []postgres.Option
+		if partitions > 0 {
+			opts = append(opts, postgres.WithPartitions(partitions))
+		}
+		return upgradeFrom(t, refs, partitions, opts)
+	}
+}
+
+func upgradeFrom(t testing.TB, refs []durable.Ref, partitions int, opts []postgres.Option) storeapi.Store[pgx.Tx] {
 	t.Helper()
-	f := newFixture(t, fixtureOpts{noMigrate: true})
+	f := newFixture(t, fixtureOpts{noMigrate: true, opts: opts})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	files, err := postgres.MigrationsFor(partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"001_create_idempotency_requests.up.sql", "002_retention_and_binary_headers.up.sql"} {
-		b, err := fs.ReadFile(postgres.Migrations(), name)
+		b, err := fs.ReadFile(files, name)
 		if err != nil {
 			t.Fatal(err)
 		}
