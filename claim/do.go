@@ -72,9 +72,9 @@ func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Co
 	return out, err
 }
 
-// doTx is one attempt of Do: what its transaction needs and what it
+// doAttempt is one attempt of Do: what its transaction needs and what it
 // learns, in one allocation shared with the function that InTx runs.
-type doTx[TTx any] struct {
+type doAttempt[TTx any] struct {
 	c    *Claimer[TTx]
 	fn   func(context.Context, TTx, Op) (durable.Result, error)
 	t    target
@@ -90,7 +90,7 @@ type doTx[TTx any] struct {
 }
 
 // run is the transaction's body: the durable claim, fn and the completion.
-func (d *doTx[TTx]) run(ctx context.Context, tx TTx) error {
+func (d *doAttempt[TTx]) run(ctx context.Context, tx TTx) error {
 	c := d.c
 	res, err := c.durableClaim(ctx, tx, d.p)
 	if err != nil {
@@ -137,7 +137,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	}
 	p.Proposed = f.proposed
 
-	d := &doTx[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
+	d := &doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
 	defer func() {
 		if v := recover(); v != nil {
@@ -186,7 +186,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 
 // executed caches the committed result of d in Redis and returns its
 // outcome, whose Result points into d.
-func (c *Claimer[TTx]) executed(ctx context.Context, d *doTx[TTx]) Outcome {
+func (c *Claimer[TTx]) executed(ctx context.Context, d *doAttempt[TTx]) Outcome {
 	c.cacheResult(ctx, d.t.ref, d.t.keys, d.claimed.Token, d.p.Fingerprint, d.state, d.result, d.p.Retention, d.sent)
 	return Outcome{Kind: Executed, OperationID: d.t.opID, State: d.state, Result: &d.result}
 }
