@@ -39,7 +39,7 @@
 // (tenant_id, operation, key_hash), its primary key, with n partitions
 // <table>_p0 ... <table>_p<n-1>; n is fixed when the table is created (a
 // table that exists with another partitioning is refused with a
-// [*PartitionMismatchError]). The primary key, and so the uniqueness the
+// an error matching [ErrConfig] that names both). The primary key, and so the uniqueness the
 // claim relies on, is unchanged: a key hashes to one partition, whose
 // primary key index arbitrates the INSERT ... ON CONFLICT. Every statement
 // for one record (the claim and its replay read, Get, Renew, Handover,

@@ -20,25 +20,27 @@ var (
 	ErrConfig = errors.New("durable/postgres: invalid configuration")
 )
 
-// PartitionMismatchError is returned by [Migrate] with [WithPartitions] when
-// the table already exists with another partitioning: Have is its number of
-// hash partitions on (tenant_id, operation, key_hash), 0 when it is not
-// partitioned that way. Migrate changed nothing. The partitioning of a table
-// is chosen when it is created; to change it, create a new table (another
-// [WithTable]) and move to it.
-type PartitionMismatchError struct {
-	Table      string // as the statements name it (schema-qualified with WithSchema)
-	Want, Have int
+// partitionMismatchError is returned by [Migrate] with [WithPartitions]
+// when the table already exists with another partitioning: have is its
+// number of hash partitions on (tenant_id, operation, key_hash), 0 when it
+// is not partitioned that way. It matches [ErrConfig]. Migrate changed
+// nothing. The partitioning of a table is chosen when it is created; to
+// change it, create a new table (another [WithTable]) and move to it.
+type partitionMismatchError struct {
+	table      string // as the statements name it (schema-qualified with WithSchema)
+	want, have int
 }
 
-func (e *PartitionMismatchError) Error() string {
+func (e *partitionMismatchError) Error() string {
 	have := "is not hash-partitioned on its key"
-	if e.Have > 0 {
-		have = fmt.Sprintf("has %d hash partitions", e.Have)
+	if e.have > 0 {
+		have = fmt.Sprintf("has %d hash partitions", e.have)
 	}
-	return fmt.Sprintf("durable/postgres: migrate: table %s %s, WithPartitions asks for %d; the partitioning is chosen when the table is created",
-		e.Table, have, e.Want)
+	return fmt.Sprintf("durable/postgres: migrate: %v: table %s %s, WithPartitions asks for %d; the partitioning is chosen when the table is created",
+		ErrConfig, e.table, have, e.want)
 }
+
+func (e *partitionMismatchError) Unwrap() error { return ErrConfig }
 
 // SQLSTATEs that mean "the store cannot serve this now; retry", reported as
 // durable.ErrUnavailable. Each is a definite failure: the statement did not

@@ -45,7 +45,7 @@ func Migrations() fs.FS {
 // instances may call it at the same time at start-up: one creates, the
 // others wait and find everything in place. It runs in one transaction: it
 // applies entirely or not at all. With [WithPartitions] it creates the
-// table hash-partitioned, and returns a [*PartitionMismatchError] for a
+// table hash-partitioned, and returns a an error matching [ErrConfig] for a
 // table that exists with another partitioning. It returns an error
 // wrapping [ErrConfig] for a nil pool or an invalid option.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
@@ -68,7 +68,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 			if c.schema != "" {
 				table = c.schema + "." + table
 			}
-			return &PartitionMismatchError{Table: table, Want: c.partitions, Have: have}
+			return &partitionMismatchError{table: table, want: c.partitions, have: have}
 		}
 		return translate("migrate", err)
 	}

@@ -142,7 +142,7 @@ const (
 // n is chosen when the table is created, and cannot change: Migrate with
 // WithPartitions on a table that exists unpartitioned, or with another
 // number of partitions, changes nothing and returns a
-// [*PartitionMismatchError]. Migrate without it accepts the table as it is,
+// an error matching [ErrConfig] that names both. Migrate without it accepts the table as it is,
 // partitioned or not, and [New] ignores it (the statements are the same).
 // n must be from 2 to 1024; an error wrapping [ErrConfig] otherwise.
 func WithPartitions(n int) Option {

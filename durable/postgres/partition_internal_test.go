@@ -239,22 +239,22 @@ func TestPartitionedCustomPlans(t *testing.T) {
 }
 
 // TestWithPartitionsMismatch: Migrate WithPartitions refuses, with a
-// *PartitionMismatchError, a table that exists unpartitioned or with
+// *partitionMismatchError, a table that exists unpartitioned or with
 // another number of partitions, and changes nothing; Migrate without the
 // option accepts a partitioned table; the same number again is a no-op.
 func TestWithPartitionsMismatch(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	plain := newInternalStore(t)
-	var pe *PartitionMismatchError
+	var pe *partitionMismatchError
 	err := Migrate(ctx, plain.pool, WithPartitions(4))
-	if !errors.As(err, &pe) || pe.Have != 0 || pe.Want != 4 || pe.Table != "idempotency_requests" {
-		t.Fatalf("Migrate(WithPartitions(4)) on a plain table = %v; want a PartitionMismatchError{Have: 0, Want: 4}", err)
+	if !errors.As(err, &pe) || !errors.Is(err, ErrConfig) || pe.have != 0 || pe.want != 4 || pe.table != "idempotency_requests" {
+		t.Fatalf("Migrate(WithPartitions(4)) on a plain table = %v; want a partitionMismatchError{have: 0, want: 4}", err)
 	}
 	part := newInternalStore(t, WithPartitions(4))
 	err = Migrate(ctx, part.pool, WithPartitions(8))
-	if !errors.As(err, &pe) || pe.Have != 4 || pe.Want != 8 {
-		t.Fatalf("Migrate(WithPartitions(8)) on 4 partitions = %v; want a PartitionMismatchError{Have: 4, Want: 8}", err)
+	if !errors.As(err, &pe) || pe.have != 4 || pe.want != 8 {
+		t.Fatalf("Migrate(WithPartitions(8)) on 4 partitions = %v; want a partitionMismatchError{have: 4, want: 8}", err)
 	}
 	if err := Migrate(ctx, part.pool, WithPartitions(4)); err != nil {
 		t.Fatalf("Migrate(WithPartitions(4)) again: %v", err)
@@ -282,8 +282,8 @@ func TestWithPartitionsMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = Migrate(ctx, sch.Pool, WithPartitions(4))
-	if !errors.As(err, &pe) || pe.Have != 0 || pe.Want != 4 {
-		t.Fatalf("Migrate(WithPartitions(4)) on a table partitioned by tenant_id = %v; want a PartitionMismatchError{Have: 0}", err)
+	if !errors.As(err, &pe) || pe.have != 0 || pe.want != 4 {
+		t.Fatalf("Migrate(WithPartitions(4)) on a table partitioned by tenant_id = %v; want a partitionMismatchError{have: 0}", err)
 	}
 	for _, n := range []int{-1, 0, 1, 1025} {
 		if _, err := newConfig([]Option{WithPartitions(n)}); !errors.Is(err, ErrConfig) {
