@@ -54,10 +54,10 @@ func replayWorkload(e *env, f *floors) *workload {
 		about: fmt.Sprintf("%d completed keys retried round-robin; floors: bare EVALSHA of claim.lua (cached result), "+
 			"the library's claim statement alone on the pool, a bare SELECT of the stored result", len(keys)),
 		variants: []*variant{
-			{name: "library", vs: "floor-evalsha", target: 0.85, open: true, op: replay(e.withRedis, true)},
+			{name: "library", vs: "floor-evalsha", target: 0.90, open: true, op: replay(e.withRedis, true)},
 			{name: "floor-evalsha", floor: true, open: true,
 				op: func(ctx context.Context, _ *round, i int64) (outcome, error) { return f.evalsha(ctx, key(i)) }},
-			{name: "library-db-do", vs: "floor-select", op: replay(e.noRedis, true)},
+			{name: "library-db-do", vs: "floor-select", target: 0.50, op: replay(e.noRedis, true)},
 			{name: "library-db-claim", vs: "floor-claim-sql", op: replay(e.noRedis, false)},
 			{name: "floor-claim-sql", floor: true, vs: "floor-select",
 				op: func(ctx context.Context, _ *round, i int64) (outcome, error) { return f.claimRow(ctx, key(i)) }},
