@@ -471,9 +471,10 @@ func (x *edge) soloFirst(kind string) {
 // http-renewals-fail: the store refuses every renewal for a bit longer than
 // the lease while the handler works after its effect; no one else asks
 // meanwhile. The lease runs out unrenewed (KeepAlive ends the work's
-// context), yet no one took the key over, so the fenced completion
-// succeeds and is published: the operation is completed under the
-// generation it ran under, with one effect.
+// context, and renews again once the store accepts), yet no one took the
+// key over, so the fenced completion succeeds and is published: the
+// operation is completed under the generation it ran under, with one
+// effect.
 func setupHTTPRenewalsFail(ctx context.Context, e *env) (*workload, error) {
 	x, err := e.newEdge(ctx)
 	if err != nil {
@@ -488,14 +489,18 @@ func setupHTTPRenewalsFail(ctx context.Context, e *env) (*workload, error) {
 		}
 		x.st.refuse(o.ref, lease*13/10, refuseRenew)
 		// Local work after the effect that does not look at its context.
-		time.Sleep(lease * 3 / 2)
-		if errors.Is(context.Cause(ctx), claim.ErrLeaseExpired) {
-			e.observe("work-context-ended-lease-expired")
-		}
+		// The lease is read while the renewals are still refused (it ran
+		// out unrenewed by then); once they are accepted again, KeepAlive
+		// renews it back to life, since no one took it over.
+		time.Sleep(lease * 115 / 100)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if gen, state, live, err := e.leaseOf(rctx, o); err == nil && gen == tok.Generation && state == "processing" && !live {
 			e.fault("lease-expired-unrenewed")
+		}
+		time.Sleep(lease * 35 / 100)
+		if errors.Is(context.Cause(ctx), claim.ErrLeaseExpired) {
+			e.observe("work-context-ended-lease-expired")
 		}
 		return false
 	}

@@ -102,10 +102,14 @@ func pgCrash(sync string) func(ctx context.Context, e *env) (*workload, error) {
 		if err := e.onCluster(ctx, c.URL()); err != nil {
 			return nil, err
 		}
-		if sync == "on" {
-			if err := postgres.CheckDurability(ctx, e.pool); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrSetup, err)
-			}
+		// The durability check must tell the two apart: nothing to report
+		// with synchronous_commit=on, the setting to change with off.
+		derr := postgres.CheckDurability(ctx, e.pool)
+		switch {
+		case sync == "on" && derr != nil:
+			return nil, fmt.Errorf("%w: %w", ErrSetup, derr)
+		case sync != "on" && (!errors.Is(derr, postgres.ErrNotDurable) || !strings.Contains(derr.Error(), "synchronous_commit=off")):
+			return nil, fmt.Errorf("%w: CheckDurability on a cluster with synchronous_commit=off = %v, want ErrNotDurable naming it", ErrSetup, derr)
 		}
 		w, err := e.mixed(ctx, storeOpts{}, nil)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -539,15 +540,18 @@ func (e *env) flowAttempt(ctx context.Context, w *workload, o *op, c, n int) boo
 		case errors.As(derr, &de) && de.Status == 409:
 			e.observe("downstream-stale")
 			e.recordNote(o, epoch, c, fp, "the downstream fenced a stale token")
-		case errors.As(derr, &de):
-			// A failure before any effect: give the key back.
+		case errors.As(derr, &de) && de.Status == http.StatusServiceUnavailable:
+			// Refused before any effect: give the key back.
 			rerr := l.Release(bctx)
 			e.recordNote(o, epoch, c, fp, fmt.Sprintf("downstream %d; released (%v)", de.Status, rerr))
 			e.observe("released")
 		default:
-			// No answer: the effect may have happened. Never guess.
+			// No answer, or a failure of the downstream's own write (500:
+			// its store failed, perhaps after committing, as when it lives
+			// on the PostgreSQL that pg-crash kills): the effect may have
+			// happened. Never guess.
 			uerr := l.MarkUncertain(bctx)
-			e.recordNote(o, epoch, c, fp, fmt.Sprintf("downstream timed out; marked uncertain (%v)", uerr))
+			e.recordNote(o, epoch, c, fp, fmt.Sprintf("downstream failed or timed out (%v); marked uncertain (%v)", derr, uerr))
 			if uerr == nil {
 				e.observe("marked-uncertain")
 			}

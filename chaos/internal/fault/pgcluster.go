@@ -135,12 +135,6 @@ func (c *Cluster) Crash() error {
 	}
 	shm := sysvKey(b)
 	_ = syscall.Kill(pid, syscall.SIGSTOP) // no new child while we kill
-	// SIGSTOP is delivered asynchronously: a fork already under way can
-	// still complete, so list the children only once the postmaster has
-	// stopped.
-	for i := 0; i < 100 && !stopped(pid); i++ {
-		time.Sleep(5 * time.Millisecond)
-	}
 	kids := children(pid)
 	for _, k := range kids {
 		_ = syscall.Kill(k, syscall.SIGKILL)
@@ -221,21 +215,6 @@ func attached(name string) []int {
 		}
 	}
 	return out
-}
-
-// stopped reports whether process pid is stopped by a signal (or gone).
-func stopped(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return true
-	}
-	f := strings.Fields(s[i+1:])
-	return len(f) == 0 || f[0] == "T"
 }
 
 // alive reports whether process pid exists and is not a zombie (a zombie
