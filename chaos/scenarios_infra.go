@@ -20,11 +20,16 @@ import (
 // mixed builds a workload whose even operations run with Do and odd ones
 // as workflows with the downstream.
 func (e *env) mixed(ctx context.Context, st storeOpts, newRedis func(int) redis.Scripter) (*workload, error) {
+	return e.mixedWith(ctx, st, newRedis, claimerOpts{})
+}
+
+// mixedWith is mixed with each client's Claimer configured by co.
+func (e *env) mixedWith(ctx context.Context, st storeOpts, newRedis func(int) redis.Scripter, co claimerOpts) (*workload, error) {
 	s, err := e.store(st)
 	if err != nil {
 		return nil, err
 	}
-	w, err := e.standard(ctx, s, newRedis, claimerOpts{})
+	w, err := e.standard(ctx, s, newRedis, co)
 	if err != nil {
 		return nil, err
 	}
@@ -246,11 +251,7 @@ func setupDelayedReply(ctx context.Context, e *env) (*workload, error) {
 	}
 	e.onClose(px.Close)
 	sends := &fault.ScriptSends{}
-	s, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.standard(ctx, s, func(int) redis.Scripter {
+	w, err := e.mixedWith(ctx, storeOpts{}, func(int) redis.Scripter {
 		c := e.redisUser(px.Addr(), func(o *redis.Options) {
 			o.ReadTimeout = 50 * time.Millisecond
 			o.Dialer = sends.Dialer(nil)
@@ -259,11 +260,6 @@ func setupDelayedReply(ctx context.Context, e *env) (*workload, error) {
 		return c
 	}, claimerOpts{luaOpts: func(o *lua.Options) { o.Timeout = max(e.cfg.Lease, 400*time.Millisecond) }})
 	if err != nil {
-		return nil, err
-	}
-	w.modeOf = flowOdd
-	w.rejectRate = 0.1
-	if err := e.withDownstream(w, nil); err != nil {
 		return nil, err
 	}
 	w.startOp = func(ctx context.Context, o *op) {

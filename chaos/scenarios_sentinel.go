@@ -109,14 +109,10 @@ func setupSentinel(ctx context.Context, e *env) (*workload, error) {
 		e.onClose(func() { c.Close() })
 		return c
 	}
-	// The workload of mixed, with each client's Claimer logging to a
-	// recorder of its Redis breaker's transitions.
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
+	// Each client's Claimer logs to a recorder of its Redis breaker's
+	// transitions.
 	brk := &breakers{states: map[int][]string{}}
-	w, err := e.standard(ctx, st, newClient, claimerOpts{logFor: func(c int) *slog.Logger {
+	w, err := e.mixedWith(ctx, storeOpts{}, newClient, claimerOpts{logFor: func(c int) *slog.Logger {
 		var inner slog.Handler
 		if e.log != nil {
 			inner = e.log.Handler()
@@ -124,11 +120,6 @@ func setupSentinel(ctx context.Context, e *env) (*workload, error) {
 		return slog.New(&breakerHandler{b: brk, client: c, inner: inner})
 	}})
 	if err != nil {
-		return nil, err
-	}
-	w.modeOf = flowOdd
-	w.rejectRate = 0.1
-	if err := e.withDownstream(w, nil); err != nil {
 		return nil, err
 	}
 	// The outage must be seen: some client's breaker opens (else the run
