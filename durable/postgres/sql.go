@@ -34,6 +34,7 @@ const clockMs = `floor(EXTRACT(EPOCH FROM %C) * 1000)::bigint`
 // now(), moves inside a transaction); durations travel as microseconds.
 type queries struct {
 	claim, get, operation, handover, complete, fail, markUncertain, renew, release, adopt string
+	insertCompleted, insertFailed                                                         string
 	pending, sweep, stats, statsExact                                                     string
 }
 
@@ -118,6 +119,30 @@ cur AS (
 rec AS (SELECT * FROM fin UNION ALL SELECT * FROM cur)
 SELECT ins.generation, COALESCE(ins.created_at <> c.now, false), EXISTS (SELECT 1 FROM old), rec.*
 FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
+
+// insertFinishedSQL writes the record of a Do whose transaction is its lease
+// (InsertAtCommit), finished (%S is the state), in the round trip of the
+// COMMIT: $1 tenant, $2 operation, $3 key hash, $4 fingerprint,
+// $5 generation, $6 owner, $7 status, $8 headers (the lossy jsonb copy),
+// $9 headers byte for byte, $10 body, $11 version, $12 resource id,
+// $13 retention µs, $14 operation digest.
+//
+// A plain INSERT: an existing row of the scope fails it with unique_violation
+// (23505), after waiting for a transaction that holds the row or inserts it.
+// A generation below the clock floor of a fresh claim (%FLOOR, as in claimSQL)
+// fails it with division_by_zero (22012): the WHERE clause divides by zero
+// then, on purpose, since an insert of no row would let the COMMIT that
+// follows it commit the business write without its record. The divisor
+// depends on clock_timestamp(), so the planner cannot fold it to an error.
+const insertFinishedSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+INSERT INTO %T (tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
+	status_code, response_headers, response_headers_bin, response_body, response_version, resource_id,
+	takeovers, created_at, completed_at, expires_at, retention_us, operation_digest)
+SELECT $1::text, $2::text, $3::bytea, $4::text, '%S', $5::bigint, $6::uuid,
+	$7::integer, $8::jsonb, $9::bytea, $10::bytea, $11::integer, $12::text,
+	0, c.now, c.now, c.now + $13::bigint * interval '1 microsecond', $13::bigint, $14::bytea
+FROM c
+WHERE 1 / (CASE WHEN $5::bigint >= %FLOOR THEN 1 ELSE 0 END) = 1`
 
 // getSQL reads one record: $1 tenant, $2 operation, $3 key hash.
 const getSQL = `SELECT ` + recCols + `
@@ -305,19 +330,21 @@ func buildQueries(table string) queries {
 		return strings.NewReplacer("%SWEEPMAX", sweepMax, "%FLOOR", floor, "%T", table, "%S", state).Replace(q)
 	}
 	return queries{
-		claim:         f(claimSQL, ""),
-		get:           f(getSQL, ""),
-		operation:     f(operationSQL, ""),
-		handover:      f(handoverSQL, ""),
-		complete:      f(finishSQL, "completed"),
-		fail:          f(finishSQL, "failed"),
-		markUncertain: f(markUncertainSQL, ""),
-		renew:         f(renewSQL, ""),
-		release:       f(releaseSQL, ""),
-		adopt:         f(adoptSQL, ""),
-		pending:       f(pendingSQL, ""),
-		sweep:         f(sweepSQL, ""),
-		stats:         f(statsSQL, ""),
-		statsExact:    f(statsExactSQL, ""),
+		claim:           f(claimSQL, ""),
+		get:             f(getSQL, ""),
+		operation:       f(operationSQL, ""),
+		handover:        f(handoverSQL, ""),
+		complete:        f(finishSQL, "completed"),
+		insertCompleted: f(insertFinishedSQL, "completed"),
+		insertFailed:    f(insertFinishedSQL, "failed"),
+		fail:            f(finishSQL, "failed"),
+		markUncertain:   f(markUncertainSQL, ""),
+		renew:           f(renewSQL, ""),
+		release:         f(releaseSQL, ""),
+		adopt:           f(adoptSQL, ""),
+		pending:         f(pendingSQL, ""),
+		sweep:           f(sweepSQL, ""),
+		stats:           f(statsSQL, ""),
+		statsExact:      f(statsExactSQL, ""),
 	}
 }

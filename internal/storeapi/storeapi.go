@@ -9,6 +9,7 @@ package storeapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -172,3 +173,28 @@ func (e *invalidError) Error() string {
 }
 
 func (e *invalidError) Is(target error) bool { return target == durable.ErrInvalidScope }
+
+// ErrNotInserted is returned by [CommitWriter.InsertAtCommit] when the
+// record could not be inserted: a record of the scope exists (committed
+// before the insert, or by the transaction it waited for), or the proposed
+// generation is below the database's clock floor. The transaction rolled
+// back with everything fn wrote; the caller goes on with the claim.
+var ErrNotInserted = errors.New("oncekey: record exists or generation below the floor; rolled back")
+
+// CommitWriter is implemented by a store that can write a request's record
+// once, finished, in the round trip of the COMMIT that also commits the
+// business write: the transaction is the lease. A concurrent transaction
+// inserting the same scope waits on the unique index for this one, and
+// fails once it commits.
+type CommitWriter[TTx any] interface {
+	// InsertAtCommit runs fn in a new transaction (as InTx). When fn
+	// returns a state (Completed or Failed) and a result, it inserts the
+	// record of p.Scope finished with them, under tok (generation and
+	// owner), and commits, in one round trip. The insert requires that no
+	// record of the scope exists and that tok.Generation is at least the
+	// clock floor of a fresh claim; otherwise nothing commits and the
+	// error is ErrNotInserted. fn's error is returned as it is, after a
+	// rollback. A COMMIT refused or whose reply was lost is reported as by
+	// InTx.
+	InsertAtCommit(ctx context.Context, p ClaimParams, tok fence.Token, fn func(ctx context.Context, tx TTx) (durable.State, durable.Result, error)) error
+}
