@@ -193,6 +193,9 @@ func WithLogger(l *slog.Logger) Option {
 type Claimer[TTx any] struct {
 	store   storeapi.Store[TTx]
 	scripts *fastpath.Scripts // nil without Redis
+	// atCommit is store when it can write Do's record at commit
+	// (durable/postgres); nil otherwise (Do claims first).
+	atCommit storeapi.CommitWriter[TTx]
 	// evictionChecked is set once the maxmemory-policy check has run.
 	evictionChecked atomic.Bool
 	// durability is the state of the durability check: 0 not read yet, 1
@@ -243,6 +246,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 		}
 	}
 	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger, tr: newTracer(cfg.tracer)}
+	c.atCommit, _ = store.(storeapi.CommitWriter[TTx])
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

@@ -26,13 +26,13 @@ type Op struct {
 	Token fence.Token
 }
 
-// Do claims the request's key, runs fn, and stores its result, all in one
-// transaction of the durable store: a crash before the commit leaves
-// nothing (the retry runs again), after it everything (the retry replays).
-// Then it caches the result in Redis.
+// Do runs fn and stores its result in one transaction of the durable
+// store: a crash before the commit leaves nothing (the retry runs again),
+// after it everything (the retry replays). Then it caches the result in
+// Redis.
 //
-// fn is the business effect, run inside the transaction tx that also holds
-// the claim. It returns the result to store, or:
+// fn is the business effect, run inside the transaction tx that also
+// commits the record. It returns the result to store, or:
 //
 //   - an error made by [Reject]: a final business rejection, stored as failed
 //     and replayed;
@@ -40,12 +40,31 @@ type Op struct {
 //     stored, the key is free, and Do returns the error;
 //   - a panic: the transaction rolls back, the key is free, Do re-panics.
 //
-// fn must not make long external calls: the transaction holds a row lock
-// that concurrent duplicates wait on. Use [Claimer.Claim] and a [Lease] for
-// work that calls other systems.
+// On PostgreSQL the transaction is the lease: fn runs first, and the record
+// is inserted, finished, in the round trip of the COMMIT (a fresh key costs
+// the business transaction plus that INSERT, and one read when Redis did
+// not answer). A concurrent duplicate's insert waits for the winner's
+// transaction and fails once it commits: the duplicate rolls back with
+// everything its fn wrote and replays the stored result (so does a
+// duplicate whose fn failed on the winner's write, a unique business key).
+// fn's writes in tx therefore commit once per key, but fn itself can run
+// for a duplicate Redis did not stop: two requests in flight together while
+// Redis is down, or a retry after Redis lost the key (a failover, an
+// eviction). Keep fn to writes in tx; anything it does outside (a log line,
+// a metric, a call) may happen for a request that then replays, and two
+// duplicates in flight may see the same Op.Token.Generation. When Redis did
+// not answer, a read first keeps a key the database knows from running fn:
+// a finished record replays, and a record in any other state (held by a
+// [Lease], uncertain, released) is claimed as below. On SQLite, and for a
+// record that exists, Do claims first: the claim, fn and the completion in
+// one transaction, with concurrent duplicates waiting on the claimed row.
+//
+// fn must not make long external calls: the transaction holds locks (the
+// business rows, the claimed row) that concurrent duplicates wait on. Use
+// [Claimer.Claim] and a [Lease] for work that calls other systems.
 //
 // It returns Executed (fn ran and its result committed), Replayed,
-// InProgress or Uncertain (fn did not run), with the same errors as
+// InProgress or Uncertain (nothing of fn committed), with the same errors as
 // [Claimer.Claim], plus fn's own transient error. When the COMMIT itself
 // fails ambiguously, Do re-reads the record and returns the committed result
 // if it is there, so the caller never retries into a replay it cannot tell
@@ -135,9 +154,17 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	if f.final {
 		return c.fastOutcome(ctx, t.opID, f)
 	}
-	p.Proposed = f.proposed
-
 	d := &doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
+	if c.atCommit != nil {
+		if out, done, err := c.doAtCommit(ctx, d, f); done {
+			return out, err
+		}
+		// The record exists: claim it as below. fn's first run rolled back.
+		*d = doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
+	}
+	d.p.Proposed = f.proposed
+	p = d.p
+
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
 	defer func() {
 		if v := recover(); v != nil {
@@ -152,24 +179,9 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		txSpan.SetStatus(otelcodes.Error, errWord(txErr))
 	}
 	txSpan.End()
-	tok := d.claimed.Token
 	if txErr != nil {
 		if d.committed && errors.Is(txErr, durable.ErrUnavailable) {
-			// COMMIT was sent and failed: it may have applied. Read the truth,
-			// even when the caller has given up, but not forever: a store that
-			// does not answer leaves the outcome unknown.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitRereadTimeout)
-			rec, err := c.store.Get(rctx, d.t.ref)
-			cancel()
-			if err == nil &&
-				rec.State == d.state && rec.Token == tok && rec.Result != nil {
-				c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", d.t.ref)
-				c.acquired(ctx, &d.t, p, f, d.claimed)
-				d.result = *rec.Result
-				return c.executed(ctx, d), nil
-			}
-			c.dropRedisLease(ctx, f, &d.t, p)
-			return Outcome{OperationID: d.t.opID}, fmt.Errorf("%w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
+			return c.commitLost(ctx, d, f, txErr)
 		}
 		c.dropRedisLease(ctx, f, &d.t, p)
 		if d.fnErr != nil && errors.Is(txErr, d.fnErr) {
@@ -182,6 +194,147 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	}
 	c.acquired(ctx, &d.t, p, f, d.claimed)
 	return c.executed(ctx, d), nil
+}
+
+// commitLost settles a COMMIT of d that was sent and failed (txErr): it may
+// have applied. It reads the truth, even when the caller has given up, but
+// not forever: a store that does not answer leaves the outcome unknown.
+func (c *Claimer[TTx]) commitLost(ctx context.Context, d *doAttempt[TTx], f fast, txErr error) (Outcome, error) {
+	tok := d.claimed.Token
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitRereadTimeout)
+	rec, err := c.store.Get(rctx, d.t.ref)
+	cancel()
+	if err == nil && rec.State == d.state && rec.Token == tok && rec.Result != nil {
+		c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", d.t.ref)
+		c.acquired(ctx, &d.t, d.p, f, d.claimed)
+		d.result = *rec.Result
+		return c.executed(ctx, d), nil
+	}
+	c.dropRedisLease(ctx, f, &d.t, d.p)
+	return Outcome{OperationID: d.t.opID}, fmt.Errorf("%w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
+}
+
+// atCommitLag is how far behind the client's clock the generation of a
+// write at commit is proposed when Redis proposed none. The insert requires
+// at least the database's clock less 60 s (the floor of a fresh claim), so
+// the client's clock may run up to 30 s behind the database's before Do
+// falls back to claiming first.
+const atCommitLag = 30 * time.Second
+
+// doAtCommit is Do's first path on a store that writes the record at commit
+// (durable/postgres): fn runs in a transaction that holds nothing of the
+// record, and the record is inserted, finished, in the round trip of the
+// COMMIT. The transaction is the lease: a concurrent duplicate's insert
+// waits for it and fails once it commits, rolling back with its business
+// write. When Redis did not answer, a plain read first keeps a known key
+// from running fn: a finished record replays, any other record goes to the
+// claim.
+//
+// It returns done=false, with fn's writes rolled back, when the record exists
+// (or the generation is below the database's floor): the caller claims it,
+// with Redis as f left it.
+func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast) (out Outcome, done bool, err error) {
+	t, p := &d.t, d.p
+	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
+	if !f.answered {
+		out, done, absent, err := c.readFirst(ctx, d, f)
+		if done || !absent {
+			return out, done, err
+		}
+		tok.Generation = uint64(max(1, time.Now().Add(-atCommitLag).UnixMilli()))
+	}
+	if time.Until(d.sent.Add(p.Lease)) < c.marginFor(p.Lease) {
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{OperationID: t.opID}, true, ErrLeaseExpired
+	}
+	d.claimed = storeapi.ClaimResult{Acquired: true, Token: tok, Ref: t.ref}
+
+	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
+	defer func() {
+		if v := recover(); v != nil {
+			txSpan.SetStatus(otelcodes.Error, "panic")
+			txSpan.End()
+			c.dropRedisLease(ctx, f, t, p)
+			panic(v)
+		}
+	}()
+	err = c.atCommit.InsertAtCommit(txCtx, p, tok, d.runAtCommit)
+	if txSpan.IsRecording() {
+		switch {
+		case err == nil:
+			txSpan.SetAttributes(attrDurable.String("inserted"))
+		case errors.Is(err, storeapi.ErrNotInserted):
+			txSpan.SetAttributes(attrDurable.String("existing"))
+		default:
+			txSpan.SetStatus(otelcodes.Error, errWord(err))
+		}
+	}
+	txSpan.End()
+	switch {
+	case err == nil:
+		c.acquired(ctx, t, p, f, d.claimed)
+		return c.executed(ctx, d), true, nil
+	case errors.Is(err, storeapi.ErrNotInserted):
+		// Most likely a duplicate in flight committed first: one read
+		// answers its replay; anything else is claimed.
+		out, done, _, err := c.readFirst(ctx, d, f)
+		return out, done, err
+	case d.committed && errors.Is(err, durable.ErrUnavailable):
+		out, err := c.commitLost(ctx, d, f, err)
+		return out, true, err
+	case d.fnErr != nil && errors.Is(err, d.fnErr):
+		// A duplicate that committed first may be why fn failed (its
+		// business write conflicted with fn's): answer with its result.
+		if rec, gerr := c.store.Get(ctx, t.ref); gerr == nil && rec.State.Finished() && rec.Result != nil &&
+			rec.ExpiresIn > 0 && rec.Fingerprint == p.Fingerprint {
+			return c.existing(ctx, t, p, f, &rec, d.sent), true, nil
+		}
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{OperationID: t.opID}, true, d.fnErr
+	default:
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{OperationID: t.opID}, true, c.claimErr(ctx, err)
+	}
+}
+
+// readFirst reads the record of d with one plain read: done with a replay
+// (or a mismatch) when it is finished within its retention, or with the
+// error when the store cannot be read; absent when there is no record;
+// neither otherwise (the record must be claimed).
+func (c *Claimer[TTx]) readFirst(ctx context.Context, d *doAttempt[TTx], f fast) (out Outcome, done, absent bool, err error) {
+	t, p := &d.t, d.p
+	rec, err := c.store.Get(ctx, t.ref)
+	switch {
+	case errors.Is(err, durable.ErrNotFound):
+		return Outcome{}, false, true, nil
+	case err != nil:
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{OperationID: t.opID}, true, false, c.claimErr(ctx, err)
+	case rec.State.Finished() && rec.Result != nil && rec.ExpiresIn > 0:
+		if rec.Fingerprint != p.Fingerprint {
+			c.dropRedisLease(ctx, f, t, p)
+			return Outcome{OperationID: t.opID}, true, false, c.claimErr(ctx, durable.ErrMismatch)
+		}
+		return c.existing(ctx, t, p, f, &rec, d.sent), true, false, nil
+	}
+	return Outcome{}, false, false, nil
+}
+
+// runAtCommit is the transaction's body of a write at commit: fn, whose
+// outcome becomes the record's state and result.
+func (d *doAttempt[TTx]) runAtCommit(ctx context.Context, tx TTx) (durable.State, durable.Result, error) {
+	tok := d.claimed.Token
+	d.result, d.fnErr = d.fn(d.c.withOperationBaggage(ctx, d.t.opID), tx, Op{ID: d.t.opID, Token: tok})
+	switch {
+	case d.fnErr == nil:
+		d.state = durable.Completed
+	case errors.As(d.fnErr, &d.rej):
+		d.state, d.result = durable.Failed, d.rej.Result
+	default:
+		return "", durable.Result{}, d.fnErr
+	}
+	d.committed = true
+	return d.state, d.result, nil
 }
 
 // executed caches the committed result of d in Redis and returns its

@@ -249,10 +249,13 @@ func WithMaxResponseBody(n int64) Option {
 	}
 }
 
-// WithInTransaction runs the handler inside [claim.Claimer.Do]: the claim,
-// the handler's writes through [Tx] and the stored result commit in one
-// transaction. The handler must not make long external calls: the
-// transaction holds a row lock that duplicates wait on. Without it the
+// WithInTransaction runs the handler inside [claim.Claimer.Do]: the
+// handler's writes through [Tx] and the stored result commit in one
+// transaction. The handler must not make long external calls: duplicates
+// wait on the transaction's locks. On PostgreSQL the record is written with
+// the COMMIT (see Do): a duplicate in flight that Redis did not stop runs
+// the handler too, its writes roll back and it answers with the stored
+// response, so keep the handler to writes through Tx. Without it the
 // middleware runs in workflow mode: it claims (the claim commits on its
 // own), runs the handler under a lease renewed by [claim.Lease.KeepAlive],
 // and completes, fails or marks the record uncertain, fenced. The

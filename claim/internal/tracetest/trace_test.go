@@ -49,6 +49,8 @@ type fixture struct {
 	t   *testing.T
 	exp *tracetest.InMemoryExporter
 	c   *claim.Claimer[pgx.Tx]
+	// forget deletes the fixture's Redis keys (liveRedis): Redis lost them.
+	forget func()
 }
 
 func setup(t *testing.T, mode redisMode, opts ...claim.Option) *fixture {
@@ -65,10 +67,20 @@ func setup(t *testing.T, mode redisMode, opts ...claim.Option) *fixture {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	opts = append([]claim.Option{claim.WithTracerProvider(tp)}, opts...)
+	forget := func() { t.Fatal("no Redis to forget") }
 	switch mode {
 	case liveRedis:
 		rdb, prefix := testenv.Redis(t)
 		opts = append(opts, claim.WithRedis(rdb, lua.Options{Prefix: prefix, Timeout: time.Second}))
+		forget = func() {
+			keys, err := rdb.Keys(t.Context(), prefix+"*").Result()
+			if err == nil && len(keys) > 0 {
+				err = rdb.Del(t.Context(), keys...).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 	case deadRedis:
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -84,7 +96,7 @@ func setup(t *testing.T, mode redisMode, opts ...claim.Option) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, exp: exp, c: c}
+	return &fixture{t: t, exp: exp, c: c, forget: forget}
 }
 
 func request(key, body string) claim.Request {
@@ -299,10 +311,26 @@ func TestTraces_Do(t *testing.T) {
 	}
 	cl := f.one("oncekey.claim")
 	want(t, cl, attribute.String("oncekey.mode", "do"), attribute.String("oncekey.outcome", "executed"), attribute.Bool("oncekey.redis.answered", true))
+	// The record is inserted with the COMMIT: the transaction span says so,
+	// and holds no claim.
 	tx := f.one("oncekey.durable.transaction")
-	if tx.Parent.SpanID() != cl.SpanContext.SpanID() || !has(f.children(tx), "oncekey.durable.claim") {
+	if tx.Parent.SpanID() != cl.SpanContext.SpanID() || has(f.children(tx), "oncekey.durable.claim") {
 		t.Fatalf("transaction span under %v with children %q", tx.Parent.SpanID(), f.children(tx))
 	}
+	want(t, tx, attribute.String("oncekey.durable.result", "inserted"))
+
+	// Redis lost the key: fn's transaction finds the record, and Do replays
+	// it from one read, with no second transaction.
+	f.exp.Reset()
+	f.forget()
+	rep, err := f.c.Do(ctx, request(secretKey, "a"), func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+		return durable.Result{Body: []byte("again")}, nil
+	})
+	if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != "done" {
+		t.Fatalf("replay after Redis lost the key: %v %v", rep.Kind, err)
+	}
+	want(t, f.one("oncekey.durable.transaction"), attribute.String("oncekey.durable.result", "existing"))
+	want(t, f.one("oncekey.claim"), attribute.String("oncekey.outcome", "replayed"), attribute.String("oncekey.replay.source", "durable"))
 
 	f.exp.Reset()
 	if _, err := f.c.Do(ctx, request(secretKey, "b"), func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
