@@ -255,26 +255,44 @@ func (e *env) newDownstream(raw bool, bodyOf func(o *op, epoch int, id string) [
 
 // insertEffectOnce is the downstream's own write, made idempotent: an
 // insert whose acknowledgement was lost is found again (same key, token and
-// body) rather than applied twice. It tries three times.
+// body) rather than applied twice, and before each new try the effect is
+// looked for first, so a try never repeats one that applied. It keeps
+// trying until the database answers, for up to a minute (a crashed server
+// restarting): a downstream that answered "failed" for an effect it had
+// applied would apply it again for the next owner, which no idempotent
+// downstream does.
 func (e *env) insertEffectOnce(ctx context.Context, eff history.Effect) error {
-	var err error
-	for try := 0; try < 3; try++ {
+	found := func(ctx context.Context) (bool, error) {
+		var n int
+		err := e.admin.QueryRow(ctx, `SELECT count(*) FROM `+e.tables.Effects()+
+			` WHERE scenario = $1 AND key = $2 AND owner = $3 AND generation = $4 AND body = $5`,
+			e.name, eff.Key, eff.Owner, int64(eff.Generation), eff.Body).Scan(&n)
+		return n > 0, err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for try := 0; ; try++ {
 		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = e.tables.InsertEffect(ictx, e.admin, e.name, eff)
-		if err != nil {
-			var n int
-			if e.admin.QueryRow(ictx, `SELECT count(*) FROM `+e.tables.Effects()+
-				` WHERE scenario = $1 AND key = $2 AND owner = $3 AND generation = $4 AND body = $5`,
-				e.name, eff.Key, eff.Owner, int64(eff.Generation), eff.Body).Scan(&n) == nil && n > 0 {
-				err = nil
+		var err error
+		if try > 0 {
+			var ok bool
+			if ok, err = found(ictx); ok {
+				cancel()
+				return nil
+			}
+		}
+		if err == nil {
+			if _, err = e.tables.InsertEffect(ictx, e.admin, e.name, eff); err != nil {
+				if ok, ferr := found(ictx); ferr == nil && ok {
+					err = nil
+				}
 			}
 		}
 		cancel()
-		if err == nil {
-			return nil
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return err
 }
 
 type pgxPool = pgxpool.Pool
