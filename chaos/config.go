@@ -90,6 +90,7 @@ func NegativeModes() map[string][]string {
 		string(broken.ReleaseAfterStart):    {"http-renewals-fail", "http-panic-after-effect", "http-finish-outage-long", "reconcile-after-retention"},
 		string(broken.NoRereadAfterLostAck): {"db-cut-after-commit"},
 		string(broken.WorkerClockLease):     {"clock-skew"},
+		string(broken.CommitOverExisting):   {"redis-restart", "redis-failover", "redis-eviction"},
 	}
 }
 

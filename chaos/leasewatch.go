@@ -49,6 +49,22 @@ const floorSlack = 5 * time.Millisecond
 
 func newLeaseFloors() *leaseFloors { return &leaseFloors{m: map[[32]byte]leaseFloor{}} }
 
+// InsertAtCommit is the watched store's: a write at commit takes no lease.
+func (w *leaseWatch) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok fence.Token, fn func(ctx context.Context, tx pgxTx) (durable.State, durable.Result, error)) error {
+	return insertAtCommit(ctx, w.Store, p, tok, fn)
+}
+
+// insertAtCommit is st's write at commit when st has one (the PostgreSQL
+// store, or a layer over it that passes it on). Otherwise it returns
+// ErrNotInserted without running fn: the Claimer's Do then claims first,
+// through st.
+func insertAtCommit(ctx context.Context, st storeapi.Store[pgxTx], p storeapi.ClaimParams, tok fence.Token, fn func(ctx context.Context, tx pgxTx) (durable.State, durable.Result, error)) error {
+	if cw, ok := st.(storeapi.CommitWriter[pgxTx]); ok {
+		return cw.InsertAtCommit(ctx, p, tok, fn)
+	}
+	return storeapi.ErrNotInserted
+}
+
 func (e *env) watchLeases(st storeapi.Store[pgxTx], f *leaseFloors) *leaseWatch {
 	return &leaseWatch{Store: st, e: e, f: f}
 }

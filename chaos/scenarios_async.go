@@ -38,6 +38,11 @@ type asyncStore struct {
 	noRenew sync.Map // fence.Token → true
 }
 
+// InsertAtCommit is the store's: the River workers do not use Do.
+func (s *asyncStore) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok fence.Token, fn func(ctx context.Context, tx pgxTx) (durable.State, durable.Result, error)) error {
+	return insertAtCommit(ctx, s.Store, p, tok, fn)
+}
+
 func (s *asyncStore) opOf(ref durable.Ref) (*op, int) {
 	key := s.e.keyspace[ref.KeyHash]
 	for _, o := range s.e.ops {

@@ -62,6 +62,12 @@ func newFaultyStore(e *env, st storeapi.Store[pgxTx]) *faultyStore {
 		first: map[string]time.Time{}, landed: map[string]time.Time{}}
 }
 
+// InsertAtCommit is the store's: the edge's flows claim with leases, and
+// the refusals apply to their fenced writes only.
+func (s *faultyStore) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok fence.Token, fn func(ctx context.Context, tx pgxTx) (durable.State, durable.Result, error)) error {
+	return insertAtCommit(ctx, s.Store, p, tok, fn)
+}
+
 // refuse refuses methods of ref's operation for d from now.
 func (s *faultyStore) refuse(ref durable.Ref, d time.Duration, methods ...string) {
 	id := ref.OperationID()

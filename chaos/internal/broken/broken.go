@@ -53,11 +53,18 @@ const (
 	// or a renewal sets the lease to the worker's clock plus its length.
 	// With worker clocks hours apart, live leases are taken over.
 	WorkerClockLease Mode = "worker-clock-lease"
+	// CommitOverExisting writes Do's record at commit with INSERT ... ON
+	// CONFLICT DO NOTHING and commits anyway: a request whose record
+	// exists (finished, or held by another request) commits its business
+	// write a second time when the fast path let it through (Redis lost
+	// the key). Under every other mode the store does not write records
+	// at commit, so Do claims first and meets that mode's bug.
+	CommitOverExisting Mode = "commit-over-existing"
 )
 
 // Modes lists every mode.
 func Modes() []Mode {
-	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease}
+	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease, CommitOverExisting}
 }
 
 // Breaks says, in a line, what the mode breaks.
@@ -73,6 +80,8 @@ func (m Mode) Breaks() string {
 		return "a COMMIT or fenced finish whose reply was lost is taken as not applied, without re-reading"
 	case WorkerClockLease:
 		return "leases set and compared by the worker's clock instead of the database's"
+	case CommitOverExisting:
+		return "Do's record inserted at commit over an existing one (ON CONFLICT DO NOTHING), committing the business write anyway"
 	}
 	return ""
 }
@@ -95,7 +104,10 @@ type Store struct {
 	now                    func() time.Time
 }
 
-var _ storeapi.Store[pgx.Tx] = (*Store)(nil)
+var (
+	_ storeapi.Store[pgx.Tx]        = (*Store)(nil)
+	_ storeapi.CommitWriter[pgx.Tx] = (*Store)(nil)
+)
 
 // Option adjusts [Wrap].
 type Option func(*Store)
@@ -259,6 +271,43 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		return fmt.Errorf("broken: commit refused, transaction rolled back (its reply was lost; not re-read): %v", err)
 	}
 	return err
+}
+
+// InsertAtCommit is, with CommitOverExisting, a write at commit whose
+// insert does not stop at an existing record. Under every other mode it
+// writes nothing and returns ErrNotInserted without running fn, so Do
+// claims first, through that mode's bug.
+func (s *Store) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok fence.Token, fn func(ctx context.Context, tx pgx.Tx) (durable.State, durable.Result, error)) error {
+	if s.mode != CommitOverExisting {
+		return storeapi.ErrNotInserted
+	}
+	ref, err := s.Store.Ref(p.Scope)
+	if err != nil {
+		return err
+	}
+	return s.Store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		state, res, err := fn(ctx, tx)
+		if err != nil {
+			return err
+		}
+		headers, body, err := encode(res)
+		if err != nil {
+			return err
+		}
+		// The bug: an existing record does not stop the COMMIT.
+		_, err = tx.Exec(ctx, `INSERT INTO `+s.table+` (tenant_id, operation, key_hash, request_hash, state, generation,
+			owner_token, status_code, response_headers, response_body, response_version, resource_id, takeovers,
+			created_at, completed_at, expires_at, retention_us)
+		VALUES ($1, $2, $3, $4, '`+string(state)+`', $5, $6, $7, $8::jsonb, $9, $10, $11, 0,
+			clock_timestamp(), clock_timestamp(), clock_timestamp() + $12::bigint * interval '1 microsecond', $12)
+		ON CONFLICT (tenant_id, operation, key_hash) DO NOTHING`,
+			ref.Tenant, ref.Operation, ref.KeyHash[:], p.Fingerprint, int64(tok.Generation), tok.Owner,
+			res.StatusCode, headers, body, res.Version, res.ResourceID, p.Retention.Microseconds())
+		if err != nil {
+			return fmt.Errorf("broken: insert at commit: %w: %w", durable.ErrUnavailable, err)
+		}
+		return nil
+	})
 }
 
 // releaseOnError releases the record when err says a write under tok
