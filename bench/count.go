@@ -14,7 +14,7 @@ import (
 // counts is a snapshot of the statement and command counters.
 type counts struct {
 	sql    int64 // statements (round trips) to PostgreSQL, sweeps excluded
-	claims int64 // of which durable claims (INSERT ... ON CONFLICT)
+	claims int64 // of which durable claims (INSERT ... ON CONFLICT, or Do's record INSERT)
 	sweeps int64 // Sweep statements
 	redis  int64 // Redis commands
 	opens  int64 // times the Redis breaker of the Redis Claimer opened
@@ -49,6 +49,12 @@ var (
 // isClaimSQL tells the durable claim apart from other statements.
 func isClaimSQL(sql string) bool { return strings.Contains(sql, "ON CONFLICT") }
 
+// isInsertAtCommitSQL tells Do's record INSERT (sent with the COMMIT) apart:
+// an INSERT of the record with no ON CONFLICT.
+func isInsertAtCommitSQL(sql string) bool {
+	return strings.Contains(sql, "INSERT INTO") && strings.Contains(sql, "operation_digest") && !isClaimSQL(sql)
+}
+
 // isSweepSQL tells a Sweep (a DELETE of expired rows) apart.
 func isSweepSQL(sql string) bool {
 	return strings.HasPrefix(sql, "WITH v AS") && strings.Contains(sql, "DELETE FROM")
@@ -59,7 +65,7 @@ func (c *sqlCounter) count(sql string) {
 	case isSweepSQL(sql):
 		c.sweeps.Add(1)
 		return
-	case isClaimSQL(sql):
+	case isClaimSQL(sql), isInsertAtCommitSQL(sql):
 		c.claims.Add(1)
 	}
 	c.sql.Add(1)
@@ -85,10 +91,16 @@ func (c *sqlCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 	return ctx
 }
 
-// TraceBatchQuery counts a claim sent in a batch.
+// TraceBatchQuery counts a claim sent in a batch, and records the statement
+// while capturing.
 func (c *sqlCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	if isClaimSQL(d.SQL) {
+	if isClaimSQL(d.SQL) || isInsertAtCommitSQL(d.SQL) {
 		c.claims.Add(1)
+	}
+	if c.capturing.Load() {
+		c.mu.Lock()
+		c.captured = append(c.captured, pgx.TraceQueryStartData{SQL: d.SQL, Args: append([]any(nil), d.Args...)})
+		c.mu.Unlock()
 	}
 }
 

@@ -24,15 +24,16 @@
 //
 // # Workloads
 //
-//   - fresh: unique keys, claim → complete through [claim.Claimer.Do],
-//     whose business write is one INSERT into a small orders table the tool
-//     creates in its schema. Floors: floor-2stmt, the library's own BEGIN,
-//     claim and completion statements (captured from it at start-up, which
-//     checks that the INSERT comes between the claim and the completion)
-//     with the same INSERT, issued with pgx in one transaction; and
+//   - fresh: unique keys through [claim.Claimer.Do], whose business write
+//     is one INSERT into a small orders table the tool creates in its
+//     schema; Do inserts the finished record with the COMMIT. Floors:
+//     floor-sql, the library's own BEGIN and record INSERT (captured from
+//     it at start-up, which checks that Do sent BEGIN, the order INSERT,
+//     then the record INSERT with COMMIT) with the same order INSERT,
+//     issued with pgx in one transaction, the last two in one pipeline; and
 //     floor-business-tx, BEGIN, the INSERT, COMMIT with no idempotency at
 //     all: what the same write costs a service without oncekey. Besides the
-//     throughput ratio to floor-2stmt, the library is judged by its cost
+//     throughput ratio to floor-sql, the library is judged by its cost
 //     ratio to floor-business-tx (that floor's throughput over the
 //     library's: how many times more a request costs), at most 1.3 without
 //     Redis and 1.45 with it.
@@ -78,7 +79,7 @@
 // returns) hides queueing: a stalled server stalls the workers too, and the
 // requests that would have arrived meanwhile are never sent, so never slow
 // (coordinated omission). -rate N runs the open-loop variants of fresh
-// (library, library-no-redis, floor-2stmt, floor-business-tx) and replay
+// (library, library-no-redis, floor-sql, floor-business-tx) and replay
 // (library, floor-evalsha) on a fixed arrival schedule instead: request k
 // is due at start + k/N whether or not the earlier ones have returned, and
 // runs in its own goroutine. A request's latency runs from when it was due,

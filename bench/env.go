@@ -124,6 +124,11 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return e, fmt.Errorf("bench: orders table: %w", err)
 	}
 	e.insertOrder = "INSERT INTO " + e.schema + ".orders (id, amount) VALUES ($1, $2)"
+	// The storm's effects: no unique constraint, so a second committed
+	// execution of one operation shows as a second row.
+	if _, err := e.pool.Exec(cctx, "CREATE TABLE "+e.schema+".storm_effects (variant text NOT NULL, op text NOT NULL)"); err != nil {
+		return e, fmt.Errorf("bench: storm effects table: %w", err)
+	}
 	e.withRedis, err = e.claimer(e.rdb, func(s fastpath.BreakerState) {
 		if s == fastpath.BreakerOpen {
 			e.opens.Add(1)

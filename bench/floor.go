@@ -5,15 +5,16 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/oncekey/oncekey/claim"
@@ -40,14 +41,14 @@ var (
 // library's own statements and script, captured from it at start-up so the
 // floors cannot drift from what they are compared to.
 type floors struct {
-	e           *env
-	beginSQL    string // the library's BEGIN (with its SET LOCALs)
-	claimSQL    string // the durable claim: INSERT ... ON CONFLICT ... RETURNING
-	completeSQL string // the fenced completion UPDATE
-	selectSQL   string // a bare read of a stored result
-	sha         string // claim.lua's SHA1
-	headers     []byte // result.Headers as JSON, encoded once
-	binHeaders  []byte // result.Headers in the store's byte-exact encoding, captured
+	e          *env
+	beginSQL   string // the library's BEGIN (with its SET LOCALs)
+	claimSQL   string // the durable claim: INSERT ... ON CONFLICT ... RETURNING
+	insertSQL  string // Do's record, inserted finished with the COMMIT
+	selectSQL  string // a bare read of a stored result
+	sha        string // claim.lua's SHA1
+	headers    []byte // result.Headers as JSON, encoded once
+	binHeaders []byte // result.Headers in the store's byte-exact encoding, captured
 }
 
 func newFloors(ctx context.Context, e *env) (*floors, error) {
@@ -73,8 +74,11 @@ func (f *floors) claimArgs(h []byte, owner uuid.UUID) []any {
 	return []any{tenant, operation, h, fingerprint, int64(0), pgUUID(owner), leaseUs, retentionUs, h} // the last: the operation digest (any 32 bytes for the floor)
 }
 
-func (f *floors) completeArgs(h []byte, gen int64, owner uuid.UUID) []any {
-	return []any{tenant, operation, h, gen, pgUUID(owner), result.StatusCode, f.headers, result.Body, result.Version, result.ResourceID, f.binHeaders}
+// insertArgs are the record INSERT's: the library proposes the client's clock
+// less 30 s as the generation when Redis proposes none.
+func (f *floors) insertArgs(h []byte, gen int64, owner uuid.UUID) []any {
+	return []any{tenant, operation, h, fingerprint, gen, pgUUID(owner), result.StatusCode, f.headers, f.binHeaders,
+		result.Body, result.Version, result.ResourceID, retentionUs, h} // the last: the operation digest (any 32 bytes for the floor)
 }
 
 // sameShape reports whether the floor's arguments have the types of the
@@ -113,42 +117,60 @@ func plain(v any) any {
 }
 
 // captureSQL records the statements of one Do (with the fresh workload's
-// business write) on the PostgreSQL-only Claimer and keeps its BEGIN, claim
-// and completion. It checks that the order INSERT came between the claim
-// and the completion, as the floor sends it.
+// business write) on the Redis Claimer and keeps its BEGIN and its record
+// INSERT, and the claim statement of one Claim. It checks that Do sent
+// BEGIN, the order INSERT, then the record INSERT with COMMIT, as the floor
+// sends them.
 func (f *floors) captureSQL(ctx context.Context) error {
 	key := randName("capture-")
 	stmts, err := f.e.sql.capture(func() error {
-		_, err := doOrder(ctx, f.e, f.e.noRedis, key)
+		_, err := doOrder(ctx, f.e, f.e.withRedis, key)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("%w: Do: %w", ErrCapture, err)
 	}
 	h := make([]byte, 32)
-	claimAt, insertAt, completeAt := -1, -1, -1
+	var shape []string
 	for i, s := range stmts {
 		switch {
 		case i == 0 && strings.HasPrefix(strings.ToLower(s.SQL), "begin"):
 			f.beginSQL = s.SQL
-		case isClaimSQL(s.SQL) && sameShape(f.claimArgs(h, uuid.Nil), s.Args):
-			f.claimSQL, claimAt = s.SQL, i
+			shape = append(shape, "begin")
 		case s.SQL == f.e.insertOrder:
-			insertAt = i
-		case !isClaimSQL(s.SQL) && strings.Contains(s.SQL, "UPDATE") && strings.Contains(s.SQL, "'completed'") &&
-			len(s.Args) > 0 && sameShape(f.completeArgs(h, 1, uuid.Nil)[:len(s.Args)-1], s.Args[:len(s.Args)-1]):
-			// The last argument is the byte-exact header encoding of the
+			shape = append(shape, "order")
+		case isInsertAtCommitSQL(s.SQL) && len(s.Args) > 8 && sameShape(f.insertArgs(h, 1, uuid.Nil), s.Args):
+			// The ninth argument is the byte-exact header encoding of the
 			// (constant) result: the floor sends the library's own bytes.
-			f.completeSQL, completeAt = s.SQL, i
-			f.binHeaders, _ = s.Args[len(s.Args)-1].([]byte)
+			f.insertSQL = s.SQL
+			f.binHeaders, _ = s.Args[8].([]byte)
+			shape = append(shape, "record")
+		case strings.EqualFold(s.SQL, "commit"):
+			shape = append(shape, "commit")
+		default:
+			shape = append(shape, "other")
 		}
 	}
-	if f.beginSQL == "" || f.claimSQL == "" || f.completeSQL == "" {
-		return fmt.Errorf("%w: no BEGIN, claim and completion of the expected shape among %d statements", ErrCapture, len(stmts))
+	if got := strings.Join(shape, ","); got != "begin,order,record,commit" {
+		return fmt.Errorf("%w: Do sent %s; want begin,order,record,commit", ErrCapture, got)
 	}
-	if claimAt >= insertAt || insertAt >= completeAt {
-		return fmt.Errorf("%w: the business INSERT is not between the claim and the completion (statements %d, %d, %d)",
-			ErrCapture, claimAt, insertAt, completeAt)
+	stmts, err = f.e.sql.capture(func() error {
+		out, err := f.e.noRedis.Claim(ctx, request(randName("capture-")))
+		if err == nil && out.Lease != nil {
+			err = out.Lease.Release(ctx)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w: Claim: %w", ErrCapture, err)
+	}
+	for _, s := range stmts {
+		if isClaimSQL(s.SQL) && sameShape(f.claimArgs(h, uuid.Nil), s.Args) {
+			f.claimSQL = s.SQL
+		}
+	}
+	if f.claimSQL == "" {
+		return fmt.Errorf("%w: no claim statement of the expected shape among %d statements", ErrCapture, len(stmts))
 	}
 	return nil
 }
@@ -200,49 +222,42 @@ func (f *floors) captureScript(ctx context.Context) error {
 // emptyWrite is the business write of every workload: none, and the result.
 func emptyWrite(context.Context, pgx.Tx, claim.Op) (durable.Result, error) { return result, nil }
 
-// fresh is the fresh-key floor: the library's BEGIN, the claim, the order
-// INSERT, the completion, COMMIT, with pgx and nothing else. The completion
-// is fenced by the generation the claim returned (the database clock's
-// floor, as for the library).
+// fresh is the fresh-key floor: the library's BEGIN, the order INSERT,
+// then its record INSERT and COMMIT in one pipeline, with pgx and nothing
+// else: what Do sends PostgreSQL for a key Redis says is new.
 func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
-	owner := uuid.New()
-	tx, err := f.e.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: f.beginSQL})
+	conn, err := f.e.pool.Acquire(ctx)
 	if err != nil {
 		return oOther, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	rows, err := tx.Query(ctx, f.claimSQL, f.claimArgs(h[:], owner)...)
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: f.beginSQL})
 	if err != nil {
 		return oOther, err
-	}
-	var gen int64 // the generation column: set when claimed
-	acquired := false
-	if rows.Next() {
-		// Decode the first column alone, as the library's scan of it costs:
-		// int8 in pgx's binary format.
-		if raw := rows.RawValues()[0]; len(raw) == 8 {
-			gen, acquired = int64(binary.BigEndian.Uint64(raw)), true
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return oOther, err
-	}
-	if !acquired {
-		return oOther, fmt.Errorf("%w: floor claim did not acquire a fresh key", ErrUnexpected)
 	}
 	if err := insertOrder(ctx, f.e, tx, key); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return oOther, err
 	}
-	tag, err := tx.Exec(ctx, f.completeSQL, f.completeArgs(h[:], gen, owner)...)
-	if err != nil {
+	b := &pgx.Batch{}
+	b.Queue(f.insertSQL, f.insertArgs(h[:], time.Now().Add(-30*time.Second).UnixMilli(), uuid.New())...)
+	b.Queue("commit")
+	br := conn.SendBatch(ctx, b)
+	_, ierr := br.Exec()
+	var tag pgconn.CommandTag
+	var cerr error
+	if ierr == nil {
+		tag, cerr = br.Exec()
+	}
+	if err := errors.Join(ierr, cerr, br.Close()); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return oOther, err
 	}
-	if tag.RowsAffected() != 1 {
-		return oOther, fmt.Errorf("%w: floor completion updated %d rows", ErrUnexpected, tag.RowsAffected())
+	if tag.String() != "COMMIT" {
+		return oOther, fmt.Errorf("%w: floor COMMIT answered %q", ErrUnexpected, tag)
 	}
-	return oExecuted, tx.Commit(ctx)
+	return oExecuted, nil
 }
 
 // businessTx is the bare business transaction: BEGIN, the order INSERT,

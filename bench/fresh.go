@@ -48,27 +48,28 @@ func doWith(ctx context.Context, c *claim.Claimer[pgx.Tx], key string, fn func(c
 	return oExecuted, nil
 }
 
-// freshWorkload: unique keys, claim → business INSERT → complete through
-// Do, against the same statements issued with pgx in one transaction, and
-// against the business transaction alone (BEGIN, the INSERT, COMMIT).
+// freshWorkload: unique keys through Do (the business INSERT, then the
+// record inserted with the COMMIT), against the same statements issued with
+// pgx in one transaction, and against the business transaction alone
+// (BEGIN, the INSERT, COMMIT).
 func freshWorkload(e *env, f *floors) *workload {
 	return &workload{
 		name: "fresh",
-		about: "unique keys, claim → business INSERT → complete in one transaction (Do); " +
-			"floors: the library's BEGIN, claim and completion statements and the INSERT issued with pgx in one transaction " +
-			"(floor-2stmt), and BEGIN, the INSERT, COMMIT with no idempotency at all (floor-business-tx)",
+		about: "unique keys, business INSERT then the finished record with the COMMIT, in one transaction (Do); " +
+			"floors: the library's BEGIN and record INSERT (pipelined with COMMIT) and the business INSERT issued with pgx " +
+			"(floor-sql), and BEGIN, the INSERT, COMMIT with no idempotency at all (floor-business-tx)",
 		variants: []*variant{
-			{name: "library", vs: "floor-2stmt", target: 0.85, open: true,
+			{name: "library", vs: "floor-sql", target: 0.85, open: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.45}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.withRedis, r.key(i))
 				}},
-			{name: "library-no-redis", vs: "floor-2stmt", open: true,
+			{name: "library-no-redis", vs: "floor-sql", open: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.3}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.noRedis, r.key(i))
 				}},
-			{name: "floor-2stmt", floor: true, open: true,
+			{name: "floor-sql", floor: true, open: true,
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.fresh(ctx, r.key(i))
 				}},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -13,13 +12,17 @@ import (
 )
 
 // keyBook tracks the keys a storm variant issued and, for the library, how
-// often each executed.
+// often each executed: the effects its transactions committed (a row each
+// in storm_effects), and how often fn ran (a duplicate in flight may run
+// fn and roll back).
 type keyBook struct {
+	e         *env
+	variant   string
 	dups      int64 // requests per key
 	perRound  int64 // key budget of one round
 	keysAll   atomic.Int64
 	keysTimed atomic.Int64
-	execs     sync.Map // operation ID → *atomic.Int64
+	runs      atomic.Int64 // fn calls
 }
 
 // keyOf returns the key index of request i, or errRoundDone past the
@@ -42,28 +45,40 @@ func (b *keyBook) after(_ context.Context, r *round, n int64) error {
 	return nil
 }
 
-// executed is the storm's business write: it counts executions per
-// operation.
-func (b *keyBook) executed(_ context.Context, _ pgx.Tx, op claim.Op) (durable.Result, error) {
-	v, _ := b.execs.LoadOrStore(op.ID, new(atomic.Int64))
-	v.(*atomic.Int64).Add(1)
+// executed is the storm's business write: one row of the operation in
+// storm_effects, in the transaction.
+func (b *keyBook) executed(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
+	b.runs.Add(1)
+	if _, err := tx.Exec(ctx, "INSERT INTO "+b.e.schema+".storm_effects (variant, op) VALUES ($1, $2)", b.variant, op.ID); err != nil {
+		return durable.Result{}, err
+	}
 	return result, nil
 }
 
-// check returns the most executions of one key, the keys executed more
-// than once, and the keys issued but never executed.
-func (b *keyBook) check() (most, twice, never int64) {
-	var executed int64
-	b.execs.Range(func(_, v any) bool {
-		n := v.(*atomic.Int64).Load()
-		executed++
+// check returns the most committed executions of one key, the keys
+// executed more than once, and the keys issued but never executed.
+func (b *keyBook) check(ctx context.Context) (most, twice, never int64, err error) {
+	rows, err := b.e.pool.Query(ctx, "SELECT count(*) FROM "+b.e.schema+".storm_effects WHERE variant = $1 GROUP BY op", b.variant)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	counts, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	most, twice, never = b.tally(counts)
+	return most, twice, never, nil
+}
+
+// tally judges the committed executions of each operation executed.
+func (b *keyBook) tally(counts []int64) (most, twice, never int64) {
+	for _, n := range counts {
 		most = max(most, n)
 		if n > 1 {
 			twice++
 		}
-		return true
-	})
-	return most, twice, max(0, b.keysAll.Load()-executed)
+	}
+	return most, twice, max(0, b.keysAll.Load()-int64(len(counts)))
 }
 
 func stormDo(b *keyBook, c *claim.Claimer[pgx.Tx]) func(ctx context.Context, r *round, i int64) (outcome, error) {
@@ -94,10 +109,10 @@ func stormDo(b *keyBook, c *claim.Claimer[pgx.Tx]) func(ctx context.Context, r *
 // so a key's duplicates are in flight together.
 func stormWorkload(e *env, f *floors) *workload {
 	rounds, _ := plan(e.cfg, 3)
-	newBook := func() *keyBook {
-		return &keyBook{dups: int64(e.cfg.dups), perRound: max(1, int64((e.cfg.keys+rounds-1)/rounds))}
+	newBook := func(variant string) *keyBook {
+		return &keyBook{e: e, variant: variant, dups: int64(e.cfg.dups), perRound: max(1, int64((e.cfg.keys+rounds-1)/rounds))}
 	}
-	lib, noRedis, floor := newBook(), newBook(), newBook()
+	lib, noRedis, floor := newBook("library"), newBook("library-no-redis"), newBook("floor-evalsha")
 	w := &workload{
 		name: "storm",
 		about: fmt.Sprintf("up to %d keys × %d duplicates, %d workers taking requests in order (Do, FailFast); "+
@@ -115,7 +130,7 @@ func stormWorkload(e *env, f *floors) *workload {
 				}},
 		},
 	}
-	w.finish = func(context.Context) ([]extra, error) {
+	w.finish = func(ctx context.Context) ([]extra, error) {
 		var out []extra
 		for _, x := range []struct {
 			name   string
@@ -123,11 +138,15 @@ func stormWorkload(e *env, f *floors) *workload {
 			v      *variant
 			target bool
 		}{{"library", lib, w.variants[0], true}, {"library-no-redis", noRedis, w.variants[1], false}} {
-			most, twice, never := x.b.check()
+			most, twice, never, err := x.b.check(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("storm: %s: effects: %w", x.name, err)
+			}
 			out = append(out, extra{
 				Name: x.name + ": most executions of one key", Value: float64(most), Target: "== 1", Check: true,
 				Failed: twice > 0 || most != 1,
-				Note:   fmt.Sprintf("%d keys, %d executed twice or more, %d never (failed requests)", x.b.keysAll.Load(), twice, never),
+				Note: fmt.Sprintf("%d keys, %d executed twice or more, %d never (failed requests); fn ran %d times (a duplicate in flight may run fn and roll back)",
+					x.b.keysAll.Load(), twice, never, x.b.runs.Load()),
 			})
 			if keys := x.b.keysTimed.Load(); keys > 0 {
 				perKey := float64(x.v.st.counts.claims) / float64(keys)
