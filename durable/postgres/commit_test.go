@@ -90,6 +90,10 @@ func TestInsertAtCommit_WritesTheFinishedRecordWithTheCommit(t *testing.T) {
 			rec.ExpiresIn < 59*time.Minute || rec.CompletedAt.IsZero() {
 			t.Fatalf("record = %+v; want %v under %v with the result and a full retention", rec, state, tok)
 		}
+		// Its operation identity serves polling, as a claimed record's does.
+		if op, err := f.s.Operation(ctx, ref.Tenant, ref.Digest()); err != nil || op.Token != tok {
+			t.Fatalf("Operation = %+v, %v; want the record", op, err)
+		}
 		// It replays like any finished record.
 		res, err := f.s.Claim(ctx, nil, claimParams(sc, time.Second))
 		if err != nil || res.Acquired || res.Record == nil || res.Record.State != state {
