@@ -18,6 +18,16 @@
  *                   (a swept row's generation is handed out again)
  *   STALE=2         a claim's clock reading may be older than the bound
  *                   (SWEEPMARGIN - LAG) when it inserts: the same reuse
+ *   NOWAC           Claimer.Do without its first path, write at commit (the
+ *                   Do of before: claim, effect and completion in one
+ *                   transaction holding the row lock)
+ *   NC_COMMITUPSERT write at commit: the insert does not fail on an existing
+ *                   row (ON CONFLICT DO NOTHING): the effect commits anyway
+ *   NC_COMMITNOROW  write at commit: a generation below the floor inserts
+ *                   no row, and the COMMIT after it commits the effect
+ *   NC_COMMITNOFLOOR write at commit: no floor check at the insert
+ *   NC_COMMITP1     write at commit: without Redis the proposal is 1, not
+ *                   the client's clock
  * Bounds: NW workers, MAXTRY attempts each, NADOPT reconciler adoptions,
  * RFAULTS Redis faults, CRASHES worker crashes, DBFAULTS ambiguous commits
  * (T0, T1, T2: attempts of worker 0, 1, 2 when they differ).
@@ -60,12 +70,16 @@
 #ifndef RETAIN
 #define RETAIN 2	/* retention, in ticks */
 #endif
-/* MODES: which workers may run an attempt in one transaction (Claimer.Do);
+/* MODES: which workers may run an attempt as Claimer.Do;
  * bit w set: worker w chooses per attempt; clear: always Claim + Lease */
 #ifndef MODES
 #define MODES 2
 #endif
 #define SKEW   1	/* worker clock error, +-, used by NC_WORKERCLOCK only */
+/* Claimer.Do's first path, write at commit (WAC): on by default */
+#ifndef NOWAC
+#define WAC 1
+#endif
 
 /*
  * The database clock (clock_timestamp() in ms in the code), in abstract
@@ -545,8 +559,11 @@ inline db_release(l_me, l_g) {
  * Worker: one client's logical request, retried (MAXTRY attempts, each
  * with a fresh owner token) until it gets a final answer. An attempt is
  * Claimer.Claim followed by Lease.Renew / Complete / Release /
- * MarkUncertain, or Claimer.Do (claim, effect and completion in one
- * transaction). A crash may cut an attempt at any step.
+ * MarkUncertain, or Claimer.Do: first the write at commit (WAC: effect and
+ * finished record inserted in the COMMIT, the transaction as the lease),
+ * then, when a row exists or the generation is below the floor, the claim
+ * path (claim, effect and completion in one transaction holding the row
+ * lock). A crash may cut an attempt at any step.
  */
 proctype Worker(byte w) {
 	byte a;		/* attempts made */
@@ -560,7 +577,7 @@ proctype Worker(byte w) {
 	bool used;	/* Redis answered the claim */
 	bool ok;
 	bool amb;	/* the commit's outcome is unknown to me */
-	bool dom;	/* this attempt runs in one transaction (Claimer.Do) */
+	bool dom;	/* this attempt is Claimer.Do */
 
 #ifdef NC_WORKERCLOCK
 	if
@@ -605,10 +622,20 @@ end_retry:
 					goto next
 				:: used && out == BUSY -> goto busy
 				:: else -> out = 0; e = 0; r = 0
+				fi;
+#ifdef WAC
+				/* Do: write at commit first; with Redis's generation
+				 * when it acquired, else after a plain read */
+				if
+				:: dom && used -> g = p; goto atcommit
+				:: dom && !used -> goto readfirst
+				:: else
 				fi
+#endif
 			};
 
 			/* Store.Claim (autocommit) or Store.ClaimTx (inside Do) */
+oldpath:
 			atomic {
 				!locked;
 				if
@@ -757,6 +784,7 @@ end_retry:
 				fi
 			fi;
 
+settle:
 			if
 			:: amb -> reread(me, g, ok);	/* the ambiguity re-read */
 				printf("w%d o%d: re-read after the ambiguous commit -> success: %d\n", w, me, ok); SHOWROW
@@ -780,6 +808,107 @@ end_retry:
 				fi;
 				goto next
 			};
+#ifdef WAC
+			/*
+			 * Do, write at commit (durable/postgres InsertAtCommit). Redis
+			 * did not answer: a plain read of the committed row first, its
+			 * own statement outside any transaction. No row: the
+			 * generation is the client clock's proposal. Finished and
+			 * retained: replay it. Any other row: the claim (old path).
+			 */
+readfirst:
+			atomic {
+				if
+				:: !SEEN(ex) ->
+#ifdef NC_COMMITP1
+					g = 1;
+#else
+					g = SUB0(clk, RLAG);
+					if
+					:: g < 1 -> g = 1
+					:: else
+					fi;
+#endif
+					printf("w%d o%d: Store.Get -> no row; write at commit, proposed %d\n", w, me, g)
+				:: SEEN(ex) && SEEN(st) == DONE && SEEN(xrem) > 0 ->
+					e = SEEN(ep); r = SEEN(res);
+					acked(e, r); final[w] = 1; nfinal++;
+					printf("w%d o%d: Store.Get -> finished; client told: replay, result %d (op %d)\n", w, me, r, e);
+					REDIS_CALL(complete_lua(0, 0, r, e));	/* refill */
+					goto next
+				:: else ->
+					printf("w%d o%d: Store.Get -> a row (state %d); claim it\n", w, me, SEEN(st));
+					goto oldpath
+				fi
+			};
+			/*
+			 * BEGIN (no lock) and the business write, staged: invisible and
+			 * nothing in the model's state until the COMMIT. The worker may
+			 * pause here (any number of ticks) or crash (a rollback: no
+			 * trace). Then INSERT (finished) + COMMIT in one round trip.
+			 * The insert waits for a transaction that holds or inserts the
+			 * row (!locked); it fails on a row (unique violation) and on a
+			 * generation below the clock floor (division by zero), and the
+			 * whole transaction rolls back: then the claim, old path.
+			 */
+atcommit:
+			atomic {
+				!locked;
+				if
+				:: row.ex ->
+#ifdef NC_COMMITUPSERT
+					/* ON CONFLICT DO NOTHING: the row stays someone
+					 * else's; the COMMIT commits the business write */
+					printf("w%d o%d: INSERT (gen %d) does nothing on the row; COMMIT commits the business write\n", w, me, g);
+					e = row.ep;
+					effects[e]++;
+					PROP(1, effects[e] <= 1);	/* P1 */
+					ok = 1; amb = 0;
+					goto settle
+#else
+					printf("w%d o%d: INSERT at commit (gen %d) -> the row exists: rolled back; claim it\n", w, me, g);
+					g = 0;
+					goto oldpath
+#endif
+				:: else ->
+					pick_floor();
+					if
+#ifndef NC_COMMITNOFLOOR
+					:: g < fl ->
+#ifdef NC_COMMITNOROW
+						/* the floor as a WHERE that inserts no row: the
+						 * COMMIT commits the business write alone */
+						printf("w%d o%d: INSERT at commit (gen %d < floor %d) inserts no row; COMMIT commits the business write\n", w, me, g, fl);
+						fl = 0;
+						e = (ever -> last_ep + 1 : 0);
+						assert(e < MAXEP);
+						effects[e]++;
+						PROP(1, effects[e] <= 1);	/* P1 */
+						ok = 1; amb = 0;
+						goto settle
+#else
+						printf("w%d o%d: INSERT at commit (gen %d < floor %d) -> refused: rolled back; claim it\n", w, me, g, fl);
+						fl = 0; g = 0;
+						goto oldpath
+#endif
+#endif
+					:: else ->
+						fl = 0;
+						/* pre is the committed version: no row */
+						row.ex = 1; row.st = DONE; row.gen = g; row.own = me;
+						row.lrem = 0; row.xrem = RETAIN; row.res = me;
+						row.ep = (ever -> last_ep + 1 : 0);
+						e = row.ep;
+						locked = 1; lockby = w + 1;
+						printf("w%d o%d: business write + INSERT at commit (gen %d, finished)\n", w, me, g);
+						commit(ok);
+						amb = !ok;
+						SHOWROW;
+						goto settle
+					fi
+				fi
+			};
+#endif
 busy:
 			wait_tick(w);
 next:
