@@ -22,7 +22,13 @@ type Op struct {
 	// ID is the stable identity of the logical operation: use it as the
 	// idempotency key of any downstream call.
 	ID string
-	// Token is the fencing token of this execution.
+	// Token is the fencing token of this execution. On PostgreSQL, Do's
+	// token becomes the record's only if fn's transaction commits: fn may
+	// run for a duplicate whose token is never stored (see Do). Use it for
+	// writes in the transaction; do not present it to a fence outside it
+	// (a higher generation that never held the key could shut out the one
+	// that does). Work that calls other systems belongs in [Claimer.Claim]
+	// and a [Lease].
 	Token fence.Token
 }
 

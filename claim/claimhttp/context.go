@@ -45,7 +45,10 @@ func OperationID(ctx context.Context) string {
 }
 
 // Token returns the fencing token of the execution a guarded handler runs
-// (see package fence), for downstream systems that reject stale writers.
+// (see package fence), for downstream systems that reject stale writers, in
+// workflow mode. In transaction mode on PostgreSQL the token becomes the
+// record's only if the handler's transaction commits (see claim.Op.Token):
+// use it for writes through [Tx], not for a fence outside it.
 func Token(ctx context.Context) (fence.Token, bool) {
 	if op := opFrom(ctx); op != nil {
 		return op.token, true
@@ -54,7 +57,7 @@ func Token(ctx context.Context) (fence.Token, bool) {
 }
 
 // Tx returns the transaction of a handler guarded in transaction mode
-// ([WithInTransaction]): the one that holds the claim and will store the
+// ([WithInTransaction]): the one that will store the
 // result, so the handler's business write commits with it, or not at all.
 // It reports false outside such a handler or for another TTx.
 func Tx[TTx any](ctx context.Context) (TTx, bool) {

@@ -43,7 +43,7 @@
 // # Two modes
 //
 // With [WithInTransaction] the handler runs inside [claim.Claimer.Do]:
-// [Tx] gives it the transaction that holds the claim, so its business row
+// [Tx] gives it the transaction that stores the record, so its business row
 // and the stored result commit together or not at all. A released response
 // (a 5xx, say) rolls the transaction back. The handler must not make long
 // external calls.

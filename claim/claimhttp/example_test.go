@@ -17,7 +17,7 @@ import (
 )
 
 // The middleware guards POST /orders: the handler inserts the order in the
-// transaction that holds the claim, so a retry replays the stored response
+// transaction that stores the record, so a retry replays the stored response
 // instead of creating a second order. The example runs on PostgreSQL
 // without Redis; add claim.WithRedis in production.
 func ExampleMiddleware() {
