@@ -25,6 +25,14 @@ func (e *env) orders() {
 	}
 }
 
+// wantOrders fails t unless op wrote n orders.
+func (e *env) wantOrders(t *testing.T, op string, n int) {
+	t.Helper()
+	if got := e.orderCount(op); got != n {
+		t.Fatalf("orders of %s = %d, want %d", op, got, n)
+	}
+}
+
 func (e *env) orderCount(op string) int {
 	e.t.Helper()
 	var n int
@@ -62,9 +70,7 @@ func TestClaimer_Do(t *testing.T) {
 						t.Fatalf("retry = %v %q, %v", rep.Kind, rep.Result.Body, err)
 					}
 				}
-				if n := e.orderCount(out.OperationID); n != 1 {
-					t.Fatalf("orders = %d, want 1", n)
-				}
+				e.wantOrders(t, out.OperationID, 1)
 			})
 
 			t.Run("TransientErrorStoresNothingAndFreesTheKey", func(t *testing.T) {

@@ -3,13 +3,18 @@ package claim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/storeapi"
+	"github.com/oncekey/oncekey/lua"
 )
 
 // On PostgreSQL, Do writes the record once, finished, with the COMMIT: a
@@ -49,9 +54,7 @@ func TestClaimer_DoWritesTheRecordAtCommit(t *testing.T) {
 			if n := e.stmts.n.Load(); n != want.replay {
 				t.Fatalf("replay sent %d statements; want %d", n, want.replay)
 			}
-			if n := e.orderCount(out.OperationID); n != 1 {
-				t.Fatalf("orders = %d, want 1", n)
-			}
+			e.wantOrders(t, out.OperationID, 1)
 		})
 	}
 }
@@ -191,12 +194,58 @@ func TestClaimer_DoAfterRedisLostTheKeyReplays(t *testing.T) {
 	if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != string(out.Result.Body) {
 		t.Fatalf("Do after Redis lost the key = %v, %v; want Replayed", rep.Kind, err)
 	}
-	if n := e.orderCount(out.OperationID); n != 1 {
-		t.Fatalf("orders = %d, want 1", n)
-	}
+	e.wantOrders(t, out.OperationID, 1)
 	// Redis has it again.
 	e.stmts.n.Store(0)
 	if rep, err := e.c.Do(t.Context(), r, e.insertOrder); err != nil || !rep.FromCache {
 		t.Fatalf("third Do = %+v, %v; want a replay from Redis", rep, err)
+	}
+}
+
+// lostCommitAck commits Do's write at commit and reports its reply lost.
+type lostCommitAck struct {
+	storeapi.Store[pgx.Tx]
+	cw storeapi.CommitWriter[pgx.Tx]
+}
+
+func (s lostCommitAck) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok fence.Token, fn func(context.Context, pgx.Tx) (durable.State, durable.Result, error)) error {
+	if err := s.cw.InsertAtCommit(ctx, p, tok, fn); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: commit reply lost", durable.ErrUnavailable)
+}
+
+// A write at commit whose COMMIT reply was lost is settled by reading the
+// record: it applied, so Do answers Executed, and a retry replays it.
+func TestClaimer_DoAtCommitLostReplyIsSettledByReading(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{withRedis, withoutRed} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, mode)
+			e.orders()
+			var opts []claim.Option
+			if e.rdb != nil {
+				opts = append(opts, claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second}))
+			}
+			cw, ok := e.store.(storeapi.CommitWriter[pgx.Tx])
+			if !ok {
+				t.Fatal("the PostgreSQL store does not write at commit")
+			}
+			c, err := claim.New[pgx.Tx](lostCommitAck{Store: e.store, cw: cw}, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := req("lost-commit-ack", "v1:a")
+			out, err := c.Do(t.Context(), r, e.insertOrder)
+			if err != nil || out.Kind != claim.Executed {
+				t.Fatalf("Do with its COMMIT reply lost = %v, %v; want Executed (the record shows it applied)", out.Kind, err)
+			}
+			rep, err := e.c.Do(t.Context(), r, e.insertOrder)
+			if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != string(out.Result.Body) {
+				t.Fatalf("retry = %v, %v; want Replayed", rep.Kind, err)
+			}
+			e.wantOrders(t, out.OperationID, 1)
+		})
 	}
 }

@@ -69,9 +69,7 @@ func TestClaimer_DoTxPostgres(t *testing.T) {
 				if mode == withRedis && !rep.FromCache {
 					t.Error("finish did not cache the result in Redis")
 				}
-				if n := e.orderCount(out.OperationID); n != 1 {
-					t.Fatalf("orders = %d, want 1", n)
-				}
+				e.wantOrders(t, out.OperationID, 1)
 			})
 
 			t.Run("RollbackLeavesNothingAndTheRetryRunsAgain", func(t *testing.T) {

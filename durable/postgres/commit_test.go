@@ -34,6 +34,27 @@ func businessTable(t *testing.T, f *fixture) {
 	}
 }
 
+// settled checks that n business rows committed and that every connection
+// went back to the pool.
+func settled(t *testing.T, f *fixture, n int) {
+	t.Helper()
+	if got := businessRows(t, f); len(got) != n {
+		t.Fatalf("business rows = %v; want %d", got, n)
+	}
+	if c := f.pool.Stat().AcquiredConns(); c != 0 {
+		t.Fatalf("%d connections still acquired", c)
+	}
+}
+
+// commitFixture is a store on a fresh schema with a business table, as Do
+// sees it.
+func commitFixture(t *testing.T, o fixtureOpts) (*fixture, storeapi.CommitWriter[pgx.Tx], context.Context) {
+	t.Helper()
+	f := newFixture(t, o)
+	businessTable(t, f)
+	return f, commitWriter(t, f), ctxOf(t)
+}
+
 func businessRows(t *testing.T, f *fixture) []string {
 	t.Helper()
 	rows, err := f.pool.Query(ctxOf(t), `SELECT id FROM business ORDER BY id`)
@@ -65,9 +86,7 @@ func freshToken() fence.Token {
 }
 
 func TestInsertAtCommit_WritesTheFinishedRecordWithTheCommit(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
-	businessTable(t, f)
-	w, ctx := commitWriter(t, f), ctxOf(t)
+	f, w, ctx := commitFixture(t, fixtureOpts{})
 	for _, state := range []durable.State{durable.Completed, durable.Failed} {
 		sc := scope()
 		ref, _ := f.s.Ref(sc)
@@ -100,18 +119,11 @@ func TestInsertAtCommit_WritesTheFinishedRecordWithTheCommit(t *testing.T) {
 			t.Fatalf("Claim after InsertAtCommit = %+v, %v; want the finished record", res, err)
 		}
 	}
-	if got := businessRows(t, f); len(got) != 2 {
-		t.Fatalf("business rows = %v; want both", got)
-	}
-	if n := f.pool.Stat().AcquiredConns(); n != 0 {
-		t.Fatalf("%d connections still acquired", n)
-	}
+	settled(t, f, 2)
 }
 
 func TestInsertAtCommit_ExistingRecordRollsEverythingBack(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
-	businessTable(t, f)
-	w, ctx := commitWriter(t, f), ctxOf(t)
+	f, w, ctx := commitFixture(t, fixtureOpts{})
 
 	// Finished, processing and released records all refuse the insert.
 	finished, processing, released := scope(), scope(), scope()
@@ -136,18 +148,11 @@ func TestInsertAtCommit_ExistingRecordRollsEverythingBack(t *testing.T) {
 			t.Fatalf("record changed: %+v -> %+v", before, after)
 		}
 	}
-	if got := businessRows(t, f); len(got) != 0 {
-		t.Fatalf("business rows = %v; want none (rolled back)", got)
-	}
-	if n := f.pool.Stat().AcquiredConns(); n != 0 {
-		t.Fatalf("%d connections still acquired", n)
-	}
+	settled(t, f, 0)
 }
 
 func TestInsertAtCommit_GenerationBelowTheFloorIsRefused(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
-	businessTable(t, f)
-	w, ctx := commitWriter(t, f), ctxOf(t)
+	f, w, ctx := commitFixture(t, fixtureOpts{})
 	sc := scope()
 	ref, _ := f.s.Ref(sc)
 	// 61 s behind the database's clock: below the floor (60 s), which keeps
@@ -160,9 +165,7 @@ func TestInsertAtCommit_GenerationBelowTheFloorIsRefused(t *testing.T) {
 	if _, err := f.s.Get(ctx, ref); !errors.Is(err, durable.ErrNotFound) {
 		t.Fatalf("Get = %v; want no record", err)
 	}
-	if got := businessRows(t, f); len(got) != 0 {
-		t.Fatalf("business rows = %v; want none", got)
-	}
+	settled(t, f, 0)
 	// The same request at the clock goes through.
 	if err := w.InsertAtCommit(ctx, claimParams(sc, time.Second), freshToken(), write(sc.Key, durable.Completed)); err != nil {
 		t.Fatal(err)
@@ -172,9 +175,7 @@ func TestInsertAtCommit_GenerationBelowTheFloorIsRefused(t *testing.T) {
 // Two transactions of one key: the one that commits first wins, and the
 // other, whose insert waits for it, rolls back with its business write.
 func TestInsertAtCommit_TheTransactionIsTheLease(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
-	businessTable(t, f)
-	w, ctx := commitWriter(t, f), ctxOf(t)
+	f, w, ctx := commitFixture(t, fixtureOpts{})
 
 	t.Run("first commit wins", func(t *testing.T) {
 		sc := scope()
@@ -240,15 +241,11 @@ func TestInsertAtCommit_TheTransactionIsTheLease(t *testing.T) {
 			}
 		})
 	}
-	if got := businessRows(t, f); len(got) != 2 {
-		t.Fatalf("business rows = %v; want the winner's and the one after a rollback", got)
-	}
+	settled(t, f, 2)
 }
 
 func TestInsertAtCommit_FunctionErrorOrPanicRollsBack(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
-	businessTable(t, f)
-	w, ctx := commitWriter(t, f), ctxOf(t)
+	f, w, ctx := commitFixture(t, fixtureOpts{})
 	sc := scope()
 	ref, _ := f.s.Ref(sc)
 	boom := errors.New("boom")
@@ -275,18 +272,11 @@ func TestInsertAtCommit_FunctionErrorOrPanicRollsBack(t *testing.T) {
 	if _, err := f.s.Get(ctx, ref); !errors.Is(err, durable.ErrNotFound) {
 		t.Fatalf("Get = %v; want no record", err)
 	}
-	if got := businessRows(t, f); len(got) != 0 {
-		t.Fatalf("business rows = %v; want none", got)
-	}
-	if n := f.pool.Stat().AcquiredConns(); n != 0 {
-		t.Fatalf("%d connections still acquired", n)
-	}
+	settled(t, f, 0)
 }
 
 func TestInsertAtCommit_LostCommitReplyIsUnknown(t *testing.T) {
-	f := newFixture(t, fixtureOpts{proxy: true})
-	businessTable(t, f)
-	w, ctx := commitWriter(t, f), ctxOf(t)
+	f, w, ctx := commitFixture(t, fixtureOpts{proxy: true})
 	sc := scope()
 	ref, _ := f.s.Ref(sc)
 	tok := freshToken()
@@ -306,15 +296,11 @@ func TestInsertAtCommit_LostCommitReplyIsUnknown(t *testing.T) {
 	if rec, err := f.s.Get(ctx, ref); err != nil || rec.Token != tok || rec.State != durable.Completed {
 		t.Fatalf("Get = %+v, %v; want the committed record", rec, err)
 	}
-	if got := businessRows(t, f); len(got) != 1 {
-		t.Fatalf("business rows = %v; want one", got)
-	}
+	settled(t, f, 1)
 }
 
 func TestInsertAtCommit_InvalidArgumentsWriteNothing(t *testing.T) {
-	f := newFixture(t, fixtureOpts{})
-	businessTable(t, f)
-	w, ctx := commitWriter(t, f), ctxOf(t)
+	f, w, ctx := commitFixture(t, fixtureOpts{})
 	sc := scope()
 	ref, _ := f.s.Ref(sc)
 	ran := false
@@ -357,7 +343,5 @@ func TestInsertAtCommit_InvalidArgumentsWriteNothing(t *testing.T) {
 	if _, err := f.s.Get(ctx, ref); !errors.Is(err, durable.ErrNotFound) {
 		t.Fatalf("Get = %v; want no record", err)
 	}
-	if got := businessRows(t, f); len(got) != 0 {
-		t.Fatalf("business rows = %v; want none", got)
-	}
+	settled(t, f, 0)
 }
