@@ -7,6 +7,7 @@ import (
 	"time"
 
 	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
@@ -129,22 +130,46 @@ func (d *doAttempt[TTx]) run(ctx context.Context, tx TTx) error {
 	if time.Until(d.sent.Add(d.p.Lease)) < c.marginFor(d.p.Lease) {
 		return ErrLeaseExpired
 	}
-	d.result, d.fnErr = d.fn(c.withOperationBaggage(ctx, d.t.opID), tx, Op{ID: d.t.opID, Token: tok})
-	switch {
-	case d.fnErr == nil:
-		d.state = durable.Completed
+	if err := d.call(ctx, tx, tok); err != nil {
+		return err
+	}
+	if d.state == durable.Completed {
 		err = c.store.Complete(ctx, tx, d.t.ref, tok, d.result)
-	case errors.As(d.fnErr, &d.rej):
-		d.state, d.result = durable.Failed, d.rej.Result
+	} else {
 		err = c.store.Fail(ctx, tx, d.t.ref, tok, d.result)
-	default:
-		return d.fnErr
 	}
 	if err != nil {
 		return err
 	}
 	d.committed = true
 	return nil
+}
+
+// call runs fn under tok and keeps its outcome: Completed with its result,
+// Failed with a [Reject]'s, or fn's transient error, returned.
+func (d *doAttempt[TTx]) call(ctx context.Context, tx TTx, tok fence.Token) error {
+	d.result, d.fnErr = d.fn(d.c.withOperationBaggage(ctx, d.t.opID), tx, Op{ID: d.t.opID, Token: tok})
+	switch {
+	case d.fnErr == nil:
+		d.state = durable.Completed
+	case errors.As(d.fnErr, &d.rej):
+		d.state, d.result = durable.Failed, d.rej.Result
+	default:
+		return d.fnErr
+	}
+	return nil
+}
+
+// endTxOnPanic, deferred right after a transaction span starts, ends the
+// span and gives back the Redis lease when fn panics (the store rolled the
+// transaction back), then panics on.
+func (c *Claimer[TTx]) endTxOnPanic(ctx context.Context, txSpan trace.Span, f fast, t *target, p storeapi.ClaimParams) {
+	if v := recover(); v != nil {
+		txSpan.SetStatus(otelcodes.Error, "panic")
+		txSpan.End()
+		c.dropRedisLease(ctx, f, t, p)
+		panic(v)
+	}
 }
 
 func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Context, TTx, Op) (durable.Result, error)) (out Outcome, err error) {
@@ -172,14 +197,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	p = d.p
 
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
-	defer func() {
-		if v := recover(); v != nil {
-			txSpan.SetStatus(otelcodes.Error, "panic")
-			txSpan.End()
-			c.dropRedisLease(ctx, f, &d.t, p)
-			panic(v)
-		}
-	}()
+	defer c.endTxOnPanic(ctx, txSpan, f, &d.t, p)
 	txErr := c.store.InTx(txCtx, d.run)
 	if txErr != nil && txSpan.IsRecording() {
 		txSpan.SetStatus(otelcodes.Error, errWord(txErr))
@@ -256,14 +274,7 @@ func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast
 	d.claimed = storeapi.ClaimResult{Acquired: true, Token: tok, Ref: t.ref}
 
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
-	defer func() {
-		if v := recover(); v != nil {
-			txSpan.SetStatus(otelcodes.Error, "panic")
-			txSpan.End()
-			c.dropRedisLease(ctx, f, t, p)
-			panic(v)
-		}
-	}()
+	defer c.endTxOnPanic(ctx, txSpan, f, t, p)
 	err = c.atCommit.InsertAtCommit(txCtx, p, tok, d.runAtCommit)
 	if txSpan.IsRecording() {
 		switch {
@@ -291,8 +302,7 @@ func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast
 	case d.fnErr != nil && errors.Is(err, d.fnErr):
 		// A duplicate that committed first may be why fn failed (its
 		// business write conflicted with fn's): answer with its result.
-		if rec, gerr := c.store.Get(ctx, t.ref); gerr == nil && rec.State.Finished() && rec.Result != nil &&
-			rec.ExpiresIn > 0 && rec.Fingerprint == p.Fingerprint {
+		if rec, gerr := c.store.Get(ctx, t.ref); gerr == nil && replayable(rec) && rec.Fingerprint == p.Fingerprint {
 			return c.existing(ctx, t, p, f, &rec, d.sent), true, nil
 		}
 		c.dropRedisLease(ctx, f, t, p)
@@ -316,7 +326,7 @@ func (c *Claimer[TTx]) readFirst(ctx context.Context, d *doAttempt[TTx], f fast)
 	case err != nil:
 		c.dropRedisLease(ctx, f, t, p)
 		return Outcome{OperationID: t.opID}, true, false, c.claimErr(ctx, err)
-	case rec.State.Finished() && rec.Result != nil && rec.ExpiresIn > 0:
+	case replayable(rec):
 		if rec.Fingerprint != p.Fingerprint {
 			c.dropRedisLease(ctx, f, t, p)
 			return Outcome{OperationID: t.opID}, true, false, c.claimErr(ctx, durable.ErrMismatch)
@@ -326,18 +336,17 @@ func (c *Claimer[TTx]) readFirst(ctx context.Context, d *doAttempt[TTx], f fast)
 	return Outcome{}, false, false, nil
 }
 
+// replayable reports whether rec, read on its own, answers a retry: finished
+// within its retention (what the claim statement's read-only path replays).
+func replayable(rec durable.Record) bool {
+	return rec.State.Finished() && rec.Result != nil && rec.ExpiresIn > 0
+}
+
 // runAtCommit is the transaction's body of a write at commit: fn, whose
 // outcome becomes the record's state and result.
 func (d *doAttempt[TTx]) runAtCommit(ctx context.Context, tx TTx) (durable.State, durable.Result, error) {
-	tok := d.claimed.Token
-	d.result, d.fnErr = d.fn(d.c.withOperationBaggage(ctx, d.t.opID), tx, Op{ID: d.t.opID, Token: tok})
-	switch {
-	case d.fnErr == nil:
-		d.state = durable.Completed
-	case errors.As(d.fnErr, &d.rej):
-		d.state, d.result = durable.Failed, d.rej.Result
-	default:
-		return "", durable.Result{}, d.fnErr
+	if err := d.call(ctx, tx, d.claimed.Token); err != nil {
+		return "", durable.Result{}, err
 	}
 	d.committed = true
 	return d.state, d.result, nil
