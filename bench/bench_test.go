@@ -342,6 +342,30 @@ func TestReport_CostTargetsAreCeilings(t *testing.T) {
 	}
 }
 
+// A cost with no ceiling is reported, and judged by nothing.
+func TestReport_CostWithoutTargetIsOnlyReported(t *testing.T) {
+	t.Parallel()
+	cfg := config{duration: time.Second, round: time.Second}
+	v := &variant{name: "second-floor", floor: true, costs: []costTarget{{floor: "floor"}}}
+	v.st = stats{ops: 80, elapsed: time.Second, rounds: 1}
+	floor := &variant{name: "floor", floor: true}
+	floor.st = stats{ops: 100, elapsed: time.Second, rounds: 1}
+	rep := newReport(cfg)
+	rep.add(&workload{name: "w", variants: []*variant{v, floor}}, nil)
+	c := rep.Workloads[0].Variants[0].Costs
+	if len(c) != 1 || c[0].Ratio != 1.25 || c[0].AtMost || c[0].Meets != nil || c[0].Target != 0 {
+		t.Fatalf("costs %+v, want ratio 1.25 with no target", c)
+	}
+	var out bytes.Buffer
+	rep.table(&out)
+	if !strings.Contains(out.String(), "costs 1.25× floor") {
+		t.Errorf("table lacks the ratio:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "≤") {
+		t.Errorf("table shows a target for a cost without one:\n%s", out.String())
+	}
+}
+
 func TestReport_Knee(t *testing.T) {
 	t.Parallel()
 	cfg := config{kneeP99: 20 * time.Millisecond, kneeStep: time.Second, kneeRates: []float64{100, 200, 400}}

@@ -55,6 +55,9 @@ type env struct {
 	// insertOrder is the fresh workload's business write: one row of the
 	// run's own orders table, created with the schema.
 	insertOrder string
+	// insertKeyRow is floor-key-row's record: one 32-byte key hash into
+	// the run's key_rows table.
+	insertKeyRow string
 
 	withRedis *claim.Claimer[pgx.Tx] // Redis in front
 	noRedis   *claim.Claimer[pgx.Tx] // PostgreSQL only
@@ -124,6 +127,12 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return e, fmt.Errorf("bench: orders table: %w", err)
 	}
 	e.insertOrder = "INSERT INTO " + e.schema + ".orders (id, amount) VALUES ($1, $2)"
+	// floor-key-row's record: the least a durable record can be, a 32-byte
+	// key as the primary key.
+	if _, err := e.pool.Exec(cctx, "CREATE TABLE "+e.schema+".key_rows (key_hash bytea PRIMARY KEY)"); err != nil {
+		return e, fmt.Errorf("bench: key rows table: %w", err)
+	}
+	e.insertKeyRow = "INSERT INTO " + e.schema + ".key_rows (key_hash) VALUES ($1)"
 	// The storm's effects: no unique constraint, so a second committed
 	// execution of one operation shows as a second row.
 	if _, err := e.pool.Exec(cctx, "CREATE TABLE "+e.schema+".storm_effects (variant text NOT NULL, op text NOT NULL)"); err != nil {

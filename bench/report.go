@@ -74,12 +74,12 @@ type variantReport struct {
 
 // costReport is a cost comparison: Ratio is the PerSecond of Vs over the
 // variant's, how many times more a request of the variant costs than one
-// of the floor Vs. Its Target is a ceiling (AtMost): Meets when Ratio ≤
-// Target.
+// of the floor Vs. Its Target, when set, is a ceiling (AtMost): Meets when
+// Ratio ≤ Target. Without a target the ratio is reported only.
 type costReport struct {
 	Vs     string  `json:"vs"`
 	Ratio  float64 `json:"ratio,omitempty"`
-	Target float64 `json:"target"`
+	Target float64 `json:"target,omitempty"`
 	AtMost bool    `json:"at_most"`
 	Meets  *bool   `json:"meets,omitempty"`
 }
@@ -112,7 +112,7 @@ func (rep *report) add(w *workload, extras []extra) {
 			Seconds: s.elapsed.Seconds(), Vs: v.vs, Target: v.target, Outcomes: map[string]int64{},
 			BreakerOpened: s.counts.opens}
 		for _, c := range v.costs {
-			vr.Costs = append(vr.Costs, costReport{Vs: c.floor, Target: c.atMost, AtMost: true})
+			vr.Costs = append(vr.Costs, costReport{Vs: c.floor, Target: c.atMost, AtMost: c.atMost > 0})
 		}
 		if s.firstErr != nil {
 			vr.FirstError = s.firstErr.Error()
@@ -150,7 +150,9 @@ func (rep *report) add(w *workload, extras []extra) {
 			c := &vr.Costs[j]
 			if base := rate[c.Vs]; base > 0 && vr.PerSecond > 0 {
 				c.Ratio = base / vr.PerSecond
-				c.Meets = boolp(c.Ratio <= c.Target)
+				if c.Target > 0 {
+					c.Meets = boolp(c.Ratio <= c.Target)
+				}
 			}
 		}
 		if vr.Errors > 0 {

@@ -77,7 +77,8 @@ type variant struct {
 
 // costTarget compares a variant to a floor by cost: the floor's throughput
 // over the variant's, how many times more a request of the variant costs.
-// The target is a ceiling: the ratio must stay at or under atMost.
+// The target is a ceiling: the ratio must stay at or under atMost; with
+// atMost 0 the ratio is reported, with no target.
 type costTarget struct {
 	floor  string
 	atMost float64
