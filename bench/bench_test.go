@@ -452,8 +452,8 @@ func TestRun_Smoke(t *testing.T) {
 	for _, w := range rep.Workloads {
 		for _, v := range w.Variants {
 			for _, c := range v.Costs {
-				if c.Meets == nil || c.Ratio <= 0 {
-					t.Errorf("%s/%s: cost vs %s not judged: %+v", w.Name, v.Name, c.Vs, c)
+				if c.Ratio <= 0 || (c.Meets == nil) != (c.Target == 0) {
+					t.Errorf("%s/%s: cost vs %s not measured, or judged without a target or not with one: %+v", w.Name, v.Name, c.Vs, c)
 				}
 			}
 		}

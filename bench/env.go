@@ -55,6 +55,9 @@ type env struct {
 	// insertOrder is the fresh workload's business write: one row of the
 	// run's own orders table, created with the schema.
 	insertOrder string
+	// pkOnlyTable is the record's table with its primary key alone
+	// (floor-sql-pk-only).
+	pkOnlyTable string
 	// insertKeyRow is floor-key-row's record: one 32-byte key hash into
 	// the run's key_rows table.
 	insertKeyRow string
@@ -118,6 +121,7 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return e, err
 	}
 	e.table = e.schema + ".idempotency_requests"
+	e.pkOnlyTable = e.schema + ".record_pk_only"
 	// Registered before Migrate: a half-made schema is dropped too.
 	e.closers = append(e.closers, e.dropSchema)
 	if err := postgres.Migrate(cctx, e.pool, postgres.WithSchema(e.schema)); err != nil {
@@ -127,6 +131,12 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return e, fmt.Errorf("bench: orders table: %w", err)
 	}
 	e.insertOrder = "INSERT INTO " + e.schema + ".orders (id, amount) VALUES ($1, $2)"
+	// floor-sql-pk-only's table: the record's columns with its primary key
+	// alone (no secondary index, no CHECK constraint).
+	if _, err := e.pool.Exec(cctx, "CREATE TABLE "+e.pkOnlyTable+" (LIKE "+e.table+
+		" INCLUDING DEFAULTS, PRIMARY KEY (tenant_id, operation, key_hash))"); err != nil {
+		return e, fmt.Errorf("bench: primary-key-only table: %w", err)
+	}
 	// floor-key-row's record: the least a durable record can be, a 32-byte
 	// key as the primary key.
 	if _, err := e.pool.Exec(cctx, "CREATE TABLE "+e.schema+".key_rows (key_hash bytea PRIMARY KEY)"); err != nil {

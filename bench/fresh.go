@@ -57,7 +57,8 @@ func freshWorkload(e *env, f *floors) *workload {
 		name: "fresh",
 		about: "unique keys, business INSERT then the finished record with the COMMIT, in one transaction (Do); " +
 			"floors: the library's BEGIN and record INSERT (pipelined with COMMIT) and the business INSERT issued with pgx " +
-			"(floor-sql); the same with a bare 32-byte key row instead of the record (floor-key-row); " +
+			"(floor-sql); the same into a copy of the record's table with its primary key alone (floor-sql-pk-only); " +
+			"the same with a bare 32-byte key row instead of the record (floor-key-row); " +
 			"and BEGIN, the INSERT, COMMIT with no idempotency at all (floor-business-tx)",
 		variants: []*variant{
 			{name: "library", vs: "floor-sql", target: 0.85, open: true,
@@ -74,6 +75,11 @@ func freshWorkload(e *env, f *floors) *workload {
 				costs: []costTarget{{floor: "floor-business-tx"}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.fresh(ctx, r.key(i))
+				}},
+			{name: "floor-sql-pk-only", floor: true,
+				costs: []costTarget{{floor: "floor-business-tx"}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.pkOnly(ctx, r.key(i))
 				}},
 			{name: "floor-key-row", floor: true,
 				costs: []costTarget{{floor: "floor-business-tx"}},
