@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
@@ -61,7 +62,7 @@ func (s *store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (s
 		p.Lease.Microseconds(), p.Retention.Microseconds(), digest[:])
 	for range 3 {
 		var (
-			gen             *int64
+			gen             pgtype.Int8
 			takeover, exist bool
 			raw             rawRecord
 		)
@@ -72,9 +73,9 @@ func (s *store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (s
 			}
 			return res, translate("claim", err)
 		}
-		if gen != nil {
+		if gen.Valid {
 			res.Acquired = true
-			res.Token = fence.Token{Generation: uint64(*gen), Owner: p.Owner}
+			res.Token = fence.Token{Generation: uint64(gen.Int64), Owner: p.Owner}
 			res.Takeover = takeover
 			res.Restarted = !takeover && exist
 			return res, nil

@@ -160,25 +160,27 @@ func refArgs(ref durable.Ref) []any {
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 // rawRecord receives a record's columns (recCols), all nullable because the
-// claim statement returns them from an outer join.
+// claim statement returns them from an outer join. The pgtype value types
+// take a NULL without a pointer, so a row is scanned without an allocation
+// per column.
 type rawRecord struct {
-	tenant, operation *string
+	tenant, operation pgtype.Text
 	keyHash           []byte
-	fingerprint       *string
-	state             *string
-	generation        *int64
+	fingerprint       pgtype.Text
+	state             pgtype.Text
+	generation        pgtype.Int8
 	owner             pgtype.UUID
-	leaseUs           *int64
-	status            *int32
+	leaseUs           pgtype.Int8
+	status            pgtype.Int4
 	headers           []byte // jsonb: the lossy copy, read only without headersBin
 	headersBin, body  []byte
-	version           *int32
-	resourceID        *string
-	takeovers         *int32
-	created           *time.Time
-	completed         *time.Time
-	expires           *time.Time
-	expiresUs         *int64
+	version           pgtype.Int4
+	resourceID        pgtype.Text
+	takeovers         pgtype.Int4
+	created           pgtype.Timestamptz
+	completed         pgtype.Timestamptz
+	expires           pgtype.Timestamptz
+	expiresUs         pgtype.Int8
 }
 
 func (r *rawRecord) targets() []any {
@@ -187,40 +189,32 @@ func (r *rawRecord) targets() []any {
 		&r.created, &r.completed, &r.expires, &r.expiresUs}
 }
 
-func (r *rawRecord) valid() bool { return r.tenant != nil }
-
-func deref[T any](p *T) T {
-	var z T
-	if p == nil {
-		return z
-	}
-	return *p
-}
+func (r *rawRecord) valid() bool { return r.tenant.Valid }
 
 func (r *rawRecord) record() (durable.Record, error) {
 	var rec durable.Record
-	rec.Ref.Tenant, rec.Ref.Operation = deref(r.tenant), deref(r.operation)
+	rec.Ref.Tenant, rec.Ref.Operation = r.tenant.String, r.operation.String
 	if len(r.keyHash) != len(rec.Ref.KeyHash) {
 		return rec, fmt.Errorf("durable/postgres: corrupt record: key hash of %d bytes", len(r.keyHash))
 	}
 	copy(rec.Ref.KeyHash[:], r.keyHash)
-	rec.Fingerprint = deref(r.fingerprint)
-	rec.State = durable.State(deref(r.state))
+	rec.Fingerprint = r.fingerprint.String
+	rec.State = durable.State(r.state.String)
 	if !rec.State.Valid() {
 		return rec, fmt.Errorf("durable/postgres: corrupt record: state %q", rec.State)
 	}
-	rec.Token.Generation = uint64(deref(r.generation))
+	rec.Token.Generation = uint64(r.generation.Int64)
 	if r.owner.Valid {
 		rec.Token.Owner = r.owner.Bytes
 	}
 	rec.Released = rec.State == durable.Processing && !r.owner.Valid
-	rec.LeaseRemaining = time.Duration(deref(r.leaseUs)) * time.Microsecond
+	rec.LeaseRemaining = time.Duration(r.leaseUs.Int64) * time.Microsecond
 	if rec.State.Finished() {
 		res := &durable.Result{
-			StatusCode: int(deref(r.status)),
+			StatusCode: int(r.status.Int32),
 			Body:       r.body,
-			Version:    int(deref(r.version)),
-			ResourceID: deref(r.resourceID),
+			Version:    int(r.version.Int32),
+			ResourceID: r.resourceID.String,
 		}
 		if res.Body == nil {
 			res.Body = []byte{}
@@ -240,11 +234,11 @@ func (r *rawRecord) record() (durable.Record, error) {
 		}
 		rec.Result = res
 	}
-	rec.Takeovers = int(deref(r.takeovers))
-	rec.CreatedAt = deref(r.created)
-	rec.CompletedAt = deref(r.completed)
-	rec.ExpiresAt = deref(r.expires)
-	rec.ExpiresIn = time.Duration(deref(r.expiresUs)) * time.Microsecond
+	rec.Takeovers = int(r.takeovers.Int32)
+	rec.CreatedAt = r.created.Time
+	rec.CompletedAt = r.completed.Time
+	rec.ExpiresAt = r.expires.Time
+	rec.ExpiresIn = time.Duration(r.expiresUs.Int64) * time.Microsecond
 	return rec, nil
 }
 
