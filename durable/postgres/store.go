@@ -253,10 +253,16 @@ func (s *store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error
 func (s *store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Record, error) {
 	var raw rawRecord
 	if err := q.QueryRow(ctx, s.q.get, refArgs(ref)...).Scan(raw.targets()...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return durable.Record{}, errGetNotFound // the common answer before a fresh Do: not built per call
+		}
 		return durable.Record{}, translate("get", err)
 	}
 	return raw.record()
 }
+
+// errGetNotFound is translate("get", pgx.ErrNoRows).
+var errGetNotFound = fmt.Errorf("durable/postgres: get: %w", durable.ErrNotFound)
 
 // Operation reads the record whose operation identity has digest, within
 // tenant: one read by the operation index (on a table WithPartitions, one
