@@ -204,7 +204,11 @@ func TestStore_InTxSetsTimeoutsLocally(t *testing.T) {
 // 55P03), and only until idle_in_transaction_session_timeout ends the
 // paused session; then a new owner acquires.
 func TestStore_PausedTransactionDoesNotBlockForever(t *testing.T) {
-	opts := []postgres.Option{postgres.WithLockTimeout(100 * time.Millisecond), postgres.WithIdleInTxTimeout(600 * time.Millisecond)}
+	// The idle timeout must outlast the step from the pause to the first
+	// claim below on a loaded machine (600ms did not, once, under -race
+	// with the model checker running).
+	const idle = 2 * time.Second
+	opts := []postgres.Option{postgres.WithLockTimeout(100 * time.Millisecond), postgres.WithIdleInTxTimeout(idle)}
 	for _, tc := range []struct {
 		name         string
 		unconfigured bool
@@ -252,12 +256,14 @@ func TestStore_PausedTransactionDoesNotBlockForever(t *testing.T) {
 			if err := <-held; err != nil {
 				t.Fatal(err)
 			}
+			paused := time.Now()
 
 			// While the paused transaction lives: bounded by lock_timeout.
 			_, err := f.s.Claim(ctx, nil, claimParams(sc, time.Hour))
 			var pgErr *pgconn.PgError
 			if !errors.Is(err, durable.ErrUnavailable) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
-				t.Fatalf("claim behind a paused transaction = %v; want ErrUnavailable wrapping lock_timeout (55P03)", err)
+				t.Fatalf("claim behind a paused transaction (%v after the pause; idle timeout %v) = %v; want ErrUnavailable wrapping lock_timeout (55P03)",
+					time.Since(paused).Round(time.Millisecond), idle, err)
 			}
 			// Then the server ends the idle session and a new owner acquires.
 			deadline := time.Now().Add(20 * time.Second)
