@@ -247,15 +247,16 @@ func (f *floors) pkOnly(ctx context.Context, key string) (outcome, error) {
 }
 
 // keyRow is the least a durable record in the business transaction can
-// cost: BEGIN, the order INSERT, then an INSERT of the key's 32-byte hash
-// into a table with that as its primary key and nothing else, and COMMIT,
-// the last two in one pipeline as Do sends them. Between it and
+// cost: the library's BEGIN, the order INSERT, then an INSERT of the key's
+// 32-byte hash into a table with that as its primary key and nothing else,
+// and COMMIT, the last two in one pipeline as Do sends them: floor-sql with
+// only the record changed. Between it and
 // floor-sql is what the library's record itself costs the database (its
 // columns and indexes); between it and floor-business-tx, what any record
 // written with the business write costs.
 func (f *floors) keyRow(ctx context.Context, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
-	return f.orderThenCommit(ctx, key, "begin", f.e.insertKeyRow, h[:])
+	return f.orderThenCommit(ctx, key, f.beginSQL, f.e.insertKeyRow, h[:])
 }
 
 // orderThenCommit runs begin, the order INSERT, then sql with args and
