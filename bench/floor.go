@@ -231,9 +231,7 @@ func emptyWrite(context.Context, pgx.Tx, claim.Op) (durable.Result, error) { ret
 // then its record INSERT and COMMIT in one pipeline, with pgx and nothing
 // else: what Do sends PostgreSQL for a key Redis says is new.
 func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
-	h := sha256.Sum256([]byte(key))
-	return f.orderThenCommit(ctx, key, f.beginSQL, f.insertSQL,
-		f.insertArgs(h[:], time.Now().Add(-30*time.Second).UnixMilli(), uuid.New())...)
+	return f.record(ctx, key, f.insertSQL)
 }
 
 // pkOnly is floor-sql without the record's secondary indexes and CHECK
@@ -241,8 +239,15 @@ func (f *floors) fresh(ctx context.Context, key string) (outcome, error) {
 // of its table that has its primary key alone. Between it and floor-sql is
 // what those indexes cost a fresh request.
 func (f *floors) pkOnly(ctx context.Context, key string) (outcome, error) {
+	return f.record(ctx, key, f.pkOnlySQL)
+}
+
+// record runs the library's BEGIN, the order INSERT, then insert (the
+// library's record INSERT, into its table or another) with the arguments Do
+// sends without Redis, and COMMIT.
+func (f *floors) record(ctx context.Context, key, insert string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
-	return f.orderThenCommit(ctx, key, f.beginSQL, f.pkOnlySQL,
+	return f.orderThenCommit(ctx, key, f.beginSQL, insert,
 		f.insertArgs(h[:], time.Now().Add(-30*time.Second).UnixMilli(), uuid.New())...)
 }
 
