@@ -18,7 +18,6 @@ import (
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/internal/txmark"
-	"github.com/oncekey/oncekey/lua"
 )
 
 func TestClaimer_Outcomes(t *testing.T) {
@@ -180,14 +179,7 @@ func TestClaimer_StoreDownFailsClosed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var opts []claim.Option
-			if e.rdb != nil {
-				opts = append(opts, claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix}))
-			}
-			c, err := claim.New[pgx.Tx](down, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := e.newClaimer(down)
 			ran := false
 			r := req("k-down", "v1:a")
 			if _, err := c.Claim(t.Context(), r); !errors.Is(err, claim.ErrUnavailable) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/storeapi"
-	"github.com/oncekey/oncekey/lua"
 )
 
 // On PostgreSQL, Do writes the record once, finished, with the COMMIT: a
@@ -224,18 +222,11 @@ func TestClaimer_DoAtCommitLostReplyIsSettledByReading(t *testing.T) {
 			t.Parallel()
 			e := setup(t, mode)
 			e.orders()
-			var opts []claim.Option
-			if e.rdb != nil {
-				opts = append(opts, claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second}))
-			}
 			cw, ok := e.store.(storeapi.CommitWriter[pgx.Tx])
 			if !ok {
 				t.Fatal("the PostgreSQL store does not write at commit")
 			}
-			c, err := claim.New[pgx.Tx](lostCommitAck{Store: e.store, cw: cw}, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := e.newClaimer(lostCommitAck{Store: e.store, cw: cw})
 			r := req("lost-commit-ack", "v1:a")
 			out, err := c.Do(t.Context(), r, e.insertOrder)
 			if err != nil || out.Kind != claim.Executed {

@@ -53,14 +53,7 @@ func TestLease_KeepAliveCancelsBeforeATakeoverIsPossible(t *testing.T) {
 			const lease = 1200 * time.Millisecond
 			e := setup(t, mode, claim.WithLease(lease))
 			st := &slowRenew{Store: e.store, delay: lease / 10, refuse: true}
-			opts := []claim.Option{claim.WithLease(lease)}
-			if e.rdb != nil {
-				opts = append(opts, claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second}))
-			}
-			first, err := claim.New[pgx.Tx](st, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			first := e.newClaimer(st, claim.WithLease(lease))
 			r := req("k-expiring", "v1:a")
 			out := mustClaim(t, first, r, claim.Acquired)
 			work, stop := out.Lease.KeepAlive(context.WithoutCancel(t.Context()))

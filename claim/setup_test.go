@@ -104,6 +104,20 @@ func setup(t *testing.T, mode string, opts ...claim.Option) *env {
 	return e
 }
 
+// newClaimer returns a Claimer over st, with the env's Redis in front as
+// setup puts it (none without Redis), and opts.
+func (e *env) newClaimer(st durable.Store[pgx.Tx], opts ...claim.Option) *claim.Claimer[pgx.Tx] {
+	e.t.Helper()
+	if e.rdb != nil {
+		opts = append([]claim.Option{claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second})}, opts...)
+	}
+	c, err := claim.New[pgx.Tx](st, opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
 func req(key, fp string) claim.Request {
 	return claim.Request{Scope: durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: key}, Fingerprint: fp}
 }
