@@ -17,15 +17,19 @@ import (
 //
 // It returns an error matching [durable.ErrNotFound] for an id that is
 // malformed or unknown, that the sweeper deleted, or that belongs to
-// another tenant: the answer never tells whether another tenant has that
-// operation. [ErrUnavailable] when the store cannot be reached.
+// another tenant, and for a tenant no record can have (one that
+// [durable.Scope.Validate] refuses: empty, not valid UTF-8, a control
+// character, over 512 bytes), which is not sent to the store: the answer
+// never tells whether another tenant has that operation, and bad input is
+// answered like an unknown operation. [ErrUnavailable] when the store
+// cannot be reached.
 //
 // The record carries the stored identity of the scope (tenant, operation,
 // key hash) and the fingerprint: show a caller only what it may see (the
 // Operations handler of package claimhttp shows neither).
 func (c *Claimer[TTx]) Operation(ctx context.Context, tenant, id string) (durable.Record, error) {
 	digest, ok := parseOperationID(id)
-	if !ok || tenant == "" {
+	if !ok || !validTenant(tenant) {
 		return durable.Record{}, fmt.Errorf("claim: operation: %w", durable.ErrNotFound)
 	}
 	rec, err := c.store.Operation(ctx, tenant, digest)
@@ -37,6 +41,12 @@ func (c *Claimer[TTx]) Operation(ctx context.Context, tenant, id string) (durabl
 		return durable.Record{}, fmt.Errorf("claim: operation: %w", durable.ErrNotFound)
 	}
 	return rec, nil
+}
+
+// validTenant reports whether tenant passes the tenant rules of
+// [durable.Scope.Validate], the only tenants a record can be claimed for.
+func validTenant(tenant string) bool {
+	return durable.Scope{Tenant: tenant, Operation: "o", Key: "k"}.Validate() == nil
 }
 
 // parseOperationID returns the digest of an operation identity, "op_"

@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/oncekey/oncekey/claim"
@@ -48,6 +49,12 @@ func TestClaimer_Operation(t *testing.T) {
 				{"another tenant", "globex", id},
 				{"the other way round", "acme", oout.OperationID},
 				{"an empty tenant", "", id},
+				// Not valid UTF-8, a control character, too long: no
+				// record can have them, answered like an unknown id
+				// (PostgreSQL refused the first as text, issue 27 #8).
+				{"a tenant not valid UTF-8", "acme\xff", id},
+				{"a tenant with a NUL", "ac\x00me", id},
+				{"a tenant over 512 bytes", strings.Repeat("a", 513), id},
 				{"no prefix", "acme", id[3:]},
 				{"truncated", "acme", id[:len(id)-1]},
 				{"non-canonical spelling", "acme", id[:len(id)-1] + nonCanonical(id[len(id)-1])},

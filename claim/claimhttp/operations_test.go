@@ -197,3 +197,33 @@ func TestOperations_UncertainAndReleased(t *testing.T) {
 		t.Errorf("nil tenant: %v; want ErrConfig", err)
 	}
 }
+
+// A tenant no record can have (not valid UTF-8, a control character) gets
+// the 404 of an unknown operation, not a 500 from the store (issue 27 #8):
+// bad input, answered without telling anything about the id.
+func TestOperations_InvalidTenantIsNotFound(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{})
+	h := withOperations(t, f)
+	ctx := t.Context()
+	out, err := f.c.Claim(ctx, claim.Request{Scope: durable.Scope{Tenant: "acme", Operation: "POST /jobs", Key: "bad-tenant-1"}, Fingerprint: "v1:x"})
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatalf("claim: %v %v", out.Kind, err)
+	}
+	if err := out.Lease.Complete(ctx, durable.Result{StatusCode: 201}); err != nil {
+		t.Fatal(err)
+	}
+	loc := "/operations/" + out.OperationID
+	decodeOp(t, getOp(t, h, "acme", loc)) // the operation exists for its tenant
+	unknown := getOp(t, h, "acme", "/operations/op_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+	wantProblem(t, unknown, http.StatusNotFound, "about:blank", "")
+	for _, tenant := range []string{"acme\xff", "\xc3\x28", "ac\x01me", "acme\u0085"} {
+		for _, path := range []string{loc, "/operations/op_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"} {
+			w := getOp(t, h, tenant, path)
+			wantProblem(t, w, http.StatusNotFound, "about:blank", "")
+			if w.Body.String() != unknown.Body.String() {
+				t.Errorf("tenant %q, %s: 404 %s differs from an unknown id's %s", tenant, path, w.Body, unknown.Body)
+			}
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
 )
@@ -276,5 +277,52 @@ func TestAsync_RetryTakesOverAndRejectIsFailed(t *testing.T) {
 	rec := e.waitState("acme", out.OperationID, durable.Failed)
 	if rec.Result.StatusCode != 409 || rec.Token.Generation <= out.Lease.Token().Generation {
 		t.Fatalf("failed record: %d generation %d (first %d)", rec.Result.StatusCode, rec.Token.Generation, out.Lease.Token().Generation)
+	}
+}
+
+// A tenant no record can have (not valid UTF-8, a control character):
+// the handler answers 401 as without a tenant, inserting nothing (it
+// answered 400 "key invalid" before), and the operation resource 404 as
+// for an unknown operation (500 before, issue 27 #8).
+func TestAsync_InvalidTenant(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2*time.Second)
+	cl := e.client(false)
+	h, err := e.runner.Handler(cl, "POST /deploys", tenantOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := claimhttp.Operations(e.c, tenantOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const body = `{"service":"api","version":"1.2.3"}`
+	first := post(h, "acme", "dep-bad-tenant", body)
+	loc := first.Header().Get("Location")
+	if first.Code != http.StatusAccepted || !strings.HasPrefix(loc, "/operations/op_") {
+		t.Fatalf("first = %d Location %q; want 202 /operations/op_...", first.Code, loc)
+	}
+	get := func(tenant, path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r.Header.Set("X-Tenant", tenant)
+		w := httptest.NewRecorder()
+		ops.ServeHTTP(w, r)
+		return w
+	}
+	unknown := get("acme", "/operations/op_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+	if unknown.Code != http.StatusNotFound {
+		t.Fatalf("unknown operation = %d %s; want 404", unknown.Code, unknown.Body)
+	}
+	for _, tenant := range []string{"acme\xff", "ac\x01me"} {
+		if w := post(h, tenant, "dep-bad-tenant-2", body); w.Code != http.StatusUnauthorized ||
+			!strings.Contains(w.Body.String(), claimclient.ProblemUnidentified) {
+			t.Errorf("POST with tenant %q = %d %s; want 401 %s", tenant, w.Code, w.Body, claimclient.ProblemUnidentified)
+		}
+		if w := get(tenant, loc); w.Code != http.StatusNotFound || w.Body.String() != unknown.Body.String() {
+			t.Errorf("GET with tenant %q = %d %s; want the 404 of an unknown operation %s", tenant, w.Code, w.Body, unknown.Body)
+		}
+	}
+	if n := e.jobs(); n != 1 {
+		t.Fatalf("jobs = %d; want 1 (nothing inserted for a bad tenant)", n)
 	}
 }

@@ -27,7 +27,8 @@ import (
 //	  being reconciled (uncertain)
 //	same key once finished              the stored status, headers and body, Idempotent-Replayed: true
 //	same key, another request           422 problem (ProblemKeyReused)
-//	no or bad key                       400 problem; no tenant 401; body over WithMaxBody 413
+//	no or bad key                       400 problem; no tenant, or one no record can have
+//	                                    (durable.Scope.Validate), 401; body over WithMaxBody 413
 //	store unreachable                   503 problem, Retry-After
 //
 // Serve the Location with claimhttp.Operations. Problems and the 202 body
@@ -62,7 +63,11 @@ func (h *handler[TTx]) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	tenant, err := h.tenant(req)
-	if err != nil || tenant == "" {
+	if err != nil || tenant == "" || (durable.Scope{Tenant: tenant, Operation: h.operation, Key: key}).Validate() != nil {
+		// A tenant no record can have (not valid UTF-8, a control
+		// character, too long: durable.Scope.Validate) identifies nobody:
+		// 401 as without one, not the 400 of a bad key, which blamed the
+		// client's key for the tenant function's answer.
 		problem(w, http.StatusUnauthorized, claimclient.ProblemUnidentified, "Caller not identified", 0)
 		return
 	}
