@@ -54,6 +54,7 @@ type config struct {
 	logger      *slog.Logger
 	statsMaxAge time.Duration
 	sweepBatch  int
+	atCommit    bool // WithWriteAtCommit
 }
 
 // WithRedis puts Redis in front of the durable store, through the scripts of
@@ -163,6 +164,33 @@ func WithStartMargin(d time.Duration) Option {
 	}
 }
 
+// WithWriteAtCommit makes [Claimer.Do] on PostgreSQL run fn before anything
+// claims the key and insert the record, finished, in the round trip of the
+// COMMIT. Use it only for fn that is pure writes in its tx (no log line,
+// metric or call outside tx that must not repeat).
+//
+// The trade-off: fn's writes in tx still commit once per key (a duplicate's
+// insert waits for the winner's transaction and rolls back with everything
+// its fn wrote, then replays), but fn itself runs for duplicates Redis did
+// not stop: every duplicate in flight while Redis is down, frozen or
+// without it, every retry after Redis lost the key, a request whose payload
+// then mismatches, a request for a key another worker's [Lease] holds, and
+// every replay of a result too large for Redis to cache. In a storm of
+// duplicates the business work is multiplied by them. What it saves is the
+// claim's round trip on a fresh key and the row's update at completion (one
+// INSERT at COMMIT instead of a claim, then an UPDATE).
+//
+// Without it (the default) Do claims first: the durable claim is the
+// transaction's first statement, so fn runs at most once per record life.
+// On a store that cannot write at commit (durable/sqlite) the option has no
+// effect.
+func WithWriteAtCommit() Option {
+	return func(cfg *config) error {
+		cfg.atCommit = true
+		return nil
+	}
+}
+
 // WithMeterProvider records metrics (names under "oncekey.") with mp.
 // Defaults to no metrics.
 func WithMeterProvider(mp metric.MeterProvider) Option {
@@ -193,8 +221,9 @@ func WithLogger(l *slog.Logger) Option {
 type Claimer[TTx any] struct {
 	store   storeapi.Store[TTx]
 	scripts *fastpath.Scripts // nil without Redis
-	// atCommit is store when it can write Do's record at commit
-	// (durable/postgres); nil otherwise (Do claims first).
+	// atCommit is store when [WithWriteAtCommit] asked for Do's record to
+	// be written at commit and the store can (durable/postgres); nil
+	// otherwise (Do claims first).
 	atCommit storeapi.CommitWriter[TTx]
 	// evictionChecked is set once the maxmemory-policy check has run.
 	evictionChecked atomic.Bool
@@ -246,7 +275,9 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 		}
 	}
 	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger, tr: newTracer(cfg.tracer)}
-	c.atCommit, _ = store.(storeapi.CommitWriter[TTx])
+	if cfg.atCommit {
+		c.atCommit, _ = store.(storeapi.CommitWriter[TTx])
+	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

@@ -23,13 +23,13 @@ type Op struct {
 	// ID is the stable identity of the logical operation: use it as the
 	// idempotency key of any downstream call.
 	ID string
-	// Token is the fencing token of this execution. On PostgreSQL, Do's
-	// token becomes the record's only if fn's transaction commits: fn may
-	// run for a duplicate whose token is never stored (see Do). Use it for
-	// writes in the transaction; do not present it to a fence outside it
-	// (a higher generation that never held the key could shut out the one
-	// that does). Work that calls other systems belongs in [Claimer.Claim]
-	// and a [Lease].
+	// Token is the fencing token of this execution: the record's, held
+	// by the claim that opened fn's transaction. With [WithWriteAtCommit]
+	// it is only a proposal, stored if fn's transaction commits: fn may
+	// then run for a duplicate whose token is never stored, and two
+	// duplicates in flight may see the same generation; do not present it
+	// to a fence outside the transaction then. Work that calls other
+	// systems belongs in [Claimer.Claim] and a [Lease].
 	Token fence.Token
 }
 
@@ -47,24 +47,18 @@ type Op struct {
 //     stored, the key is free, and Do returns the error;
 //   - a panic: the transaction rolls back, the key is free, Do re-panics.
 //
-// On PostgreSQL the transaction is the lease: fn runs first, and the record
-// is inserted, finished, in the round trip of the COMMIT (a fresh key costs
-// the business transaction plus that INSERT, and one read when Redis did
-// not answer). A concurrent duplicate's insert waits for the winner's
-// transaction and fails once it commits: the duplicate rolls back with
-// everything its fn wrote and replays the stored result (so does a
-// duplicate whose fn failed on the winner's write, a unique business key).
-// fn's writes in tx therefore commit once per key, but fn itself can run
-// for a duplicate Redis did not stop: two requests in flight together while
-// Redis is down, or a retry after Redis lost the key (a failover, an
-// eviction). Keep fn to writes in tx; anything it does outside (a log line,
-// a metric, a call) may happen for a request that then replays, and two
-// duplicates in flight may see the same Op.Token.Generation. When Redis did
-// not answer, a read first keeps a key the database knows from running fn:
-// a finished record replays, and a record in any other state (held by a
-// [Lease], uncertain, released) is claimed as below. On SQLite, and for a
-// record that exists, Do claims first: the claim, fn and the completion in
-// one transaction, with concurrent duplicates waiting on the claimed row.
+// Do claims first: the durable claim is the first statement of the
+// transaction, then fn runs, then the record is completed, and all of it
+// commits together. A concurrent duplicate's claim waits on the claimed
+// row and, once the winner commits, replays its result; a key another
+// worker's [Lease] holds is answered InProgress, another payload
+// ErrMismatch, without running fn. So fn runs at most once per record life
+// (a run whose transaction rolled back leaves nothing, and the retry runs
+// it again), also when Redis is down, frozen or lost the key, and for a
+// result too large for Redis to cache. [WithWriteAtCommit] trades this, on
+// PostgreSQL, for fewer round trips on a fresh key: fn first, the record
+// inserted at COMMIT, and fn run again for the duplicates Redis did not
+// stop (see the option).
 //
 // fn must not make long external calls: the transaction holds locks (the
 // business rows, the claimed row) that concurrent duplicates wait on. Use
@@ -245,8 +239,8 @@ func (c *Claimer[TTx]) commitLost(ctx context.Context, d *doAttempt[TTx], f fast
 // falls back to claiming first.
 const atCommitLag = 30 * time.Second
 
-// doAtCommit is Do's first path on a store that writes the record at commit
-// (durable/postgres): fn runs in a transaction that holds nothing of the
+// doAtCommit is Do's first path with [WithWriteAtCommit] on a store that
+// writes the record at commit (durable/postgres): fn runs in a transaction that holds nothing of the
 // record, and the record is inserted, finished, in the round trip of the
 // COMMIT. The transaction is the lease: a concurrent duplicate's insert
 // waits for it and fails once it commits, rolling back with its business

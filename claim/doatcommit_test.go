@@ -15,7 +15,7 @@ import (
 	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
-// On PostgreSQL, Do writes the record once, finished, with the COMMIT: a
+// On PostgreSQL with WithWriteAtCommit, Do writes the record once, finished, with the COMMIT: a
 // fresh operation costs BEGIN, the business write and INSERT+COMMIT (plus
 // one read when Redis did not answer), and a replay the database answers
 // costs one read.
@@ -28,7 +28,7 @@ func TestClaimer_DoWritesTheRecordAtCommit(t *testing.T) {
 	} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			e := setup(t, mode)
+			e := setup(t, mode, claim.WithWriteAtCommit())
 			e.orders()
 			r := req("at-commit", "v1:a")
 			e.stmts.n.Store(0)
@@ -62,7 +62,7 @@ func TestClaimer_DoWritesTheRecordAtCommit(t *testing.T) {
 // replays the winner's result.
 func TestClaimer_DoDuplicateInFlightRollsBackAndReplays(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withoutRed)
+	e := setup(t, withoutRed, claim.WithWriteAtCommit())
 	e.orders()
 	r := req("in-flight", "v1:a")
 	var runs atomic.Int64
@@ -114,7 +114,7 @@ func TestClaimer_DoDuplicateInFlightRollsBackAndReplays(t *testing.T) {
 // (a unique business key) is answered with the winner's result.
 func TestClaimer_DoFailingOnTheWinnersWriteReplays(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withoutRed)
+	e := setup(t, withoutRed, claim.WithWriteAtCommit())
 	if _, err := e.pool.Exec(t.Context(), `CREATE TABLE `+e.schema.Name+`.payments (op text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestClaimer_DoFailingOnTheWinnersWriteReplays(t *testing.T) {
 // mismatch, a released record restarts.
 func TestClaimer_DoReadsFirstWithoutRedis(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withoutRed)
+	e := setup(t, withoutRed, claim.WithWriteAtCommit())
 	e.orders()
 	never := func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
 		t.Error("fn ran for a key the database knows")
@@ -180,7 +180,7 @@ func TestClaimer_DoReadsFirstWithoutRedis(t *testing.T) {
 // write rolls back and Do replays the stored result.
 func TestClaimer_DoAfterRedisLostTheKeyReplays(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withRedis)
+	e := setup(t, withRedis, claim.WithWriteAtCommit())
 	e.orders()
 	r := req("lost-in-redis", "v1:a")
 	out, err := e.c.Do(t.Context(), r, e.insertOrder)
@@ -220,13 +220,13 @@ func TestClaimer_DoAtCommitLostReplyIsSettledByReading(t *testing.T) {
 	for _, mode := range []string{withRedis, withoutRed} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			e := setup(t, mode)
+			e := setup(t, mode, claim.WithWriteAtCommit())
 			e.orders()
 			cw, ok := e.store.(storeapi.CommitWriter[pgx.Tx])
 			if !ok {
 				t.Fatal("the PostgreSQL store does not write at commit")
 			}
-			c := e.newClaimer(lostCommitAck{Store: e.store, cw: cw})
+			c := e.newClaimer(lostCommitAck{Store: e.store, cw: cw}, claim.WithWriteAtCommit())
 			r := req("lost-commit-ack", "v1:a")
 			out, err := c.Do(t.Context(), r, e.insertOrder)
 			if err != nil || out.Kind != claim.Executed {
