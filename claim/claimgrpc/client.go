@@ -35,15 +35,27 @@ type clientConfig struct {
 	attempts int
 	maxDelay time.Duration
 	newKey   func() string
+	guarded  func(fullMethod string) bool
 }
 
 // WithAttempts makes the client interceptor try a call up to n times in
-// all, under the same key, while the answer says a retry is safe and
-// useful: Unavailable (of any origin: with the same key the server runs
-// the call at most once), or Aborted from the server interceptor with
-// ReasonInProgress or ReasonPending. It waits the answer's RetryInfo delay
-// (else a backoff from 100ms), at most WithMaxDelay, within the call's
-// context. Defaults to 1 (no retries). n must be at least 1.
+// all, under the same key, while the answer shows that the server guards
+// the method (so a retry cannot run it twice) and that a retry is useful.
+// It retries:
+//
+//   - the server interceptor's own answers, which carry an ErrorInfo of
+//     [Domain]: Unavailable with [ReasonUnavailable] (the call did not
+//     run), Aborted with [ReasonInProgress] or [ReasonPending];
+//   - any other Unavailable (a connection refused or dropped, a proxy's,
+//     the handler's own) only for the methods [WithGuardedMethods]
+//     names: such an answer carries nothing from the interceptor, so
+//     only the caller can know that the method is guarded;
+//
+// and never an answer marked replayed ([MetadataReplayed]): a replay is
+// the operation's stored result, final whatever its code. It waits the
+// answer's RetryInfo delay (else a backoff from 100ms), at most
+// WithMaxDelay, within the call's context. Defaults to 1 (no retries). n
+// must be at least 1.
 func WithAttempts(n int) ClientOption {
 	return func(c *clientConfig) error {
 		if n < 1 {
@@ -80,6 +92,24 @@ func WithKeyFunc(fn func() string) ClientOption {
 	}
 }
 
+// WithGuardedMethods names the methods (full names, "/pkg.Service/Method")
+// that the server guards with [UnaryServerInterceptor]: for them
+// [WithAttempts] also retries an Unavailable that carries nothing from the
+// interceptor, such as a dropped connection. Only a guarded method may be
+// retried after an answer that does not say whether the handler ran; name
+// one the server does not guard and a retry can run it again. Pass the
+// same function as the server's [WithMethods] when client and server share
+// it. Defaults to none. fn must not be nil.
+func WithGuardedMethods(fn func(fullMethod string) bool) ClientOption {
+	return func(c *clientConfig) error {
+		if fn == nil {
+			return configErr("WithGuardedMethods: nil function")
+		}
+		c.guarded = fn
+		return nil
+	}
+}
+
 // UnaryClientInterceptor returns a gRPC unary client interceptor that gives
 // every call an idempotency key: the one from [KeyContext], else the
 // idempotency-key metadata the caller already set, else a new one, made
@@ -88,7 +118,7 @@ func WithKeyFunc(fn func() string) ClientOption {
 // alike. A key that is not 1 to 255 printable ASCII characters fails the
 // call with InvalidArgument before anything is sent.
 func UnaryClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, error) {
-	c := clientConfig{attempts: 1, maxDelay: 5 * time.Second, newKey: uuid.NewString}
+	c := clientConfig{attempts: 1, maxDelay: 5 * time.Second, newKey: uuid.NewString, guarded: func(string) bool { return false }}
 	for _, o := range opts {
 		if o == nil {
 			return nil, configErr("nil ClientOption")
@@ -121,13 +151,23 @@ func (c *clientConfig) intercept(ctx context.Context, method string, req, reply 
 		md.Set(MetadataKey, key)
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
+	if c.attempts == 1 {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	guarded := c.guarded(method)
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := invoker(ctx, method, req, reply, cc, opts...)
+		// The header of each attempt, to see whether it is a replay; the
+		// caller's own grpc.Header options still get theirs.
+		var header metadata.MD
+		err := invoker(ctx, method, req, reply, cc, append(opts[:len(opts):len(opts)], grpc.Header(&header))...)
 		if err == nil || attempt >= c.attempts {
 			return err
 		}
-		delay, ok := retryDelay(err)
+		if len(header.Get(MetadataReplayed)) > 0 {
+			return err // the stored result: final
+		}
+		delay, ok := retryDelay(err, guarded)
 		if !ok {
 			return err
 		}
@@ -145,22 +185,29 @@ func (c *clientConfig) intercept(ctx context.Context, method string, req, reply 
 	}
 }
 
-// retryDelay reports whether err is worth retrying under the same key, and
-// the delay its RetryInfo asks for (0 when none).
-func retryDelay(err error) (time.Duration, bool) {
+// retryDelay reports whether err, an answer that is not a replay, is worth
+// retrying under the same key, and the delay its RetryInfo asks for (0
+// when none). guarded says the caller declared the method guarded
+// (WithGuardedMethods); otherwise only the server interceptor's own
+// answers show that it is.
+func retryDelay(err error, guarded bool) (time.Duration, bool) {
 	st, ok := status.FromError(err)
 	if !ok {
 		return 0, false
 	}
 	var delay time.Duration
-	retry := st.Code() == codes.Unavailable
+	retry := guarded && st.Code() == codes.Unavailable
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.RetryInfo:
 			delay = d.GetRetryDelay().AsDuration()
 		case *errdetails.ErrorInfo:
-			if st.Code() == codes.Aborted && d.GetDomain() == Domain &&
-				(d.GetReason() == ReasonInProgress || d.GetReason() == ReasonPending) {
+			if d.GetDomain() != Domain {
+				continue
+			}
+			switch {
+			case st.Code() == codes.Unavailable && d.GetReason() == ReasonUnavailable,
+				st.Code() == codes.Aborted && (d.GetReason() == ReasonInProgress || d.GetReason() == ReasonPending):
 				retry = true
 			}
 		}

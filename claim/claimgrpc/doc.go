@@ -106,11 +106,20 @@
 // [UnaryClientInterceptor] gives every call a key: the caller's
 // ([KeyContext], or idempotency-key metadata it set), else a new random
 // one, made once per logical call and sent by all its attempts, both those
-// of [WithAttempts] (which retries Unavailable, and Aborted with
-// [ReasonInProgress] or [ReasonPending], after the RetryInfo delay) and
-// those of gRPC's own retry policy. A caller that retries a logical call
-// itself, across calls of the interceptor, passes the same key with
-// [KeyContext].
+// of [WithAttempts] and those of gRPC's own retry policy. A caller that
+// retries a logical call itself, across calls of the interceptor, passes
+// the same key with [KeyContext].
+//
+// A key makes a retry safe only if the server guards the method, and the
+// client cannot see that in every answer: a dropped connection's
+// Unavailable carries no server metadata at all. So [WithAttempts] retries
+// the server interceptor's own answers, which show the method is guarded
+// (Unavailable with [ReasonUnavailable]: it did not run; Aborted with
+// [ReasonInProgress] or [ReasonPending], after the RetryInfo delay), any
+// other Unavailable only for the methods [WithGuardedMethods] names, and
+// never an answer marked replayed: that is the stored result, final even
+// when its code is Unavailable. gRPC's own retry policy knows none of
+// this: configure it only for guarded methods.
 //
 // Only unary calls are guarded; streams are not.
 package claimgrpc
