@@ -2,35 +2,13 @@ package claimhttp
 
 import (
 	"context"
-	"sync/atomic"
 
+	"github.com/oncekey/oncekey/claim/internal/settle"
 	"github.com/oncekey/oncekey/fence"
 )
 
-type ctxKey int
-
-const opKey ctxKey = 0
-
 // txKey is the context key of the transaction; one type per TTx.
 type txKey[TTx any] struct{}
-
-// opInfo is what a guarded handler can learn about its operation.
-type opInfo struct {
-	id        string
-	token     fence.Token
-	workflow  bool
-	uncertain atomic.Bool
-	released  atomic.Bool
-}
-
-func withOp(ctx context.Context, op *opInfo) context.Context {
-	return context.WithValue(ctx, opKey, op)
-}
-
-func opFrom(ctx context.Context) *opInfo {
-	op, _ := ctx.Value(opKey).(*opInfo)
-	return op
-}
 
 // OperationID returns the stable identity of the operation a guarded
 // handler runs: the same for every retry and takeover of the tenant,
@@ -38,8 +16,8 @@ func opFrom(ctx context.Context) *opInfo {
 // characters). Pass it downstream as that system's idempotency key. It
 // returns "" outside a guarded handler.
 func OperationID(ctx context.Context) string {
-	if op := opFrom(ctx); op != nil {
-		return op.id
+	if op := settle.From(ctx); op != nil {
+		return op.ID
 	}
 	return ""
 }
@@ -50,8 +28,8 @@ func OperationID(ctx context.Context) string {
 // record's only if the handler's transaction commits (see claim.Op.Token):
 // use it for writes through [Tx], not for a fence outside it.
 func Token(ctx context.Context) (fence.Token, bool) {
-	if op := opFrom(ctx); op != nil {
-		return op.token, true
+	if op := settle.From(ctx); op != nil {
+		return op.Token, true
 	}
 	return fence.Token{}, false
 }
@@ -74,11 +52,11 @@ func Tx[TTx any](ctx context.Context) (TTx, bool) {
 // discarded. Errors: [ErrNotGuarded] outside a workflow-mode handler
 // (transaction-mode handlers make no external calls).
 func MarkUncertain(ctx context.Context) error {
-	op := opFrom(ctx)
-	if op == nil || !op.workflow {
+	op := settle.From(ctx)
+	if op == nil || op.InTx {
 		return ErrNotGuarded
 	}
-	op.uncertain.Store(true)
+	op.MarkUncertain()
 	return nil
 }
 
@@ -94,10 +72,10 @@ func MarkUncertain(ctx context.Context) error {
 // started: the middleware never assumes that nothing happened. [MarkUncertain] wins over it.
 // Errors: [ErrNotGuarded] outside a guarded handler.
 func ReleaseKey(ctx context.Context) error {
-	op := opFrom(ctx)
+	op := settle.From(ctx)
 	if op == nil {
 		return ErrNotGuarded
 	}
-	op.released.Store(true)
+	op.Release()
 	return nil
 }

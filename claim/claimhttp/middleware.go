@@ -5,13 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/internal/adapter"
+	"github.com/oncekey/oncekey/claim/internal/settle"
 	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/durable"
 )
@@ -40,7 +40,8 @@ func Middleware[TTx any](c *claim.Claimer[TTx], tenant func(r *http.Request) (st
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware[TTx]{c: c, o: o}
+	m := &middleware[TTx]{c: c, o: o,
+		settle: &settle.Engine{Name: "claimhttp", Logger: o.logger, Handoff: o.finishTimeout}}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("claimhttp: Middleware applied to a nil handler")
@@ -50,9 +51,9 @@ func Middleware[TTx any](c *claim.Claimer[TTx], tenant func(r *http.Request) (st
 }
 
 type middleware[TTx any] struct {
-	c  *claim.Claimer[TTx]
-	o  config
-	wg sync.WaitGroup // settlements still going on after their answer
+	c      *claim.Claimer[TTx]
+	o      config
+	settle *settle.Engine // the one settlement of started work
 }
 
 type guarded[TTx any] struct {
@@ -144,18 +145,18 @@ func (g *guarded[TTx]) serveTx(w http.ResponseWriter, r *http.Request, req claim
 	m := g.m
 	var (
 		cw   *capture
-		txOp *opInfo
+		txOp *settle.Op
 	)
 	out, err := m.c.Do(r.Context(), req, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
 		ctx = context.WithValue(ctx, txKey[TTx]{}, tx)
-		txOp = &opInfo{id: op.ID, token: op.Token}
-		ctx = withOp(ctx, txOp)
+		txOp = &settle.Op{ID: op.ID, Token: op.Token, InTx: true}
+		ctx = settle.With(ctx, txOp)
 		cw = newCapture(w, m.o.maxResponseBody)
 		// A panic propagates through Do, which rolls the transaction back
 		// (the key was never durably taken) and re-panics.
 		g.next.ServeHTTP(cw, r.WithContext(ctx))
 		cw.finish()
-		if cw.err != nil || txOp.released.Load() {
+		if cw.err != nil || txOp.Released() {
 			return durable.Result{}, errRelease
 		}
 		res := cw.result(m.o.stored, m.o.maxStoredBody)
@@ -203,73 +204,46 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 		m.outcome(w, out)
 		return
 	}
-	lease := out.Lease
 	opID := out.OperationID
-	// The work of an idempotent request outlives its client: the renewals
-	// and the handler's context are detached from r's cancellation (its
-	// values are kept). The handler's context ends only when the lease is
-	// lost.
-	work, stop := lease.KeepAlive(context.WithoutCancel(r.Context()))
-	op := &opInfo{id: opID, token: lease.Token(), workflow: true}
 	cw := newCapture(w, m.o.maxResponseBody)
-
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		// The handler panicked (or called runtime.Goexit) after it started:
-		// its effect may have happened. Record the outcome as uncertain
-		// (unless it said nothing happened), publish nothing, and let the
-		// panic continue with its own stack.
-		a := settlement{kind: settleUncertain}
-		if op.released.Load() && !op.uncertain.Load() {
-			a.kind = settleRelease
-		}
-		if err := m.settle(r, lease, stop, opID, a); err != nil {
-			m.o.logger.Error("claimhttp: handler panicked; its outcome could not be recorded yet", "op", opID, "err", err)
-		} else {
-			m.o.logger.Error("claimhttp: handler panicked; outcome recorded as "+a.kind.String(), "op", opID)
-		}
-	}()
-	g.next.ServeHTTP(cw, r.WithContext(withOp(work, op)))
-	returned = true
-	cw.finish()
-
-	if errors.Is(context.Cause(work), claim.ErrFenced) {
+	// The engine runs the handler on a context detached from r's
+	// cancellation (its values are kept), renewing the lease until it
+	// returns, and records its outcome; a panic is recorded as uncertain
+	// and goes on.
+	rep := m.settle.Run(r.Context(), out.Lease, settle.NewOp(out.Lease), func(work context.Context) settle.Settlement {
+		g.next.ServeHTTP(cw, r.WithContext(work))
+		cw.finish()
+		return m.settlementFor(cw)
+	})
+	s, err := rep.Settlement, rep.Err
+	switch {
+	case rep.Lost != nil:
 		// Another worker took the key over after our lease expired: its
 		// outcome is the operation's; ours must not be published.
-		_ = stop()
-		m.o.logger.Warn("claimhttp: lease lost to another worker; response discarded", "op", opID)
 		m.inProgress(w, opID, m.o.retryAfter)
-		return
-	}
-	// A lease that ran out unrenewed (the store refused renewals) is not
-	// lost until someone takes it over: the fenced write below still
-	// succeeds if no one has.
-	a := m.settlementFor(op, cw)
-	err = m.settle(r, lease, stop, opID, a)
-	switch {
-	case err == nil && a.kind == settleUncertain:
+	case err == nil && s.Kind == settle.Uncertain:
 		m.uncertain(w, opID)
+	case err == nil && cw.err != nil && s.Kind == settle.Release:
+		m.o.logger.Error("claimhttp: handler wrote more than MaxResponseBody; key released as it said", "op", opID)
+		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The response could not be produced.", "", 0)
 	case err == nil && cw.err != nil:
 		// The whole body was never buffered: the first client gets what
 		// every retry will get, the status and stored headers without it.
 		m.o.logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", "op", opID)
-		writeStored(w, &a.res, false)
+		writeStored(w, &s.Result, false)
 	case err == nil:
 		cw.publish(w)
 	case errors.Is(err, claim.ErrFenced):
-		m.o.logger.Warn("claimhttp: fenced "+a.kind.String()+"; response discarded", "op", opID)
+		m.o.logger.Warn("claimhttp: fenced "+s.Kind.String()+"; response discarded", "op", opID)
 		m.inProgress(w, opID, m.o.retryAfter)
-	case errors.Is(err, errPending) && a.kind == settleRelease:
+	case errors.Is(err, settle.ErrPending) && s.Kind == settle.Release:
 		// The application said nothing happened: the lease will expire
 		// and the next request runs, so "not processed" is the truth.
 		m.unavailable(w)
-	case errors.Is(err, errPending):
+	case errors.Is(err, settle.ErrPending):
 		m.pending(w, opID)
 	default:
-		m.o.logger.Error("claimhttp: "+a.kind.String()+" failed; response discarded", "op", opID, "err", err)
+		m.o.logger.Error("claimhttp: "+s.Kind.String()+" failed; response discarded", "op", opID, "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request was processed but its result could not be recorded.", opID, 0)
 	}
 }

@@ -77,6 +77,10 @@ type Settlement struct {
 type Op struct {
 	ID    string
 	Token fence.Token
+	// InTx is set for a handler that runs inside the claim's transaction
+	// (claim.Claimer.Do), not under a lease: it makes no external call, so
+	// it has no uncertain outcome; a release rolls the transaction back.
+	InTx bool
 
 	uncertain atomic.Bool
 	released  atomic.Bool
@@ -135,8 +139,16 @@ type Engine struct {
 	// waits until it is recorded or the lease has run out (a consumer that
 	// must not acknowledge before).
 	Handoff time.Duration
-	// Attempt bounds one finishing write. Defaults to 5s.
+	// Attempt bounds one finishing write. Defaults to Handoff, or 5s
+	// without one.
 	Attempt time.Duration
+	// Release writes a Release settlement, the application's word that
+	// nothing happened. Nil is claim.Lease.Release, which frees the key for
+	// any new claim. An adapter whose transport runs the same operation
+	// again on its own (claimriver: River's retry of the job, which carries
+	// no key to claim with) ends the lease instead, keeping the record
+	// processing for that run to adopt. The renewals stop before it runs.
+	Release func(ctx context.Context, l *claim.Lease) error
 
 	wg sync.WaitGroup
 }
@@ -152,8 +164,11 @@ func (e *Engine) logger() *slog.Logger {
 }
 
 func (e *Engine) attempt() time.Duration {
-	if e.Attempt > 0 {
+	switch {
+	case e.Attempt > 0:
 		return e.Attempt
+	case e.Handoff > 0:
+		return e.Handoff
 	}
 	return 5 * time.Second
 }
@@ -247,16 +262,24 @@ func (e *Engine) settle(ctx context.Context, l *claim.Lease, stop func() error, 
 	if brokenMode() == OneAttempt {
 		_ = stop()
 		actx, cancel := context.WithTimeout(ctx, e.attempt())
-		err := apply(actx, l, s)
+		err := e.apply(actx, l, s)
 		cancel()
 		return Report{Settlement: s, Err: err}
 	}
-	until := l.Deadline
+	if s.Kind == Release {
+		// Nothing happened: the lease may lapse, and a renewal must not
+		// extend it past a release that ends it (Engine.Release).
+		_ = stop()
+	}
+	var err error
 	if e.Handoff > 0 {
 		end := time.Now().Add(e.Handoff)
-		until = func() time.Time { return end }
+		hctx, cancel := context.WithDeadline(ctx, end)
+		err = e.retry(hctx, l, s, func() time.Time { return end })
+		cancel()
+	} else {
+		err = e.retry(ctx, l, s, l.Deadline)
 	}
-	err := e.retry(ctx, l, s, until)
 	if err == nil || !errors.Is(err, claim.ErrUnavailable) {
 		_ = stop()
 		return Report{Settlement: s, Err: err}
@@ -299,19 +322,24 @@ func (e *Engine) retry(ctx context.Context, l *claim.Lease, s Settlement, until 
 	for {
 		last := !time.Now().Before(until())
 		actx, cancel := context.WithTimeout(ctx, e.attempt())
-		err := apply(actx, l, s)
+		err := e.apply(actx, l, s)
 		cancel()
 		if err == nil || !errors.Is(err, claim.ErrUnavailable) || last {
 			return err
 		}
 		wait := min(backoff, max(time.Until(until()), time.Millisecond))
 		t := time.NewTimer(wait)
-		<-t.C
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
 		backoff = min(backoff*2, time.Second)
 	}
 }
 
-func apply(ctx context.Context, l *claim.Lease, s Settlement) error {
+func (e *Engine) apply(ctx context.Context, l *claim.Lease, s Settlement) error {
 	switch s.Kind {
 	case Complete:
 		return l.Complete(ctx, s.Result)
@@ -319,8 +347,11 @@ func apply(ctx context.Context, l *claim.Lease, s Settlement) error {
 		return l.Fail(ctx, s.Result)
 	case Uncertain:
 		return l.MarkUncertain(ctx)
-	case Release:
-		return l.Release(ctx) // only on the application's word: see finish
+	case Release: // only on the application's word: see finish
+		if e.Release != nil {
+			return e.Release(ctx, l)
+		}
+		return l.Release(ctx)
 	}
 	return fmt.Errorf("oncekey: unknown settlement %d", s.Kind)
 }
