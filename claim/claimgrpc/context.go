@@ -2,32 +2,11 @@ package claimgrpc
 
 import (
 	"context"
-	"sync/atomic"
+
+	"github.com/oncekey/oncekey/claim/internal/settle"
 
 	"github.com/oncekey/oncekey/fence"
 )
-
-type ctxKey int
-
-const opKey ctxKey = 0
-
-// opInfo is what a guarded handler can learn about its operation, and what
-// it can tell the interceptor.
-type opInfo struct {
-	id        string
-	token     fence.Token
-	uncertain atomic.Bool
-	released  atomic.Bool
-}
-
-func withOp(ctx context.Context, op *opInfo) context.Context {
-	return context.WithValue(ctx, opKey, op)
-}
-
-func opFrom(ctx context.Context) *opInfo {
-	op, _ := ctx.Value(opKey).(*opInfo)
-	return op
-}
 
 // OperationID returns the stable identity of the operation a guarded
 // handler runs: the same for every retry and takeover of the tenant,
@@ -35,8 +14,8 @@ func opFrom(ctx context.Context) *opInfo {
 // characters). Pass it downstream as that system's idempotency key. It
 // returns "" outside a guarded handler.
 func OperationID(ctx context.Context) string {
-	if op := opFrom(ctx); op != nil {
-		return op.id
+	if op := settle.From(ctx); op != nil {
+		return op.ID
 	}
 	return ""
 }
@@ -45,8 +24,8 @@ func OperationID(ctx context.Context) string {
 // (see package fence), for downstream systems that reject stale writers.
 // It reports false outside a guarded handler.
 func Token(ctx context.Context) (fence.Token, bool) {
-	if op := opFrom(ctx); op != nil {
-		return op.token, true
+	if op := settle.From(ctx); op != nil {
+		return op.Token, true
 	}
 	return fence.Token{}, false
 }
@@ -58,11 +37,11 @@ func Token(ctx context.Context) (fence.Token, bool) {
 // every retry until a [claim.Reconciler] resolves it; nothing runs again on
 // its own. The handler's own reply is discarded. Errors: [ErrNotGuarded].
 func MarkUncertain(ctx context.Context) error {
-	op := opFrom(ctx)
+	op := settle.From(ctx)
 	if op == nil {
 		return ErrNotGuarded
 	}
-	op.uncertain.Store(true)
+	op.MarkUncertain()
 	return nil
 }
 
@@ -77,10 +56,10 @@ func MarkUncertain(ctx context.Context) error {
 // interceptor never assumes that nothing happened, whatever the handler's
 // status code. [MarkUncertain] wins over it. Errors: [ErrNotGuarded].
 func ReleaseKey(ctx context.Context) error {
-	op := opFrom(ctx)
+	op := settle.From(ctx)
 	if op == nil {
 		return ErrNotGuarded
 	}
-	op.released.Store(true)
+	op.Release()
 	return nil
 }

@@ -3,7 +3,6 @@ package claimgrpc
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/internal/settle"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -79,14 +79,15 @@ func UnaryServerInterceptor[TTx any](c *claim.Claimer[TTx], tenant func(ctx cont
 	if err != nil {
 		return nil, err
 	}
-	s := &server[TTx]{c: c, o: o}
+	s := &server[TTx]{c: c, o: o,
+		settle: &settle.Engine{Name: "claimgrpc", Logger: o.logger, Handoff: o.finishTimeout}}
 	return s.intercept, nil
 }
 
 type server[TTx any] struct {
-	c  *claim.Claimer[TTx]
-	o  config
-	wg sync.WaitGroup // settlements still going on after their answer
+	c      *claim.Claimer[TTx]
+	o      config
+	settle *settle.Engine // the one settlement of started work
 }
 
 func (s *server[TTx]) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -168,75 +169,54 @@ func fingerprint(fullMethod string, req any) (canon.Fingerprint, error) {
 // happened ([ReleaseKey]). When no outcome can be written at all, the
 // record stays processing under its lease; see settle.
 func (s *server[TTx]) run(ctx context.Context, req any, out claim.Outcome, handler grpc.UnaryHandler) (any, error) {
-	lease := out.Lease
 	opID := out.OperationID
-	// The work of an idempotent call outlives its client: the renewals and
-	// the handler's context are detached from the call's cancellation and
-	// deadline (its values, metadata included, are kept). The handler's
-	// context ends only when the lease is lost.
-	detached := context.WithoutCancel(ctx)
-	work, stop := lease.KeepAlive(detached)
-	op := &opInfo{id: opID, token: lease.Token()}
-
-	returned := false
-	defer func() {
-		if returned {
-			return
+	var (
+		resp any
+		herr error
+	)
+	// The engine runs the handler on a context detached from the call's
+	// cancellation and deadline (its values, metadata included, are
+	// kept), renewing the lease until it returns, and records its outcome;
+	// a panic is recorded as uncertain and goes on.
+	rep := s.settle.Run(ctx, out.Lease, settle.NewOp(out.Lease), func(work context.Context) settle.Settlement {
+		resp, herr = handler(work, req)
+		if herr != nil && errors.Is(context.Cause(work), claim.ErrLeaseExpired) {
+			// The engine stopped the handler (its lease could not be
+			// renewed): its error says it was interrupted, not what became
+			// of its effect. Not a business outcome to replay: uncertain
+			// (unless the handler said nothing happened).
+			s.o.logger.Warn("claimgrpc: handler interrupted by an unrenewed lease; outcome recorded as uncertain", "op", opID)
+			return settle.Settlement{Kind: settle.Uncertain}
 		}
-		// The handler panicked (or called runtime.Goexit) after it
-		// started: its effect may have happened. Record the outcome as
-		// uncertain (unless it said nothing happened) and let the panic
-		// continue with its own stack.
-		a := settlement{kind: settleUncertain}
-		if op.released.Load() && !op.uncertain.Load() {
-			a.kind = settleRelease
+		st, encErr := settlementFor(resp, herr)
+		if encErr != nil {
+			s.o.logger.Error("claimgrpc: the handler's reply cannot be stored; outcome recorded as uncertain", "op", opID, "err", encErr)
 		}
-		if err := s.settle(detached, lease, stop, opID, a); err != nil {
-			s.o.logger.Error("claimgrpc: handler panicked; its outcome could not be recorded yet", "op", opID, "err", err)
-		} else {
-			s.o.logger.Error("claimgrpc: handler panicked; outcome recorded as "+a.kind.String(), "op", opID)
-		}
-	}()
-	resp, herr := handler(withOp(work, op), req)
-	returned = true
-
-	if errors.Is(context.Cause(work), claim.ErrFenced) {
+		return st
+	})
+	st, err := rep.Settlement, rep.Err
+	switch {
+	case rep.Lost != nil:
 		// Another worker took the key over after our lease expired: its
 		// outcome is the operation's; ours must not be published.
-		_ = stop()
-		s.o.logger.Warn("claimgrpc: lease lost to another worker; reply discarded", "op", opID)
 		return nil, s.inProgress(opID, 0)
-	}
-	if herr != nil && errors.Is(context.Cause(work), claim.ErrLeaseExpired) && !op.released.Load() {
-		// The interceptor stopped the handler (its lease could not be
-		// renewed): its error says it was interrupted, not what became of
-		// its effect. Not a business outcome to replay: uncertain.
-		op.uncertain.Store(true)
-		s.o.logger.Warn("claimgrpc: handler interrupted by an unrenewed lease; outcome recorded as uncertain", "op", opID)
-	}
-	a, encErr := settlementFor(op, resp, herr)
-	if encErr != nil {
-		s.o.logger.Error("claimgrpc: the handler's reply cannot be stored; outcome recorded as uncertain", "op", opID, "err", encErr)
-	}
-	err := s.settle(detached, lease, stop, opID, a)
-	switch {
-	case err == nil && a.kind == settleUncertain:
+	case err == nil && st.Kind == settle.Uncertain:
 		return nil, s.uncertain(opID)
 	case err == nil:
 		// Completed, failed or released: the handler's own answer, which
 		// is what every replay decodes from the record.
 		return resp, herr
 	case errors.Is(err, claim.ErrFenced):
-		s.o.logger.Warn("claimgrpc: fenced "+a.kind.String()+"; reply discarded", "op", opID)
+		s.o.logger.Warn("claimgrpc: fenced "+st.Kind.String()+"; reply discarded", "op", opID)
 		return nil, s.inProgress(opID, 0)
-	case errors.Is(err, errPending) && a.kind == settleRelease:
+	case errors.Is(err, settle.ErrPending) && st.Kind == settle.Release:
 		// The application said nothing happened: the lease will expire
 		// and the next call runs, so "not processed" is the truth.
 		return nil, s.unavailable()
-	case errors.Is(err, errPending):
+	case errors.Is(err, settle.ErrPending):
 		return nil, answer(codes.Aborted, "the call was processed, but its result is not recorded yet; retry with the same key", ReasonPending, opID, s.o.retryAfter)
 	default:
-		s.o.logger.Error("claimgrpc: "+a.kind.String()+" failed; reply discarded", "op", opID, "err", err)
+		s.o.logger.Error("claimgrpc: "+st.Kind.String()+" failed; reply discarded", "op", opID, "err", err)
 		return nil, status.Error(codes.Internal, "the call was processed but its result could not be recorded")
 	}
 }
