@@ -13,22 +13,12 @@ import (
 // operation and key, and revealing none of them ("op_" and 43 base64url
 // characters). Pass it downstream as that system's idempotency key. It
 // returns "" outside a guarded handler.
-func OperationID(ctx context.Context) string {
-	if op := settle.From(ctx); op != nil {
-		return op.ID
-	}
-	return ""
-}
+func OperationID(ctx context.Context) string { return settle.OperationID(ctx) }
 
 // Token returns the fencing token of the execution a guarded handler runs
 // (see package fence), for downstream systems that reject stale writers.
 // It reports false outside a guarded handler.
-func Token(ctx context.Context) (fence.Token, bool) {
-	if op := settle.From(ctx); op != nil {
-		return op.Token, true
-	}
-	return fence.Token{}, false
-}
+func Token(ctx context.Context) (fence.Token, bool) { return settle.Token(ctx) }
 
 // MarkUncertain records, from a guarded handler, that the outcome of its
 // work is unknown (a downstream call timed out after it may have applied).
@@ -36,14 +26,7 @@ func Token(ctx context.Context) (fence.Token, bool) {
 // instead of storing the reply, and answers Aborted (ReasonUncertain) like
 // every retry until a [claim.Reconciler] resolves it; nothing runs again on
 // its own. The handler's own reply is discarded. Errors: [ErrNotGuarded].
-func MarkUncertain(ctx context.Context) error {
-	op := settle.From(ctx)
-	if op == nil {
-		return ErrNotGuarded
-	}
-	op.MarkUncertain()
-	return nil
-}
+func MarkUncertain(ctx context.Context) error { return settle.MarkUncertain(ctx, ErrNotGuarded) }
 
 // ReleaseKey declares, from a guarded handler, that its work had no effect
 // (it failed before any external call or write: a dependency was down, a
@@ -55,11 +38,4 @@ func MarkUncertain(ctx context.Context) error {
 // It is the only way a key is released after its handler started: the
 // interceptor never assumes that nothing happened, whatever the handler's
 // status code. [MarkUncertain] wins over it. Errors: [ErrNotGuarded].
-func ReleaseKey(ctx context.Context) error {
-	op := settle.From(ctx)
-	if op == nil {
-		return ErrNotGuarded
-	}
-	op.Release()
-	return nil
-}
+func ReleaseKey(ctx context.Context) error { return settle.ReleaseKey(ctx, ErrNotGuarded) }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/oncekey/oncekey/claim/internal/settle"
 )
 
-const (
-	defaultRetryAfter    = time.Second
-	defaultFinishTimeout = 10 * time.Second
-)
+const ()
 
 // Option configures [UnaryServerInterceptor]. An option given a bad value
 // makes UnaryServerInterceptor fail with an error that matches [ErrConfig]
@@ -17,12 +16,10 @@ const (
 type Option func(*config) error
 
 type config struct {
-	tenant        func(ctx context.Context) (string, error)
-	operation     func(ctx context.Context, fullMethod string) string
-	methods       func(fullMethod string) bool
-	retryAfter    time.Duration
-	finishTimeout time.Duration
-	logger        *slog.Logger
+	tenant    func(ctx context.Context) (string, error)
+	operation func(ctx context.Context, fullMethod string) string
+	methods   func(fullMethod string) bool
+	settle.Settings
 }
 
 // WithOperation names the operation of a call from its context and full
@@ -57,13 +54,7 @@ func WithMethods(fn func(fullMethod string) bool) Option {
 // Aborted and Unavailable answers, capped at the holder's remaining lease
 // for a call in progress; must be positive. Defaults to 1s.
 func WithRetryAfter(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return configErr("WithRetryAfter: must be positive, got %v", d)
-		}
-		c.retryAfter = d
-		return nil
-	}
+	return func(c *config) error { return configErrOf(c.SetRetryAfter(d)) }
 }
 
 // WithFinishTimeout bounds how long the caller waits for the durable step
@@ -76,35 +67,21 @@ func WithRetryAfter(d time.Duration) Option {
 // runs out; retries see the operation in progress meanwhile. Defaults to
 // 10s.
 func WithFinishTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return configErr("WithFinishTimeout: must be positive, got %v", d)
-		}
-		c.finishTimeout = d
-		return nil
-	}
+	return func(c *config) error { return configErrOf(c.SetFinishTimeout(d)) }
 }
 
 // WithLogger logs failures of those steps with l, by operation identity
 // only (never a key, tenant or message). Defaults to discarding.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return configErr("WithLogger: nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return configErrOf(c.SetLogger(l)) }
 }
 
 func newConfig(tenant func(ctx context.Context) (string, error), opts []Option) (config, error) {
 	c := config{
-		tenant:        tenant,
-		operation:     func(_ context.Context, fullMethod string) string { return fullMethod },
-		methods:       func(string) bool { return true },
-		retryAfter:    defaultRetryAfter,
-		finishTimeout: defaultFinishTimeout,
-		logger:        slog.New(slog.DiscardHandler),
+		tenant:    tenant,
+		operation: func(_ context.Context, fullMethod string) string { return fullMethod },
+		methods:   func(string) bool { return true },
+		Settings:  settle.DefaultSettings(),
 	}
 	if tenant == nil {
 		return c, configErr("nil tenant function (the tenant must come from authentication)")
@@ -118,4 +95,12 @@ func newConfig(tenant func(ctx context.Context) (string, error), opts []Option) 
 		}
 	}
 	return c, nil
+}
+
+// configErrOf wraps a shared setting's error in ErrConfig.
+func configErrOf(err error) error {
+	if err != nil {
+		return configErr("%w", err)
+	}
+	return nil
 }

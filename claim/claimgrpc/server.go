@@ -80,7 +80,7 @@ func UnaryServerInterceptor[TTx any](c *claim.Claimer[TTx], tenant func(ctx cont
 		return nil, err
 	}
 	s := &server[TTx]{c: c, o: o,
-		settle: &settle.Engine{Name: "claimgrpc", Logger: o.logger, Handoff: o.finishTimeout}}
+		settle: o.Engine("claimgrpc")}
 	return s.intercept, nil
 }
 
@@ -103,7 +103,7 @@ func (s *server[TTx]) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	}
 	operation := s.o.operation(ctx, info.FullMethod)
 	if operation == "" {
-		s.o.logger.Error("claimgrpc: the WithOperation function returned an empty operation")
+		s.o.Logger.Error("claimgrpc: the WithOperation function returned an empty operation")
 		return nil, status.Error(codes.Internal, "the operation could not be named")
 	}
 	tenant, err := s.o.tenant(ctx)
@@ -112,12 +112,12 @@ func (s *server[TTx]) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	}
 	scope := durable.Scope{Tenant: tenant, Operation: operation, Key: key}
 	if err := scope.Validate(); err != nil {
-		s.o.logger.Error("claimgrpc: invalid scope from the tenant or operation function", "err", err)
+		s.o.Logger.Error("claimgrpc: invalid scope from the tenant or operation function", "err", err)
 		return nil, status.Error(codes.Internal, "the call could not be scoped")
 	}
 	fp, err := fingerprint(info.FullMethod, req)
 	if err != nil {
-		s.o.logger.Error("claimgrpc: request not fingerprinted", "method", info.FullMethod, "err", err)
+		s.o.Logger.Error("claimgrpc: request not fingerprinted", "method", info.FullMethod, "err", err)
 		return nil, status.Error(codes.Internal, "the request could not be fingerprinted")
 	}
 	out, err := s.c.Claim(ctx, claim.Request{Scope: scope, Fingerprint: string(fp)})
@@ -185,12 +185,12 @@ func (s *server[TTx]) run(ctx context.Context, req any, out claim.Outcome, handl
 			// renewed): its error says it was interrupted, not what became
 			// of its effect. Not a business outcome to replay: uncertain
 			// (unless the handler said nothing happened).
-			s.o.logger.Warn("claimgrpc: handler interrupted by an unrenewed lease; outcome recorded as uncertain", "op", opID)
+			s.o.Logger.Warn("claimgrpc: handler interrupted by an unrenewed lease; outcome recorded as uncertain", "op", opID)
 			return settle.Settlement{Kind: settle.Uncertain}
 		}
 		st, encErr := settlementFor(resp, herr)
 		if encErr != nil {
-			s.o.logger.Error("claimgrpc: the handler's reply cannot be stored; outcome recorded as uncertain", "op", opID, "err", encErr)
+			s.o.Logger.Error("claimgrpc: the handler's reply cannot be stored; outcome recorded as uncertain", "op", opID, "err", encErr)
 		}
 		return st
 	})
@@ -207,16 +207,16 @@ func (s *server[TTx]) run(ctx context.Context, req any, out claim.Outcome, handl
 		// is what every replay decodes from the record.
 		return resp, herr
 	case errors.Is(err, claim.ErrFenced):
-		s.o.logger.Warn("claimgrpc: fenced "+st.Kind.String()+"; reply discarded", "op", opID)
+		s.o.Logger.Warn("claimgrpc: fenced "+st.Kind.String()+"; reply discarded", "op", opID)
 		return nil, s.inProgress(opID, 0)
 	case errors.Is(err, settle.ErrPending) && st.Kind == settle.Release:
 		// The application said nothing happened: the lease will expire
 		// and the next call runs, so "not processed" is the truth.
 		return nil, s.unavailable()
 	case errors.Is(err, settle.ErrPending):
-		return nil, answer(codes.Aborted, "the call was processed, but its result is not recorded yet; retry with the same key", ReasonPending, opID, s.o.retryAfter)
+		return nil, answer(codes.Aborted, "the call was processed, but its result is not recorded yet; retry with the same key", ReasonPending, opID, s.o.RetryAfter)
 	default:
-		s.o.logger.Error("claimgrpc: "+st.Kind.String()+" failed; reply discarded", "op", opID, "err", err)
+		s.o.Logger.Error("claimgrpc: "+st.Kind.String()+" failed; reply discarded", "op", opID, "err", err)
 		return nil, status.Error(codes.Internal, "the call was processed but its result could not be recorded")
 	}
 }
@@ -231,7 +231,7 @@ func (s *server[TTx]) outcome(ctx context.Context, out claim.Outcome) (any, erro
 		_ = grpc.SetHeader(ctx, metadata.Pairs(MetadataReplayed, "true"))
 		resp, err := decodeReply(out.Result)
 		if errors.Is(err, errNotReplayable) {
-			s.o.logger.Error("claimgrpc: stored result cannot be replayed", "op", out.OperationID, "err", err)
+			s.o.Logger.Error("claimgrpc: stored result cannot be replayed", "op", out.OperationID, "err", err)
 			return nil, status.Error(codes.Internal, "the stored result of this key cannot be replayed")
 		}
 		return resp, err
@@ -243,7 +243,7 @@ func (s *server[TTx]) outcome(ctx context.Context, out claim.Outcome) (any, erro
 }
 
 func (s *server[TTx]) inProgress(opID string, holder time.Duration) error {
-	retry := s.o.retryAfter
+	retry := s.o.RetryAfter
 	if holder > 0 {
 		retry = min(retry, holder)
 	}
@@ -251,11 +251,11 @@ func (s *server[TTx]) inProgress(opID string, holder time.Duration) error {
 }
 
 func (s *server[TTx]) uncertain(opID string) error {
-	return answer(codes.Aborted, "the outcome of the call with this key is not known yet and is being reconciled; it will not run again", ReasonUncertain, opID, s.o.retryAfter)
+	return answer(codes.Aborted, "the outcome of the call with this key is not known yet and is being reconciled; it will not run again", ReasonUncertain, opID, s.o.RetryAfter)
 }
 
 func (s *server[TTx]) unavailable() error {
-	return answer(codes.Unavailable, "the call was not processed; retry with the same key after the RetryInfo delay", ReasonUnavailable, "", s.o.retryAfter)
+	return answer(codes.Unavailable, "the call was not processed; retry with the same key after the RetryInfo delay", ReasonUnavailable, "", s.o.RetryAfter)
 }
 
 // claimError answers an error from Claim: the handler did not run.
@@ -270,7 +270,7 @@ func (s *server[TTx]) claimError(opID string, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	default:
-		s.o.logger.Error("claimgrpc: claim failed", "op", opID, "err", err)
+		s.o.Logger.Error("claimgrpc: claim failed", "op", opID, "err", err)
 		return status.Error(codes.Internal, "the call could not be processed")
 	}
 }

@@ -15,24 +15,14 @@ type txKey[TTx any] struct{}
 // operation and key, and revealing none of them ("op_" and 43 base64url
 // characters). Pass it downstream as that system's idempotency key. It
 // returns "" outside a guarded handler.
-func OperationID(ctx context.Context) string {
-	if op := settle.From(ctx); op != nil {
-		return op.ID
-	}
-	return ""
-}
+func OperationID(ctx context.Context) string { return settle.OperationID(ctx) }
 
 // Token returns the fencing token of the execution a guarded handler runs
 // (see package fence), for downstream systems that reject stale writers, in
 // workflow mode. In transaction mode on PostgreSQL the token becomes the
 // record's only if the handler's transaction commits (see claim.Op.Token):
 // use it for writes through [Tx], not for a fence outside it.
-func Token(ctx context.Context) (fence.Token, bool) {
-	if op := settle.From(ctx); op != nil {
-		return op.Token, true
-	}
-	return fence.Token{}, false
-}
+func Token(ctx context.Context) (fence.Token, bool) { return settle.Token(ctx) }
 
 // Tx returns the transaction of a handler guarded in transaction mode
 // ([WithInTransaction]): the one that will store the
@@ -51,14 +41,7 @@ func Tx[TTx any](ctx context.Context) (TTx, bool) {
 // it; nothing runs again on its own. The handler's own response is
 // discarded. Errors: [ErrNotGuarded] outside a workflow-mode handler
 // (transaction-mode handlers make no external calls).
-func MarkUncertain(ctx context.Context) error {
-	op := settle.From(ctx)
-	if op == nil || op.InTx {
-		return ErrNotGuarded
-	}
-	op.MarkUncertain()
-	return nil
-}
+func MarkUncertain(ctx context.Context) error { return settle.MarkUncertain(ctx, ErrNotGuarded) }
 
 // ReleaseKey declares, from a guarded handler, that its work had no effect
 // (it failed before any external call or write: a dependency was down, a
@@ -71,11 +54,4 @@ func MarkUncertain(ctx context.Context) error {
 // It is the only way that a workflow-mode key is released after its handler
 // started: the middleware never assumes that nothing happened. [MarkUncertain] wins over it.
 // Errors: [ErrNotGuarded] outside a guarded handler.
-func ReleaseKey(ctx context.Context) error {
-	op := settle.From(ctx)
-	if op == nil {
-		return ErrNotGuarded
-	}
-	op.Release()
-	return nil
-}
+func ReleaseKey(ctx context.Context) error { return settle.ReleaseKey(ctx, ErrNotGuarded) }

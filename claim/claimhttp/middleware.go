@@ -41,7 +41,7 @@ func Middleware[TTx any](c *claim.Claimer[TTx], tenant func(r *http.Request) (st
 		return nil, err
 	}
 	m := &middleware[TTx]{c: c, o: o,
-		settle: &settle.Engine{Name: "claimhttp", Logger: o.logger, Handoff: o.finishTimeout}}
+		settle: o.Engine("claimhttp")}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("claimhttp: Middleware applied to a nil handler")
@@ -87,11 +87,11 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, claimclient.ProblemKeyInvalid, "The "+m.o.header+" field must appear once and hold one quoted string or bare key of 1 to 255 printable ASCII characters.", "", 0)
 		return
 	case operation == "" && m.o.operation == nil:
-		m.o.logger.Error("claimhttp: no route pattern to name the operation by: wrap each route of net/http's ServeMux, or use WithOperation with your router's pattern")
+		m.o.Logger.Error("claimhttp: no route pattern to name the operation by: wrap each route of net/http's ServeMux, or use WithOperation with your router's pattern")
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The operation could not be named.", "", 0)
 		return
 	case operation == "":
-		m.o.logger.Error("claimhttp: the WithOperation function returned an empty operation")
+		m.o.Logger.Error("claimhttp: the WithOperation function returned an empty operation")
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The operation could not be named.", "", 0)
 		return
 	}
@@ -102,7 +102,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	scope := durable.Scope{Tenant: tenant, Operation: operation, Key: key}
 	if err := scope.Validate(); err != nil {
-		m.o.logger.Error("claimhttp: invalid scope from the tenant or operation function", "err", err)
+		m.o.Logger.Error("claimhttp: invalid scope from the tenant or operation function", "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be scoped.", "", 0)
 		return
 	}
@@ -114,7 +114,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusRequestEntityTooLarge, claimclient.ProblemBodyTooLarge, "The request body is larger than this endpoint accepts.", "", 0)
 		return
 	case errors.Is(err, canon.ErrInvalidOptions):
-		m.o.logger.Error("claimhttp: fingerprint options", "err", err)
+		m.o.Logger.Error("claimhttp: fingerprint options", "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be fingerprinted.", "", 0)
 		return
 	case err != nil:
@@ -220,22 +220,22 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 	case rep.Lost != nil:
 		// Another worker took the key over after our lease expired: its
 		// outcome is the operation's; ours must not be published.
-		m.inProgress(w, opID, m.o.retryAfter)
+		m.inProgress(w, opID, m.o.RetryAfter)
 	case err == nil && s.Kind == settle.Uncertain:
 		m.uncertain(w, opID)
 	case err == nil && cw.err != nil && s.Kind == settle.Release:
-		m.o.logger.Error("claimhttp: handler wrote more than MaxResponseBody; key released as it said", "op", opID)
+		m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; key released as it said", "op", opID)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The response could not be produced.", "", 0)
 	case err == nil && cw.err != nil:
 		// The whole body was never buffered: the first client gets what
 		// every retry will get, the status and stored headers without it.
-		m.o.logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", "op", opID)
+		m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", "op", opID)
 		writeStored(w, &s.Result, false)
 	case err == nil:
 		cw.publish(w)
 	case errors.Is(err, claim.ErrFenced):
-		m.o.logger.Warn("claimhttp: fenced "+s.Kind.String()+"; response discarded", "op", opID)
-		m.inProgress(w, opID, m.o.retryAfter)
+		m.o.Logger.Warn("claimhttp: fenced "+s.Kind.String()+"; response discarded", "op", opID)
+		m.inProgress(w, opID, m.o.RetryAfter)
 	case errors.Is(err, settle.ErrPending) && s.Kind == settle.Release:
 		// The application said nothing happened: the lease will expire
 		// and the next request runs, so "not processed" is the truth.
@@ -243,7 +243,7 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 	case errors.Is(err, settle.ErrPending):
 		m.pending(w, opID)
 	default:
-		m.o.logger.Error("claimhttp: "+s.Kind.String()+" failed; response discarded", "op", opID, "err", err)
+		m.o.Logger.Error("claimhttp: "+s.Kind.String()+" failed; response discarded", "op", opID, "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request was processed but its result could not be recorded.", opID, 0)
 	}
 }
@@ -253,7 +253,7 @@ func (m *middleware[TTx]) outcome(w http.ResponseWriter, out claim.Outcome) {
 	switch out.Kind {
 	case claim.Replayed:
 		if out.Result == nil { // not produced by the claim package; fail safe
-			m.inProgress(w, out.OperationID, m.o.retryAfter)
+			m.inProgress(w, out.OperationID, m.o.RetryAfter)
 			return
 		}
 		replay(w, out.Result)
@@ -265,7 +265,7 @@ func (m *middleware[TTx]) outcome(w http.ResponseWriter, out claim.Outcome) {
 }
 
 func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder time.Duration) {
-	retry := m.o.retryAfter
+	retry := m.o.RetryAfter
 	if holder > 0 {
 		retry = min(retry, holder)
 	}
@@ -279,7 +279,7 @@ func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder 
 
 func (m *middleware[TTx]) uncertain(w http.ResponseWriter, opID string) {
 	w.Header().Set("Location", m.o.operationPath+opID)
-	writeProblem(w, http.StatusAccepted, claimclient.ProblemUncertain, "The outcome of the request with this key is not known yet and is being reconciled; it will not run again.", opID, m.o.retryAfter)
+	writeProblem(w, http.StatusAccepted, claimclient.ProblemUncertain, "The outcome of the request with this key is not known yet and is being reconciled; it will not run again.", opID, m.o.RetryAfter)
 }
 
 // pending answers a request whose handler ran but whose outcome could not
@@ -288,15 +288,15 @@ func (m *middleware[TTx]) uncertain(w http.ResponseWriter, opID string) {
 // keeps trying. A retry sees it in progress, then its result.
 func (m *middleware[TTx]) pending(w http.ResponseWriter, opID string) {
 	w.Header().Set("Location", m.o.operationPath+opID)
-	writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "The request was processed, but its result is not recorded yet; retry with the same key or poll the Location.", opID, m.o.retryAfter)
+	writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "The request was processed, but its result is not recorded yet; retry with the same key or poll the Location.", opID, m.o.RetryAfter)
 }
 
 func (m *middleware[TTx]) unavailable(w http.ResponseWriter) {
-	writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "The request was not processed; retry after the Retry-After delay.", "", m.o.retryAfter)
+	writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "The request was not processed; retry after the Retry-After delay.", "", m.o.RetryAfter)
 }
 
 func (m *middleware[TTx]) tooLarge(w http.ResponseWriter, opID string) {
-	m.o.logger.Error("claimhttp: handler wrote more than MaxResponseBody; transaction rolled back", "op", opID)
+	m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; transaction rolled back", "op", opID)
 	writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The response could not be produced.", "", 0)
 }
 
@@ -309,7 +309,7 @@ func (m *middleware[TTx]) claimError(w http.ResponseWriter, opID string, err err
 	case errors.Is(err, claim.ErrUnavailable), errors.Is(err, claim.ErrLeaseExpired):
 		m.unavailable(w)
 	default:
-		m.o.logger.Error("claimhttp: claim failed", "op", opID, "err", err)
+		m.o.Logger.Error("claimhttp: claim failed", "op", opID, "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be processed.", "", 0)
 	}
 }

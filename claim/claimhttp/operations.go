@@ -106,10 +106,10 @@ func (h *operations[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.notFound(w)
 		return
 	case errors.Is(err, claim.ErrUnavailable):
-		writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "The operation could not be read; retry after the Retry-After delay.", "", h.o.retryAfter)
+		writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "The operation could not be read; retry after the Retry-After delay.", "", h.o.RetryAfter)
 		return
 	case err != nil:
-		h.o.logger.Error("claimhttp: reading an operation failed", "op", id, "err", err)
+		h.o.Logger.Error("claimhttp: reading an operation failed", "op", id, "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The operation could not be read.", "", 0)
 		return
 	case rec.Released:
@@ -127,7 +127,7 @@ func (h *operations[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			v.Result.Location = loc
 		}
 	} else {
-		hdr.Set("Retry-After", strconv.FormatInt(seconds(h.o.retryAfter), 10))
+		hdr.Set("Retry-After", strconv.FormatInt(seconds(h.o.RetryAfter), 10))
 	}
 	body, _ := json.Marshal(v) // strings, times and ints
 	hdr.Set("Content-Type", "application/json")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/claim/internal/settle"
 	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/internal/httptoken"
 )
@@ -19,9 +20,7 @@ import (
 const (
 	defaultMaxStoredBody   int64 = 1 << 20
 	defaultMaxResponseBody int64 = 16 << 20
-	defaultRetryAfter            = time.Second
 	defaultOperationPath         = "/operations/"
-	defaultFinishTimeout         = 10 * time.Second
 )
 
 // defaultStoredHeaders are the response headers stored with a result and
@@ -91,10 +90,8 @@ type config struct {
 	maxStoredBody   int64
 	maxResponseBody int64 // 0: max(defaultMaxResponseBody, maxStoredBody)
 	inTransaction   bool
-	retryAfter      time.Duration
 	operationPath   string
-	finishTimeout   time.Duration
-	logger          *slog.Logger
+	settle.Settings
 }
 
 // WithOperation names the operation of r: a key only ever collides with
@@ -272,13 +269,7 @@ func WithInTransaction() Option {
 // at the holder's remaining lease) and 503s; must be positive. Defaults to
 // 1s; sent in whole seconds, at least 1.
 func WithRetryAfter(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return configErr("WithRetryAfter: must be positive, got %v", d)
-		}
-		c.retryAfter = d
-		return nil
-	}
+	return func(c *config) error { return configErrOf(c.SetRetryAfter(d)) }
 }
 
 // WithOperationPath sets the prefix of the operation identity that forms
@@ -308,25 +299,13 @@ func WithOperationPath(prefix string) Option {
 // until the lease runs out; retries see the operation in progress
 // meanwhile. Defaults to 10s.
 func WithFinishTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return configErr("WithFinishTimeout: must be positive, got %v", d)
-		}
-		c.finishTimeout = d
-		return nil
-	}
+	return func(c *config) error { return configErrOf(c.SetFinishTimeout(d)) }
 }
 
 // WithLogger logs failures of those steps with l, by operation identity
 // only. Defaults to discarding.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return configErr("WithLogger: nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { return configErrOf(c.SetLogger(l)) }
 }
 
 // reserved are response headers that cannot be stored: hop-by-hop,
@@ -351,10 +330,8 @@ func newConfig(tenant func(r *http.Request) (string, error), opts []Option) (con
 		header:        http.CanonicalHeaderKey(wire.Header),
 		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		maxStoredBody: defaultMaxStoredBody,
-		retryAfter:    defaultRetryAfter,
 		operationPath: defaultOperationPath,
-		finishTimeout: defaultFinishTimeout,
-		logger:        slog.New(slog.DiscardHandler),
+		Settings:      settle.DefaultSettings(),
 	}
 	if tenant == nil {
 		return c, configErr("nil tenant function (the tenant must come from authentication)")
@@ -400,3 +377,11 @@ func defaultOperation(r *http.Request) string {
 }
 
 var errRelease = errors.New("claimhttp: released by status policy")
+
+// configErrOf wraps a shared setting's error in ErrConfig.
+func configErrOf(err error) error {
+	if err != nil {
+		return configErr("%w", err)
+	}
+	return nil
+}
