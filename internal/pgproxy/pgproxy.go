@@ -52,6 +52,7 @@ type Cutter struct {
 	onCut func()
 	conns map[net.Conn]struct{}
 	done  bool // Close was called
+	down  bool // SetDown(true): the database is unreachable
 	wg    sync.WaitGroup
 
 	cuts atomic.Int64
@@ -95,6 +96,21 @@ func (p *Cutter) ArmThen(mode Mode, then func()) {
 	p.mode = mode
 	p.onCut = then
 	p.mu.Unlock()
+}
+
+// SetDown makes the database unreachable through the proxy (true: every
+// connection is closed and new ones are closed as soon as they are
+// accepted, as an outage of the server looks to a client) or reachable
+// again (false).
+func (p *Cutter) SetDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			c.Close()
+		}
+	}
 }
 
 // Cuts returns how many replies were lost so far.
@@ -145,7 +161,7 @@ func (p *Cutter) takeOnCut() func() {
 func (p *Cutter) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done {
+	if p.done || p.down {
 		c.Close()
 		return false
 	}

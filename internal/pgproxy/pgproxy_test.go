@@ -83,3 +83,27 @@ func TestCutStatement_RunsThenAtTheCut(t *testing.T) {
 		t.Fatalf("rows %d, cuts %d, then ran %d times: want 2, 1, 1", n, cutter.Cuts(), calls.Load())
 	}
 }
+
+// SetDown(true) closes the connections through the proxy and refuses new
+// ones, as an outage of the server; SetDown(false) lets them through again.
+func TestSetDown_RefusesUntilUp(t *testing.T) {
+	_, pool, cutter := through(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	cutter.SetDown(true)
+	for range 3 {
+		if _, err := pool.Exec(ctx, `INSERT INTO t VALUES (3)`); err == nil {
+			t.Fatal("a statement went through a proxy that is down")
+		}
+	}
+	cutter.SetDown(false)
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil {
+		t.Fatalf("after SetDown(false): %v", err)
+	}
+	if n != 1 {
+		t.Fatalf("rows %d, want 1: nothing written while down", n)
+	}
+}
