@@ -8,8 +8,6 @@ import (
 	"github.com/oncekey/oncekey/claim/internal/settle"
 )
 
-const ()
-
 // Option configures [UnaryServerInterceptor]. An option given a bad value
 // makes UnaryServerInterceptor fail with an error that matches [ErrConfig]
 // and names the option.
