@@ -85,6 +85,10 @@ var (
 	// ErrNothingHappened, wrapped by a Run handler's error, states that the
 	// handler had no effect: the key is released and the message redelivered.
 	ErrNothingHappened = consume.ErrNothingHappened
+	// ErrPanicked is matched by the error of a Run whose handler panicked:
+	// the panic was recovered and logged at Error, the operation recorded
+	// as uncertain, and the message held (Hold).
+	ErrPanicked = consume.ErrPanicked
 	// ErrNoIdentity: the delivery has no identity (no message-id, or
 	// WithIdentity returned ""); it is dead-lettered.
 	ErrNoIdentity = consume.ErrNoIdentity

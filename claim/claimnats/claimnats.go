@@ -86,6 +86,10 @@ var (
 	// ErrNothingHappened, wrapped by a Run handler's error, states that the
 	// handler had no effect: the key is released and the message redelivered.
 	ErrNothingHappened = consume.ErrNothingHappened
+	// ErrPanicked is matched by the error of a Run whose handler panicked:
+	// the panic was recovered and logged at Error, the operation recorded
+	// as uncertain, and the message held (Hold).
+	ErrPanicked = consume.ErrPanicked
 	// ErrNoIdentity: the message has no identity (no Nats-Msg-Id header, or
 	// WithIdentity returned ""); it is terminated.
 	ErrNoIdentity = consume.ErrNoIdentity

@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/internal/adapter"
+	"github.com/oncekey/oncekey/claim/internal/settle"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -132,10 +134,27 @@ func Do[TTx any](ctx context.Context, c *claim.Claimer[TTx], m Message, d Delays
 	return fromOutcome(out, d)
 }
 
-// Run runs fn once per message identity in workflow mode: Claim, KeepAlive,
-// then Complete, Fail (fn's error made by claim.Reject), Release (fn's
-// error wraps ErrNothingHappened) or MarkUncertain (any other error). Once fn
-// started, the key is never released unless fn said nothing happened.
+// Run runs fn once per message identity in workflow mode: Claim, then fn
+// under the one settlement engine of started work (claim/internal/settle),
+// which renews the lease detached from ctx and records fn's answer: Complete
+// (nil error), Fail (an error made by claim.Reject), Release (fn's error
+// wraps ErrNothingHappened, the application's word) or MarkUncertain (any
+// other error). Once fn started, the key is never released unless fn said
+// nothing happened.
+//
+// The engine runs with no handoff: Run returns only once the outcome is
+// recorded, or the lease ran out trying (the store stayed unreachable), so
+// a message is never acknowledged for an outcome that is not recorded. The
+// report becomes the action: recorded, Ack (completed or failed), Hold
+// (uncertain) or Retry (released); the lease lost to another consumer, the
+// write fenced, the lease run out or any other store error, Retry: the
+// record is left to decide the redelivery (a replay, in progress, or a
+// takeover after the lease, as after a crash).
+//
+// A panic of fn is recorded as uncertain by the engine, then recovered here
+// (a consumer's process must not crash on one message, nor hold it
+// forever): it is logged at Error with its value and stack and the message
+// is held (Hold), never run again until a Reconciler resolved it.
 func Run[TTx any](ctx context.Context, c *claim.Claimer[TTx], m Message, d Delays, log *slog.Logger,
 	fn func(ctx context.Context, op claim.Op) (durable.Result, error)) Decision {
 	req, err := request(m)
@@ -152,44 +171,83 @@ func Run[TTx any](ctx context.Context, c *claim.Claimer[TTx], m Message, d Delay
 	if out.Kind != claim.Acquired {
 		return fromOutcome(out, d)
 	}
-	l := out.Lease
-	// The work outlives the delivery's context: it ends by completion or by
-	// the lease, never by a cancelled subscription.
-	work, stop := l.KeepAlive(context.WithoutCancel(ctx))
-	res, herr := fn(work, claim.Op{ID: l.OperationID(), Token: l.Token()})
-	lost := stop()
-	settle := context.WithoutCancel(ctx)
-	var serr error
-	switch {
-	case herr == nil:
-		serr = l.Complete(settle, res)
-		if serr == nil {
-			return Decision{Action: Ack, Kind: claim.Executed}
+	return work(ctx, out.Lease, m, d, log, fn)
+}
+
+// work runs fn under l with the engine; see Run.
+func work(ctx context.Context, l *claim.Lease, m Message, d Delays, log *slog.Logger,
+	fn func(ctx context.Context, op claim.Op) (durable.Result, error)) (dec Decision) {
+	op := settle.NewOp(l)
+	eng := settle.Engine{Name: "oncekey: consumer", Logger: log}
+	var herr error
+	returned := false
+	defer func() {
+		if returned {
+			return
 		}
-	case errors.Is(herr, ErrNothingHappened):
-		if serr = l.Release(settle); serr == nil {
+		// fn panicked; the engine recorded the outcome (uncertain) before
+		// the panic reached here. recover is nil for runtime.Goexit, which
+		// cannot be stopped: the goroutine ends after this.
+		v := recover()
+		log.ErrorContext(ctx, "oncekey: message handler panicked; outcome recorded as uncertain, message held for the reconciler",
+			append([]any{"operation_id", op.ID, "panic", v, "stack", string(debug.Stack())}, m.Where...)...)
+		dec = Decision{Action: Hold, Delay: d.Uncertain, Kind: claim.Uncertain, Err: fmt.Errorf("%w: %v", ErrPanicked, v)}
+	}()
+	r := eng.Run(ctx, l, op, func(ctx context.Context) settle.Settlement {
+		res, err := fn(ctx, claim.Op{ID: op.ID, Token: op.Token})
+		herr = err
+		return settlementOf(res, err)
+	})
+	returned = true
+	return decide(ctx, log, op.ID, r, herr, d)
+}
+
+// ErrPanicked is the cause of the Hold of a message whose handler panicked.
+var ErrPanicked = errors.New("oncekey: message handler panicked")
+
+// settlementOf is what a workflow handler's answer records.
+func settlementOf(res durable.Result, err error) settle.Settlement {
+	switch {
+	case err == nil:
+		return settle.Settlement{Kind: settle.Complete, Result: res}
+	case errors.Is(err, ErrNothingHappened):
+		return settle.Settlement{Kind: settle.Release}
+	}
+	if rres, ok := adapter.Rejected(err); ok {
+		return settle.Settlement{Kind: settle.Fail, Result: rres}
+	}
+	return settle.Settlement{Kind: settle.Uncertain}
+}
+
+// decide turns the engine's report into the broker's action.
+func decide(ctx context.Context, log *slog.Logger, opID string, r settle.Report, herr error, d Delays) Decision {
+	if r.Lost == nil && r.Err == nil {
+		switch r.Settlement.Kind {
+		case settle.Complete, settle.Fail:
+			return Decision{Action: Ack, Kind: claim.Executed}
+		case settle.Uncertain:
+			log.WarnContext(ctx, "oncekey: message outcome uncertain; held for the reconciler",
+				"operation_id", opID, "error", herr)
+			if herr == nil {
+				herr = errUncertain
+			}
+			return Decision{Action: Hold, Delay: d.Uncertain, Kind: claim.Uncertain, Err: herr}
+		case settle.Release:
 			return Decision{Action: Retry, Delay: d.Retry, Err: herr}
 		}
-	case rejected(herr):
-		rres, _ := adapter.Rejected(herr)
-		serr = l.Fail(settle, rres)
-		if serr == nil {
-			return Decision{Action: Ack, Kind: claim.Executed, Err: nil}
-		}
-	default:
-		serr = l.MarkUncertain(settle)
-		if serr == nil {
-			log.WarnContext(ctx, "oncekey: message outcome uncertain; held for the reconciler",
-				"operation_id", l.OperationID(), "error", herr)
-			return Decision{Action: Hold, Delay: d.Uncertain, Kind: claim.Uncertain, Err: herr}
-		}
 	}
-	// The settlement was not written: fenced (another consumer took the key
-	// over and decides) or the store is unreachable (the record stays
-	// processing; after the lease a takeover or the Reconciler decides).
-	// Either way the next delivery is answered from the record.
+	// Not recorded by this consumer: the lease was lost to another one
+	// (whose outcome is the operation's), the write was fenced, the lease
+	// ran out while the store was unreachable (the record stays
+	// processing; after the lease a takeover or the Reconciler decides),
+	// or another store error. The next delivery is answered from the
+	// record.
+	serr := r.Err
+	if r.Lost != nil {
+		serr = r.Lost
+	}
 	log.WarnContext(ctx, "oncekey: message settlement not written; redelivering",
-		"operation_id", l.OperationID(), "error", serr, "lease", lost)
+		"operation_id", opID, "step", r.Settlement.Kind.String(), "error", serr)
 	return Decision{Action: Retry, Delay: d.Retry, Err: serr}
 }
 
@@ -232,5 +290,3 @@ var (
 	errInProgress = errors.New("oncekey: in progress under another consumer")
 	errUncertain  = errors.New("oncekey: outcome uncertain, awaiting the reconciler")
 )
-
-func rejected(err error) bool { _, ok := adapter.Rejected(err); return ok }
