@@ -167,12 +167,12 @@ func keepAlives() int {
 }
 
 type panicRun struct {
-	effects   int32
-	actions   []claimnats.Action
-	errs      []error
-	state     string
-	leaked    int // lease renewals still running after the deliveries
-	logged    string
+	effects int32
+	actions []claimnats.Action
+	errs    []error
+	state   string
+	leaked  int // lease renewals still running after the deliveries
+	logged  string
 }
 
 // panicAfterEffect is defect 2 of issue 27: a handler that panics after its
