@@ -54,7 +54,18 @@
 // A reply is stored as completed: its message marshalled, with its full
 // protobuf name. An error is stored as failed, whatever its code: its
 // google.rpc.Status (code, message, details). Response metadata (headers,
-// trailers) the handler set is not stored nor replayed.
+// trailers) the handler set is not stored nor replayed. The stored format
+// has a representation version of its own (durable.Result.Version 1001;
+// package claimhttp's is 1). A result in any other format (what oncekey
+// resolve wrote before -format, a hand-built HTTP status and body) is
+// never replayed as a success: the call gets Internal ("the stored result
+// of this key cannot be replayed") and the interceptor logs why. Results
+// this package stored before 1001 existed, under version 1, still replay.
+//
+// To settle an operation from outside (a [claim.Reconciler]'s resolve
+// function, oncekey resolve -format grpc), store what the handler would
+// have returned through the same encoders: [ReplyResult] as completed,
+// [StatusResult] as failed.
 //
 // The interceptor sees the handler's reply type only as the value the
 // handler returns, and a replay must not run the handler; so a replay
