@@ -21,6 +21,7 @@ func init() {
 		inTxAny(ctx context.Context, fn func(ctx context.Context, tx any) error) error
 		claimTxAny(ctx context.Context, tx any, r Request) (Outcome, bool, error)
 		resume(ctx context.Context, tenant, id string, tok fence.Token) (*Lease, durable.Record, error)
+		leaseLength() time.Duration
 	}
 	adapter.InTx = func(ctx context.Context, c any, fn func(ctx context.Context, tx any) error) error {
 		return c.(async).inTxAny(ctx, fn)
@@ -35,6 +36,20 @@ func init() {
 		}
 		return l, rec, err
 	}
+	adapter.Expire = func(ctx context.Context, l any) error { return l.(*Lease).expire(ctx) }
+	adapter.Lease = func(c any) time.Duration { return c.(async).leaseLength() }
+}
+
+func (c *Claimer[TTx]) leaseLength() time.Duration { return c.cfg.lease }
+
+// expire ends the lease now by the database's clock (a renewal to 1ms),
+// fenced; the record stays processing, for its job's next run to adopt.
+func (l *Lease) expire(ctx context.Context) (err error) {
+	ctx, span := l.startFinish(ctx, "expired")
+	defer func() { endFinish(span, err) }()
+	return wrap("expire", l.durable(ctx, func(ctx context.Context) error {
+		return l.c.renew(ctx, l.ref, l.tok, time.Millisecond)
+	}))
 }
 
 func (c *Claimer[TTx]) inTxAny(ctx context.Context, fn func(ctx context.Context, tx any) error) error {

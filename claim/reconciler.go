@@ -40,6 +40,7 @@ type ReconcilerOption func(*reconcilerConfig) error
 type reconcilerConfig struct {
 	staleAfter time.Duration
 	batch      int
+	skip       func(context.Context, durable.Record) (bool, error)
 }
 
 // ReconcileStaleAfter selects, besides uncertain records, processing
@@ -51,6 +52,22 @@ func ReconcileStaleAfter(d time.Duration) ReconcilerOption {
 			return configErr("ReconcileStaleAfter: must not be negative, got %v", d)
 		}
 		c.staleAfter = d
+		return nil
+	}
+}
+
+// ReconcileSkip has each pass ask skip about every pending record before
+// adopting it: a record skip reports (true) is left as it is for this pass
+// and counted as skipped; an error counts as the record's error. It keeps
+// the Reconciler off records that another mechanism still continues: an
+// asynchronous runner's job retries the processing records of its
+// operations itself (claimriver.Runner.SkipLiveJobs). Not nil.
+func ReconcileSkip(skip func(ctx context.Context, rec durable.Record) (bool, error)) ReconcilerOption {
+	return func(c *reconcilerConfig) error {
+		if skip == nil {
+			return configErr("ReconcileSkip: nil function")
+		}
+		c.skip = skip
 		return nil
 	}
 }
@@ -159,6 +176,16 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally)
 	ctx, span := r.c.tr.start(ctx, spanReconcile)
 	before := *t
 	defer func() { endReconcile(span, rec, before, *t, err) }()
+	if r.cfg.skip != nil {
+		skip, err := r.cfg.skip(ctx, rec)
+		if err != nil {
+			return fmt.Errorf("skip: %w", err)
+		}
+		if skip {
+			t.skipped++
+			return nil
+		}
+	}
 	var tok fence.Token
 	err = r.c.tr.step(ctx, spanDurableAdopt, func(ctx context.Context) (err error) {
 		tok, err = r.c.store.Adopt(ctx, rec.Ref, uuid.New(), 0, r.c.cfg.lease)

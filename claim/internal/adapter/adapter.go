@@ -39,4 +39,12 @@ var (
 	// adopted under a new generation once the earlier lease expired
 	// (durable.ErrBusy before).
 	Resume func(ctx context.Context, claimer any, tenant, id string, tok fence.Token) (any, durable.Record, error)
+	// Expire ends the lease of lease (a *claim.Lease) now, fenced, and
+	// keeps the record processing: the application said nothing happened,
+	// and the operation's own next run (a River retry) adopts it at once,
+	// where a release would free the key for any claim. Errors as
+	// claim.Lease.Renew's.
+	Expire func(ctx context.Context, lease any) error
+	// Lease returns the lease of claimer's claims (claim.WithLease).
+	Lease func(claimer any) time.Duration
 )
