@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/durable"
 )
 
 // resultVersion is the version of the stored representation written by this
 // package (durable.Result.Version): status, stored headers, body, with
 // claimclient.HeaderBodyOmitted marking an omitted body.
-const resultVersion = 1
+const resultVersion = wire.ResultHTTP
 
 // capture is the ResponseWriter a guarded handler writes to. It buffers the
 // whole response, because the response may be published only after its
@@ -137,8 +138,55 @@ func (c *capture) publish(w http.ResponseWriter) {
 	}
 }
 
-// replay sends a stored result, byte for byte, marked as replayed.
-func replay(w http.ResponseWriter, res *durable.Result) { writeStored(w, res, true) }
+// replay sends a stored result, byte for byte, marked as replayed. A
+// result in another adapter's format (claimgrpc's: a gRPC code is no HTTP
+// status, a reply's bytes no body), or with a status no final HTTP
+// response has, is not replayed: a 500 problem, never a success it does
+// not hold.
+func replay(w http.ResponseWriter, res *durable.Result) {
+	if !replayable(res) {
+		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The stored result of this key cannot be replayed.", "", 0)
+		return
+	}
+	writeStored(w, res, true)
+}
+
+// replayable reports whether res is in this package's format: not another
+// adapter's version, and a final status (0, for a hand-built result, is
+// sent as 200, as it always was).
+func replayable(res *durable.Result) bool {
+	if res.Version == wire.ResultGRPC {
+		return false
+	}
+	return res.StatusCode == 0 || res.StatusCode >= 200 && res.StatusCode <= 999
+}
+
+// ResponseResult returns the result the middleware stores for a handler
+// that answered status, header and body: store it as completed or failed
+// (claim.Resolved in a [claim.Reconciler]'s resolve function, or oncekey
+// resolve -format http) and every retry gets exactly that response, marked
+// replayed. header holds the fields to replay (the names are
+// canonicalized; Location also names the created resource). status must
+// be a final status, 200 to 599; 204 and 304 take no body.
+func ResponseResult(status int, header http.Header, body []byte) (durable.Result, error) {
+	switch {
+	case status < 200 || status > 599:
+		return durable.Result{}, fmt.Errorf("claimhttp: ResponseResult: status %d is not a final HTTP status (200 to 599)", status)
+	case len(body) > 0 && !bodyAllowed(status):
+		return durable.Result{}, fmt.Errorf("claimhttp: ResponseResult: a %d response has no body", status)
+	}
+	h := make(map[string][]string, len(header))
+	for k, v := range header {
+		h[http.CanonicalHeaderKey(k)] = append(h[http.CanonicalHeaderKey(k)], v...)
+	}
+	return durable.Result{
+		StatusCode: status,
+		Headers:    h,
+		Body:       append([]byte{}, body...),
+		Version:    resultVersion,
+		ResourceID: http.Header(h).Get("Location"),
+	}, nil
+}
 
 // writeStored sends a stored result, byte for byte.
 func writeStored(w http.ResponseWriter, res *durable.Result, replayed bool) {
