@@ -21,9 +21,11 @@ import (
 //
 //   - Executed with its State and Result: fn ran and its result is stored
 //     in tx. Commit tx, then call finish with the commit's error.
-//   - Replayed, InProgress, Uncertain: fn did not run and tx holds no
-//     write of DoTx (the claim only read the record, which stays locked in
-//     PostgreSQL until tx ends). Answer as Do's caller would.
+//   - Replayed, InProgress, Uncertain: fn did not run and tx holds
+//     nothing of DoTx: no write and no lock (in PostgreSQL the claim ran
+//     under a savepoint, rolled back to once it did not acquire), so the
+//     record's holder finishes it while tx is still open. Answer as Do's
+//     caller would; tx stays usable.
 //   - an error (fn's transient error, [ErrLeaseExpired], the store's
 //     errors; a [Reject] is not an error but Executed with State failed):
 //     roll tx back. fn's writes and the claim must not commit; if tx were
@@ -70,6 +72,10 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		return out, finish, err
 	}
 	p.Proposed = f.proposed
+	// tx stays open after DoTx answers: a claim that does not acquire must
+	// leave no lock on the record there, or its holder could not finish it
+	// until the caller's transaction ends.
+	p.NoLockUnlessAcquired = true
 	defer func() {
 		if v := recover(); v != nil {
 			c.dropRedisLease(ctx, f, &t, p)

@@ -3,6 +3,7 @@ package claim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,6 +174,104 @@ func TestClaimer_DoTxPostgres(t *testing.T) {
 				}
 				if runs.Load() != 1 {
 					t.Fatalf("fn ran %d times; want 1", runs.Load())
+				}
+			})
+
+			// Issue 27 #7: a DoTx that finds the key held by another
+			// worker's Lease answers InProgress, and its caller's
+			// transaction, still open, holds nothing of the record: the
+			// owner's Complete goes through before that transaction ends
+			// (it waited on the claim statement's row lock before). A
+			// mismatch, and an uncertain record the Reconciler settles,
+			// likewise. With Redis the in-progress answer comes from Redis
+			// and the store is not asked; the test holds all the same.
+			t.Run("KeyHeldElsewhereLeavesItsOwnerFreeToFinish", func(t *testing.T) {
+				// finishes runs finish (the owner's or the reconciler's
+				// write) while tx is open and requires it to return
+				// before tx ends: it fails as soon as finish waits on a
+				// lock, which only tx can hold.
+				finishes := func(what string, finish func() error) {
+					t.Helper()
+					done := make(chan error, 1)
+					go func() { done <- finish() }()
+					for {
+						select {
+						case err := <-done:
+							if err != nil {
+								t.Fatalf("%s while the DoTx caller's transaction is open: %v", what, err)
+							}
+							return
+						default:
+						}
+						if lockWaiters(t, e) > 0 {
+							t.Fatalf("%s waits on a lock held by the DoTx caller's open transaction", what)
+						}
+						time.Sleep(2 * time.Millisecond)
+					}
+				}
+				var runs atomic.Int32
+				fn := func(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
+					runs.Add(1)
+					return e.insertOrder(ctx, tx, op)
+				}
+
+				r := req("tx-held", "v1:a")
+				own := mustClaim(t, e.c, r, claim.Acquired)
+				tx := begin()
+				out, fin, err := e.c.DoTx(ctx, tx, r, fn)
+				if err != nil || out.Kind != claim.InProgress || out.OperationID != own.OperationID {
+					t.Fatalf("DoTx on a held key = %v %q, %v; want InProgress %q", out.Kind, out.OperationID, err, own.OperationID)
+				}
+				// Another fingerprint in the same transaction: a mismatch,
+				// which holds nothing either.
+				if _, _, err := e.c.DoTx(ctx, tx, req("tx-held", "v1:other"), fn); !errors.Is(err, claim.ErrMismatch) {
+					t.Fatalf("DoTx with another fingerprint = %v; want ErrMismatch", err)
+				}
+				finishes("the owner's Complete", func() error { return own.Lease.Complete(ctx, result(`{"owner":1}`)) })
+				// The caller's transaction is still usable and ends as the
+				// caller decides.
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatalf("the caller's commit: %v", err)
+				}
+				fin(ctx, nil)
+				if rep := mustClaim(t, e.c, r, claim.Replayed); string(rep.Result.Body) != `{"owner":1}` {
+					t.Fatalf("retry = %s; want the owner's result", rep.Result.Body)
+				}
+
+				// An uncertain record: DoTx answers Uncertain; the
+				// Reconciler adopts and completes it meanwhile.
+				u := req("tx-uncertain", "v1:a")
+				uo := mustClaim(t, e.c, u, claim.Acquired)
+				if err := uo.Lease.MarkUncertain(ctx); err != nil {
+					t.Fatal(err)
+				}
+				tx = begin()
+				out, fin, err = e.c.DoTx(ctx, tx, u, fn)
+				if err != nil || out.Kind != claim.Uncertain {
+					t.Fatalf("DoTx on an uncertain key = %v, %v; want Uncertain", out.Kind, err)
+				}
+				rc, err := claim.NewReconciler(e.c, func(context.Context, durable.Record) (claim.Resolution, error) {
+					return claim.Resolved(durable.Completed, result(`{"reconciled":1}`)), nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				finishes("the Reconciler's pass", func() error {
+					rep, err := rc.RunOnce(ctx)
+					if err == nil && rep.Resolved != 1 {
+						err = fmt.Errorf("report %+v; want 1 resolved", rep)
+					}
+					return err
+				})
+				if err := tx.Rollback(ctx); err != nil {
+					t.Fatal(err)
+				}
+				fin(ctx, errRolledBack)
+				if rep := mustClaim(t, e.c, u, claim.Replayed); string(rep.Result.Body) != `{"reconciled":1}` {
+					t.Fatalf("retry = %s; want the reconciled result", rep.Result.Body)
+				}
+				if runs.Load() != 0 {
+					t.Fatalf("fn ran %d times for keys held elsewhere; want 0", runs.Load())
 				}
 			})
 

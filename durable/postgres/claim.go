@@ -44,11 +44,79 @@ import (
 // waits (bounded by lock_timeout) and then sees the committed outcome; a
 // rollback leaves the record as it was. An ambiguous failure is not re-read
 // then: the transaction is lost and the caller's COMMIT will report it.
+//
+// With p.NoLockUnlessAcquired and a non-nil tx, a claim that does not acquire
+// leaves no lock in tx: the claim runs under a savepoint sent in the same
+// round trip, and the store rolls back to it (one more round trip) when the
+// claim did not acquire. Otherwise the row the statement refused stays
+// locked until tx ends (ON CONFLICT DO UPDATE locks the conflicting row
+// whatever its WHERE says; cur reads it FOR SHARE), which blocks the
+// record's holder from finishing it for as long as tx stays open.
 func (s *store) Claim(ctx context.Context, tx pgx.Tx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
 	if tx != nil {
+		if p.NoLockUnlessAcquired {
+			return s.claimUnlocked(ctx, tx, p)
+		}
 		return s.claim(ctx, tx, p)
 	}
 	return s.claim(ctx, s.pool, p)
+}
+
+// claimSavepoint names the savepoint of a claim with NoLockUnlessAcquired.
+// Savepoints of one name stack: ROLLBACK TO names the latest, so two such
+// claims in one transaction each roll back to their own.
+const claimSavepoint = "oncekey_claim"
+
+// claimUnlocked is the claim inside tx under a savepoint, rolled back to
+// when the claim did not acquire: that releases every row lock the claim
+// took (ROLLBACK TO SAVEPOINT ends the subtransaction that holds them) and
+// keeps the record it read. An error leaves tx as the claim left it (the
+// caller rolls tx back).
+func (s *store) claimUnlocked(ctx context.Context, tx pgx.Tx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
+	if err := p.Validate(); err != nil {
+		return storeapi.ClaimResult{}, fmt.Errorf("durable/postgres: claim: %w", err)
+	}
+	res, err := s.claim(ctx, &savepointFirst{Tx: tx}, p)
+	if res.Acquired || (err != nil && !errors.Is(err, durable.ErrMismatch)) {
+		return res, err
+	}
+	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+claimSavepoint); rerr != nil {
+		return res, translate("claim (rollback to savepoint)", rerr)
+	}
+	return res, err
+}
+
+// savepointFirst is tx whose first QueryRow is sent in one batch after a
+// SAVEPOINT (one round trip for both).
+type savepointFirst struct {
+	pgx.Tx
+	sent bool
+}
+
+func (q *savepointFirst) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if q.sent {
+		return q.Tx.QueryRow(ctx, sql, args...)
+	}
+	q.sent = true
+	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT " + claimSavepoint)
+	b.Queue(sql, args...)
+	return &batchRow{br: q.Tx.SendBatch(ctx, b)}
+}
+
+// batchRow is the row of a batch's second statement, the first being one
+// without rows; Scan closes the batch.
+type batchRow struct{ br pgx.BatchResults }
+
+func (r *batchRow) Scan(dest ...any) error {
+	_, err := r.br.Exec()
+	if err == nil {
+		err = r.br.QueryRow().Scan(dest...)
+	}
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (s *store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {

@@ -36,6 +36,9 @@ func TestContract(t *testing.T) {
 		// BenchmarkClaimComplete reports the counts as stmts/op.
 		Statements:  nil,
 		LockWaiters: func(s storeapi.Store[*sql.Tx]) int { return s.(*sqlite.Store).WriteWaiters() },
+		// Its transactions begin IMMEDIATE: one open transaction holds the
+		// database's write lock, and a write on its own waits for it.
+		TxLocksDatabase: true,
 		// A foreign key checked at COMMIT (foreign_keys is on), violated by
 		// a row of the caller's own table.
 		BreakCommit: func(ctx context.Context, tx *sql.Tx) error {

@@ -41,6 +41,22 @@ type ClaimParams struct {
 	// store keeps it with the record. At least 1ms (short retentions are for
 	// tests).
 	Retention time.Duration
+	// NoLockUnlessAcquired applies to a claim inside a transaction that
+	// its caller keeps open after the claim's answer (DoTx): a claim that
+	// does not acquire then leaves no lock on the record for the rest of
+	// tx, so the record's holder can still write it (Complete, Renew, the
+	// Reconciler's Adopt) before tx ends (issue 27 #7). PostgreSQL's claim
+	// statement locks the row it refuses (ON CONFLICT DO UPDATE locks the
+	// conflicting row whatever its WHERE says, and the classifying read is
+	// FOR SHARE): with this set the store sends a SAVEPOINT with the claim
+	// and rolls back to it when the claim did not acquire, which releases
+	// those locks; an acquisition keeps the savepoint, whose
+	// subtransaction commits or rolls back with tx. SQLite takes no row
+	// locks: the caller's transaction holds the database's write lock from
+	// its BEGIN IMMEDIATE on, with or without the claim. Without tx it
+	// changes nothing. Do leaves it unset: its own transaction ends right
+	// after a claim that did not acquire.
+	NoLockUnlessAcquired bool
 }
 
 // Validate checks p and returns an error that matches

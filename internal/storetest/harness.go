@@ -66,4 +66,12 @@ type Harness[TTx any] struct {
 	// when the backend has no deferred constraints; the suite then logs
 	// that the case does not apply.
 	BreakCommit func(ctx context.Context, tx TTx) error
+
+	// TxLocksDatabase says that a transaction from InTx holds the
+	// database's write lock from its start (SQLite's BEGIN IMMEDIATE), so
+	// a write on its own waits for any open transaction, whatever that
+	// transaction did. The suite then does not require a record's holder
+	// to finish it while another transaction that claimed it without
+	// acquiring is open.
+	TxLocksDatabase bool
 }

@@ -16,7 +16,9 @@ import (
 // results; Release; retention restarts and Sweep in batches (processing and
 // uncertain records kept and counted by Stats); isolation of tenants and
 // operations; Claim and Complete inside InTx: commit and rollback, and a concurrent
-// claimer blocked until commit; ErrUnavailable from an unreachable store;
+// claimer blocked until commit; a claim in a transaction that does not
+// acquire (NoLockUnlessAcquired) leaving its holder free to finish while
+// the transaction is open; ErrUnavailable from an unreachable store;
 // ErrInvalidScope with nothing written; a lost COMMIT acknowledgement
 // resolved by reading; idempotent Complete; MarkUncertain, Adopt and
 // Pending; Renew; Stats; a full retention after a late finish and after a
@@ -54,6 +56,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 		{"ClaimAndCompleteInTheCallersTransaction", c.inTx},
 		{"ClaimInTxBlocksAConcurrentClaimerUntilCommit", c.claimTxBlocks},
 		{"ClaimInTxRollbackLetsTheBlockedClaimerAcquire", c.claimTxRollback},
+		{"ClaimInTxThatDoesNotAcquireLeavesTheHolderFreeToFinish", c.claimTxRefusedHoldsNothing},
 		{"UnreachableStoreReturnsErrUnavailable", c.unreachable},
 		{"InvalidParametersReturnErrInvalidScopeAndWriteNothing", c.invalid},
 		{"LostCommitAckIsResolvedByReadingTheRecord", c.lostCommitAck},

@@ -213,6 +213,98 @@ func (c *contract[TTx]) claimTxRollback(t *testing.T) {
 	}
 }
 
+// 9c (issue 27 #7). Inside a transaction its caller keeps open (DoTx), a
+// claim with NoLockUnlessAcquired that does not acquire answers as usual
+// (the holder's record in progress, a mismatch, a replay) and leaves
+// nothing locked: the record's holder completes it while the transaction
+// is still open. The transaction stays usable: a later claim in it
+// acquires and commits with it. Where a transaction holds the database's
+// write lock from its start (h.TxLocksDatabase: SQLite), the holder's
+// write waits for the transaction whatever the claim did, and runs after
+// it instead.
+func (c *contract[TTx]) claimTxRefusedHoldsNothing(t *testing.T) {
+	s := c.h.New(t)
+	ctx := ctxFor(t)
+	unlocked := func(sc durable.Scope, fp string) storeapi.ClaimParams {
+		p := params(sc, fp, long, long)
+		p.NoLockUnlessAcquired = true
+		return p
+	}
+	held, finished, fresh := newScope(), newScope(), newScope()
+	heldRef, finRef, freshRef := mustRef(t, s, held), mustRef(t, s, finished), mustRef(t, s, fresh)
+	tok := mustAcquire(t, s, params(held, fp1, long, long))
+	ftok := mustAcquire(t, s, params(finished, fp1, long, long))
+	must(t, "Complete", s.Complete(ctx, noTx[TTx](), finRef, ftok, sampleResult()))
+
+	var freshTok fence.Token
+	err := s.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		res, err := s.Claim(ctx, tx, unlocked(held, fp1))
+		switch {
+		case err != nil:
+			return err
+		case res.Acquired || res.Record == nil || res.Record.State != durable.Processing || res.Record.Token != tok:
+			return fmt.Errorf("claim in tx of a held record = %+v; want it in progress under %v", res, tok)
+		}
+		if _, err := s.Claim(ctx, tx, unlocked(held, fp2)); !errors.Is(err, durable.ErrMismatch) {
+			return fmt.Errorf("claim in tx with another fingerprint = %v; want ErrMismatch", err)
+		}
+		res, err = s.Claim(ctx, tx, unlocked(finished, fp1))
+		switch {
+		case err != nil:
+			return err
+		case res.Acquired || res.Record == nil || res.Record.State != durable.Completed || !equalResult(res.Record.Result, sampleResult()):
+			return fmt.Errorf("claim in tx of a finished record = %+v; want the replay", res)
+		}
+		res, err = s.Claim(ctx, tx, unlocked(fresh, fp1))
+		switch {
+		case err != nil:
+			return err
+		case !res.Acquired:
+			return fmt.Errorf("claim in tx of a fresh scope after the refused ones = %+v; want it acquired", res.Record)
+		}
+		freshTok = res.Token
+		if err := s.Complete(ctx, tx, freshRef, freshTok, sampleResult()); err != nil {
+			return err
+		}
+		if c.h.TxLocksDatabase {
+			return nil
+		}
+		// The holder finishes while tx is open: its write must not wait
+		// on tx.
+		done := make(chan error, 1)
+		go func() { done <- s.Complete(ctx, noTx[TTx](), heldRef, tok, sampleResult()) }()
+		deadline := time.Now().Add(pollFor)
+		for {
+			select {
+			case err := <-done:
+				if err != nil {
+					return fmt.Errorf("the holder's Complete while the transaction is open: %w", err)
+				}
+				return nil
+			default:
+			}
+			if c.h.LockWaiters != nil && c.h.LockWaiters(s) > 0 {
+				return errors.New("the holder's Complete waits on a lock left by a claim in the open transaction that did not acquire")
+			}
+			if time.Now().After(deadline) {
+				return errors.New("the holder's Complete did not return while the transaction was open")
+			}
+			time.Sleep(pollEvery)
+		}
+	})
+	must(t, "InTx", err)
+	if c.h.TxLocksDatabase {
+		t.Log("a transaction of this backend holds the database's write lock from its start: the holder completes after it")
+		must(t, "the holder's Complete", s.Complete(ctx, noTx[TTx](), heldRef, tok, sampleResult()))
+	}
+	rec := mustGet(t, s, heldRef)
+	checkState(t, "the held record", rec, durable.Completed)
+	checkToken(t, "the held record", rec.Token, tok)
+	rec = mustGet(t, s, freshRef)
+	checkState(t, "the record claimed in the transaction", rec, durable.Completed)
+	checkToken(t, "the record claimed in the transaction", rec.Token, freshTok)
+}
+
 // 10a. A store whose database cannot be reached returns ErrUnavailable from
 // every method.
 func (c *contract[TTx]) unreachable(t *testing.T) {
