@@ -1,0 +1,162 @@
+package claimhttp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/entrytest"
+)
+
+// The entry-point conformance suite against the middleware in workflow
+// mode. Its top-level tests are not parallel, so no other test of the
+// package runs beside them: the negative controls break the settlement of
+// the whole process.
+
+func TestConformance(t *testing.T) { entrytest.Run(t, httpDriver{}) }
+
+func TestConformance_BrokenSettlementsAreCaught(t *testing.T) {
+	negatives(t, httpDriver{})
+}
+
+// negatives runs, for each broken settlement, the window that reveals it.
+func negatives(t *testing.T, d entrytest.Driver) {
+	for _, c := range []struct {
+		mode   settle.Mode
+		window string
+	}{
+		{settle.OneAttempt, entrytest.OutageShort},
+		{settle.ReleaseOnError, entrytest.Resolve},
+		{settle.NoRecover, entrytest.Panic},
+	} {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			entrytest.Catch(t, d, c.window, func() func() { return settle.Break(c.mode) })
+		})
+	}
+}
+
+// conformanceMaxBody is the driver's MaxStoredBody and MaxResponseBody.
+const conformanceMaxBody = 4096
+
+// conformanceStatusFailed is the status of the suite's business failures:
+// stored as failed (a status of 400 or more, DESIGN 6.3).
+const conformanceStatusFailed = http.StatusPaymentRequired
+
+type httpDriver struct{}
+
+func (httpDriver) Caps() entrytest.Caps {
+	return entrytest.Caps{Tenant: "t1", MaxResult: conformanceMaxBody}
+}
+
+func (httpDriver) Start(env entrytest.Env) entrytest.Adapter {
+	t := env.T
+	guard, err := claimhttp.Middleware(env.Claimer, tenantOf,
+		claimhttp.WithMaxStoredBody(conformanceMaxBody), claimhttp.WithMaxResponseBody(conformanceMaxBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /ops", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("read the request body: %v", err)
+		}
+		resp := env.Handler(ctx, claimhttp.OperationID(ctx), body)
+		switch resp.Kind {
+		case entrytest.Unknown:
+			if err := claimhttp.MarkUncertain(ctx); err != nil {
+				t.Errorf("MarkUncertain: %v", err)
+			}
+			http.Error(w, "downstream outcome unknown", http.StatusGatewayTimeout)
+			return
+		case entrytest.Failure:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(conformanceStatusFailed)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+		}
+		_, _ = w.Write(resp.Body)
+	})))
+	srv := httptest.NewServer(authenticate(mux))
+	t.Cleanup(srv.Close)
+	return &httpAdapter{url: srv.URL + "/ops", client: srv.Client()}
+}
+
+// Encode is the middleware's stored form (version 1: status, stored
+// headers, body), as its replay writes it back.
+func (httpDriver) Encode(r entrytest.Response) durable.Result {
+	status := http.StatusCreated
+	if r.Kind == entrytest.Failure {
+		status = conformanceStatusFailed
+	}
+	return durable.Result{StatusCode: status, Headers: map[string][]string{"Content-Type": {"application/json"}}, Body: r.Body, Version: 1}
+}
+
+type httpAdapter struct {
+	url    string
+	client *http.Client
+}
+
+func (a *httpAdapter) Send(ctx context.Context, key string, payload []byte) entrytest.Answer {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url, bytes.NewReader(payload))
+	if err != nil {
+		return entrytest.Answer{Outcome: entrytest.Error, Detail: err.Error()}
+	}
+	q, err := wire.FormatKey(key)
+	if err != nil {
+		return entrytest.Answer{Outcome: entrytest.Error, Detail: err.Error()}
+	}
+	req.Header.Set("Idempotency-Key", q)
+	req.Header.Set("Authorization", "Bearer t1")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := a.client.Do(req)
+	if err != nil {
+		return entrytest.Answer{Outcome: entrytest.Error, Detail: err.Error()}
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return entrytest.Answer{Outcome: entrytest.Error, Detail: "read the body: " + err.Error()}
+	}
+	detail := strconv.Itoa(res.StatusCode)
+	if res.Header.Get("Content-Type") == problemContentType {
+		var p problem
+		if err := json.Unmarshal(body, &p); err != nil {
+			return entrytest.Answer{Outcome: entrytest.Error, Detail: detail + " unreadable problem"}
+		}
+		detail += " " + p.Type
+		switch p.Type {
+		case claimclient.ProblemInProgress:
+			return entrytest.Answer{Outcome: entrytest.InProgress, Detail: detail}
+		case claimclient.ProblemUncertain:
+			return entrytest.Answer{Outcome: entrytest.Uncertain, Detail: detail}
+		case claimclient.ProblemKeyReused:
+			return entrytest.Answer{Outcome: entrytest.Rejected, Detail: detail}
+		}
+		return entrytest.Answer{Outcome: entrytest.Error, Detail: detail}
+	}
+	if res.StatusCode != http.StatusCreated && res.StatusCode != conformanceStatusFailed {
+		return entrytest.Answer{Outcome: entrytest.Error, Detail: detail}
+	}
+	out := entrytest.Answer{Outcome: entrytest.Executed, Detail: detail, Result: entrytest.Result{
+		Failed:  res.StatusCode == conformanceStatusFailed,
+		Body:    body,
+		Omitted: res.Header.Get(claimclient.HeaderBodyOmitted) == "true",
+	}}
+	if res.Header.Get(claimclient.HeaderReplayed) == "true" {
+		out.Outcome = entrytest.Replayed
+	}
+	return out
+}
