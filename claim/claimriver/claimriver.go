@@ -26,13 +26,51 @@
 //     generation once the earlier lease expired, so an earlier worker that
 //     is only paused is fenced: its Complete, Fail or MarkUncertain returns
 //     claim.ErrFenced and writes nothing.
-//   - The work runs under [claim.Lease.KeepAlive]. Its result (nil error)
-//     is stored as completed; a [claim.Reject] error as failed; any other
-//     error is retried by River, and on the job's last attempt the record
-//     is marked uncertain for the Reconciler: an operation whose work
-//     started is never silently failed and never released. A job whose last
-//     attempt dies leaves the record processing with an expired lease,
-//     which the Reconciler also picks up (claim.ReconcileStaleAfter).
+//   - The work runs through the settlement every entry point of oncekey
+//     shares: the lease is renewed while it runs, on a context detached
+//     from River's, and once it started the outcome is only ever recorded,
+//     never released on the library's initiative. Its result (nil error)
+//     is stored as completed; a [claim.Reject] error as failed; an error
+//     wrapping [ErrNothingHappened] (the application's word that the
+//     attempt had no effect) ends the lease and River retries the job,
+//     whose next attempt adopts the operation at once and runs it again;
+//     any other error, or a panic, marks the operation uncertain, for the
+//     Reconciler (River recovers the panic; the job's retry finds the
+//     operation uncertain and runs nothing).
+//   - The outcome is written while the attempt still runs: a store that is
+//     unreachable for a moment is retried, renewing the lease, until the
+//     write lands or the lease runs out. River then hears: nil once it is
+//     recorded (completed, failed or uncertain), and nil when another run
+//     took the operation over (its outcome stands); an error when the
+//     lease ran out first, so that River retries the job and its attempt
+//     adopts the record after the lease, as after a crash.
+//
+// # Long work, River's timers, and who retries a crashed worker
+//
+// The work is bounded by the lease and its renewals, not by River's job
+// timeout: River's cancellation of the attempt's context (JobTimeout, a
+// per-worker timeout, StopAndCancel, a remote cancel) does not reach the
+// work, whose context ends only when the lease is lost or about to run out
+// (claim.Lease.KeepAlive). A shutdown therefore waits for the running work
+// or abandons it with the process, which is a crash.
+//
+// A worker that dies leaves its job running in River's table until River's
+// stuck-job rescuer moves it: after RescueStuckJobsAfter, 1 hour by
+// default, long after the lease. Set river.Config.RescueStuckJobsAfter to
+// [Runner.RescueStuckJobsAfter] (the lease, at least JobTimeout): the job
+// is then retried about a lease after it began (the rescuer looks every 30
+// seconds, then the retry policy's delay), and the retry adopts the record
+// once the dead worker's lease expired. This Runner's jobs report the lease
+// as their River timeout (Worker.Timeout), only for that rescue: a timeout
+// of -1 would make River's rescuer skip them for ever. River logs work that
+// outlives it as "stuck"; that is expected of work longer than the lease.
+//
+// The job owns its operation's retries while it is live: a retried
+// request never takes the operation over (it answers 202 and leaves it to
+// the job), and a Reconciler given [Runner.SkipLiveJobs] skips processing
+// records whose job is still live. The Reconciler has the uncertain
+// records, and the processing ones whose job is gone (its last attempt
+// failed or died, or it was cancelled).
 //
 // Pass [Job.OperationID] downstream as that system's idempotency key: a
 // retry that repeats a call after a crash is then deduplicated there.
@@ -42,6 +80,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,12 +89,23 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/internal/adapter"
+	"github.com/oncekey/oncekey/claim/internal/consume"
+	"github.com/oncekey/oncekey/claim/internal/settle"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 )
 
 // ErrConfig is matched by every configuration error of this package.
 var ErrConfig = errors.New("claimriver: invalid configuration")
+
+// ErrNothingHappened, wrapped by a [Work] function's error, is the
+// application's word that the attempt had no effect (it failed before
+// anything was sent downstream): the attempt's lease is ended at once with
+// the record kept processing, and River retries the job, whose next attempt
+// adopts the operation and runs it again. Any other error of the work marks
+// the operation uncertain. It is the same value as claimnats' and
+// claimamqp's ErrNothingHappened.
+var ErrNothingHappened = consume.ErrNothingHappened
 
 // Kind is the River job kind of the jobs a Runner inserts and works.
 const Kind = "oncekey_operation"
@@ -78,9 +128,12 @@ type Job struct {
 
 // Work runs one operation. It returns the result to store (completed), an
 // error from [claim.Reject] (a final business rejection, stored as
-// failed), or any other error (retried by River; uncertain after the last
-// attempt). ctx ends when the lease could not be kept alive or River's job
-// timeout passed: stop then.
+// failed), an error wrapping [ErrNothingHappened] (no effect: River retries
+// the job and the operation runs again), or any other error (the operation
+// is marked uncertain, for the Reconciler; River does not run it again).
+// ctx ends only when the lease could not be kept alive (lost to another
+// run, or about to run out): stop then. River's job timeout and shutdown
+// do not end it.
 type Work func(ctx context.Context, job Job) (durable.Result, error)
 
 // Args are the arguments of the River job: the operation, the token of the
@@ -100,17 +153,16 @@ func (Args) Kind() string { return Kind }
 // operation (a completed, cancelled or discarded one does not count, so an
 // operation restarted after its retention gets a job of its own).
 func (Args) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
-		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
-		rivertype.JobStateRunning, rivertype.JobStateScheduled,
-	}}}
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: append([]rivertype.JobState(nil), liveStates...)}}
 }
 
 // Runner enqueues and works the operations of one Claimer on River.
 type Runner[TTx any] struct {
-	c    *claim.Claimer[TTx]
-	work Work
-	o    config
+	c      *claim.Claimer[TTx]
+	work   Work
+	o      config
+	lease  time.Duration // the Claimer's
+	engine *settle.Engine
 }
 
 // New returns a Runner for c running work. Errors match [ErrConfig].
@@ -122,7 +174,14 @@ func New[TTx any](c *claim.Claimer[TTx], work Work, opts ...Option) (*Runner[TTx
 	if err != nil {
 		return nil, err
 	}
-	return &Runner[TTx]{c: c, work: work, o: o}, nil
+	return &Runner[TTx]{c: c, work: work, o: o, lease: adapter.Lease(c), engine: &settle.Engine{
+		Name: "claimriver",
+		// Handoff 0: the attempt stays running until the outcome is
+		// recorded or the lease ran out; River learns nothing before.
+		Attempt: o.finishTimeout,
+		// A nothing-happened run keeps the record for the job's retry.
+		Release: func(ctx context.Context, l *claim.Lease) error { return adapter.Expire(ctx, l) },
+	}}, nil
 }
 
 // Register adds the Runner's worker to workers (River's registry, given to
@@ -192,6 +251,13 @@ type worker[TTx any] struct {
 	r *Runner[TTx]
 }
 
+// Timeout implements river.Worker: River's job timeout for these jobs is
+// the Claimer's lease. It no longer cuts the work, which runs on a context
+// detached from River's (package doc, "Long work"); it only tells River's
+// stuck-job rescuer when the job of a dead worker may be rescued. -1 (no
+// timeout) would make the rescuer skip these jobs for ever.
+func (w *worker[TTx]) Timeout(*river.Job[Args]) time.Duration { return w.r.lease }
+
 // Work runs one attempt of the job under the operation's lease.
 func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 	r, a := w.r, job.Args
@@ -208,7 +274,8 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 		// Swept after its retention, or never committed: nothing to run.
 		return river.JobCancel(fmt.Errorf("claimriver: operation %s: %w", a.OperationID, err))
 	case errors.Is(err, durable.ErrBusy):
-		// An earlier run still holds a live lease: come back after it.
+		// An earlier run still holds a live lease (it is working, or it
+		// died less than a lease ago): come back after it.
 		return river.JobSnooze(max(rec.LeaseRemaining, time.Second) + time.Second)
 	case err != nil:
 		return err // River retries
@@ -216,30 +283,56 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 		return nil // finished, uncertain (the Reconciler's) or released
 	}
 	lease := l.(*claim.Lease)
-	workCtx, stop := lease.KeepAlive(ctx)
-	res, werr := r.work(workCtx, Job{OperationID: a.OperationID, Operation: rec.Ref.Operation, Token: lease.Token(), Attempt: job.Attempt, Payload: a.Payload})
-	_ = stop()
-	// Finishing writes are fenced; they run even if River cancelled ctx.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.finishTimeout)
-	defer cancel()
-	rejected, isReject := adapter.Rejected(werr)
-	switch {
-	case werr == nil:
-		err = lease.Complete(fctx, res)
-	case isReject:
-		err = lease.Fail(fctx, rejected)
-	case job.Attempt >= job.MaxAttempts:
-		if merr := lease.MarkUncertain(fctx); merr != nil && !errors.Is(merr, claim.ErrFenced) {
-			return fmt.Errorf("claimriver: last attempt failed (%w) and marking the operation uncertain failed: %w", werr, merr)
+	op := settle.NewOp(lease)
+	var werr error
+	// The engine runs the work on a context detached from River's (its
+	// timeout, a shutdown or a remote cancel do not cut it; the lease
+	// does), renews the lease meanwhile, and records the outcome, retrying
+	// while the store is unreachable until the lease ends.
+	rep := r.engine.Run(ctx, lease, op, func(wctx context.Context) settle.Settlement {
+		res, err := r.work(wctx, Job{OperationID: a.OperationID, Operation: rec.Ref.Operation, Token: lease.Token(), Attempt: job.Attempt, Payload: a.Payload})
+		werr = err
+		rejected, isReject := adapter.Rejected(err)
+		switch {
+		case err == nil:
+			return settle.Settlement{Kind: settle.Complete, Result: res}
+		case isReject:
+			return settle.Settlement{Kind: settle.Fail, Result: rejected}
+		case errors.Is(err, ErrNothingHappened):
+			op.Release()
+			return settle.Settlement{Kind: settle.Release}
 		}
-		return werr
-	default:
-		return werr // River retries; the next attempt takes over once this lease expires
-	}
-	if errors.Is(err, claim.ErrFenced) {
-		// A later attempt (or the Reconciler) took the operation over: its
-		// outcome stands and this one's is discarded.
+		// The work started and failed: its effect may have happened.
+		return settle.Settlement{Kind: settle.Uncertain}
+	})
+	return r.answer(a.OperationID, rep, werr)
+}
+
+// answer is what River is told of an attempt whose work ran.
+func (r *Runner[TTx]) answer(opID string, rep settle.Report, werr error) error {
+	switch {
+	case rep.Lost != nil, errors.Is(rep.Err, claim.ErrFenced):
+		// Another run (a later attempt, the Reconciler, an operator) took
+		// the operation over: its outcome is the operation's. The job is
+		// done; that owner decides.
 		return nil
+	case rep.Err == nil && rep.Settlement.Kind == settle.Release:
+		// The application said nothing happened: the lease was ended with
+		// the record kept processing, and River's retry adopts it at once.
+		return fmt.Errorf("claimriver: the attempt had no effect; River retries it: %w", werr)
+	case rep.Err == nil:
+		if rep.Settlement.Kind == settle.Uncertain {
+			slog.Default().Warn("claimriver: the work failed after it started; the operation is uncertain, for the Reconciler",
+				"op", opID, "err", werr)
+		}
+		// Recorded: completed, failed, or uncertain (the Reconciler's).
+		return nil
+	case errors.Is(rep.Err, settle.ErrLeaseRanOut), errors.Is(rep.Err, settle.ErrPending):
+		// The outcome could not be recorded before the lease ran out: the
+		// record stays processing, and River's retry adopts it after the
+		// lease, as after a crash (the work may run again: OperationID
+		// downstream deduplicates it).
+		return fmt.Errorf("claimriver: operation %s: %w", opID, rep.Err)
 	}
-	return err
+	return fmt.Errorf("claimriver: operation %s: recording the outcome: %w", opID, rep.Err)
 }

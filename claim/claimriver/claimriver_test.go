@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,59 +223,6 @@ func TestAsync_StaleWorkerCompletionIsFenced(t *testing.T) {
 	}
 	if got := e.record("acme", a.OperationID); string(got.Result.Body) != `{"by":"attempt 2"}` || got.Token != rec.Token {
 		t.Fatalf("the stale completion overwrote the result: %s", got.Result.Body)
-	}
-}
-
-// A job whose attempts are exhausted marks the operation uncertain for the
-// Reconciler: never silently failed, never released. Worked by River, with
-// two attempts that both fail.
-func TestAsync_ExhaustedAttemptsEndUncertain(t *testing.T) {
-	t.Parallel()
-	e := setup(t, 2*time.Second, WithMaxAttempts(2))
-	var attempts atomic.Int32
-	e.setWork(func(ctx context.Context, j Job) (durable.Result, error) {
-		attempts.Add(1)
-		return durable.Result{}, errors.New("downstream timed out")
-	})
-	cl := e.client(true)
-	out, err := e.runner.Enqueue(t.Context(), cl, claim.Request{Scope: durable.Scope{Tenant: "acme", Operation: "POST /deploys", Key: "exhaust"}, Fingerprint: "v1:x"}, nil)
-	if err != nil || out.Kind != claim.Acquired {
-		t.Fatalf("Enqueue = %v, %v", out.Kind, err)
-	}
-	rec := e.waitState("acme", out.OperationID, durable.Uncertain)
-	if rec.Released {
-		t.Fatal("the exhausted operation was released")
-	}
-	if n := attempts.Load(); n != 2 {
-		t.Fatalf("%d attempts; want 2", n)
-	}
-	// A retry of the request does not run it again: it is being reconciled.
-	again, err := e.runner.Enqueue(t.Context(), cl, claim.Request{Scope: durable.Scope{Tenant: "acme", Operation: "POST /deploys", Key: "exhaust"}, Fingerprint: "v1:x"}, nil)
-	if err != nil || again.Kind != claim.Uncertain || e.jobs() != 1 {
-		t.Fatalf("retry = %v, %v, %d jobs; want Uncertain and no new job", again.Kind, err, e.jobs())
-	}
-}
-
-// A failed attempt that is not the last is retried by River under a new
-// generation (it waits for the failed attempt's lease), and a rejection is
-// stored as failed.
-func TestAsync_RetryTakesOverAndRejectIsFailed(t *testing.T) {
-	t.Parallel()
-	e := setup(t, 500*time.Millisecond)
-	e.setWork(func(ctx context.Context, j Job) (durable.Result, error) {
-		if j.Attempt == 1 {
-			return durable.Result{}, errors.New("flaky")
-		}
-		return durable.Result{}, claim.Reject(durable.Result{StatusCode: 409, Body: []byte(`{"error":"version exists"}`)})
-	})
-	cl := e.client(true)
-	out, err := e.runner.Enqueue(t.Context(), cl, claim.Request{Scope: durable.Scope{Tenant: "acme", Operation: "POST /deploys", Key: "retry"}, Fingerprint: "v1:x"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := e.waitState("acme", out.OperationID, durable.Failed)
-	if rec.Result.StatusCode != 409 || rec.Token.Generation <= out.Lease.Token().Generation {
-		t.Fatalf("failed record: %d generation %d (first %d)", rec.Result.StatusCode, rec.Token.Generation, out.Lease.Token().Generation)
 	}
 }
 

@@ -75,12 +75,15 @@ func runChild(v string) {
 	select {}
 }
 
-// A worker process killed (SIGKILL) mid-job: River retries the job, the
-// retry takes the operation over under a new generation once the dead
-// worker's lease expired, and finishes it exactly once (one downstream
-// effect). River's rescuer makes a dead worker's running job retryable
-// after RescueStuckJobsAfter, checked every 30 s (fixed in River); the
-// test does that step itself with the same update, so it does not wait.
+// A worker process killed (SIGKILL) mid-job: River's own stuck-job rescuer,
+// configured with Runner.RescueStuckJobsAfter (the lease, raised to
+// JobTimeout: 1s here), schedules the job's retry, which takes the
+// operation over under a new generation once the dead worker's lease
+// expired and finishes it exactly once (one downstream effect). The rescuer
+// looks every 30 s, on the client that leads once the dead one's leadership
+// lapsed; the test waits for as long as two minutes and asserts no speed.
+// With River's default (1 hour) the job stayed running long after the
+// lease: this test gave up.
 func TestAsync_WorkerKilledMidJobIsFinishedByTheRetry(t *testing.T) {
 	t.Parallel()
 	e := setup(t, time.Second)
@@ -109,16 +112,15 @@ func TestAsync_WorkerKilledMidJobIsFinishedByTheRetry(t *testing.T) {
 	if killed.State != durable.Processing || killed.Token.Generation != a.Generation+1 {
 		t.Fatalf("after the kill: %v generation %d (intent %d)", killed.State, killed.Token.Generation, a.Generation)
 	}
-	// River's rescue of the stuck job.
-	if _, err := e.schema.Pool.Exec(t.Context(), `UPDATE `+e.schema.Name+`.river_job
-		SET state = 'retryable', scheduled_at = now() WHERE state = 'running'`); err != nil {
-		t.Fatal(err)
-	}
-	e.client(true)
-	rec := e.waitState("acme", a.OperationID, durable.Completed)
+	e.clientWith(true, func(cfg *river.Config) {
+		cfg.JobTimeout = time.Second
+		cfg.RescueStuckJobsAfter = e.runner.RescueStuckJobsAfter(cfg)
+	})
+	rec := e.waitStateFor("acme", a.OperationID, durable.Completed, 2*time.Minute)
 	if rec.Token.Generation <= killed.Token.Generation || rec.Takeovers < 1 {
 		t.Fatalf("finished under generation %d (the killed worker's %d), %d takeovers; want a takeover", rec.Token.Generation, killed.Token.Generation, rec.Takeovers)
 	}
+	e.waitJob(a.OperationID, "completed")
 	if n := e.effects(a.OperationID); n != 1 {
 		t.Fatalf("%d downstream effects; want 1", n)
 	}

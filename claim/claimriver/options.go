@@ -19,8 +19,11 @@ type config struct {
 }
 
 // WithMaxAttempts sets how many attempts River makes of each job (at least
-// 1; River's default, 25, when not set). After the last one fails the
-// operation is marked uncertain.
+// 1; River's default, 25, when not set). Attempts are spent by runs whose
+// work said nothing happened, whose outcome could not be recorded before
+// the lease ran out, or whose worker died; a work error ends the job at
+// once (the operation is uncertain). A job discarded after its last
+// attempt leaves the operation to the Reconciler.
 func WithMaxAttempts(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -43,9 +46,10 @@ func WithQueue(name string) Option {
 	}
 }
 
-// WithFinishTimeout bounds the fenced write that stores an attempt's
-// outcome (Complete, Fail, MarkUncertain), which runs even when River
-// cancelled the attempt. Defaults to 10 seconds.
+// WithFinishTimeout bounds each try of the fenced write that stores an
+// attempt's outcome (Complete, Fail, MarkUncertain); a try that finds the
+// store unreachable is repeated until the write lands or the lease runs
+// out. Defaults to 10 seconds.
 func WithFinishTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

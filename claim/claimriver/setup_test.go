@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -16,6 +17,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/pgproxy"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
@@ -32,6 +34,14 @@ type env struct {
 }
 
 func setup(t *testing.T, lease time.Duration, opts ...Option) *env {
+	t.Helper()
+	return setupVia(t, lease, nil, opts...)
+}
+
+// setupVia is setup with the runner's Claimer on a pool through proxy (the
+// tests' reads, River and the downstream use the direct pool), when proxy
+// is not nil.
+func setupVia(t *testing.T, lease time.Duration, proxy *pgproxy.Cutter, opts ...Option) *env {
 	t.Helper()
 	ctx := t.Context()
 	s := testenv.Postgres(t)
@@ -57,7 +67,28 @@ func setup(t *testing.T, lease time.Duration, opts ...Option) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, schema: s, c: c}
-	e.runner, err = New(c, func(ctx context.Context, job Job) (durable.Result, error) {
+	rc := c
+	if proxy != nil {
+		cfg, err := pgxpool.ParseConfig(s.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", proxy.Port()
+		cfg.ConnConfig.Fallbacks = nil
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		pst, err := postgres.New(pool, postgres.WithSchema(s.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc, err = claim.New[pgx.Tx](pst, claim.WithLease(lease)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.runner, err = New(rc, func(ctx context.Context, job Job) (durable.Result, error) {
 		if w := e.work.Load(); w != nil {
 			return (*w)(ctx, job)
 		}
@@ -115,6 +146,12 @@ func (e *env) jobs() int {
 // client returns a River client (not started) working the runner's jobs.
 func (e *env) client(start bool) *river.Client[pgx.Tx] {
 	e.t.Helper()
+	return e.clientWith(start, nil)
+}
+
+// clientWith is client with tune applied to River's configuration first.
+func (e *env) clientWith(start bool, tune func(*river.Config)) *river.Client[pgx.Tx] {
+	e.t.Helper()
 	workers := river.NewWorkers()
 	if err := e.runner.Register(workers); err != nil {
 		e.t.Fatal(err)
@@ -129,6 +166,9 @@ func (e *env) client(start bool) *river.Client[pgx.Tx] {
 	}
 	if start {
 		cfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}}
+	}
+	if tune != nil {
+		tune(cfg)
 	}
 	cl, err := river.NewClient(riverpgxv5.New(e.schema.Pool), cfg)
 	if err != nil {
@@ -166,7 +206,12 @@ func (e *env) record(tenant, id string) durable.Record {
 
 func (e *env) waitState(tenant, id string, want durable.State) durable.Record {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	return e.waitStateFor(tenant, id, want, 30*time.Second)
+}
+
+func (e *env) waitStateFor(tenant, id string, want durable.State, limit time.Duration) durable.Record {
+	e.t.Helper()
+	deadline := time.Now().Add(limit)
 	for {
 		rec := e.record(tenant, id)
 		if rec.State == want {
