@@ -73,7 +73,7 @@ type app[TTx any] struct {
 	workers *river.Workers
 	worker  *river.Client[TTx] // the running worker process
 	// onDeploy, when set, runs in the worker after the downstream call
-	// (the demo kills the worker there).
+	// (the demo shuts the worker down there).
 	onDeploy atomic.Pointer[func(ctx context.Context, op string)]
 }
 
@@ -126,7 +126,9 @@ func (a *app[TTx]) work(ctx context.Context, job claimriver.Job) (durable.Result
 	}
 	select {
 	case <-ctx.Done():
-		return durable.Result{}, ctx.Err() // the worker stopped or lost its lease: River retries
+		// The lease was lost or could not be renewed, after the downstream
+		// call: the outcome is uncertain (River's shutdown does not end ctx).
+		return durable.Result{}, context.Cause(ctx)
 	case <-time.After(deployTime):
 	}
 	body, _ := json.Marshal(map[string]string{"id": id, "service": in.Service, "version": in.Version, "status": "deployed"})
@@ -136,13 +138,17 @@ func (a *app[TTx]) work(ctx context.Context, job claimriver.Job) (durable.Result
 
 // startWorker starts a worker process (a River client working the queue).
 func (a *app[TTx]) startWorker(ctx context.Context) error {
-	cl, err := river.NewClient(a.q.driver, &river.Config{
+	cfg := &river.Config{
 		Workers: a.workers, Logger: a.log,
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
 		FetchCooldown:     50 * time.Millisecond,
 		FetchPollInterval: 200 * time.Millisecond,
 		RetryPolicy:       quickRetry{},
-	})
+	}
+	// A worker that dies: its job is retried soon after its lease, not
+	// after River's default hour.
+	cfg.RescueStuckJobsAfter = a.runner.RescueStuckJobsAfter(cfg)
+	cl, err := river.NewClient(a.q.driver, cfg)
 	if err != nil {
 		return err
 	}
