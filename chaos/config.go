@@ -85,12 +85,13 @@ func NegativeControl(cfg Config, mode string) (Config, error) {
 // faults expose each.
 func NegativeModes() map[string][]string {
 	return map[string][]string{
-		string(broken.CompleteWithoutFence): {"stale-owner", "paused-owner", "clock-skew", "async-river", "pg-network"},
-		string(broken.ClaimTrustsRedis):     {"redis-restart", "redis-down"},
-		string(broken.ReleaseAfterStart):    {"http-renewals-fail", "http-panic-after-effect", "http-finish-outage-long", "reconcile-after-retention"},
-		string(broken.NoRereadAfterLostAck): {"db-cut-after-commit"},
-		string(broken.WorkerClockLease):     {"clock-skew"},
-		string(broken.CommitOverExisting):   {"redis-restart", "redis-failover", "redis-eviction"},
+		string(broken.CompleteWithoutFence):      {"stale-owner", "paused-owner", "clock-skew", "async-river", "pg-network"},
+		string(broken.ClaimTrustsRedis):          {"redis-restart", "redis-down"},
+		string(broken.ReleaseAfterStart):         {"http-renewals-fail", "http-panic-after-effect", "http-finish-outage-long", "reconcile-after-retention"},
+		string(broken.NoRereadAfterLostAck):      {"db-cut-after-commit"},
+		string(broken.WorkerClockLease):          {"clock-skew"},
+		string(broken.CommitOverExisting):        {"redis-restart", "redis-failover", "redis-eviction"},
+		string(broken.UnresolvedStaysProcessing): {"reconcile-unresolved"},
 	}
 }
 

@@ -30,7 +30,9 @@
 //     lease: 202, in progress, completed in the background;
 //
 // then an uncertain operation reconciled after its retention and replayed,
-// never rerun (reconcile-after-retention); then Redis restarted empty,
+// never rerun (reconcile-after-retention), and a dead worker's record the
+// Reconciler cannot resolve yet kept uncertain, never rerun, settled once
+// known (reconcile-unresolved); then Redis restarted empty,
 // failed over to a replica that missed writes, split-brained, down,
 // evicting, and re-running scripts after delayed replies; PostgreSQL
 // backends terminated before a commit and commits whose acknowledgement is
@@ -95,7 +97,11 @@
 //   - worker-clock-lease: leases set and compared by the worker's skewed
 //     clock instead of the database's (clock-skew, which watches that no
 //     claim takes over a lease before it could have run out by the
-//     database's clock).
+//     database's clock);
+//   - unresolved-stays-processing: a dead worker's record that the
+//     Reconciler adopted and could not resolve left processing under its
+//     lease instead of uncertain, so a retry takes it over once that lease
+//     ran out and runs the work again (reconcile-unresolved).
 //
 // The checker must report violations; the suite's tests require it. The
 // broken store lives in an internal package: only the suite can build it.

@@ -29,8 +29,13 @@ func Resolved(state durable.State, res durable.Result) Resolution {
 }
 
 // Unresolved returns the Resolution of an operation whose outcome is still
-// unknown: the record is left as it is, for a later pass. It is the zero
-// Resolution.
+// unknown: the record is left uncertain, for a later pass, an operator or
+// the application. A processing record whose worker vanished, adopted by
+// the pass, is marked uncertain then: no retry takes it over and runs it
+// again, as it would once the adopted lease ran out if it stayed
+// processing. A resolve function that has no say on some records (another
+// operation's) keeps them out of the pass with [ReconcileSkip] rather than
+// answer Unresolved for them. It is the zero Resolution.
 func Unresolved() Resolution { return Resolution{} }
 
 // ReconcilerOption configures a [Reconciler]. An option given a bad value
@@ -94,7 +99,8 @@ type Report struct {
 	// for.
 	Resolved int
 	// Unresolved counts the records the resolver could not tell about yet
-	// ([Unresolved]); they are left as they were.
+	// ([Unresolved]); they are left uncertain (a stale processing record
+	// is marked so).
 	Unresolved int
 	// Errors counts the records whose resolution failed (the resolver's
 	// error, or the store's); each is logged and left for a later pass.
@@ -105,7 +111,9 @@ type Report struct {
 // worker vanished, under a new generation: it adopts each record (so a late
 // original worker is fenced) for the Claimer's lease, asks the resolve
 // function for the truth, and stores it. It never guesses: an unresolved
-// outcome is left as it is.
+// outcome stays uncertain (a stale processing record is marked uncertain),
+// so nothing runs it again until the application or an operator settles
+// it.
 type Reconciler[TTx any] struct {
 	c       *Claimer[TTx]
 	resolve func(context.Context, durable.Record) (Resolution, error)
@@ -216,6 +224,21 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally)
 			t.failed++
 		}
 	case "":
+		if rec.State == durable.Processing {
+			// Adopted from a worker that vanished mid-work, and the
+			// application cannot tell whether the work happened: the
+			// record is uncertain now. Left processing under this lease,
+			// a retry would take it over once the lease ran out and run
+			// the work again. Uncertain, it waits for a later pass, an
+			// operator or the application (issue 27 #9).
+			err = r.c.tr.step(ctx, spanDurableWrite, func(ctx context.Context) error {
+				return r.c.markUncertain(ctx, rec.Ref, tok)
+			})
+			if err != nil {
+				return err
+			}
+			r.c.m.uncertain(ctx)
+		}
 		t.unknown++
 		return nil
 	default:

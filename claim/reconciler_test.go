@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,4 +123,77 @@ func TestReconciler(t *testing.T) {
 		t.Errorf("NewReconciler with a zero batch = %v, want ErrConfig", err)
 	}
 	var _ *claim.Reconciler[pgx.Tx] = rec
+}
+
+// Issue 27 #9. A record the Reconciler adopted and the application could
+// not resolve stays uncertain: once the Reconciler's lease runs out a retry
+// gets Uncertain, never a takeover that runs the work again. That holds for
+// a stale processing record (its worker died after perhaps doing the
+// work: it was left processing under the adopted lease before, and the
+// retry took it over) and for an uncertain one. A later pass that learns
+// the outcome settles it, and the dead worker stays fenced.
+func TestReconciler_UnresolvedStaysUncertain(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withoutRed, claim.WithLease(time.Minute))
+	ctx := t.Context()
+	stale := req("unresolved-stale", "v1:a")
+	dead := mustClaim(t, e.c, stale, claim.Acquired)
+	e.expireLease(stale) // the worker died, its effect unknown
+	unc := req("unresolved-uncertain", "v1:a")
+	u := mustClaim(t, e.c, unc, claim.Acquired)
+	if err := u.Lease.MarkUncertain(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var known sync.Map // operation id -> claim.Resolution, once the application knows
+	var asked atomic.Int32
+	rc, err := claim.NewReconciler(e.c, func(_ context.Context, r durable.Record) (claim.Resolution, error) {
+		asked.Add(1)
+		if res, ok := known.Load(r.Ref.OperationID()); ok {
+			return res.(claim.Resolution), nil
+		}
+		return claim.Unresolved(), nil
+	}, claim.ReconcileStaleAfter(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := rc.RunOnce(ctx)
+	if err != nil || rep.Scanned != 2 || rep.Unresolved != 2 || rep.Resolved != 0 || rep.Errors != 0 {
+		t.Fatalf("first pass = %+v, %v; want 2 scanned, 2 unresolved", rep, err)
+	}
+	for _, r := range []claim.Request{stale, unc} {
+		rec, err := e.store.Get(ctx, e.ref(r))
+		if err != nil || rec.State != durable.Uncertain {
+			t.Fatalf("%s after an unresolved pass: %v, %v; want uncertain", r.Scope.Key, rec.State, err)
+		}
+		// The Reconciler's lease runs out (it died, or its pass ended):
+		// a retry must not take the operation over and run it again.
+		e.expireLease(r)
+		if out, err := e.c.Claim(ctx, r); err != nil || out.Kind != claim.Uncertain {
+			if out.Lease != nil {
+				_ = out.Lease.Release(ctx)
+			}
+			t.Fatalf("%s: retry after the Reconciler's lease = %v, %v; want Uncertain (no second run)", r.Scope.Key, out.Kind, err)
+		}
+	}
+
+	// The application learns the outcomes: the next pass settles both.
+	known.Store(e.ref(stale).OperationID(), claim.Resolved(durable.Completed, result("charged")))
+	known.Store(e.ref(unc).OperationID(), claim.Resolved(durable.Failed, durable.Result{StatusCode: 402, Body: []byte("declined")}))
+	rep, err = rc.RunOnce(ctx)
+	if err != nil || rep.Scanned != 2 || rep.Resolved != 2 {
+		t.Fatalf("second pass = %+v, %v; want both resolved", rep, err)
+	}
+	if r := mustClaim(t, e.c, stale, claim.Replayed); string(r.Result.Body) != "charged" {
+		t.Fatalf("stale replay = %q", r.Result.Body)
+	}
+	if r := mustClaim(t, e.c, unc, claim.Replayed); r.State != durable.Failed {
+		t.Fatalf("uncertain replay = %v", r.State)
+	}
+	if err := dead.Lease.Complete(ctx, result("late")); !errors.Is(err, claim.ErrFenced) {
+		t.Fatalf("the dead worker's late Complete = %v; want ErrFenced", err)
+	}
+	if asked.Load() != 4 {
+		t.Fatalf("resolve asked %d times; want 4", asked.Load())
+	}
 }

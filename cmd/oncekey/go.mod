@@ -6,7 +6,18 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/oncekey/oncekey v0.0.0-00010101000000-000000000000
+	github.com/oncekey/oncekey/claim/claimgrpc v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
 
 require (
@@ -21,3 +32,7 @@ require (
 )
 
 replace github.com/oncekey/oncekey => ../..
+
+replace github.com/oncekey/oncekey/claim/claimgrpc => ../../claim/claimgrpc
+
+replace github.com/oncekey/oncekey/durable/sqlite => ../../durable/sqlite

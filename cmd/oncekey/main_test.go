@@ -143,9 +143,9 @@ func TestBadInputIsUsageError(t *testing.T) {
 		{[]string{"inspect", "-database-url", db, "-tenant", "t", "-id", "op_" + strings.Repeat("*", 43)}, "-id must be an operation id"},
 		{[]string{"inspect", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "bad\x01key"}, "durable: invalid key"},
 		{[]string{"inspect", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-id", "op_" + strings.Repeat("a", 43)}, "not both"},
-		{[]string{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-as", "released", "-status", "200", "-reason", "r"}, "-as must be completed or failed"},
-		{[]string{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-as", "completed", "-status", "42", "-reason", "r"}, "-status must be"},
-		{[]string{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-as", "completed", "-status", "200"}, "-reason is required"},
+		{[]string{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-format", "http", "-as", "released", "-status", "200", "-reason", "r"}, "-as must be completed or failed"},
+		{[]string{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-format", "http", "-as", "completed", "-status", "42", "-reason", "r"}, "status 42 is not a final HTTP status"},
+		{[]string{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-format", "http", "-as", "completed", "-status", "200"}, "-reason is required"},
 		{[]string{"pending", "-database-url", db, "-limit", "0"}, "-limit must be 1 to 10000"},
 		{[]string{"sweep", "-database-url", db, "-batch", "0"}, "-batch must be 1 to 100000"},
 		{[]string{"redis"}, "want: oncekey redis check"},
@@ -171,7 +171,7 @@ func TestUnreachableServicesFail(t *testing.T) {
 		{"pending", "-database-url", db},
 		{"sweep", "-database-url", db},
 		{"inspect", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k"},
-		{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-as", "failed", "-status", "402", "-reason", "r"},
+		{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-format", "http", "-as", "failed", "-status", "402", "-reason", "r"},
 	} {
 		code, out, errs := oncekey(t, "", args...)
 		want(t, strings.Join(args, " "), code, 1, out, errs)
@@ -441,7 +441,7 @@ func TestStatsPendingInspectResolve(t *testing.T) {
 	}
 
 	// resolve a live lease: refused, nothing written.
-	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", live.Key, "-as", "failed", "-status", "402", "-reason", "x")...)
+	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", live.Key, "-format", "http", "-as", "failed", "-status", "402", "-reason", "x")...)
 	want(t, "resolve a live lease", code, 1, out, errs)
 	if !strings.Contains(errs, "not adoptable") {
 		t.Fatalf("resolve a live lease: %q", errs)
@@ -449,7 +449,7 @@ func TestStatsPendingInspectResolve(t *testing.T) {
 
 	// resolve by id: completed with a result and a reason; the original
 	// worker's late completion is fenced.
-	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-id", id, "-as", "completed",
+	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-id", id, "-format", "http", "-as", "completed",
 		"-status", "201", "-body", `{"charge":"ch_1"}`, "-content-type", "application/json", "-reason", "PSP dashboard shows ch_1 captured", "-operator", "ana")...)
 	want(t, "resolve", code, 0, out, errs)
 	got, err := d.store.Get(ctx, worker.Ref)
@@ -473,11 +473,11 @@ func TestStatsPendingInspectResolve(t *testing.T) {
 		t.Fatalf("recorded resolution: %q %q %d", reason, operator, gen)
 	}
 	// Resolving it again: finished, refused.
-	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", unc.Key, "-as", "failed", "-status", "402", "-reason", "again")...)
+	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", unc.Key, "-format", "http", "-as", "failed", "-status", "402", "-reason", "again")...)
 	want(t, "resolve a finished operation", code, 1, out, errs)
 
 	// resolve by key as failed; pending is then empty.
-	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", older.Key, "-as", "failed", "-status", "402", "-reason", "declined")...)
+	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", older.Key, "-format", "http", "-as", "failed", "-status", "402", "-reason", "declined")...)
 	want(t, "resolve -as failed", code, 0, out, errs)
 	if got, _ := d.store.Get(ctx, refOf(older)); got.State != durable.Failed || got.Result.StatusCode != 402 {
 		t.Fatalf("after resolve -as failed: %+v", got)

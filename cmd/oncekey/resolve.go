@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -73,19 +72,22 @@ const adoptLease = 30 * time.Second
 func runResolve(e *env, args []string) error {
 	var d dbFlags
 	var o opFlags
-	fs := newFlags(e, "resolve", "resolve -tenant T (-operation OP -key K | -id op_...) -as completed|failed -status N -reason TEXT [flags]\n\n"+
+	fs := newFlags(e, "resolve", "resolve -tenant T (-operation OP -key K | -id op_...) -format http|grpc|message -as completed|failed RESULT -reason TEXT [flags]\n\n"+
 		"Settles an uncertain operation (or a processing one whose lease expired) after the operator\n"+
 		"found out what happened: it adopts the record under a new generation, so a late worker is\n"+
 		"fenced out, then stores the result (replayed to every retry) and records the reason in\n"+
-		"<table>_resolutions, in one transaction. A live lease or a finished record is refused.")
+		"<table>_resolutions, in one transaction. A live lease or a finished record is refused.\n\n"+
+		"-format is the format of the adapter that guards the operation, which replays the result;\n"+
+		"a result it could not replay is refused before anything is written. RESULT by format:\n"+
+		"  http     -status 200..599 [-body B | -body-file F] [-content-type T]\n"+
+		"  grpc     -as failed:    -code NotFound|NOT_FOUND|5 [-message M]\n"+
+		"           -as completed: -descriptor-set F -message-type pkg.Reply [-body JSON | -body-file F]\n"+
+		"  message  [-status N] [-body B | -body-file F] [-content-type T] [-result-version V]")
 	d.register(fs, 30*time.Second)
 	o.register(fs)
+	var r resultFlags
+	r.register(fs)
 	as := fs.String("as", "", "completed or failed (required)")
-	status := fs.Int("status", 0, "result status replayed to retries, e.g. 201 or 402 (required, 100 to 599)")
-	body := fs.String("body", "", "result body replayed to retries")
-	bodyFile := fs.String("body-file", "", "read the result body from this file instead")
-	contentType := fs.String("content-type", "", "Content-Type header of the result")
-	version := fs.Int("result-version", 1, "version of the stored representation")
 	reason := fs.String("reason", "", "why (required; recorded with the resolution)")
 	operator := fs.String("operator", "", "who resolves (default $USER)")
 	if err := parse(fs, args, false); err != nil {
@@ -98,25 +100,12 @@ func runResolve(e *env, args []string) error {
 	if !state.Finished() {
 		return usagef("-as must be completed or failed, got %q", *as)
 	}
-	if *status < 100 || *status > 599 {
-		return usagef("-status must be an HTTP-like status 100 to 599, got %d", *status)
+	res, shown, err := r.result(fs, state)
+	if err != nil {
+		return err
 	}
 	if *reason == "" {
 		return usagef("-reason is required: it is recorded with the resolution")
-	}
-	if *body != "" && *bodyFile != "" {
-		return usagef("give -body or -body-file, not both")
-	}
-	res := durable.Result{StatusCode: *status, Body: []byte(*body), Version: *version}
-	if *bodyFile != "" {
-		b, err := os.ReadFile(*bodyFile)
-		if err != nil {
-			return usagef("-body-file: %v", err)
-		}
-		res.Body = b
-	}
-	if *contentType != "" {
-		res.Headers = map[string][]string{"Content-Type": {*contentType}}
 	}
 	if *operator == "" {
 		*operator = e.getenv("USER")
@@ -147,7 +136,7 @@ func runResolve(e *env, args []string) error {
 		return storeErr("resolve", err)
 	}
 	err = b.store.InTx(b.ctx, func(ctx context.Context, tx pgx.Tx) error {
-		if err := recordResolution(ctx, tx, d, rec.Ref, tok.Generation, state, *status, *reason, *operator); err != nil {
+		if err := recordResolution(ctx, tx, d, rec.Ref, tok.Generation, state, res.StatusCode, *reason, *operator); err != nil {
 			return err
 		}
 		if state == durable.Completed {
@@ -161,7 +150,7 @@ func runResolve(e *env, args []string) error {
 	case err != nil:
 		return storeErr("resolve", err)
 	}
-	fmt.Fprintf(e.stdout, "resolved %s as %s (status %d) at generation %d\n", rec.Ref.OperationID(), state, *status, tok.Generation)
+	fmt.Fprintf(e.stdout, "resolved %s as %s (%s) at generation %d\n", rec.Ref.OperationID(), state, shown, tok.Generation)
 	return nil
 }
 

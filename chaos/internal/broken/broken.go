@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,11 +62,20 @@ const (
 	// the key). Under every other mode the store does not write records
 	// at commit, so Do claims first and meets that mode's bug.
 	CommitOverExisting Mode = "commit-over-existing"
+	// UnresolvedStaysProcessing leaves a record the Reconciler adopted
+	// from a dead worker processing when the application could not
+	// resolve it, as the Reconciler did before issue 27 #9: MarkUncertain
+	// under a token Adopt handed out for a processing record writes
+	// nothing and succeeds. Once the adopted lease runs out, a retry takes
+	// the record over and runs the work again, although its effect may
+	// have happened.
+	UnresolvedStaysProcessing Mode = "unresolved-stays-processing"
 )
 
 // Modes lists every mode.
 func Modes() []Mode {
-	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease, CommitOverExisting}
+	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease, CommitOverExisting,
+		UnresolvedStaysProcessing}
 }
 
 // Breaks says, in a line, what the mode breaks.
@@ -82,6 +93,8 @@ func (m Mode) Breaks() string {
 		return "leases set and compared by the worker's clock instead of the database's"
 	case CommitOverExisting:
 		return "Do's record inserted at commit over an existing one (ON CONFLICT DO NOTHING), committing the business write anyway"
+	case UnresolvedStaysProcessing:
+		return "a dead worker's record the Reconciler could not resolve left processing under the adopted lease, not marked uncertain"
 	}
 	return ""
 }
@@ -102,6 +115,7 @@ type Store struct {
 	pool                   *pgxpool.Pool
 	mode                   Mode
 	now                    func() time.Time
+	adopted                sync.Map // fence.Token -> struct{}: Adopt's tokens for processing records (UnresolvedStaysProcessing)
 }
 
 var (
@@ -230,12 +244,38 @@ func (s *Store) Fail(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.
 }
 
 // MarkUncertain is the real one, or with ReleaseAfterStart a release: the
-// outcome was unknown, and the key is given back anyway.
+// outcome was unknown, and the key is given back anyway. With
+// UnresolvedStaysProcessing it writes nothing for a token Adopt handed out
+// for a processing record: the record stays processing under that lease.
 func (s *Store) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
-	if s.mode == ReleaseAfterStart {
+	switch s.mode {
+	case ReleaseAfterStart:
 		return s.Store.Release(ctx, nil, ref, tok)
+	case UnresolvedStaysProcessing:
+		if _, ok := s.adopted.Load(tok); ok {
+			return nil // the bug: left processing, runnable once the lease runs out
+		}
 	}
 	return s.Store.MarkUncertain(ctx, ref, tok)
+}
+
+// Adopt is the real one; with UnresolvedStaysProcessing it remembers the
+// token it hands out for a processing record (read just before: a record
+// adopted between the read and the adoption is not remembered, and is
+// marked uncertain as it should be).
+func (s *Store) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, proposed uint64, lease time.Duration) (fence.Token, error) {
+	if s.mode != UnresolvedStaysProcessing {
+		return s.Store.Adopt(ctx, ref, owner, proposed, lease)
+	}
+	rec, err := s.Store.Get(ctx, ref)
+	if err != nil {
+		return fence.Token{}, err
+	}
+	tok, err := s.Store.Adopt(ctx, ref, owner, proposed, lease)
+	if err == nil && rec.State == durable.Processing {
+		s.adopted.Store(tok, struct{}{})
+	}
+	return tok, err
 }
 
 // Renew is the real renewal; with ReleaseAfterStart a renewal that could
