@@ -72,8 +72,8 @@ func (e *env) store(o storeOpts, pool ...*pgxPool) (storeapi.Store[pgxTx], error
 	if o.seam != nil {
 		inner = o.seam(proto)
 	}
-	if e.cfg.negative == "" {
-		return inner, nil
+	if e.cfg.negative == "" || e.cfg.negative.Settlement() {
+		return inner, nil // a broken settlement is the engine's (Run), not the store's
 	}
 	return broken.Wrap(proto, p, e.schema+"."+storeTable, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock))
 }
@@ -120,6 +120,10 @@ type claimerOpts struct {
 	// [env.standard], gives each client's Claimer its own.
 	logger *slog.Logger
 	logFor func(client int) *slog.Logger
+	// atCommit gives the Claimer claim.WithWriteAtCommit; [env.standard]
+	// sets it for every other client, so a Do workload runs both of Do's
+	// paths (claiming first, the default, and the opt-in).
+	atCommit bool
 }
 
 func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
@@ -133,6 +137,9 @@ func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 	}
 	if o.retention > 0 {
 		opts = append(opts, claim.WithRetention(o.retention))
+	}
+	if o.atCommit {
+		opts = append(opts, claim.WithWriteAtCommit())
 	}
 	if o.redis != nil {
 		lo := lua.Options{
@@ -165,6 +172,10 @@ func (e *env) standard(ctx context.Context, st storeapi.Store[pgxTx], newRedis f
 	for c := 0; c < e.cfg.Clients; c++ {
 		o := co
 		o.store = st
+		// Every other client writes Do's record at commit; all of them
+		// under the negative control that breaks that path, so it runs as
+		// often as it did when it was Do's default.
+		o.atCommit = c%2 == 1 || e.cfg.negative == broken.CommitOverExisting
 		if co.logFor != nil {
 			o.logger = co.logFor(c)
 		}
