@@ -430,17 +430,22 @@ func TestRun_Smoke(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]float64{
-		"fresh/floor-sql/sql":                                3, // BEGIN, the order INSERT, the record INSERT with COMMIT
-		"fresh/library/sql":                                  3,
-		"fresh/library-no-redis/sql":                         4, // and a read first: Redis did not say the key is new
-		"fresh/floor-business-tx/sql":                        3, // BEGIN, the order INSERT, COMMIT
-		"replay/library/sql":                                 0, // answered by Redis
-		"replay/library/redis":                               1,
-		"replay/floor-select/sql":                            1,
-		"storm/floor-evalsha/sql":                            0,
-		"replay/floor-evalsha/sql":                           0,
-		"storm/library: most executions of one key":          1,
-		"storm/library-no-redis: most executions of one key": 1,
+		"fresh/floor-sql/sql":                                          3, // BEGIN, the order INSERT, the record INSERT with COMMIT
+		"fresh/library/sql":                                            5, // claiming first: BEGIN, the claim, the order INSERT, the completion, COMMIT
+		"fresh/library-no-redis/sql":                                   5,
+		"fresh/library-at-commit/sql":                                  3,
+		"fresh/library-at-commit-no-redis/sql":                         4, // and a read first: Redis did not say the key is new
+		"fresh/floor-business-tx/sql":                                  3, // BEGIN, the order INSERT, COMMIT
+		"replay/library/sql":                                           0, // answered by Redis
+		"replay/library/redis":                                         1,
+		"replay/floor-select/sql":                                      1,
+		"storm/floor-evalsha/sql":                                      0,
+		"replay/floor-evalsha/sql":                                     0,
+		"storm/library: most executions of one key":                    1,
+		"storm/library-no-redis: most executions of one key":           1,
+		"storm/library-at-commit-no-redis: most executions of one key": 1,
+		"storm/library: fn runs per key":                               1, // claiming first: once per record life
+		"storm/library-no-redis: fn runs per key":                      1,
 	} {
 		if got, ok := figures[name]; !ok || got != want {
 			t.Errorf("%s = %v (reported %v), want %v", name, got, ok, want)

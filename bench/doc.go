@@ -26,9 +26,13 @@
 //
 //   - fresh: unique keys through [claim.Claimer.Do], whose business write
 //     is one INSERT into a small orders table the tool creates in its
-//     schema; Do inserts the finished record with the COMMIT. Floors:
-//     floor-sql, the library's own BEGIN and record INSERT (captured from
-//     it at start-up, which checks that Do sent BEGIN, the order INSERT,
+//     schema: library and library-no-redis claim first (Do's default: the
+//     claim, the INSERT, the completion, in one transaction), each with
+//     its throughput ratio to library-at-commit and
+//     library-at-commit-no-redis, the same with [claim.WithWriteAtCommit]
+//     (the finished record inserted with the COMMIT). Floors:
+//     floor-sql, the write at commit's own BEGIN and record INSERT (captured
+//     from it at start-up, which checks that Do sent BEGIN, the order INSERT,
 //     then the record INSERT with COMMIT) with the same order INSERT,
 //     issued with pgx in one transaction, the last two in one pipeline;
 //     floor-sql-pk-only, the same into a copy of the record's table with its
@@ -44,12 +48,16 @@
 //     the throughput ratio to floor-sql, the library is judged by its cost
 //     ratio to floor-business-tx (that floor's throughput over the
 //     library's: how many times more a request costs), at most 1.3 without
-//     Redis and 1.45 with it.
+//     Redis and 1.45 with it for the write at commit, reported without a
+//     ceiling for the claim first.
 //   - storm: K keys, M duplicates each, N workers taking requests in order,
 //     so the duplicates of a key are in flight together. Checks that each
-//     key executed exactly once and counts durable claims per key. Floors:
-//     a bare EVALSHA of the library's claim.lua (its SHA captured from the
-//     library's first call), and the library with Redis off.
+//     key executed exactly once, and, claiming first, that fn ran once per
+//     key; counts durable claims per key. Floors: a bare EVALSHA of the
+//     library's claim.lua (its SHA captured from the library's first call),
+//     and the library with Redis off, claiming first (library-no-redis) and
+//     with the write at commit (library-at-commit-no-redis, whose fn runs
+//     are reported).
 //   - replay: completed keys retried. Floors: the bare EVALSHA (answered
 //     from the Redis cache), the library's claim statement alone, and a
 //     bare SELECT of the stored result.

@@ -64,6 +64,10 @@ type env struct {
 
 	withRedis *claim.Claimer[pgx.Tx] // Redis in front
 	noRedis   *claim.Claimer[pgx.Tx] // PostgreSQL only
+	// atCommit and atCommitNoRedis are withRedis and noRedis with
+	// claim.WithWriteAtCommit: Do's opt-in, side by side with the default.
+	atCommit        *claim.Claimer[pgx.Tx]
+	atCommitNoRedis *claim.Claimer[pgx.Tx]
 	// setup is withRedis with a Redis timeout of at least a second, for
 	// untimed preparation that must not degrade on a loaded machine.
 	setup *claim.Claimer[pgx.Tx]
@@ -156,7 +160,13 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 	if err != nil {
 		return e, err
 	}
-	if e.noRedis, err = e.claimer(nil); err != nil {
+	if e.noRedis, err = e.claimer(nil, nil); err != nil {
+		return e, err
+	}
+	if e.atCommit, err = e.claimer(e.rdb, nil, claim.WithWriteAtCommit()); err != nil {
+		return e, err
+	}
+	if e.atCommitNoRedis, err = e.claimer(nil, nil, claim.WithWriteAtCommit()); err != nil {
 		return e, err
 	}
 	e.setup, err = claim.New[pgx.Tx](e.store, claim.WithLease(benchLease), claim.WithRetention(benchRetention),
@@ -165,13 +175,14 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 }
 
 // claimer returns a Claimer over the env's store, with Redis client c in
-// front (none when nil). onChange, when set, sees the breaker's states.
-func (e *env) claimer(c *redis.Client, onChange ...func(fastpath.BreakerState)) (*claim.Claimer[pgx.Tx], error) {
-	opts := []claim.Option{claim.WithLease(benchLease), claim.WithRetention(benchRetention)}
+// front (none when nil), and more options. onChange, when set, sees the
+// breaker's states.
+func (e *env) claimer(c *redis.Client, onChange func(fastpath.BreakerState), more ...claim.Option) (*claim.Claimer[pgx.Tx], error) {
+	opts := append([]claim.Option{claim.WithLease(benchLease), claim.WithRetention(benchRetention)}, more...)
 	if c != nil {
 		var rc redis.Scripter = c
-		if len(onChange) > 0 {
-			rc = fastpath.WithHooks(c, fastpath.Hooks{OnStateChange: onChange[0]})
+		if onChange != nil {
+			rc = fastpath.WithHooks(c, fastpath.Hooks{OnStateChange: onChange})
 		}
 		opts = append(opts, claim.WithRedis(rc, lua.Options{Prefix: e.prefix, Timeout: e.cfg.redisTimeout}))
 	}

@@ -122,14 +122,15 @@ func plain(v any) any {
 }
 
 // captureSQL records the statements of one Do (with the fresh workload's
-// business write) on the Redis Claimer and keeps its BEGIN and its record
-// INSERT, and the claim statement of one Claim. It checks that Do sent
+// business write) on the Redis Claimer with the write at commit
+// (claim.WithWriteAtCommit) and keeps its BEGIN and its record INSERT, and
+// the claim statement of one Claim. It checks that Do sent
 // BEGIN, the order INSERT, then the record INSERT with COMMIT, as the floor
 // sends them.
 func (f *floors) captureSQL(ctx context.Context) error {
 	key := randName("capture-")
 	stmts, err := f.e.sql.capture(func() error {
-		_, err := doOrder(ctx, f.e, f.e.withRedis, key)
+		_, err := doOrder(ctx, f.e, f.e.atCommit, key)
 		return err
 	})
 	if err != nil {

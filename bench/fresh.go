@@ -48,28 +48,41 @@ func doWith(ctx context.Context, c *claim.Claimer[pgx.Tx], key string, fn func(c
 	return oExecuted, nil
 }
 
-// freshWorkload: unique keys through Do (the business INSERT, then the
-// record inserted with the COMMIT), against the same statements issued with
-// pgx in one transaction, and against the business transaction alone
-// (BEGIN, the INSERT, COMMIT).
+// freshWorkload: unique keys through Do, claiming first (the default: the
+// claim, the business INSERT, the completion, in one transaction) and with
+// the write at commit (claim.WithWriteAtCommit: the business INSERT, then
+// the record inserted with the COMMIT), against the write at commit's
+// statements issued with pgx in one transaction, and against the business
+// transaction alone (BEGIN, the INSERT, COMMIT).
 func freshWorkload(e *env, f *floors) *workload {
 	return &workload{
 		name: "fresh",
-		about: "unique keys, business INSERT then the finished record with the COMMIT, in one transaction (Do); " +
-			"floors: the library's BEGIN and record INSERT (pipelined with COMMIT) and the business INSERT issued with pgx " +
+		about: "unique keys through Do, in one transaction: claiming first (library, library-no-redis: the claim, the business INSERT, " +
+			"the completion) and with WithWriteAtCommit (library-at-commit*: the business INSERT then the finished record with the COMMIT); " +
+			"floors: the write at commit's BEGIN and record INSERT (pipelined with COMMIT) and the business INSERT issued with pgx " +
 			"(floor-sql); the same into a copy of the record's table with its primary key alone (floor-sql-pk-only); " +
 			"the same with a bare 32-byte key row instead of the record (floor-key-row); " +
 			"and BEGIN, the INSERT, COMMIT with no idempotency at all (floor-business-tx)",
 		variants: []*variant{
-			{name: "library", vs: "floor-sql", target: 0.85, open: true,
-				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.45}},
+			{name: "library", vs: "library-at-commit", open: true,
+				costs: []costTarget{{floor: "floor-business-tx"}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.withRedis, r.key(i))
 				}},
-			{name: "library-no-redis", vs: "floor-sql", open: true,
-				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.3}},
+			{name: "library-no-redis", vs: "library-at-commit-no-redis", open: true,
+				costs: []costTarget{{floor: "floor-business-tx"}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.noRedis, r.key(i))
+				}},
+			{name: "library-at-commit", vs: "floor-sql", target: 0.85,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.45}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return doOrder(ctx, e, e.atCommit, r.key(i))
+				}},
+			{name: "library-at-commit-no-redis", vs: "floor-sql",
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.3}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return doOrder(ctx, e, e.atCommitNoRedis, r.key(i))
 				}},
 			{name: "floor-sql", floor: true, open: true,
 				costs: []costTarget{{floor: "floor-business-tx"}},
