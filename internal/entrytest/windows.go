@@ -196,13 +196,16 @@ func outageLong(w *world) {
 	w.settled(k, durable.Completed)
 }
 
-// The store is cut for 900 ms while the work runs 1.5 s, with a 2 s
-// lease: renewals due every third of the lease fail, then succeed again
-// before the lease could run out. The work is not stopped and completes
-// once.
+// The store is cut for 750 ms from the start of the work, which runs
+// 1.5 s, with a 2 s lease: the renewal due a third of the lease (667 ms)
+// after the claim falls in the cut whenever the work starts within that
+// third, and fails; the renewals retried after the cut succeed before the
+// lease could run out by the worker's clock (its deadline less the start
+// margin, 1.8 s after the claim), leaving at least 380 ms for them. The
+// work is not stopped and completes once.
 func renewalsFail(w *world) {
 	k := newKey()
-	p := payload{Key: k, Do: "ok", CutMs: 900, WorkMs: 1500}
+	p := payload{Key: k, Do: "ok", CutMs: 750, WorkMs: 1500}
 	first := w.send(k, p)
 	w.waitReturned(k, 10*time.Second)
 	as := w.settle(k, p, holdBound)
@@ -240,6 +243,9 @@ func panicAfterEffect(w *world) {
 	as2 := w.settle(k2, p2, holdBound)
 	if r, ok := w.once(k2); ok {
 		w.answersMatch(k2, as2, w.expected(r))
+		if last := as2[len(as2)-1]; last.Outcome != Executed && last.Outcome != Replayed {
+			w.violate(k2, "after a panic, another operation got %s (%s), want its result", last.Outcome, last.Detail)
+		}
 	}
 }
 
@@ -259,6 +265,11 @@ func callerGone(w *world) {
 	}()
 	first := w.a.Send(ctx, k, p.bytes())
 	w.t.Logf("%s: %s %s", k, first.Outcome, first.Detail)
+	if first.Outcome != Error {
+		// The suite's own failure: the caller was to be gone before the
+		// answer.
+		w.violate(k, "the caller got %s (%s): it was not gone mid-work, the window forced nothing", first.Outcome, first.Detail)
+	}
 	w.waitReturned(k, 10*time.Second)
 	as := w.settle(k, p, holdBound)
 	r, ok := w.once(k)
