@@ -18,9 +18,12 @@
  *                   (a swept row's generation is handed out again)
  *   STALE=2         a claim's clock reading may be older than the bound
  *                   (SWEEPMARGIN - LAG) when it inserts: the same reuse
- *   NOWAC           Claimer.Do without its first path, write at commit (the
- *                   Do of before: claim, effect and completion in one
- *                   transaction holding the row lock)
+ *   NOWAC           Claimer.Do as it runs by default: without the write at
+ *                   commit (the WithWriteAtCommit opt-in), only the claim
+ *                   first: claim, effect and completion in one transaction
+ *                   holding the row lock
+ *   NC_FNFIRST      (with NOWAC) Do runs fn before its claim, as a write at
+ *                   commit does, then claims: P7 must fail
  *   NC_COMMITUPSERT write at commit: the insert does not fail on an existing
  *                   row (ON CONFLICT DO NOTHING): the effect commits anyway
  *   NC_COMMITNOROW  write at commit: a generation below the floor inserts
@@ -76,9 +79,13 @@
 #define MODES 2
 #endif
 #define SKEW   1	/* worker clock error, +-, used by NC_WORKERCLOCK only */
-/* Claimer.Do's first path, write at commit (WAC): on by default */
+/* Claimer.Do's first path with WithWriteAtCommit (WAC): on unless NOWAC,
+ * the library's default (claim first), is given */
 #ifndef NOWAC
 #define WAC 1
+#endif
+#if defined(NC_FNFIRST) && defined(WAC)
+#error "NC_FNFIRST needs NOWAC"
 #endif
 
 /*
@@ -220,6 +227,7 @@ byte nfinal;
 
 /* ghosts for the properties */
 byte effects[MAXEP];	/* P1: business effects committed, per operation */
+bool infn[NW];		/* P7: the worker's Do runs fn, its transaction open */
 byte ack[MAXEP];	/* P5: the result a client was told, per operation */
 byte last_gen;		/* P3 */
 bool gone;		/* P3: the row was deleted since last_gen */
@@ -517,6 +525,24 @@ inline reread(q_me, q_g, q_ok) {
  * durable store, and no other worker believes (by its own deadline) that it
  * holds one. A pause right after the check is not prevented by any lease;
  * fencing (P1, P2) covers what follows. */
+/*
+ * fn_runs: worker f_w's Do (owner f_me) runs fn. P7: fn runs at most once
+ * per record life, never for a key something else answers: no other Do
+ * runs fn for the key at the same time, and the committed record is
+ * neither finished within its retention (a replay answers) nor processing
+ * under another owner's live lease (in progress). A run whose transaction
+ * rolls back leaves nothing, and the retry may run fn again.
+ */
+inline fn_runs(f_w, f_me) {
+	for (i : 0 .. NW - 1) {
+		PROP(7, i == f_w || !infn[i])
+	};
+	i = 0;
+	PROP(7, !(SEEN(ex) && SEEN(st) == DONE && SEEN(xrem) > 0));
+	PROP(7, !(SEEN(ex) && SEEN(st) == PROC && SEEN(own) != 0 && SEEN(own) != f_me && SEEN(lrem) > 0));
+	infn[f_w] = 1
+}
+
 inline start_work(b_w, b_me, b_go) {
 	if
 	:: wdl[b_w] < MARGIN -> b_go = 0
@@ -623,6 +649,13 @@ end_retry:
 				:: used && out == BUSY -> goto busy
 				:: else -> out = 0; e = 0; r = 0
 				fi;
+#ifdef NC_FNFIRST
+				if
+				:: dom -> fn_runs(w, me);
+					printf("w%d o%d: fn runs before the claim\n", w, me)
+				:: else
+				fi;
+#endif
 #ifdef WAC
 				/* Do: write at commit first; with Redis's generation
 				 * when it acquired, else after a plain read */
@@ -702,11 +735,15 @@ oldpath:
 				/* the business write and CompleteTx in the claim's
 				 * transaction, then COMMIT */
 				atomic {
+#ifndef NC_FNFIRST
+					fn_runs(w, me);	/* P7 */
+#endif
 					stage_complete(me, g, ok);
 					assert(ok);	/* my own transaction holds the row */
 					printf("w%d o%d: business write + CompleteTx in the tx\n", w, me);
 					working[w] = 0;
 					commit(ok);
+					infn[w] = 0;
 					amb = !ok
 				}
 			:: !dom ->
@@ -922,12 +959,12 @@ next:
 					COPYROW(row, pre); locked = 0; lockby = 0; CLEARROW(pre)
 				:: else
 				fi;
-				working[w] = 0; waiting[w] = 0; wdl[w] = 0; rtmp[w] = 0
+				working[w] = 0; waiting[w] = 0; wdl[w] = 0; rtmp[w] = 0; infn[w] = 0
 			}
 		};
 		d_step {
 			p = 0; used = 0; out = 0; g = 0; e = 0; r = 0; ok = 0; amb = 0; dom = 0;
-			me = 0; working[w] = 0; wdl[w] = 0; rtmp[w] = 0; waiting[w] = 0
+			me = 0; working[w] = 0; wdl[w] = 0; rtmp[w] = 0; waiting[w] = 0; infn[w] = 0
 		}
 	:: !final[w] && a >= TRIES(w) -> break	/* the client gives up */
 	od;
