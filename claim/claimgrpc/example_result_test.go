@@ -52,3 +52,18 @@ func ExampleStatusResult() {
 	// FailedPrecondition
 	// true
 }
+
+// Client and server share the list of guarded methods: the server guards
+// them, and the client retries a dropped connection's Unavailable for them
+// only, under the same key. Another method's Unavailable is returned as it
+// is, since nothing stops a second run of it.
+func ExampleWithGuardedMethods() {
+	guarded := func(fullMethod string) bool { return fullMethod == "/shop.v1.Payments/Charge" }
+
+	// Server: claimgrpc.UnaryServerInterceptor(c, tenant, claimgrpc.WithMethods(guarded))
+	_ = claimgrpc.WithMethods(guarded)
+
+	client, err := claimgrpc.UnaryClientInterceptor(claimgrpc.WithAttempts(3), claimgrpc.WithGuardedMethods(guarded))
+	fmt.Println(client != nil, err)
+	// Output: true <nil>
+}
