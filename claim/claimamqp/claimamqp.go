@@ -16,12 +16,30 @@
 //
 // Consumer.Do runs the handler with claim.Claimer.Do: the effect is a write in
 // the claim's database transaction. Consumer.Run is workflow mode for external
-// effects: claim, keep the lease alive while the handler runs, then Complete
-// (nil error), Fail (an error made by claim.Reject), Release (an error
-// wrapping ErrNothingHappened: the application says nothing happened) or
-// MarkUncertain (any other error). Once the handler started the library never
-// releases the key on its own. Pass Op.ID downstream as that system's
-// idempotency key.
+// effects: claim, then the handler under the settlement engine every entry
+// point of oncekey shares (the lease renewed while it runs, detached from
+// ctx), then Complete (nil error), Fail (an error made by claim.Reject),
+// Release (an error wrapping ErrNothingHappened: the application says
+// nothing happened) or MarkUncertain (any other error). Once the handler
+// started the library never releases the key on its own. Pass Op.ID
+// downstream as that system's idempotency key.
+//
+// Run acknowledges nothing before the outcome is recorded: when the store
+// is unreachable at the settlement, the write is retried with backoff for
+// as long as the lease lasts, so a short outage does not hand the message
+// to a redelivery that would take the record over and run it again. The
+// delivery stays unacknowledged meanwhile, which RabbitMQ needs nothing
+// for: it has no acknowledgement timer but consumer_timeout (30 minutes by
+// default), which must exceed the longest work plus the lease. If the
+// lease runs out before the outcome is recorded, the delivery is requeued
+// (Retry) and the record, still processing, decides the redelivery: a
+// takeover after the lease, as after a crash.
+//
+// A handler that panics does not crash the process: the engine records the
+// operation uncertain, Run recovers the panic, logs it at Error with its
+// value and stack, and holds the delivery (Hold, ErrPanicked). A handler
+// that calls runtime.Goexit is recorded the same way, but ends the calling
+// goroutine.
 //
 // # What the broker sees
 //
@@ -38,16 +56,34 @@
 //     lease (at least WithRetryDelay), then requeued.
 //   - the handler's error meant nothing happened (Do: any non-Reject error,
 //     rolled back; Run: ErrNothingHappened), the store is down, or the
-//     settlement could not be written (fenced, or the store is down): held
-//     WithRetryDelay, then requeued.
-//   - uncertain: NOT acked. Held WithUncertainDelay (default 1 minute), then
-//     requeued; redelivered so until a claim.Reconciler resolved the record,
-//     then acked as a replay.
+//     settlement could not be written (fenced, or the lease ran out with
+//     the store down): held WithRetryDelay, then requeued.
+//   - uncertain (a handler error, a panic): NOT acked. Held
+//     WithUncertainDelay (default 1 minute), then requeued; redelivered so
+//     until a claim.Reconciler resolved the record, then acked as a replay.
 //   - mismatch, no identity, invalid scope: rejected without requeue, so the
 //     queue's dead-letter exchange (x-dead-letter-exchange) gets it, or
 //     RabbitMQ drops it when the queue has none; an error log line names the
 //     scope hashed (as package claim logs it) and the delivery tag, never
 //     the raw message id, tenant or queue. The handler never runs.
+//
+// # Messages given up
+//
+// A rejected delivery is dropped when its queue has no dead-letter
+// exchange. And a quorum queue has a delivery limit (x-delivery-limit; 20
+// by default since RabbitMQ 4.0, none before): a delivery requeued once its
+// x-delivery-count reached the limit is dead-lettered, or dropped. A held
+// uncertain message, requeued every WithUncertainDelay, is so given up
+// after about 20 deliveries on RabbitMQ 4 (the record stays uncertain for
+// the Reconciler either way); raise the limit, or give the queue a
+// dead-letter exchange, for messages held longer. The Consumer makes both
+// visible: the error Do and Run return matches ErrDeadLetter (and
+// ErrDeliveryLimit for the second), WithDeadLetter gets the delivery before
+// its rejection or its last requeue (to keep it somewhere), and the counter
+// oncekey.messages.dead_lettered (WithMeterProvider) counts them by reason.
+// The Consumer cannot read a queue's limit: it assumes RabbitMQ 4's default
+// (DefaultDeliveryLimit) for deliveries that carry x-delivery-count (quorum
+// queues); WithDeliveryLimit sets the queue's own, 0 none.
 package claimamqp
 
 import (
@@ -59,6 +95,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/internal/consume"
@@ -94,12 +131,24 @@ var (
 	ErrNoIdentity = consume.ErrNoIdentity
 	// ErrConfig is matched by every configuration error of New.
 	ErrConfig = errors.New("claimamqp: invalid configuration")
+	// ErrDeadLetter is matched by the error of every delivery the Consumer
+	// gives up on: rejected without requeue and never run (its error also
+	// matches claim.ErrMismatch, ErrNoIdentity or claim.ErrInvalidScope),
+	// or requeued on its last delivery (ErrDeliveryLimit).
+	ErrDeadLetter = consume.ErrDeadLetter
+	// ErrDeliveryLimit is matched by the error of a delivery requeued
+	// (Retry, Hold) that RabbitMQ will not deliver again: its
+	// x-delivery-count reached the quorum queue's x-delivery-limit
+	// (WithDeliveryLimit), so the requeue dead-letters it, or drops it
+	// without a dead-letter exchange. It matches ErrDeadLetter.
+	ErrDeliveryLimit = consume.ErrDeliveryLimit
 )
 
 // Consumer runs handlers once per message identity. Safe for concurrent use.
 type Consumer[TTx any] struct {
-	c   *claim.Claimer[TTx]
-	cfg config
+	c     *claim.Claimer[TTx]
+	cfg   config
+	drops *consume.Drops
 }
 
 type config struct {
@@ -108,6 +157,9 @@ type config struct {
 	tenant    func(*amqp.Delivery) string
 	log       *slog.Logger
 	delays    consume.Delays
+	dead      func(context.Context, *amqp.Delivery, error)
+	limit     int
+	meter     metric.MeterProvider
 }
 
 // Option configures a Consumer.
@@ -185,6 +237,60 @@ func WithUncertainDelay(d time.Duration) Option {
 	}
 }
 
+// WithDeadLetter calls f with each delivery the Consumer gives up on, before
+// it rejects it without requeue or requeues its last delivery; err matches
+// ErrDeadLetter (see ErrDeliveryLimit). f runs on the goroutine that called
+// Do or Run, before the acknowledgement: keep it short (keep the message
+// somewhere, alert). Without it, a given-up delivery is still reported by
+// an Error log line, the error Do and Run return, and the counter
+// oncekey.messages.dead_lettered (WithMeterProvider).
+func WithDeadLetter(f func(ctx context.Context, d *amqp.Delivery, err error)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("%w: WithDeadLetter: nil function", ErrConfig)
+		}
+		c.dead = f
+		return nil
+	}
+}
+
+// WithDeliveryLimit tells the Consumer the quorum queue's x-delivery-limit
+// (n > 0): a delivery requeued (Retry, Hold) whose x-delivery-count header
+// has reached n is the last, so it is reported as given up
+// (ErrDeliveryLimit, WithDeadLetter, the metric). Defaults to 20, the
+// default limit of quorum queues since RabbitMQ 4.0; 0 is no limit (a
+// queue declared with x-delivery-limit -1, or a quorum queue without one
+// before 4.0). Deliveries of classic queues carry no count and are never
+// reported so.
+func WithDeliveryLimit(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: WithDeliveryLimit: %d is negative", ErrConfig, n)
+		}
+		c.limit = n
+		return nil
+	}
+}
+
+// WithMeterProvider records the Consumer's metric with mp: the counter
+// oncekey.messages.dead_lettered of deliveries given up, with the
+// attributes adapter ("claimamqp") and reason (mismatch, no_identity,
+// invalid_scope, config, delivery_limit, other), never a message id. The
+// Claimer's own metrics are configured on the Claimer. Defaults to none.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return fmt.Errorf("%w: WithMeterProvider: nil MeterProvider", ErrConfig)
+		}
+		c.meter = mp
+		return nil
+	}
+}
+
+// DefaultDeliveryLimit is the delivery limit assumed without
+// WithDeliveryLimit: quorum queues' default since RabbitMQ 4.0.
+const DefaultDeliveryLimit = 20
+
 // New returns a Consumer of queue claiming with c.
 func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consumer[TTx], error) {
 	if c == nil {
@@ -199,6 +305,7 @@ func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consume
 		tenant:    func(*amqp.Delivery) string { return "default" },
 		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		delays:    consume.DefaultDelays,
+		limit:     DefaultDeliveryLimit,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -208,7 +315,11 @@ func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consume
 			return nil, err
 		}
 	}
-	return &Consumer[TTx]{c: c, cfg: cfg}, nil
+	drops, err := consume.NewDrops("claimamqp", cfg.meter, cfg.limit)
+	if err != nil {
+		return nil, fmt.Errorf("claimamqp: metrics: %w", err)
+	}
+	return &Consumer[TTx]{c: c, cfg: cfg, drops: drops}, nil
 }
 
 func (c *Consumer[TTx]) message(d *amqp.Delivery) consume.Message {
@@ -222,25 +333,60 @@ func (c *Consumer[TTx]) message(d *amqp.Delivery) consume.Message {
 // happens after Do returned.
 func (c *Consumer[TTx]) Do(ctx context.Context, d amqp.Delivery,
 	fn func(ctx context.Context, tx TTx, d *amqp.Delivery, op claim.Op) (durable.Result, error)) (Action, error) {
-	dec := consume.Do(ctx, c.c, c.message(&d), c.cfg.delays, c.cfg.log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
+	m := c.message(&d)
+	dec := consume.Do(ctx, c.c, m, c.cfg.delays, c.cfg.log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
 		return fn(ctx, tx, &d, op)
 	})
-	return c.settle(d, dec)
+	return c.settle(ctx, d, m, dec)
 }
 
 // Run runs fn once per message identity in workflow mode, then settles d as
-// the package doc says. fn's context ends when the lease is lost
-// (context.Cause: claim.ErrFenced or claim.ErrLeaseExpired), not when ctx
-// does.
+// the package doc says, once the outcome is recorded (or the lease ran out
+// trying). fn's context ends when the lease is lost (context.Cause:
+// claim.ErrFenced or claim.ErrLeaseExpired), not when ctx does. A panic of
+// fn is recovered: the operation is recorded uncertain and d held (Hold, an
+// error matching ErrPanicked).
 func (c *Consumer[TTx]) Run(ctx context.Context, d amqp.Delivery,
 	fn func(ctx context.Context, d *amqp.Delivery, op claim.Op) (durable.Result, error)) (Action, error) {
-	dec := consume.Run(ctx, c.c, c.message(&d), c.cfg.delays, c.cfg.log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
+	m := c.message(&d)
+	dec := consume.Run(ctx, c.c, m, c.cfg.delays, c.cfg.log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
 		return fn(ctx, &d, op)
 	})
-	return c.settle(d, dec)
+	return c.settle(ctx, d, m, dec)
 }
 
-func (c *Consumer[TTx]) settle(d amqp.Delivery, dec consume.Decision) (Action, error) {
+// deliveryCount returns d's x-delivery-count header (set by quorum queues
+// on a redelivery: the deliveries before this one), 0 without one.
+func deliveryCount(d *amqp.Delivery) int64 {
+	switch v := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		return v
+	case int32:
+		return int64(v)
+	case int16:
+		return int64(v)
+	case int8:
+		return int64(v)
+	case int:
+		return int64(v)
+	case uint8:
+		return int64(v)
+	case uint16:
+		return int64(v)
+	case uint32:
+		return int64(v)
+	}
+	return 0
+}
+
+func (c *Consumer[TTx]) settle(ctx context.Context, d amqp.Delivery, m consume.Message, dec consume.Decision) (Action, error) {
+	// RabbitMQ dead-letters (or drops) a message returned when its
+	// x-delivery-count already reached x-delivery-limit.
+	last := c.drops.Limit() > 0 && deliveryCount(&d) >= int64(c.drops.Limit())
+	dec, dead := c.drops.Check(ctx, c.cfg.log, m.Where, dec, last)
+	if dead && c.cfg.dead != nil {
+		c.cfg.dead(ctx, &d, dec.Err)
+	}
 	var err error
 	switch dec.Action {
 	case Ack:

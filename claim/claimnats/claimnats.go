@@ -18,13 +18,33 @@
 //
 // Consumer.Do runs the handler with claim.Claimer.Do: the effect is a write in
 // the claim's database transaction, committed with the result or not at all.
-// Consumer.Run is workflow mode for external effects: claim, keep the lease
-// alive while the handler runs, then Complete (nil error), Fail (an error made
-// by claim.Reject), Release (an error wrapping ErrNothingHappened: the
-// application says nothing happened) or MarkUncertain (any other error). Once
-// the handler started the library never releases the key on its own: only
-// complete, fail or mark uncertain. Pass Op.ID downstream as that system's
-// idempotency key, so a takeover after a crash is deduplicated there.
+// Consumer.Run is workflow mode for external effects: claim, then the
+// handler under the settlement engine every entry point of oncekey shares
+// (the lease renewed while it runs, detached from ctx), then Complete (nil
+// error), Fail (an error made by claim.Reject), Release (an error wrapping
+// ErrNothingHappened: the application says nothing happened) or
+// MarkUncertain (any other error). Once the handler started the library
+// never releases the key on its own: only complete, fail or mark uncertain.
+// Pass Op.ID downstream as that system's idempotency key, so a takeover
+// after a crash is deduplicated there.
+//
+// Run acknowledges nothing before the outcome is recorded: when the store
+// is unreachable at the settlement, the write is retried with backoff for
+// as long as the lease lasts, so a short outage does not hand the message
+// to a redelivery that would take the record over and run it again. Until
+// Run settles, it tells JetStream every second that the message is in
+// progress (msg.InProgress restarts AckWait), so neither long work nor a
+// long settlement is redelivered by AckWait; with an AckWait under about 2
+// seconds a redelivery may still come, and is answered in progress. If the
+// lease runs out before the outcome is recorded, the message is
+// negatively acknowledged (Retry) and the record, still processing, decides
+// the redelivery: a takeover after the lease, as after a crash.
+//
+// A handler that panics does not crash the process: the engine records the
+// operation uncertain, Run recovers the panic, logs it at Error with its
+// value and stack, and holds the message (Hold, ErrPanicked). A handler
+// that calls runtime.Goexit is recorded the same way, but ends the calling
+// goroutine.
 //
 // # What the broker sees
 //
@@ -34,20 +54,33 @@
 //     takes over an abandoned lease.
 //   - the handler's error meant nothing happened (Do: any non-Reject error,
 //     rolled back; Run: ErrNothingHappened), the store is down, or the
-//     settlement could not be written (fenced by a takeover, or the store
-//     is down): NakWithDelay(WithRetryDelay). The redelivery is answered from
-//     the record.
-//   - uncertain: NOT acked. NakWithDelay(WithUncertainDelay, default 1
-//     minute): the message stays in the stream and is redelivered until a
-//     claim.Reconciler resolved the record, then acked as a replay. With
-//     MaxDeliver set on the consumer, JetStream gives up after that many
-//     deliveries (a max-deliveries advisory); the record stays uncertain
-//     for the Reconciler either way.
+//     settlement could not be written (fenced by a takeover, or the lease
+//     ran out with the store down): NakWithDelay(WithRetryDelay). The
+//     redelivery is answered from the record.
+//   - uncertain (a handler error, a panic): NOT acked.
+//     NakWithDelay(WithUncertainDelay, default 1 minute): the message stays
+//     in the stream and is redelivered until a claim.Reconciler resolved
+//     the record, then acked as a replay.
 //   - mismatch, no identity, invalid scope: Term (never redelivered; a
 //     terminated-message advisory), and an error log line naming the
 //     scope hashed (as package claim logs it), the stream and its
 //     sequence, never the raw message id, tenant or subject. The handler
 //     never runs.
+//
+// # Messages given up
+//
+// A terminated message is gone from the consumer: JetStream keeps no
+// dead-letter copy of it (only the advisory). And with MaxDeliver set on
+// the JetStream consumer, a message negatively acknowledged on its last
+// delivery is not redelivered (a max-deliveries advisory): a held
+// uncertain message, nak'd every WithUncertainDelay, is given up after
+// MaxDeliver deliveries (the record stays uncertain for the Reconciler
+// either way). The Consumer makes both visible: the error Do and Run return
+// matches ErrDeadLetter (and ErrDeliveryLimit for the second), WithDeadLetter
+// gets the message before its Term or its last nak (to keep it somewhere),
+// and the counter oncekey.messages.dead_lettered (WithMeterProvider) counts
+// them by reason. The Consumer learns MaxDeliver from WithDeliveryLimit
+// only: set it to the JetStream consumer's MaxDeliver.
 package claimnats
 
 import (
@@ -56,10 +89,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/internal/consume"
@@ -95,12 +130,23 @@ var (
 	ErrNoIdentity = consume.ErrNoIdentity
 	// ErrConfig is matched by every configuration error of New.
 	ErrConfig = errors.New("claimnats: invalid configuration")
+	// ErrDeadLetter is matched by the error of every message the Consumer
+	// gives up on: terminated without running (its error also matches
+	// claim.ErrMismatch, ErrNoIdentity or claim.ErrInvalidScope), or
+	// negatively acknowledged on its last delivery (ErrDeliveryLimit).
+	ErrDeadLetter = consume.ErrDeadLetter
+	// ErrDeliveryLimit is matched by the error of a message negatively
+	// acknowledged (Retry, Hold) on the last delivery JetStream makes of it
+	// (NumDelivered reached WithDeliveryLimit, the consumer's MaxDeliver):
+	// JetStream will not redeliver it. It matches ErrDeadLetter.
+	ErrDeliveryLimit = consume.ErrDeliveryLimit
 )
 
 // Consumer runs handlers once per message identity. Safe for concurrent use.
 type Consumer[TTx any] struct {
-	c   *claim.Claimer[TTx]
-	cfg config
+	c     *claim.Claimer[TTx]
+	cfg   config
+	drops *consume.Drops
 }
 
 type config struct {
@@ -109,6 +155,9 @@ type config struct {
 	tenant    func(jetstream.Msg) string
 	log       *slog.Logger
 	delays    consume.Delays
+	dead      func(context.Context, jetstream.Msg, error)
+	limit     int
+	meter     metric.MeterProvider
 }
 
 // Option configures a Consumer.
@@ -185,6 +234,53 @@ func WithUncertainDelay(d time.Duration) Option {
 	}
 }
 
+// WithDeadLetter calls f with each message the Consumer gives up on, before
+// it terminates it (Term) or negatively acknowledges its last delivery; err
+// matches ErrDeadLetter (see ErrDeliveryLimit). f runs on the goroutine
+// that called Do or Run, before the acknowledgement: keep it short (keep
+// the message somewhere, alert). Without it, a given-up message is still
+// reported by an Error log line, the error Do and Run return, and the
+// counter oncekey.messages.dead_lettered (WithMeterProvider).
+func WithDeadLetter(f func(ctx context.Context, msg jetstream.Msg, err error)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("%w: WithDeadLetter: nil function", ErrConfig)
+		}
+		c.dead = f
+		return nil
+	}
+}
+
+// WithDeliveryLimit tells the Consumer the JetStream consumer's MaxDeliver
+// (n > 0): a delivery negatively acknowledged (Retry, Hold) when its
+// NumDelivered has reached n is the last, so it is reported as given up
+// (ErrDeliveryLimit, WithDeadLetter, the metric). 0, the default, is no
+// limit, as JetStream's default MaxDeliver (-1) is.
+func WithDeliveryLimit(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: WithDeliveryLimit: %d is negative", ErrConfig, n)
+		}
+		c.limit = n
+		return nil
+	}
+}
+
+// WithMeterProvider records the Consumer's metric with mp: the counter
+// oncekey.messages.dead_lettered of messages given up, with the attributes
+// adapter ("claimnats") and reason (mismatch, no_identity, invalid_scope,
+// config, delivery_limit, other), never a message id. The Claimer's own
+// metrics are configured on the Claimer. Defaults to none.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return fmt.Errorf("%w: WithMeterProvider: nil MeterProvider", ErrConfig)
+		}
+		c.meter = mp
+		return nil
+	}
+}
+
 // New returns a Consumer claiming with c.
 func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error) {
 	if c == nil {
@@ -205,7 +301,11 @@ func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error)
 			return nil, err
 		}
 	}
-	return &Consumer[TTx]{c: c, cfg: cfg}, nil
+	drops, err := consume.NewDrops("claimnats", cfg.meter, cfg.limit)
+	if err != nil {
+		return nil, fmt.Errorf("claimnats: metrics: %w", err)
+	}
+	return &Consumer[TTx]{c: c, cfg: cfg, drops: drops}, nil
 }
 
 func (c *Consumer[TTx]) message(m jetstream.Msg) consume.Message {
@@ -221,26 +321,70 @@ func (c *Consumer[TTx]) message(m jetstream.Msg) consume.Message {
 // returns what it did and why (nil for Ack), or the broker's error.
 func (c *Consumer[TTx]) Do(ctx context.Context, msg jetstream.Msg,
 	fn func(ctx context.Context, tx TTx, msg jetstream.Msg, op claim.Op) (durable.Result, error)) (Action, error) {
-	d := consume.Do(ctx, c.c, c.message(msg), c.cfg.delays, c.cfg.log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
+	m := c.message(msg)
+	d := consume.Do(ctx, c.c, m, c.cfg.delays, c.cfg.log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
 		return fn(ctx, tx, msg, op)
 	})
-	return settle(msg, d)
+	return c.settle(ctx, msg, m, d)
 }
 
 // Run runs fn once per message identity in workflow mode, then acknowledges
-// msg as the package doc says. fn's context ends when the lease is lost
-// (context.Cause: claim.ErrFenced or claim.ErrLeaseExpired), not when ctx
-// does. A redelivery while fn runs (the consumer's AckWait passed) is
-// answered in progress.
+// msg as the package doc says, once the outcome is recorded (or the lease
+// ran out trying). fn's context ends when the lease is lost (context.Cause:
+// claim.ErrFenced or claim.ErrLeaseExpired), not when ctx does. Until then
+// msg is kept in progress every second (msg.InProgress); a redelivery that
+// comes anyway (AckWait under about 2 seconds) is answered in progress. A
+// panic of fn is recovered: the operation is recorded uncertain and msg
+// held (Hold, an error matching ErrPanicked).
 func (c *Consumer[TTx]) Run(ctx context.Context, msg jetstream.Msg,
 	fn func(ctx context.Context, msg jetstream.Msg, op claim.Op) (durable.Result, error)) (Action, error) {
-	d := consume.Run(ctx, c.c, c.message(msg), c.cfg.delays, c.cfg.log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
+	m := c.message(msg)
+	stop := inProgress(msg)
+	d := consume.Run(ctx, c.c, m, c.cfg.delays, c.cfg.log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
 		return fn(ctx, msg, op)
 	})
-	return settle(msg, d)
+	stop()
+	return c.settle(ctx, msg, m, d)
 }
 
-func settle(msg jetstream.Msg, d consume.Decision) (Action, error) {
+// progressEvery is how often Run tells JetStream that its message is in
+// progress (nanoseconds; a variable for the tests).
+var progressEvery atomic.Int64
+
+func init() { progressEvery.Store(int64(time.Second)) }
+
+// inProgress tells JetStream every progressEvery that msg is in progress
+// (msg.InProgress restarts its AckWait), until stop, which returns once
+// the last of them was sent: long work, or a completion retried through a
+// store outage, is not redelivered by AckWait meanwhile.
+func inProgress(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Duration(progressEvery.Load()))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress() // a failure leaves AckWait to redeliver: answered from the record
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func (c *Consumer[TTx]) settle(ctx context.Context, msg jetstream.Msg, m consume.Message, d consume.Decision) (Action, error) {
+	last := false
+	if md, err := msg.Metadata(); err == nil && c.drops.Limit() > 0 {
+		last = md.NumDelivered >= uint64(c.drops.Limit())
+	}
+	d, dead := c.drops.Check(ctx, c.cfg.log, m.Where, d, last)
+	if dead && c.cfg.dead != nil {
+		c.cfg.dead(ctx, msg, d.Err)
+	}
 	var err error
 	switch d.Action {
 	case Ack:

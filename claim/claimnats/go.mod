@@ -7,6 +7,7 @@ require (
 	github.com/nats-io/nats.go v1.56.0
 	github.com/oncekey/oncekey v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
+	go.opentelemetry.io/otel/metric v1.47.0
 )
 
 require (
@@ -19,7 +20,6 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
-	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect

@@ -268,3 +268,60 @@ func TestNegativeControl_NoRecover_PanicAfterEffect(t *testing.T) {
 		t.Fatalf("without recover: state %q, %d leaked renewals; want processing and a leak (caught above)", r.state, r.leaked)
 	}
 }
+
+// longWork runs one message whose handler takes 3 s on a JetStream
+// consumer with AckWait 1 s, Run keeping it in progress every `every`, and
+// returns the deliveries of the message until it was acknowledged.
+func longWork(t *testing.T, every time.Duration) []claimnats.Action {
+	defer claimnats.SetProgressEvery(every)()
+	e := newEnv(t)
+	cons, err := claimnats.New(e.claimer(nil, e.rdb, 2*time.Second), claimnats.WithRetryDelay(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acts actions
+	var runs atomic.Int32
+	sub := e.consumer(e.dial(), time.Second)
+	cc, err := sub.Consume(func(msg jetstream.Msg) {
+		acts.add(cons.Run(context.Background(), msg, func(ctx context.Context, msg jetstream.Msg, op claim.Op) (durable.Result, error) {
+			runs.Add(1)
+			select {
+			case <-time.After(3 * time.Second): // the long work
+			case <-ctx.Done():
+			}
+			return durable.Result{Body: []byte("done")}, nil
+		}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	e.publish("charge-l", `{"amount":2}`)
+	waitUntil(t, "the message acknowledged", 30*time.Second, func() bool {
+		a, _ := acts.list()
+		return len(a) > 0 && a[len(a)-1] == claimnats.Ack
+	})
+	e.drained(sub, 10*time.Second)
+	if runs.Load() != 1 {
+		t.Fatalf("the handler ran %d times, want 1", runs.Load())
+	}
+	a, _ := acts.list()
+	return a
+}
+
+// Work longer than AckWait is not redelivered while it runs: Run keeps the
+// message in progress.
+func TestRun_LongWork_KeptInProgress(t *testing.T) {
+	if a := longWork(t, 100*time.Millisecond); len(a) != 1 || a[0] != claimnats.Ack {
+		t.Fatalf("deliveries: %v, want one, acked", a)
+	}
+}
+
+// Negative control: without the progress signal AckWait redelivers the
+// message during the work (answered in progress); the test above would
+// see that second delivery.
+func TestNegativeControl_NoProgress_LongWorkRedelivered(t *testing.T) {
+	if a := longWork(t, time.Hour); len(a) < 2 {
+		t.Fatalf("deliveries without progress: %v, want a redelivery during the work", a)
+	}
+}

@@ -34,6 +34,7 @@ const (
 	Hold
 	// Terminate: the message can never run (its id was used for another
 	// payload, or it has no usable identity); dead-letter it, never redeliver.
+	// Its Decision.Err matches ErrDeadLetter.
 	Terminate
 )
 
@@ -271,7 +272,7 @@ func terminate(log *slog.Logger, m Message, err error) Decision {
 	// the cause, and where the broker holds the message.
 	attrs := append([]any{"scope", durable.Scope{Tenant: m.Tenant, Operation: m.Operation}, "error", err}, m.Where...)
 	log.Error("oncekey: message dead-lettered, never run", attrs...)
-	return Decision{Action: Terminate, Err: err}
+	return Decision{Action: Terminate, Err: fmt.Errorf("%w: %w", ErrDeadLetter, err)}
 }
 
 func fromOutcome(out claim.Outcome, d Delays) Decision {
