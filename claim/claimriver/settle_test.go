@@ -267,3 +267,47 @@ func TestAsync_ReconcilerLeavesLiveJobsToRiver(t *testing.T) {
 		t.Fatalf("SkipLiveJobs(nil): %v; want ErrConfig", err)
 	}
 }
+
+// River's rescuer, set from the lease, also rescues a job whose worker is
+// alive and working longer than that: the rescued retry finds the lease
+// renewed and snoozes, the live worker completes the operation, and the
+// retry then ends the job without running anything. One call; no takeover.
+// The working client never leads (so no rescuer of its own); a second
+// client started once the job ran past RescueStuckJobsAfter leads and
+// rescues it at once.
+func TestAsync_RescueOfALiveWorkerRunsNothingTwice(t *testing.T) {
+	t.Parallel()
+	e := setup(t, time.Second)
+	started := make(chan struct{})
+	var once sync.Once
+	e.setWork(func(ctx context.Context, j Job) (durable.Result, error) {
+		once.Do(func() { close(started) })
+		select {
+		case <-ctx.Done():
+			return durable.Result{}, context.Cause(ctx)
+		case <-time.After(8 * time.Second):
+		}
+		return e.deploy(ctx, j)
+	})
+	tune := func(cfg *river.Config) {
+		cfg.JobTimeout = time.Second
+		cfg.RescueStuckJobsAfter = e.runner.RescueStuckJobsAfter(cfg)
+	}
+	cl := e.clientWith(true, func(cfg *river.Config) { tune(cfg); cfg.LeaderElectionDisabled = true })
+	out := e.enqueue(cl, "rescued-alive")
+	<-started
+	time.Sleep(2 * time.Second) // past RescueStuckJobsAfter (1s) and the jobs' timeout (the lease, 1s)
+	e.clientWith(true, tune)
+	rec := e.waitState("acme", out.OperationID, durable.Completed)
+	e.waitJob(out.OperationID, "completed")
+	var errs []byte
+	if err := e.schema.Pool.QueryRow(t.Context(), `SELECT errors::text FROM `+e.schema.Name+`.river_job WHERE args->>'operation_id' = $1`, out.OperationID).Scan(&errs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(errs), "Stuck job rescued") {
+		t.Fatalf("River never rescued the live job (errors %s): the test did not reach its window", errs)
+	}
+	if e.calls.Load() != 1 || rec.Takeovers != 0 {
+		t.Fatalf("%d calls, %d takeovers; want 1, 0", e.calls.Load(), rec.Takeovers)
+	}
+}
