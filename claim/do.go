@@ -240,9 +240,9 @@ func (c *Claimer[TTx]) commitLost(ctx context.Context, d *doAttempt[TTx], f fast
 const atCommitLag = 30 * time.Second
 
 // doAtCommit is Do's first path with [WithWriteAtCommit] on a store that
-// writes the record at commit (durable/postgres): fn runs in a transaction that holds nothing of the
-// record, and the record is inserted, finished, in the round trip of the
-// COMMIT. The transaction is the lease: a concurrent duplicate's insert
+// writes the record at commit (durable/postgres): fn runs in a transaction
+// that holds nothing of the record, and the record is inserted, finished,
+// in the round trip of the COMMIT. The transaction is the lease: a concurrent duplicate's insert
 // waits for it and fails once it commits, rolling back with its business
 // write. When Redis did not answer, a plain read first keeps a known key
 // from running fn: a finished record replays, any other record goes to the
