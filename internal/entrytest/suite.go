@@ -115,8 +115,10 @@ func Catch(t *testing.T, d Driver, window string, brk func() (restore func())) [
 		t.Fatalf("entrytest: a negative control needs window %s, which the driver declares not applicable: %s", window, reason)
 	}
 	restore := brk()
-	vs := runWindow(t, d, window)
-	restore()
+	vs := func() []Violation {
+		defer restore() // before the window's cleanups, and on t.Fatal too
+		return runWindow(t, d, window)
+	}()
 	if len(vs) == 0 {
 		t.Errorf("the broken settlement went unnoticed: window %s reported no violation", window)
 	}

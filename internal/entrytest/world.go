@@ -152,6 +152,13 @@ func (w *world) handle(ctx context.Context, opID string, raw []byte) Response {
 	w.mu.Lock()
 	w.runs[p.Key] = append(w.runs[p.Key], r)
 	n := len(w.runs[p.Key])
+	// The outage meets the first execution only: a takeover after it must
+	// not cut the store again. It is counted with the run, so a window
+	// that saw the run start and waits for the outages waits for this one.
+	cut := p.CutMs > 0 && n == 1
+	if cut {
+		w.outages.Add(1)
+	}
 	w.mu.Unlock()
 	select {
 	case w.started <- p.Key:
@@ -163,9 +170,7 @@ func (w *world) handle(ctx context.Context, opID string, raw []byte) Response {
 		w.mu.Unlock()
 		return resp
 	}
-	if p.CutMs > 0 && n == 1 {
-		// The outage meets the first execution only: a takeover after it
-		// must not cut the store again.
+	if cut {
 		w.outage(time.Duration(p.CutMs) * time.Millisecond)
 	}
 	if p.WorkMs > 0 {
@@ -207,10 +212,10 @@ func nonce() string {
 	return hex.EncodeToString(b[:])
 }
 
-// outage takes the store down for d, from now.
+// outage takes the store down for d, from now. The caller counted it in
+// w.outages.
 func (w *world) outage(d time.Duration) {
 	w.proxy.SetDown(true)
-	w.outages.Add(1)
 	time.AfterFunc(d, func() {
 		defer w.outages.Done()
 		w.proxy.SetDown(false)
