@@ -143,7 +143,7 @@ func (w *worker[TTx]) demo(ctx context.Context, url string, js jetstream.JetStre
 	if err := drained(ctx, cons, 30*time.Second); err != nil {
 		return err
 	}
-	s.expect(terms.Load() == 1, "the reused id was terminated, never charged")
+	s.expect(terms.Load() == 1 && w.givenUp.Load() == 1, "the reused id was terminated, never charged, and handed to the dead-letter callback")
 
 	got, err = w.table.amounts(ctx, prefix)
 	if err != nil {

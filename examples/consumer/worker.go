@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -102,6 +103,10 @@ type worker[TTx any] struct {
 	cons  *claimnats.Consumer[TTx]
 	table charges[TTx]
 	log   *slog.Logger
+	// givenUp counts the messages the consumer gave up on (terminated, or
+	// at JetStream's MaxDeliver): JetStream keeps no dead-letter copy, so
+	// the callback is where a real worker would keep them for an operator.
+	givenUp atomic.Int32
 }
 
 func newWorker[TTx any](ctx context.Context, st durable.Store[TTx], opts []claim.Option, log *slog.Logger, table charges[TTx]) (*worker[TTx], error) {
@@ -112,11 +117,16 @@ func newWorker[TTx any](ctx context.Context, st durable.Store[TTx], opts []claim
 	if err != nil {
 		return nil, err
 	}
-	cons, err := claimnats.New(c, claimnats.WithLogger(log), claimnats.WithRetryDelay(200*time.Millisecond))
+	w := &worker[TTx]{table: table, log: log}
+	w.cons, err = claimnats.New(c, claimnats.WithLogger(log), claimnats.WithRetryDelay(200*time.Millisecond),
+		claimnats.WithDeadLetter(func(ctx context.Context, msg jetstream.Msg, err error) {
+			w.givenUp.Add(1)
+			log.WarnContext(ctx, "consumer: message given up; a real worker keeps it for an operator", "subject", msg.Subject(), "error", err)
+		}))
 	if err != nil {
 		return nil, err
 	}
-	return &worker[TTx]{cons: cons, table: table, log: log}, nil
+	return w, nil
 }
 
 // handle charges one message in the claim's transaction.
