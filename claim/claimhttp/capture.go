@@ -151,15 +151,9 @@ func replay(w http.ResponseWriter, res *durable.Result) {
 	writeStored(w, res, true)
 }
 
-// replayable reports whether res is in this package's format: not another
-// adapter's version, and a final status (0, for a hand-built result, is
-// sent as 200, as it always was).
-func replayable(res *durable.Result) bool {
-	if res.Version == wire.ResultGRPC {
-		return false
-	}
-	return res.StatusCode == 0 || res.StatusCode >= 200 && res.StatusCode <= 999
-}
+// replayable reports whether res is in this package's format
+// (wire.HTTPReplayable).
+func replayable(res *durable.Result) bool { return wire.HTTPReplayable(res.StatusCode, res.Version) }
 
 // ResponseResult returns the result the middleware stores for a handler
 // that answered status, header and body: store it as completed or failed

@@ -272,3 +272,33 @@ func TestAsync_InvalidTenant(t *testing.T) {
 		t.Fatalf("jobs = %d; want 1 (nothing inserted for a bad tenant)", n)
 	}
 }
+
+// A result in another adapter's format (a gRPC reply, as a resolve for the
+// wrong adapter would write) is never replayed by the Handler as a
+// success: 500, not a 200 with the protobuf bytes.
+func TestAsync_ForeignFormatIsNotReplayedAsSuccess(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2*time.Second)
+	e.setWork(func(ctx context.Context, job Job) (durable.Result, error) {
+		e.calls.Add(1)
+		return durable.Result{StatusCode: 0, Body: []byte{0x0a, 0x02, 'o', 'k'}, Version: 1001}, nil
+	})
+	cl := e.client(true)
+	h, err := e.runner.Handler(cl, "POST /deploys", tenantOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const body = `{"service":"api","version":"1"}`
+	first := post(h, "acme", "dep-grpc", body)
+	if first.Code != http.StatusAccepted {
+		t.Fatalf("first = %d; want 202", first.Code)
+	}
+	e.waitState("acme", strings.TrimPrefix(first.Header().Get("Location"), "/operations/"), durable.Completed)
+	rep := post(h, "acme", "dep-grpc", body)
+	if rep.Code != http.StatusInternalServerError || strings.Contains(rep.Body.String(), "ok") {
+		t.Fatalf("replay of a gRPC-format result = %d %q; want a 500 problem", rep.Code, rep.Body)
+	}
+	if n := e.calls.Load(); n != 1 {
+		t.Fatalf("work ran %d times; want 1", n)
+	}
+}

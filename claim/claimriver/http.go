@@ -100,6 +100,12 @@ func (h *handler[TTx]) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if out.Kind == claim.Replayed && out.Result != nil {
+		if !wire.HTTPReplayable(out.Result.StatusCode, out.Result.Version) {
+			// Another adapter's format (a gRPC result written by a resolve
+			// or a Reconciler): never replayed as a success.
+			problem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The stored result of this key cannot be replayed", 0)
+			return
+		}
 		hdr := w.Header()
 		for k, v := range out.Result.Headers {
 			hdr[k] = append([]string(nil), v...)

@@ -17,3 +17,14 @@ const (
 	// this one existed; it still replays those results (CHANGELOG).
 	ResultGRPC = 1001
 )
+
+// HTTPReplayable reports whether res can be replayed as an HTTP response:
+// not another adapter's format, and a final status (0, for a hand-built
+// result, is sent as 200, as it always was). claimhttp and claimriver's
+// Handler answer anything else with a 500 problem, never a success.
+func HTTPReplayable(StatusCode, Version int) bool {
+	if Version == ResultGRPC {
+		return false
+	}
+	return StatusCode == 0 || StatusCode >= 200 && StatusCode <= 999
+}
