@@ -100,7 +100,7 @@
 //	oncekey.takeovers                 counter           expired leases taken over, reconciler adoptions included
 //	oncekey.fenced                    counter           completions or renewals rejected by the fence
 //	oncekey.uncertain                 counter           leases marked uncertain
-//	oncekey.reconciled                counter           result: completed, failed, unknown, skipped, error
+//	oncekey.reconciled                counter           result: completed, failed, released, unknown, skipped, error
 //	oncekey.redis.fallbacks           counter           claims that went to the durable store alone
 //	oncekey.redis.breaker             gauge             0 closed, 1 half-open, 2 open
 //	oncekey.redis.eviction            gauge             1 when maxmemory-policy is not noeviction

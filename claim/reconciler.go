@@ -14,10 +14,11 @@ import (
 )
 
 // Resolution is what the resolve function given to [NewReconciler] learned
-// about an operation: [Resolved] or [Unresolved].
+// about an operation: [Resolved], [Unresolved] or [NothingHappened].
 type Resolution struct {
-	state  durable.State // "" while unresolved
-	result durable.Result
+	state   durable.State // "" while unresolved
+	result  durable.Result
+	release bool // NothingHappened
 }
 
 // Resolved returns the Resolution of an operation whose outcome is known:
@@ -37,6 +38,15 @@ func Resolved(state durable.State, res durable.Result) Resolution {
 // operation's) keeps them out of the pass with [ReconcileSkip] rather than
 // answer Unresolved for them. It is the zero Resolution.
 func Unresolved() Resolution { return Resolution{} }
+
+// NothingHappened returns the Resolution of an operation the application
+// knows never took effect (the downstream never received the request, and
+// never will): the record is released, and the next request with its key
+// runs as a new operation. It is the application's word, as with
+// [Lease.Release]; the Reconciler never assumes it. Any call the original
+// worker may still have in flight carries an older token, which a
+// downstream fencing on it refuses.
+func NothingHappened() Resolution { return Resolution{release: true} }
 
 // ReconcilerOption configures a [Reconciler]. An option given a bad value
 // makes [NewReconciler] fail with an error that matches [ErrConfig].
@@ -95,8 +105,8 @@ func ReconcileBatch(n int) ReconcilerOption {
 type Report struct {
 	// Scanned counts the records the pass found pending.
 	Scanned int
-	// Resolved counts the records it stored a completed or failed result
-	// for.
+	// Resolved counts the records it settled: stored a completed or
+	// failed result for, or released ([NothingHappened]).
 	Resolved int
 	// Unresolved counts the records the resolver could not tell about yet
 	// ([Unresolved]); they are left uncertain (a stale processing record
@@ -147,11 +157,11 @@ func NewReconciler[TTx any](c *Claimer[TTx], resolve func(ctx context.Context, r
 // tally counts the records of one pass by how each ended, as the
 // oncekey.reconciled metric reports them.
 type tally struct {
-	scanned, completed, failed, unknown, skipped, errors int
+	scanned, completed, failed, released, unknown, skipped, errors int
 }
 
 func (t tally) report() Report {
-	return Report{Scanned: t.scanned, Resolved: t.completed + t.failed, Unresolved: t.unknown, Errors: t.errors}
+	return Report{Scanned: t.scanned, Resolved: t.completed + t.failed + t.released, Unresolved: t.unknown, Errors: t.errors}
 }
 
 // RunOnce runs one pass over at most a batch of records
@@ -207,6 +217,17 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally)
 	res, err := r.resolve(r.c.withOperationBaggage(ctx, rec.Ref.OperationID()), rec)
 	if err != nil {
 		return fmt.Errorf("resolve: %w", err)
+	}
+	switch {
+	case res.release:
+		// The application's word that nothing happened: the key is free.
+		err = r.c.tr.step(ctx, spanDurableWrite, func(ctx context.Context) error {
+			return r.c.store.Release(ctx, *new(TTx), rec.Ref, tok)
+		})
+		if err == nil {
+			t.released++
+		}
+		return err
 	}
 	switch res.state {
 	case durable.Completed:

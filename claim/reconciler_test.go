@@ -197,3 +197,48 @@ func TestReconciler_UnresolvedStaysUncertain(t *testing.T) {
 		t.Fatalf("resolve asked %d times; want 4", asked.Load())
 	}
 }
+
+// The application's word that nothing happened (NothingHappened) releases
+// the record, stale processing or uncertain alike: the next request with
+// its key runs as a new operation, and the dead worker stays fenced.
+func TestReconciler_NothingHappenedReleases(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withoutRed, claim.WithLease(time.Minute))
+	ctx := t.Context()
+	stale := req("nothing-stale", "v1:a")
+	dead := mustClaim(t, e.c, stale, claim.Acquired)
+	e.expireLease(stale)
+	unc := req("nothing-uncertain", "v1:a")
+	u := mustClaim(t, e.c, unc, claim.Acquired)
+	if err := u.Lease.MarkUncertain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := claim.NewReconciler(e.c, func(context.Context, durable.Record) (claim.Resolution, error) {
+		return claim.NothingHappened(), nil
+	}, claim.ReconcileStaleAfter(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := rc.RunOnce(ctx)
+	if err != nil || rep.Scanned != 2 || rep.Resolved != 2 || rep.Unresolved != 0 || rep.Errors != 0 {
+		t.Fatalf("pass = %+v, %v; want both settled", rep, err)
+	}
+	for _, r := range []claim.Request{stale, unc} {
+		rec, err := e.store.Get(ctx, e.ref(r))
+		if err != nil || !rec.Released {
+			t.Fatalf("%s after NothingHappened: %+v, %v; want released", r.Scope.Key, rec, err)
+		}
+		again := r
+		again.Fingerprint = "v1:b" // a released key is free for any request
+		out := mustClaim(t, e.c, again, claim.Acquired)
+		if err := out.Lease.Complete(ctx, result("ran")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dead.Lease.Complete(ctx, result("late")); !errors.Is(err, claim.ErrFenced) {
+		t.Fatalf("the dead worker's late Complete = %v; want ErrFenced", err)
+	}
+	if err := u.Lease.Release(ctx); !errors.Is(err, claim.ErrFenced) {
+		t.Fatalf("the original worker's Release after the new operation = %v; want ErrFenced", err)
+	}
+}

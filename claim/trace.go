@@ -242,6 +242,8 @@ func endReconcile(span trace.Span, rec durable.Record, before, after tally, err 
 			result = "completed"
 		case after.failed > before.failed:
 			result = "failed"
+		case after.released > before.released:
+			result = "released"
 		case after.unknown > before.unknown:
 			result = "unknown"
 		case err != nil && !errors.Is(err, durable.ErrBusy) && !errors.Is(err, durable.ErrNotFound) && !errors.Is(err, durable.ErrFenced):

@@ -188,8 +188,11 @@ const handoverSQL = `UPDATE %T SET generation = generation + 1, owner_token = $6
 ` + fenceWhere + ` AND state = 'processing'
 RETURNING generation`
 
-const releaseSQL = `UPDATE %T SET owner_token = NULL, lease_expires_at = NULL
-` + fenceWhere + ` AND state = 'processing'`
+// releaseSQL frees a processing record, or an uncertain one its adopter
+// holds (its lease set: the Reconciler's resolve said nothing happened),
+// which becomes released (processing, no owner).
+const releaseSQL = `UPDATE %T SET state = 'processing', owner_token = NULL, lease_expires_at = NULL
+` + fenceWhere + ` AND (state = 'processing' OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`
 
 // adoptSQL: $1 tenant, $2 operation, $3 key hash, $4 proposed, $5 owner,
 // $6 lease µs. Returns the new generation (NULL when nothing was adopted)

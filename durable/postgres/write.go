@@ -202,7 +202,9 @@ func (s *store) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lea
 	})
 }
 
-// Release frees a processing record held by tok for any new claim: the row
+// Release frees a processing record held by tok for any new claim, or an
+// uncertain one tok adopted (the Reconciler's resolve said nothing
+// happened; MarkUncertain's own token cannot): the row
 // stays (processing, no owner, no lease) so its generation survives, and
 // the next claim, with any fingerprint, starts a new operation above it.
 // Releasing again with the same token succeeds while nobody claimed the

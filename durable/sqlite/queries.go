@@ -153,8 +153,10 @@ RETURNING generation`),
 WHERE ` + fenced + ` AND (state = 'processing'
 	OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`),
 
-		release: r.Replace(`UPDATE {t} SET owner_token = NULL, lease_expires_at = NULL
-WHERE ` + fenced + ` AND state = 'processing'`),
+		// A processing record, or an uncertain one its adopter holds (its
+		// lease set), becomes released (processing, no owner).
+		release: r.Replace(`UPDATE {t} SET state = 'processing', owner_token = NULL, lease_expires_at = NULL
+WHERE ` + fenced + ` AND (state = 'processing' OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`),
 
 		// ?4 owner, ?5 proposed, ?6 lease µs.
 		adopt: r.Replace(`UPDATE {t} SET generation = max(?5, generation + 1), owner_token = ?4,

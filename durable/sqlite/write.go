@@ -120,8 +120,10 @@ func (s *store) Handover(ctx context.Context, ref durable.Ref, from fence.Token,
 	return fence.Token{Generation: uint64(gen), Owner: owner}, nil
 }
 
-// Release frees a processing record for any new claim, fenced; the row and
-// its generation are kept, so the next claim gets a higher generation.
+// Release frees a processing record for any new claim, fenced, or an
+// uncertain one adopted under tok (the Reconciler's resolve said nothing
+// happened); the row and its generation are kept, so the next claim gets a
+// higher generation.
 // Releasing again with the same token succeeds while no one claimed it since.
 // With a non-nil tx it runs inside tx.
 func (s *store) Release(ctx context.Context, tx *sql.Tx, ref durable.Ref, tok fence.Token) error {

@@ -138,7 +138,9 @@ type Store[TTx any] interface {
 	// fenced; only a processing record, or an adopted uncertain one, is renewed.
 	Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error
 	// Release frees a processing record for any new claim, fenced; the row
-	// and its generation are kept.
+	// and its generation are kept. An uncertain record is released only by
+	// the token that adopted it (its lease set; MarkUncertain's own token
+	// cannot): the Reconciler's resolve said nothing happened.
 	Release(ctx context.Context, tx TTx, ref durable.Ref, tok fence.Token) error
 
 	// Adopt takes over, for the reconciler, a record that is uncertain (its

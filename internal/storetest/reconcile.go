@@ -70,6 +70,38 @@ func (c *contract[TTx]) uncertain(t *testing.T) {
 	wantErr(t, "Adopt of no record", err, durable.ErrNotFound)
 }
 
+// An uncertain record is released only by the token that adopted it (the
+// Reconciler's resolve said nothing happened), never by the token that
+// marked it uncertain; released, it is a free key like any released record:
+// the next claim, with any fingerprint, starts a new operation above its
+// generation (issue 27 #9).
+func (c *contract[TTx]) uncertainRelease(t *testing.T) {
+	s := c.h.New(t)
+	ctx := ctxFor(t)
+	sc := newScope()
+	ref := mustRef(t, s, sc)
+	a := mustAcquire(t, s, params(sc, fp1, long, long))
+	must(t, "MarkUncertain", s.MarkUncertain(ctx, ref, a))
+	wantErr(t, "Release by the token that marked the record uncertain", s.Release(ctx, noTx[TTx](), ref, a), durable.ErrFenced)
+	checkState(t, "after the refused release", mustGet(t, s, ref), durable.Uncertain)
+
+	adopted, err := s.Adopt(ctx, ref, uuid.New(), 0, long)
+	must(t, "Adopt", err)
+	wantErr(t, "Release by the original token after the adoption", s.Release(ctx, noTx[TTx](), ref, a), durable.ErrFenced)
+	must(t, "the adopter's Release", s.Release(ctx, noTx[TTx](), ref, adopted))
+	rec := mustGet(t, s, ref)
+	if !rec.Released || rec.State != durable.Processing || rec.Token.Generation != adopted.Generation {
+		t.Fatalf("record released by its adopter %+v; want released at generation %d", rec, adopted.Generation)
+	}
+	must(t, "the adopter's Release again", s.Release(ctx, noTx[TTx](), ref, adopted))
+	wantErr(t, "the adopter's Complete after its release", s.Complete(ctx, noTx[TTx](), ref, adopted, sampleResult()), durable.ErrFenced)
+	res, err := s.Claim(ctx, noTx[TTx](), params(sc, fp2, long, long))
+	must(t, "claim after the release", err)
+	if !res.Acquired || !res.Restarted || res.Token.Generation <= adopted.Generation {
+		t.Fatalf("claim after the release = %+v; want a new operation above generation %d", res, adopted.Generation)
+	}
+}
+
 func pendingHas[TTx any](t testing.TB, s storeapi.Store[TTx], ref durable.Ref, staleFor time.Duration) bool {
 	t.Helper()
 	recs, err := s.Pending(ctxFor(t), staleFor, 100)

@@ -21,8 +21,8 @@ import (
 // the transaction is open; ErrUnavailable from an unreachable store;
 // ErrInvalidScope with nothing written; a lost COMMIT acknowledgement
 // resolved by reading; idempotent Complete; MarkUncertain, Adopt and
-// Pending; Renew; Stats; a full retention after a late finish and after a
-// takeover; response headers kept byte for byte; generations that rise
+// Pending; an uncertain record released only by its adopter; Renew;
+// Stats; a full retention after a late finish and after a takeover; response headers kept byte for byte; generations that rise
 // across Sweep (a clock floor for created records, a clock margin for
 // Sweep); a refused COMMIT reported as such, not as ErrUnavailable (with
 // h.BreakCommit); a record read by its operation identity within its tenant
@@ -62,6 +62,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 		{"LostCommitAckIsResolvedByReadingTheRecord", c.lostCommitAck},
 		{"GenerationNeverDecreases", c.monotonic},
 		{"UncertainRecordIsAdoptedAndCompletedByTheAdopter", c.uncertain},
+		{"UncertainRecordIsReleasedOnlyByItsAdopter", c.uncertainRelease},
 		{"AdoptingALiveLeaseIsBusy", c.adoptBusy},
 		{"PendingSelectsStaleProcessingAndFreeUncertainRecords", c.pending},
 		{"RenewExtendsOnlyTheOwnersLease", c.renew},
