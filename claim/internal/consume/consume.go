@@ -1,8 +1,10 @@
 // Package consume holds what the message-consumer adapters (claim/claimnats,
 // claim/claimamqp) share: how a message becomes a claim request (identity,
-// fingerprint), how the claim and the handler run, and which broker action
-// each outcome calls for. The adapters only translate an Action into their
-// broker's ack, negative ack or termination.
+// fingerprint), how the claim and the handler run (workflow mode through
+// the one settlement engine, claim/internal/settle), which broker action
+// each outcome calls for, and how a message given up is reported (Drops).
+// The adapters only translate an Action into their broker's ack, negative
+// ack or termination.
 package consume
 
 import (
