@@ -39,7 +39,8 @@
 // operation uncertain, Run recovers the panic, logs it at Error with its
 // value and stack, and holds the delivery (Hold, ErrPanicked). A handler
 // that calls runtime.Goexit is recorded the same way, but ends the calling
-// goroutine.
+// goroutine. In Do, a panic rolls the transaction back (nothing happened):
+// it is logged at Error and the delivery retried (Retry, ErrPanicked).
 //
 // # What the broker sees
 //
@@ -122,9 +123,11 @@ var (
 	// ErrNothingHappened, wrapped by a Run handler's error, states that the
 	// handler had no effect: the key is released and the message redelivered.
 	ErrNothingHappened = consume.ErrNothingHappened
-	// ErrPanicked is matched by the error of a Run whose handler panicked:
-	// the panic was recovered and logged at Error, the operation recorded
-	// as uncertain, and the message held (Hold).
+	// ErrPanicked is matched by the error of a Do or Run whose handler
+	// panicked: the panic was recovered and logged at Error. Run recorded
+	// the operation uncertain and held the message (Hold); Do's
+	// transaction rolled back, so nothing happened, and the message is
+	// retried (Retry).
 	ErrPanicked = consume.ErrPanicked
 	// ErrNoIdentity: the delivery has no identity (no message-id, or
 	// WithIdentity returned ""); it is dead-lettered.

@@ -119,14 +119,25 @@ func request(m Message) (claim.Request, error) {
 }
 
 // Do runs fn once per message identity with claim.Claimer.Do: the effect is
-// a database write in the claim's transaction.
+// a database write in the claim's transaction. A panic of fn rolls the
+// transaction back (claim.Do) and is recovered here: logged at Error, and
+// the message retried (an error matching ErrPanicked), since nothing
+// happened.
 func Do[TTx any](ctx context.Context, c *claim.Claimer[TTx], m Message, d Delays, log *slog.Logger,
 	fn func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error)) Decision {
 	req, err := request(m)
 	if err != nil {
 		return terminate(log, m, err)
 	}
-	out, err := c.Do(ctx, req, fn)
+	out, err, pv := doRecovering(ctx, c, req, fn)
+	if pv != nil {
+		// fn panicked: claim.Do rolled its transaction back, so nothing
+		// happened and the key is free. The message is retried (a panic
+		// on every delivery is reported at the broker's delivery limit).
+		log.ErrorContext(ctx, "oncekey: message handler panicked; rolled back, redelivering",
+			append([]any{"panic", pv.v, "stack", pv.stack}, m.Where...)...)
+		return Decision{Action: Retry, Delay: d.Retry, Err: fmt.Errorf("%w: %v", ErrPanicked, pv.v)}
+	}
 	if err != nil {
 		if pre := claimError(log, m, err, d); pre != nil {
 			return *pre
@@ -135,6 +146,26 @@ func Do[TTx any](ctx context.Context, c *claim.Claimer[TTx], m Message, d Delays
 		return Decision{Action: Retry, Delay: d.Retry, Err: err}
 	}
 	return fromOutcome(out, d)
+}
+
+type panicValue struct {
+	v     any
+	stack string
+}
+
+// doRecovering is c.Do, with a panic of fn (re-panicked by c.Do once it
+// rolled the transaction back) recovered into pv.
+func doRecovering[TTx any](ctx context.Context, c *claim.Claimer[TTx], req claim.Request,
+	fn func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error)) (out claim.Outcome, err error, pv *panicValue) {
+	returned := false
+	defer func() {
+		if !returned {
+			pv = &panicValue{v: recover(), stack: string(debug.Stack())}
+		}
+	}()
+	out, err = c.Do(ctx, req, fn)
+	returned = true
+	return out, err, pv
 }
 
 // Run runs fn once per message identity in workflow mode: Claim, then fn
@@ -205,7 +236,9 @@ func work(ctx context.Context, l *claim.Lease, m Message, d Delays, log *slog.Lo
 	return decide(ctx, log, op.ID, r, herr, d)
 }
 
-// ErrPanicked is the cause of the Hold of a message whose handler panicked.
+// ErrPanicked is the cause of the Hold of a message whose workflow handler
+// panicked (Run: recorded uncertain), or of the Retry of one whose
+// transaction handler panicked (Do: rolled back).
 var ErrPanicked = errors.New("oncekey: message handler panicked")
 
 // settlementOf is what a workflow handler's answer records.

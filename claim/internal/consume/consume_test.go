@@ -177,3 +177,26 @@ func TestRun_Outcomes(t *testing.T) {
 		t.Fatalf("in progress: %+v", d)
 	}
 }
+
+// A Do handler that panics: its transaction rolled back (nothing happened),
+// the panic does not escape, the message is retried, and the redelivery
+// runs.
+func TestDo_PanicRolledBackRetried(t *testing.T) {
+	c := newClaimer(t)
+	ctx := context.Background()
+	var buf bytes.Buffer
+	d := consume.Do(ctx, c, msg("p", `1`), consume.DefaultDelays, slog.New(slog.NewTextHandler(&buf, nil)),
+		func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) { panic("handler bug") })
+	if d.Action != consume.Retry || !errors.Is(d.Err, consume.ErrPanicked) {
+		t.Fatalf("got %+v, want Retry with ErrPanicked", d)
+	}
+	if !strings.Contains(buf.String(), "level=ERROR") || !strings.Contains(buf.String(), "handler bug") {
+		t.Fatalf("log: %q", buf.String())
+	}
+	d = consume.Do(ctx, c, msg("p", `1`), consume.DefaultDelays, quiet, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+		return durable.Result{Body: []byte("ok")}, nil
+	})
+	if d.Action != consume.Ack || d.Kind != claim.Executed {
+		t.Fatalf("redelivery: %+v, want executed", d)
+	}
+}
