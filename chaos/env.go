@@ -191,6 +191,10 @@ func (e *env) standard(ctx context.Context, st storeapi.Store[pgxTx], newRedis f
 	}
 	vo := co
 	vo.store, vo.redis, vo.luaOpts, vo.logger = st, e.redisUser("", nil), nil, nil
+	// The verification pass retries every operation through Do: on the
+	// write at commit's path too under the negative control that breaks it
+	// (its retries of finished keys are what exposes it).
+	vo.atCommit = e.cfg.negative == broken.CommitOverExisting
 	v, err := e.claimer(vo)
 	if err != nil {
 		return nil, err
