@@ -132,7 +132,12 @@ func build[TTx any](c *claim.Claimer[TTx], gw *gatewayClient, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	rec, err := claim.NewReconciler(c, s.resolve)
+	// Records of other operations are not this resolver's to decide: kept
+	// out of its passes, as they were. Answering Unresolved for them would
+	// mark them uncertain.
+	rec, err := claim.NewReconciler(c, s.resolve, claim.ReconcileSkip(func(_ context.Context, r durable.Record) (bool, error) {
+		return r.Ref.Operation != operation, nil
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -185,9 +190,6 @@ func (s *service) pay(w http.ResponseWriter, r *http.Request) {
 // whose outcome is unknown (or whose worker vanished): the charge it made
 // with the operation identity as its key, if any.
 func (s *service) resolve(ctx context.Context, rec durable.Record) (claim.Resolution, error) {
-	if rec.Ref.Operation != operation {
-		return claim.Unresolved(), nil // not ours to decide
-	}
 	ch, found, err := s.gateway.lookup(ctx, rec.Ref.OperationID())
 	if err != nil {
 		return claim.Unresolved(), err // ask again on the next pass
