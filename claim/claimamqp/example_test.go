@@ -40,3 +40,21 @@ func ExampleConsumer_Run() {
 		})
 	}
 }
+
+// Deliveries the Consumer gives up on (a reused or missing message-id, or
+// a held delivery at the quorum queue's x-delivery-limit) are handed to a
+// callback before RabbitMQ drops or dead-letters them; here the queue was
+// declared with x-delivery-limit 50, so the Consumer is told.
+func ExampleWithDeadLetter() {
+	var c *claim.Claimer[pgx.Tx] // claim.New(store, claim.WithRedis(...))
+	cons, err := claimamqp.New(c, "charges",
+		claimamqp.WithDeliveryLimit(50),
+		claimamqp.WithDeadLetter(func(ctx context.Context, d *amqp.Delivery, err error) {
+			// Keep it for an operator: a table, a parking queue, an alert.
+			log.Printf("charges: delivery %d given up: %v", d.DeliveryTag, err)
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = cons
+}

@@ -37,3 +37,22 @@ func ExampleConsumer_Do() {
 		})
 	})
 }
+
+// Messages the Consumer gives up on (a reused or missing Nats-Msg-Id, or a
+// held message at the JetStream consumer's MaxDeliver) are handed to a
+// callback before their Term or last nak: JetStream keeps no dead-letter
+// copy. The consumer here was created with MaxDeliver 50, so the Consumer
+// is told.
+func ExampleWithDeadLetter() {
+	var c *claim.Claimer[pgx.Tx] // claim.New(store, claim.WithRedis(...))
+	cons, err := claimnats.New(c,
+		claimnats.WithDeliveryLimit(50),
+		claimnats.WithDeadLetter(func(ctx context.Context, msg jetstream.Msg, err error) {
+			// Keep it for an operator: a table, another stream, an alert.
+			log.Printf("charges: message on %s given up: %v", msg.Subject(), err)
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = cons
+}
