@@ -21,6 +21,8 @@ func config(t *testing.T, scenarios ...string) chaos.Config {
 	cfg := chaos.Config{
 		RedisURL:    testenv.RedisURL(t),
 		PostgresURL: testenv.DatabaseURL(t),
+		NATSURL:     testenv.NATSURL(t),
+		AMQPURL:     testenv.AMQPURL(t),
 		Scenarios:   scenarios,
 		Iterations:  ciIterations,
 		Lease:       300 * time.Millisecond,

@@ -17,6 +17,8 @@ const (
 	DefaultParallel   = 6
 	DefaultLease      = 300 * time.Millisecond
 	DefaultSeed       = 1
+	DefaultNATSURL    = "nats://127.0.0.1:4222"
+	DefaultAMQPURL    = "amqp://guest:guest@127.0.0.1:5672/"
 )
 
 // Config configures [Run].
@@ -29,6 +31,13 @@ type Config struct {
 	// PostgresURL is the PostgreSQL database. Required. The run creates a
 	// schema of its own and drops it at the end.
 	PostgresURL string
+	// NATSURL is the NATS server with JetStream of the nats-windows
+	// scenario (a stream of the run's own, deleted at the end). Defaults
+	// to DefaultNATSURL.
+	NATSURL string
+	// AMQPURL is the RabbitMQ of the amqp-windows scenario (a queue of
+	// the run's own, deleted at the end). Defaults to DefaultAMQPURL.
+	AMQPURL string
 	// Scenarios selects scenarios by name ([Scenarios] lists them). Empty
 	// runs every one.
 	Scenarios []string
@@ -92,6 +101,9 @@ func NegativeModes() map[string][]string {
 		string(broken.WorkerClockLease):          {"clock-skew"},
 		string(broken.CommitOverExisting):        {"redis-restart", "redis-failover", "redis-eviction"},
 		string(broken.UnresolvedStaysProcessing): {"reconcile-unresolved"},
+		string(broken.OneAttempt):                {"grpc-windows", "nats-windows", "amqp-windows"},
+		string(broken.ReleaseOnError):            {"grpc-windows", "nats-windows", "amqp-windows"},
+		string(broken.NoRecover):                 {"grpc-windows", "nats-windows", "amqp-windows"},
 	}
 }
 
@@ -108,6 +120,12 @@ func (c Config) normalized() (Config, error) {
 	}
 	if c.Iterations == 0 {
 		c.Iterations = DefaultIterations
+	}
+	if c.NATSURL == "" {
+		c.NATSURL = DefaultNATSURL
+	}
+	if c.AMQPURL == "" {
+		c.AMQPURL = DefaultAMQPURL
 	}
 	if c.Clients == 0 {
 		c.Clients = DefaultClients

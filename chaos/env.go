@@ -72,8 +72,8 @@ func (e *env) store(o storeOpts, pool ...*pgxPool) (storeapi.Store[pgxTx], error
 	if o.seam != nil {
 		inner = o.seam(proto)
 	}
-	if e.cfg.negative == "" {
-		return inner, nil
+	if e.cfg.negative == "" || e.cfg.negative.Settlement() {
+		return inner, nil // a broken settlement is the engine's (Run), not the store's
 	}
 	return broken.Wrap(proto, p, e.schema+"."+storeTable, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock))
 }

@@ -7,14 +7,21 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats.go v1.56.0
 	github.com/oncekey/oncekey v0.0.0-00010101000000-000000000000
+	github.com/oncekey/oncekey/claim/claimamqp v0.0.0-00010101000000-000000000000
+	github.com/oncekey/oncekey/claim/claimgrpc v0.0.0-00010101000000-000000000000
+	github.com/oncekey/oncekey/claim/claimnats v0.0.0-00010101000000-000000000000
 	github.com/oncekey/oncekey/claim/claimriver v0.0.0-00010101000000-000000000000
+	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2
 	github.com/rs/zerolog v1.33.0
 	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -24,10 +31,12 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/klauspost/compress v1.18.7 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/prometheus/client_golang v1.21.1 // indirect
 	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.62.0 // indirect
@@ -43,10 +52,12 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-	google.golang.org/protobuf v1.36.1 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
@@ -55,3 +66,12 @@ require (
 replace github.com/oncekey/oncekey => ../
 
 replace github.com/oncekey/oncekey/claim/claimriver => ../claim/claimriver
+
+replace github.com/oncekey/oncekey/claim/claimgrpc => ../claim/claimgrpc
+
+replace github.com/oncekey/oncekey/claim/claimnats => ../claim/claimnats
+
+replace github.com/oncekey/oncekey/claim/claimamqp => ../claim/claimamqp
+
+// claimgrpc's tests use the SQLite store: the module graph needs it.
+replace github.com/oncekey/oncekey/durable/sqlite => ../durable/sqlite

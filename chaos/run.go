@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncekey/oncekey/chaos/internal/broken"
 	"github.com/oncekey/oncekey/chaos/internal/check"
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
@@ -59,6 +60,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	defer run.close()
+	// A broken settlement is the library's engine, for the whole process:
+	// every entry point settles through it.
+	defer broken.BreakSettlement(cfg.negative)()
 	rep := Report{Seed: cfg.Seed, Lease: cfg.Lease, Iterations: cfg.Iterations, Clients: cfg.Clients, NegativeControl: string(cfg.negative)}
 	want := map[string]bool{}
 	for _, n := range cfg.Scenarios {

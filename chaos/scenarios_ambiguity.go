@@ -55,7 +55,7 @@ func registry() []scenario {
 		{name: "paused-owner", forces: "an owner paused past its lease inside its transaction or before its completion while another takes over", setup: setupPausedOwner},
 		{name: "async-river", forces: "async mode on River: workers paused past their lease (the job handed on, the paused completion fenced) and killed mid-job (the retry takes over), Redis restarted empty; one effect, the stored result replayed", ownRedis: true, setup: setupAsyncRiver},
 		{name: "clock-skew", forces: "worker clocks hours off and jumping, Redis leases vanishing early (a Redis clock jump): nothing changes, no live lease is taken over", setup: setupClockSkew},
-	}, pgRegistry()...)
+	}, append(entryRegistry(), pgRegistry()...)...)
 }
 
 // userRedis gives every client a client of its own for the user's Redis.
@@ -301,7 +301,7 @@ func setupUncertain(ctx context.Context, e *env) (*workload, error) {
 	}
 	d := w.downstream
 	var passStart time.Duration
-	rc, err := claim.NewReconciler(w.verifier, e.resolveByDownstream(d, &passStart), claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
+	rc, err := claim.NewReconciler(w.verifier, e.resolveByDownstream(d, &passStart, nil), claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
 	if err != nil {
 		return nil, err
 	}
@@ -649,7 +649,16 @@ func setupIncident(ctx context.Context, e *env) (*workload, error) {
 // downstream's answer, unknown there (404) → left for a later pass. Each
 // adoption and completion goes into the history; *passStart is when the
 // current pass began.
-func (e *env) resolveByDownstream(d *fault.Downstream, passStart *time.Duration) func(context.Context, durable.Record) (claim.Resolution, error) {
+func (e *env) resolveByDownstream(d *fault.Downstream, passStart *time.Duration, encode func([]byte) durable.Result) func(context.Context, durable.Record) (claim.Resolution, error) {
+	return e.resolveByDownstreamOf(func(*op) *fault.Downstream { return d }, passStart, encode)
+}
+
+// resolveByDownstreamOf is resolveByDownstream asking, for each operation,
+// the downstream pick returns.
+func (e *env) resolveByDownstreamOf(pick func(o *op) *fault.Downstream, passStart *time.Duration, encode func([]byte) durable.Result) func(context.Context, durable.Record) (claim.Resolution, error) {
+	if encode == nil {
+		encode = func(body []byte) durable.Result { return resultOf(200, body) }
+	}
 	const reconcilerClient = 1000
 	return func(ctx context.Context, p durable.Record) (claim.Resolution, error) {
 		o := e.ops[p.Ref.OperationID()]
@@ -659,7 +668,7 @@ func (e *env) resolveByDownstream(d *fault.Downstream, passStart *time.Duration)
 		epoch, fp, _ := o.get()
 		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Token,
 			Fingerprint: fp, Start: *passStart, End: e.rec.Now()})
-		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), p.Ref.OperationID())
+		id, err := fault.LookupDownstream(ctx, e.httpc, pick(o).URL(), p.Ref.OperationID())
 		var de *fault.DownstreamError
 		if errors.As(err, &de) && de.Status == 404 {
 			e.observe("reconciled-unknown")
@@ -668,11 +677,11 @@ func (e *env) resolveByDownstream(d *fault.Downstream, passStart *time.Duration)
 		if err != nil {
 			return claim.Unresolved(), err
 		}
-		body := flowBody(o.key, epoch, id)
+		res := encode(flowBody(o.key, epoch, id))
 		now := e.rec.Now()
 		// The reconciler's Complete is not observed: an open end.
 		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
-			Token: p.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
-		return claim.Resolved(durable.Completed, resultOf(200, body)), nil
+			Token: p.Token, Fingerprint: fp, Body: history.Hash(res.Body), Status: res.StatusCode, Start: now, End: now})
+		return claim.Resolved(durable.Completed, res), nil
 	}
 }

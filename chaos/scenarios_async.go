@@ -25,25 +25,35 @@ import (
 	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
-// asyncStore records, as the Claimer's callers see them, the writes the
-// River workers make through the Claimer: grants (Handover, Adopt) and completions
-// (Complete, with their fenced refusals). It sits above the store the
-// scenario got (the broken one under a negative control), so a completion
-// the store wrongly accepts is recorded as accepted.
-type asyncStore struct {
+// recStore records, as the Claimer's callers see them, the writes a
+// worker makes through the Claimer: grants (Handover, Adopt, and with
+// claims set every Claim that acquired) and finishing writes (Complete and
+// Fail, with their fenced refusals). It sits above the store the scenario
+// got (the broken one under a negative control), so a write the store
+// wrongly accepts is recorded as accepted. The River workers use it, and
+// the entry-point families (scenarios_entry.go), whose answers reach no
+// client of the suite's own.
+type recStore struct {
 	storeapi.Store[pgxTx]
 	e *env
+	// client is the client number the calls are recorded under.
+	client int
+	// claims records the acquisitions of Claim too.
+	claims bool
+	// bodyOf names a stored result in the history; nil: the hash of its
+	// body.
+	bodyOf func(durable.Result) string
 	// noRenew makes Renew of a paused worker's token fail (a paused process
 	// renews nothing): its lease then runs out by the database's clock.
 	noRenew sync.Map // fence.Token → true
 }
 
-// InsertAtCommit is the store's: the River workers do not use Do.
-func (s *asyncStore) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok fence.Token, fn func(ctx context.Context, tx pgxTx) (durable.State, durable.Result, error)) error {
+// InsertAtCommit is the store's: the workers recorded here do not use Do.
+func (s *recStore) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok fence.Token, fn func(ctx context.Context, tx pgxTx) (durable.State, durable.Result, error)) error {
 	return insertAtCommit(ctx, s.Store, p, tok, fn)
 }
 
-func (s *asyncStore) opOf(ref durable.Ref) (*op, int) {
+func (s *recStore) opOf(ref durable.Ref) (*op, int) {
 	key := s.e.keyspace[ref.KeyHash]
 	for _, o := range s.e.ops {
 		if o.key == key {
@@ -54,67 +64,108 @@ func (s *asyncStore) opOf(ref durable.Ref) (*op, int) {
 	return nil, 0
 }
 
-func (s *asyncStore) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, proposed uint64, lease time.Duration) (fence.Token, error) {
+// add records c for ref's operation, if it is one of the scenario's.
+func (s *recStore) add(ref durable.Ref, c history.Call) {
+	if o, epoch := s.opOf(ref); o != nil {
+		c.Key, c.Epoch, c.Client, c.End = o.key, epoch, s.client, s.e.rec.Now()
+		s.e.rec.Add(c)
+	}
+}
+
+// Claim records an acquisition (or a claim whose answer was lost, which
+// may have acquired) when claims is set.
+func (s *recStore) Claim(ctx context.Context, tx pgxTx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
+	start := s.e.rec.Now()
+	res, err := s.Store.Claim(ctx, tx, p)
+	if !s.claims || tx != nil {
+		return res, err
+	}
+	c := history.Call{Fingerprint: p.Fingerprint, Start: start, Token: res.Token}
+	switch {
+	case err == nil && res.Acquired:
+		c.Kind = history.Acquire
+	case err == nil, errors.Is(err, durable.ErrMismatch):
+		return res, err
+	default:
+		c.Kind, c.Ambiguous, c.Note = history.Acquire, true, err.Error()
+	}
+	ref, rerr := s.Store.Ref(p.Scope)
+	if rerr == nil {
+		s.add(ref, c)
+	}
+	return res, err
+}
+
+func (s *recStore) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, proposed uint64, lease time.Duration) (fence.Token, error) {
 	start := s.e.rec.Now()
 	tok, err := s.Store.Adopt(ctx, ref, owner, proposed, lease)
-	if o, epoch := s.opOf(ref); o != nil {
-		c := history.Call{Key: o.key, Epoch: epoch, Client: asyncWorkerClient, Start: start, End: s.e.rec.Now(), Note: "worker takeover"}
-		switch {
-		case err == nil:
-			c.Kind, c.Token = history.Adopt, tok
-		case errors.Is(err, durable.ErrBusy), errors.Is(err, durable.ErrNotFound):
-			c.Kind = history.NoEffect
-		default:
-			c.Kind, c.Ambiguous = history.Adopt, true
-		}
-		s.e.rec.Add(c)
+	c := history.Call{Start: start, Note: "takeover"}
+	switch {
+	case err == nil:
+		c.Kind, c.Token = history.Adopt, tok
+	case errors.Is(err, durable.ErrBusy), errors.Is(err, durable.ErrNotFound):
+		c.Kind = history.NoEffect
+	default:
+		c.Kind, c.Ambiguous = history.Adopt, true
 	}
+	s.add(ref, c)
 	return tok, err
 }
 
-func (s *asyncStore) Handover(ctx context.Context, ref durable.Ref, from fence.Token, owner uuid.UUID, lease time.Duration) (fence.Token, error) {
+func (s *recStore) Handover(ctx context.Context, ref durable.Ref, from fence.Token, owner uuid.UUID, lease time.Duration) (fence.Token, error) {
 	start := s.e.rec.Now()
 	tok, err := s.Store.Handover(ctx, ref, from, owner, lease)
-	if o, epoch := s.opOf(ref); o != nil {
-		c := history.Call{Key: o.key, Epoch: epoch, Client: asyncWorkerClient, Start: start, End: s.e.rec.Now(), Note: "handover to a worker"}
-		switch {
-		case err == nil:
-			c.Kind, c.Token = history.Adopt, tok // a grant of a new generation
-		case errors.Is(err, durable.ErrFenced):
-			c.Kind = history.NoEffect
-		default:
-			c.Kind, c.Ambiguous = history.Adopt, true
-		}
-		s.e.rec.Add(c)
+	c := history.Call{Start: start, Note: "handover to a worker"}
+	switch {
+	case err == nil:
+		c.Kind, c.Token = history.Adopt, tok // a grant of a new generation
+	case errors.Is(err, durable.ErrFenced):
+		c.Kind = history.NoEffect
+	default:
+		c.Kind, c.Ambiguous = history.Adopt, true
 	}
+	s.add(ref, c)
 	return tok, err
 }
 
-func (s *asyncStore) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
+func (s *recStore) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
 	if _, paused := s.noRenew.Load(tok); paused {
 		return fmt.Errorf("chaos: %w: the worker is paused", durable.ErrUnavailable)
 	}
 	return s.Store.Renew(ctx, ref, tok, lease)
 }
 
-func (s *asyncStore) Complete(ctx context.Context, tx pgxTx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+func (s *recStore) Complete(ctx context.Context, tx pgxTx, ref durable.Ref, tok fence.Token, res durable.Result) error {
 	start := s.e.rec.Now()
 	err := s.Store.Complete(ctx, tx, ref, tok, res)
-	if o, epoch := s.opOf(ref); o != nil {
-		c := history.Call{Key: o.key, Epoch: epoch, Client: asyncWorkerClient, Token: tok, Body: history.Hash(res.Body),
-			Status: res.StatusCode, Start: start, End: s.e.rec.Now()}
-		switch {
-		case err == nil:
-			c.Kind = history.Complete
-		case errors.Is(err, durable.ErrFenced):
-			c.Kind, c.Note = history.Fenced, err.Error()
-			s.e.observe("fenced-completion")
-		default:
-			c.Kind, c.Ambiguous, c.Note = history.Complete, true, err.Error()
-		}
-		s.e.rec.Add(c)
-	}
+	s.finished(ref, tok, res, start, err)
 	return err
+}
+
+func (s *recStore) Fail(ctx context.Context, tx pgxTx, ref durable.Ref, tok fence.Token, res durable.Result) error {
+	start := s.e.rec.Now()
+	err := s.Store.Fail(ctx, tx, ref, tok, res)
+	s.finished(ref, tok, res, start, err)
+	return err
+}
+
+// finished records a finishing write under tok that stored res.
+func (s *recStore) finished(ref durable.Ref, tok fence.Token, res durable.Result, start time.Duration, err error) {
+	body := history.Hash(res.Body)
+	if s.bodyOf != nil {
+		body = s.bodyOf(res)
+	}
+	c := history.Call{Token: tok, Body: body, Status: res.StatusCode, Start: start}
+	switch {
+	case err == nil:
+		c.Kind = history.Complete
+	case errors.Is(err, durable.ErrFenced):
+		c.Kind, c.Note = history.Fenced, err.Error()
+		s.e.observe("fenced-completion")
+	default:
+		c.Kind, c.Ambiguous, c.Note = history.Complete, true, err.Error()
+	}
+	s.add(ref, c)
 }
 
 // asyncWorkerClient is the client number of the River workers' calls.
@@ -218,7 +269,7 @@ func setupAsyncRiver(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &asyncStore{Store: base, e: e}
+	st := &recStore{Store: base, e: e, client: asyncWorkerClient}
 	rdb := e.redisOwn(srv.Addr(), nil)
 	c, err := e.claimer(claimerOpts{store: st, redis: rdb})
 	if err != nil {

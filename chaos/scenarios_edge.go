@@ -126,6 +126,14 @@ func (s *faultyStore) pending(ref durable.Ref, after time.Duration) bool {
 	return refused && !landed && time.Since(first) > after
 }
 
+// hit reports whether a refusal of ref's operation fired.
+func (s *faultyStore) hit(ref durable.Ref) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.first[ref.OperationID()]
+	return ok
+}
+
 func (s *faultyStore) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
 	if err := s.refused(ref, refuseRenew); err != nil {
 		return err
@@ -254,7 +262,7 @@ type edge struct {
 	onArrive func(o *op)
 
 	mu      sync.Mutex
-	working map[*op]int
+	working workingSet
 	gens    map[*op]uint64 // the first generation a handler ran under
 	tries   map[*op]map[int]int
 	cuts    map[*op]map[int]context.CancelCauseFunc
@@ -284,7 +292,7 @@ func (e *env) newEdge(ctx context.Context, mw ...claimhttp.Option) (*edge, error
 	if err != nil {
 		return nil, err
 	}
-	x := &edge{e: e, w: w, st: st, working: map[*op]int{}, gens: map[*op]uint64{},
+	x := &edge{e: e, w: w, st: st, gens: map[*op]uint64{},
 		tries: map[*op]map[int]int{}, cuts: map[*op]map[int]context.CancelCauseFunc{}}
 	x.d, err = e.rawDownstream(func(o *op, epoch int, id string) []byte {
 		if x.bodyOf != nil {
@@ -319,10 +327,7 @@ func (x *edge) then(f func(ctx context.Context, ops []*op) error) {
 }
 
 func (x *edge) arrived(o *op) {
-	x.mu.Lock()
-	busy := x.working[o] > 0
-	x.mu.Unlock()
-	if busy && x.duringWork != "" {
+	if x.working.busy(o) && x.duringWork != "" {
 		x.e.fault(x.duringWork)
 	}
 	if x.onArrive != nil {
@@ -442,14 +447,7 @@ func (x *edge) handle(w http.ResponseWriter, r *http.Request) {
 		answer(w, sr, http.StatusAccepted, []byte(`{"uncertain":true}`))
 		return
 	}
-	x.mu.Lock()
-	x.working[o]++
-	x.mu.Unlock()
-	defer func() {
-		x.mu.Lock()
-		x.working[o]--
-		x.mu.Unlock()
-	}()
+	defer x.working.enter(o)()
 	body := flowBody(o.key, epoch, id)
 	if x.afterEffect != nil && x.afterEffect(ctx, o, tok, w, sr, body) {
 		return
@@ -486,27 +484,11 @@ func setupHTTPRenewalsFail(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	lease := e.cfg.Lease
 	e.expectFaults("renew-refused", "lease-expired-unrenewed")
 	x.w.startOp = func(_ context.Context, o *op) { e.planned(o, "renew-outage", 0.5, 0) }
 	x.afterEffect = func(ctx context.Context, o *op, tok fence.Token, _ http.ResponseWriter, _ *serverRec, _ []byte) bool {
-		if !o.take("renew-outage") {
-			return false
-		}
-		x.st.refuse(o.ref, lease*13/10, refuseRenew)
-		// Local work after the effect that does not look at its context.
-		// The lease is read while the renewals are still refused (it ran
-		// out unrenewed by then); once they are accepted again, KeepAlive
-		// renews it back to life, since no one took it over.
-		time.Sleep(lease * 115 / 100)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if gen, state, live, err := e.leaseOf(rctx, o); err == nil && gen == tok.Generation && state == "processing" && !live {
-			e.fault("lease-expired-unrenewed")
-		}
-		time.Sleep(lease * 35 / 100)
-		if errors.Is(context.Cause(ctx), claim.ErrLeaseExpired) {
-			e.observe("work-context-ended-lease-expired")
+		if o.take("renew-outage") {
+			e.workThroughRenewOutage(ctx, x.st, o, tok)
 		}
 		return false
 	}
@@ -617,8 +599,15 @@ type reconciling struct {
 }
 
 func (e *env) newReconciling(c *claim.Claimer[pgxTx], d *fault.Downstream) (*reconciling, error) {
+	return e.newReconcilingAs(c, func(*op) *fault.Downstream { return d }, nil, 2*e.cfg.Lease) // it adopts for the claimer's lease, e.cfg.Lease
+}
+
+// newReconcilingAs is newReconciling asking each operation's downstream
+// (pick), storing encode(body) (nil: the HTTP shape, resultOf), and
+// adopting processing records only once stale for stale.
+func (e *env) newReconcilingAs(c *claim.Claimer[pgxTx], pick func(o *op) *fault.Downstream, encode func([]byte) durable.Result, stale time.Duration) (*reconciling, error) {
 	r := &reconciling{e: e, stop: make(chan struct{}), done: make(chan struct{})}
-	rc, err := claim.NewReconciler(c, e.resolveByDownstream(d, &r.passStart), claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
+	rc, err := claim.NewReconciler(c, e.resolveByDownstreamOf(pick, &r.passStart, encode), claim.ReconcileStaleAfter(stale))
 	if err != nil {
 		return nil, err
 	}

@@ -50,6 +50,9 @@ type workload struct {
 	// http, when set, runs every client through this HTTP service (the
 	// verification pass too, with the same fingerprints).
 	http *service
+	// entry, when set, runs every client through an entry point of the
+	// library (scenarios_entry.go), the verification pass too.
+	entry entryPoint
 
 	modeOf     func(o *op) mode // default doMode
 	rejectRate float64          // share of Do operations that are business rejections
@@ -165,6 +168,13 @@ func (o *op) take(kind string) bool {
 	}
 	o.taken[kind] = true
 	return true
+}
+
+// fired reports whether take(kind) reported true.
+func (o *op) fired(kind string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.taken[kind]
 }
 
 // stopKeepAlive stops renewing the lease, as a worker about to be paused
@@ -308,6 +318,9 @@ func sleep(ctx context.Context, d time.Duration) {
 func (e *env) attempt(ctx context.Context, w *workload, o *op, c, n int) bool {
 	if w.http != nil {
 		return w.http.attempt(ctx, w, o, c)
+	}
+	if w.entry != nil {
+		return w.entry.attempt(ctx, w, o, c)
 	}
 	if w.mode(o) == flowMode {
 		return e.flowAttempt(ctx, w, o, c, n)
@@ -598,7 +611,7 @@ func (e *env) recordNote(o *op, epoch, c int, fp, note string) {
 // the faults healed: an acknowledged result must replay, byte for byte.
 func (e *env) verify(ctx context.Context, w *workload, ops []*op) {
 	clean := &workload{claimers: []*claim.Claimer[pgxTx]{w.verifier}, downstream: w.downstream, modeOf: w.modeOf,
-		timeout: w.timeout, downstreamTimeout: w.downstreamTimeout, http: w.http}
+		timeout: w.timeout, downstreamTimeout: w.downstreamTimeout, http: w.http, entry: w.entry}
 	sem := make(chan struct{}, e.cfg.Parallel)
 	var wg sync.WaitGroup
 	var verified atomic.Int64

@@ -12,8 +12,13 @@
 // processes of its own for the restart, failover, split-brain and eviction
 // scenarios (and says so when redis-server is not installed).
 //
+// The message-consumer scenarios use the NATS server (-nats) and RabbitMQ
+// (-amqp), the local ones by default; one that does not answer fails its
+// scenario.
+//
 // -negative MODE runs the negative control instead: the scenarios that
-// expose MODE against a deliberately broken store; it exits 1 when the
+// expose MODE against a deliberately broken store (or settlement engine,
+// for one-attempt, release-on-error and no-recover); it exits 1 when the
 // checker does NOT catch the bug. -list shows the scenarios, what each
 // forces, and the modes with the scenarios that catch each.
 package main
@@ -54,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var (
 		redisURL   = fs.String("redis", os.Getenv("REDIS_URL"), "Redis URL (default $REDIS_URL)")
 		pgURL      = fs.String("postgres", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+		natsURL    = fs.String("nats", envOr("NATS_URL", chaos.DefaultNATSURL), "NATS server with JetStream, for nats-windows (default $NATS_URL, or the local one)")
+		amqpURL    = fs.String("amqp", envOr("AMQP_URL", chaos.DefaultAMQPURL), "RabbitMQ, for amqp-windows (default $AMQP_URL, or the local one)")
 		scenario   = fs.String("scenario", "", "comma-separated scenarios to run (default all; -list shows them)")
 		iterations = fs.Int("iterations", chaos.DefaultIterations, "logical operations per scenario")
 		clients    = fs.Int("clients", chaos.DefaultClients, "clients retrying each operation concurrently")
@@ -92,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	redis.SetLogger(quiet{})
 	cfg := chaos.Config{
-		RedisURL: *redisURL, PostgresURL: *pgURL, Iterations: *iterations, Clients: *clients, Parallel: *parallel,
+		RedisURL: *redisURL, PostgresURL: *pgURL, NATSURL: *natsURL, AMQPURL: *amqpURL, Iterations: *iterations, Clients: *clients, Parallel: *parallel,
 		Seed: *seed, Lease: *lease, Progress: stdout, KeepSchema: *keep,
 	}
 	if *scenario != "" {
@@ -201,4 +208,12 @@ func printFailures(out io.Writer, rep chaos.Report) {
 			fmt.Fprintf(out, "%s: %s\n", r.Scenario, v)
 		}
 	}
+}
+
+// envOr returns the environment variable k, or def when it is unset.
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }

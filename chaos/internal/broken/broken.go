@@ -75,7 +75,7 @@ const (
 // Modes lists every mode.
 func Modes() []Mode {
 	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease, CommitOverExisting,
-		UnresolvedStaysProcessing}
+		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing}
 }
 
 // Breaks says, in a line, what the mode breaks.
@@ -95,6 +95,12 @@ func (m Mode) Breaks() string {
 		return "Do's record inserted at commit over an existing one (ON CONFLICT DO NOTHING), committing the business write anyway"
 	case UnresolvedStaysProcessing:
 		return "a dead worker's record the Reconciler could not resolve left processing under the adopted lease, not marked uncertain"
+	case OneAttempt:
+		return "the settlement engine stops the lease and tries the finishing write once"
+	case ReleaseOnError:
+		return "the settlement engine releases the key for every outcome but a completion"
+	case NoRecover:
+		return "the settlement engine neither recovers a panic nor stops the renewals after one"
 	}
 	return ""
 }
