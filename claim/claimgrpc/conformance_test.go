@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/oncekey/oncekey/claim/claimgrpc"
@@ -112,31 +111,25 @@ func (grpcDriver) Start(env entrytest.Env) entrytest.Adapter {
 	return &grpcAdapter{cc: cc}
 }
 
-// Encode stores a reply or a status as the interceptor does. TODO(entrytest):
-// claimgrpc.ReplyResult and StatusResult (being added beside this suite)
-// replace this once committed; until then the result is built by hand in
-// the layout the interceptor has always replayed (version 1: the reply's
-// bytes and its type's name, or the google.rpc.Status), which the new
-// format's reader still accepts.
+// Encode is what an operator or a Reconciler stores to resolve a call of
+// this service: the interceptor's own format, from its exported encoders.
 func (grpcDriver) Encode(r entrytest.Response) durable.Result {
+	var (
+		res durable.Result
+		err error
+	)
 	if r.Kind == entrytest.Failure {
-		p := failure(string(r.Body)).Proto()
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)
-		if err != nil {
-			panic(err)
+		res, err = claimgrpc.StatusResult(failure(string(r.Body)))
+	} else {
+		var m *structpb.Struct
+		if m, err = structpb.NewStruct(map[string]any{"body": string(r.Body)}); err == nil {
+			res, err = claimgrpc.ReplyResult(m)
 		}
-		return durable.Result{StatusCode: int(p.Code), Body: b, Version: 1}
 	}
-	m, err := structpb.NewStruct(map[string]any{"body": string(r.Body)})
 	if err != nil {
 		panic(err)
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	return durable.Result{StatusCode: int(codes.OK), Body: b, Version: 1,
-		Headers: map[string][]string{"Grpc-Message-Type": {string(m.ProtoReflect().Descriptor().FullName())}}}
+	return res
 }
 
 type grpcAdapter struct{ cc *grpc.ClientConn }

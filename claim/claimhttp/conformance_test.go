@@ -94,14 +94,18 @@ func (httpDriver) Start(env entrytest.Env) entrytest.Adapter {
 	return &httpAdapter{url: srv.URL + "/ops", client: srv.Client()}
 }
 
-// Encode is the middleware's stored form (version 1: status, stored
-// headers, body), as its replay writes it back.
+// Encode is what an operator or a Reconciler stores to resolve a request
+// of this route: the middleware's own format, from its exported encoder.
 func (httpDriver) Encode(r entrytest.Response) durable.Result {
 	status := http.StatusCreated
 	if r.Kind == entrytest.Failure {
 		status = conformanceStatusFailed
 	}
-	return durable.Result{StatusCode: status, Headers: map[string][]string{"Content-Type": {"application/json"}}, Body: r.Body, Version: 1}
+	res, err := claimhttp.ResponseResult(status, http.Header{"Content-Type": {"application/json"}}, r.Body)
+	if err != nil {
+		panic(err)
+	}
+	return res
 }
 
 type httpAdapter struct {
