@@ -129,7 +129,7 @@ func Do[TTx any](ctx context.Context, c *claim.Claimer[TTx], m Message, d Delays
 	if err != nil {
 		return terminate(log, m, err)
 	}
-	out, err, pv := doRecovering(ctx, c, req, fn)
+	out, pv, err := doRecovering(ctx, c, req, fn)
 	if pv != nil {
 		// fn panicked: claim.Do rolled its transaction back, so nothing
 		// happened and the key is free. The message is retried (a panic
@@ -156,7 +156,7 @@ type panicValue struct {
 // doRecovering is c.Do, with a panic of fn (re-panicked by c.Do once it
 // rolled the transaction back) recovered into pv.
 func doRecovering[TTx any](ctx context.Context, c *claim.Claimer[TTx], req claim.Request,
-	fn func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error)) (out claim.Outcome, err error, pv *panicValue) {
+	fn func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error)) (out claim.Outcome, pv *panicValue, err error) {
 	returned := false
 	defer func() {
 		if !returned {
@@ -165,7 +165,7 @@ func doRecovering[TTx any](ctx context.Context, c *claim.Claimer[TTx], req claim
 	}()
 	out, err = c.Do(ctx, req, fn)
 	returned = true
-	return out, err, pv
+	return out, pv, err
 }
 
 // Run runs fn once per message identity in workflow mode: Claim, then fn
