@@ -47,7 +47,7 @@ func TestConformance_BrokenSettlementsAreCaught(t *testing.T) {
 const (
 	// conformanceSendWait bounds how long Send waits for a message to be
 	// acknowledged, dead-lettered or held.
-	conformanceSendWait = 8 * time.Second
+	conformanceSendWait = 6 * time.Second
 	// conformanceHeader carries the send a delivery belongs to.
 	conformanceHeader = "entrytest-send"
 )

@@ -52,7 +52,7 @@ const (
 	conformanceAckWait = time.Second
 	// conformanceSendWait bounds how long Send waits for a message to be
 	// acknowledged, terminated or held.
-	conformanceSendWait = 8 * time.Second
+	conformanceSendWait = 6 * time.Second
 	// conformanceHeader carries the send a delivery belongs to.
 	conformanceHeader = "Entrytest-Send"
 )
