@@ -101,9 +101,9 @@ func NegativeModes() map[string][]string {
 		string(broken.WorkerClockLease):          {"clock-skew"},
 		string(broken.CommitOverExisting):        {"redis-restart", "redis-failover", "redis-eviction"},
 		string(broken.UnresolvedStaysProcessing): {"reconcile-unresolved"},
-		string(broken.OneAttempt):                {"grpc-windows", "nats-windows", "amqp-windows"},
-		string(broken.ReleaseOnError):            {"grpc-windows", "nats-windows", "amqp-windows"},
-		string(broken.NoRecover):                 {"grpc-windows", "nats-windows", "amqp-windows"},
+		string(broken.OneAttempt):                {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
+		string(broken.ReleaseOnError):            {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
+		string(broken.NoRecover):                 {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
 	}
 }
 

@@ -174,7 +174,9 @@ const asyncWorkerClient = 3000
 // riverWorkers is the scenario's pool of River clients ("worker
 // processes"); a killed one is replaced.
 type riverWorkers struct {
-	e       *env
+	e *env
+	// tune, when set, adjusts the config of every client.
+	tune    func(*river.Config)
 	pool    *pgxpool.Pool
 	workers *river.Workers
 	mu      sync.Mutex
@@ -192,7 +194,44 @@ func (rw *riverWorkers) config(work bool) *river.Config {
 	if work {
 		cfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: rw.e.cfg.Parallel}}
 	}
+	if rw.tune != nil {
+		rw.tune(cfg)
+	}
 	return cfg
+}
+
+// newRiverWorkers migrates River's tables into the scenario's schema and
+// returns its (not yet started) worker processes, on a pool of their own.
+func (e *env) newRiverWorkers(ctx context.Context) (*riverWorkers, error) {
+	rpool, err := e.newPool(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	if m, err := rivermigrate.New(riverpgxv5.New(rpool), &rivermigrate.Config{Schema: e.schema}); err != nil {
+		return nil, fmt.Errorf("%w: river: %w", ErrSetup, err)
+	} else if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return nil, fmt.Errorf("%w: river migrate: %w", ErrSetup, err)
+	}
+	return &riverWorkers{e: e, pool: rpool, workers: river.NewWorkers(), byID: map[int]*river.Client[pgxTx]{}}, nil
+}
+
+// startAll registers r's worker, creates the client that only inserts,
+// and starts n worker processes (stopped with the scenario).
+func (rw *riverWorkers) startAll(ctx context.Context, r *claimriver.Runner[pgxTx], n int) error {
+	if err := r.Register(rw.workers); err != nil {
+		return err
+	}
+	var err error
+	if rw.insert, err = river.NewClient(riverpgxv5.New(rw.pool), rw.config(false)); err != nil {
+		return err
+	}
+	for range n {
+		if err := rw.start(ctx); err != nil {
+			return err
+		}
+	}
+	rw.e.onClose(rw.stopAll)
+	return nil
 }
 
 // start starts a new worker process.
@@ -284,16 +323,10 @@ func setupAsyncRiver(ctx context.Context, e *env) (*workload, error) {
 	if err := e.withDownstream(w, nil); err != nil {
 		return nil, err
 	}
-	rpool, err := e.newPool(ctx, "")
+	rw, err := e.newRiverWorkers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if m, err := rivermigrate.New(riverpgxv5.New(rpool), &rivermigrate.Config{Schema: e.schema}); err != nil {
-		return nil, fmt.Errorf("%w: river: %w", ErrSetup, err)
-	} else if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return nil, fmt.Errorf("%w: river migrate: %w", ErrSetup, err)
-	}
-	rw := &riverWorkers{e: e, pool: rpool, workers: river.NewWorkers(), byID: map[int]*river.Client[pgxTx]{}}
 	e.expectFaults("worker-paused-past-lease", "taken-over-during-pause", "worker-killed", "redis-restarted-empty")
 
 	var killing atomic.Int32
@@ -335,18 +368,9 @@ func setupAsyncRiver(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := runner.Register(rw.workers); err != nil {
+	if err := rw.startAll(ctx, runner, 2); err != nil {
 		return nil, err
 	}
-	if rw.insert, err = river.NewClient(riverpgxv5.New(rpool), rw.config(false)); err != nil {
-		return nil, err
-	}
-	for range 2 {
-		if err := rw.start(ctx); err != nil {
-			return nil, err
-		}
-	}
-	e.onClose(rw.stopAll)
 
 	w.startOp = func(_ context.Context, o *op) {
 		e.planned(o, "pause", 0.25, 1)
@@ -394,37 +418,46 @@ func (e *env) rescueAfterLease(ctx context.Context, o *op, job claimriver.Job) {
 // asyncClient enqueues o until its stored result replays (or it gives up),
 // recording every answer.
 func (e *env) asyncClient(ctx context.Context, r *claimriver.Runner[pgxTx], ins *river.Client[pgxTx], c *claim.Claimer[pgxTx], o *op, client int) {
-	epoch, fp, _ := o.get()
+	epoch, _, _ := o.get()
 	rnd := e.sched.rnd("jitter", o.i, epoch, client)
 	deadline := time.Now().Add(60*e.cfg.Lease + 10*time.Second)
 	for n := 0; ctx.Err() == nil && time.Now().Before(deadline); n++ {
-		call := history.Call{Key: o.key, Epoch: epoch, Client: client, Fingerprint: fp, Start: e.rec.Now()}
-		actx, cancel := context.WithTimeout(ctx, 4*e.cfg.Lease+2*time.Second)
-		out, err := r.Enqueue(actx, ins, claim.Request{Scope: o.scope, Fingerprint: fp}, nil)
-		cancel()
-		call.End = e.rec.Now()
-		switch {
-		case err == nil && out.Kind == claim.Acquired:
-			call.Kind, call.Token, call.Note = history.Acquire, out.Lease.Token(), "enqueued"
-			e.observe("enqueued")
-		case err == nil && out.Kind == claim.Replayed:
-			call.Kind, call.Body, call.Status = history.Replay, history.Hash(out.Result.Body), out.Result.StatusCode
-			e.rec.Add(call)
-			e.observe("replayed")
+		if e.enqueueOnce(ctx, r, ins, o, client) {
 			return
-		case err == nil:
-			call.Kind, call.Note = history.NoEffect, out.Kind.String()
-			e.observe("accepted-" + out.Kind.String())
-		case errors.Is(err, claim.ErrMismatch):
-			call.Kind = history.Mismatch
-			e.rec.Add(call)
-			return
-		default:
-			call.Kind, call.Ambiguous, call.Note = history.Acquire, true, err.Error()
-			e.observe("error")
 		}
-		e.rec.Add(call)
 		sleep(ctx, max(e.cfg.Lease/2, e.backoff(n, rnd)))
 	}
 	e.observe("client-gave-up")
+}
+
+// enqueueOnce is one Enqueue of o by client, recorded; it reports a final
+// answer (the stored result, or a mismatch).
+func (e *env) enqueueOnce(ctx context.Context, r *claimriver.Runner[pgxTx], ins *river.Client[pgxTx], o *op, client int) bool {
+	epoch, fp, _ := o.get()
+	call := history.Call{Key: o.key, Epoch: epoch, Client: client, Fingerprint: fp, Start: e.rec.Now()}
+	actx, cancel := context.WithTimeout(ctx, 4*e.cfg.Lease+2*time.Second)
+	out, err := r.Enqueue(actx, ins, claim.Request{Scope: o.scope, Fingerprint: fp}, nil)
+	cancel()
+	call.End = e.rec.Now()
+	final := false
+	switch {
+	case err == nil && out.Kind == claim.Acquired:
+		call.Kind, call.Token, call.Note = history.Acquire, out.Lease.Token(), "enqueued"
+		e.observe("enqueued")
+	case err == nil && out.Kind == claim.Replayed:
+		call.Kind, call.Body, call.Status = history.Replay, history.Hash(out.Result.Body), out.Result.StatusCode
+		e.observe("replayed")
+		final = true
+	case err == nil:
+		call.Kind, call.Note = history.NoEffect, out.Kind.String()
+		e.observe("accepted-" + out.Kind.String())
+	case errors.Is(err, claim.ErrMismatch):
+		call.Kind = history.Mismatch
+		final = true
+	default:
+		call.Kind, call.Ambiguous, call.Note = history.Acquire, true, err.Error()
+		e.observe("error")
+	}
+	e.rec.Add(call)
+	return final
 }

@@ -40,6 +40,7 @@ func entryRegistry() []scenario {
 	return []scenario{
 		{name: "grpc-windows", forces: "through claimgrpc, per operation one window: " + windows + " (the call's deadline)", setup: setupGRPCWindows},
 		{name: "nats-windows", forces: "through claimnats on a JetStream consumer, per message one window: " + windows + " (AckWait)", setup: setupNATSWindows},
+		{name: "river-windows", forces: "through claimriver on River workers, per job one window: " + windows + " (the job's timeout; the caller gone is the worker's StopAndCancel)", setup: setupRiverWindows},
 		{name: "amqp-windows", forces: "through claimamqp on a RabbitMQ queue, per message one window: " + windows + " (the consumers' channels closed, the delivery requeued)", setup: setupAMQPWindows},
 	}
 }
