@@ -77,7 +77,11 @@ type Config struct {
 // (MarkUncertain releases, and so does a renewal or finish that could not
 // be written), "no-reread-after-lost-ack" takes a COMMIT or fenced finish
 // whose reply was lost as not applied, and "worker-clock-lease" measures
-// leases with the worker's (skewed) clock. The checker must then report
+// leases with the worker's (skewed) clock; "one-attempt", "release-on-error"
+// and "no-recover" break the settlement engine of every entry point
+// instead (one try of the finishing write; a release for every outcome but
+// a completion; a panic neither recovered nor its renewals stopped). The
+// checker must then report
 // violations; a run that finds none means the suite cannot see the bug.
 // It returns an error for an unknown mode.
 func NegativeControl(cfg Config, mode string) (Config, error) {

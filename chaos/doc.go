@@ -29,6 +29,15 @@
 //   - http-finish-outage-long: refused past FinishTimeout but within the
 //     lease: 202, in progress, completed in the background;
 //
+// then the same windows through every other entry point, one scenario per
+// adapter (grpc-windows, nats-windows, amqp-windows, river-windows): per
+// operation the store refusing the finishing write for less than the lease
+// and for longer, renewals refused, a panic after the effect, the caller
+// gone, a duplicate during the work, work past the transport's own timer
+// (the call's deadline, AckWait, a closed consumer connection, the job's
+// timeout), and an uncertain outcome resolved, then replayed in the
+// adapter's format; every operation must end completed, with one effect;
+//
 // then an uncertain operation reconciled after its retention and replayed,
 // never rerun (reconcile-after-retention), and a dead worker's record the
 // Reconciler cannot resolve yet kept uncertain, never rerun, settled once
@@ -102,6 +111,17 @@
 //     Reconciler adopted and could not resolve left processing under its
 //     lease instead of uncertain, so a retry takes it over once that lease
 //     ran out and runs the work again (reconcile-unresolved).
+//
+// Three more break the settlement engine every entry point shares rather
+// than the store, for the whole process while a scenario runs; each is
+// caught by every entry-point scenario:
+//
+//   - one-attempt: the finishing write tried once, the lease stopped (a
+//     short outage at completion lets a takeover run the work again);
+//   - release-on-error: the key released for every outcome but a
+//     completion (a panicked or uncertain operation runs again);
+//   - no-recover: a panic neither recovered nor its renewals stopped (the
+//     key held for as long as the process lives).
 //
 // The checker must report violations; the suite's tests require it. The
 // broken store lives in an internal package: only the suite can build it.
