@@ -91,7 +91,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -155,14 +154,7 @@ type Consumer[TTx any] struct {
 }
 
 type config struct {
-	identity  func(*amqp.Delivery) string
-	operation func(*amqp.Delivery) string
-	tenant    func(*amqp.Delivery) string
-	log       *slog.Logger
-	delays    consume.Delays
-	dead      func(context.Context, *amqp.Delivery, error)
-	limit     int
-	meter     metric.MeterProvider
+	consume.Config[*amqp.Delivery]
 }
 
 // Option configures a Consumer.
@@ -171,73 +163,37 @@ type Option func(*config) error
 // WithIdentity sets the identity of a delivery. Defaults to its message-id.
 // "" means none: the delivery is dead-lettered.
 func WithIdentity(f func(*amqp.Delivery) string) Option {
-	return func(c *config) error {
-		if f == nil {
-			return fmt.Errorf("%w: WithIdentity: nil function", ErrConfig)
-		}
-		c.identity = f
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetIdentity(f)) }
 }
 
 // WithOperation sets the operation of a delivery. Defaults to the queue name
 // given to New.
 func WithOperation(f func(*amqp.Delivery) string) Option {
-	return func(c *config) error {
-		if f == nil {
-			return fmt.Errorf("%w: WithOperation: nil function", ErrConfig)
-		}
-		c.operation = f
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetOperation(f)) }
 }
 
 // WithTenant sets the tenant of a delivery. Defaults to "default".
 // An empty tenant is an invalid scope: the message is terminated.
 func WithTenant(f func(*amqp.Delivery) string) Option {
-	return func(c *config) error {
-		if f == nil {
-			return fmt.Errorf("%w: WithTenant: nil function", ErrConfig)
-		}
-		c.tenant = f
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetTenant(f)) }
 }
 
 // WithLogger logs with l. Defaults to discarding logs.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return fmt.Errorf("%w: WithLogger: nil logger", ErrConfig)
-		}
-		c.log = l
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetLogger(l)) }
 }
 
 // WithRetryDelay sets how long a delivery is held before it is requeued after
 // nothing happened, a store outage or a settlement not written, and the least
 // hold for in-progress duplicates. Defaults to 1s. Positive.
 func WithRetryDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: WithRetryDelay: %v is not positive", ErrConfig, d)
-		}
-		c.delays.Retry = d
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetRetryDelay(d)) }
 }
 
 // WithUncertainDelay sets how long an uncertain delivery is held before it is
 // requeued. Defaults to 1 minute. Positive.
 func WithUncertainDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: WithUncertainDelay: %v is not positive", ErrConfig, d)
-		}
-		c.delays.Uncertain = d
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetUncertainDelay(d)) }
 }
 
 // WithDeadLetter calls f with each delivery the Consumer gives up on, before
@@ -248,13 +204,7 @@ func WithUncertainDelay(d time.Duration) Option {
 // an Error log line, the error Do and Run return, and the counter
 // oncekey.messages.dead_lettered (WithMeterProvider).
 func WithDeadLetter(f func(ctx context.Context, d *amqp.Delivery, err error)) Option {
-	return func(c *config) error {
-		if f == nil {
-			return fmt.Errorf("%w: WithDeadLetter: nil function", ErrConfig)
-		}
-		c.dead = f
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetDeadLetter(f)) }
 }
 
 // WithDeliveryLimit tells the Consumer the quorum queue's x-delivery-limit
@@ -266,13 +216,7 @@ func WithDeadLetter(f func(ctx context.Context, d *amqp.Delivery, err error)) Op
 // before 4.0). Deliveries of classic queues carry no count and are never
 // reported so.
 func WithDeliveryLimit(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("%w: WithDeliveryLimit: %d is negative", ErrConfig, n)
-		}
-		c.limit = n
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetDeliveryLimit(n)) }
 }
 
 // WithMeterProvider records the Consumer's metric with mp: the counter
@@ -281,13 +225,7 @@ func WithDeliveryLimit(n int) Option {
 // invalid_scope, config, delivery_limit, other), never a message id. The
 // Claimer's own metrics are configured on the Claimer. Defaults to none.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
-		if mp == nil {
-			return fmt.Errorf("%w: WithMeterProvider: nil MeterProvider", ErrConfig)
-		}
-		c.meter = mp
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetMeterProvider(mp)) }
 }
 
 // DefaultDeliveryLimit is the delivery limit assumed without
@@ -302,14 +240,11 @@ func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consume
 	if queue == "" {
 		return nil, fmt.Errorf("%w: empty queue name", ErrConfig)
 	}
-	cfg := config{
-		identity:  func(d *amqp.Delivery) string { return d.MessageId },
-		operation: func(*amqp.Delivery) string { return queue },
-		tenant:    func(*amqp.Delivery) string { return "default" },
-		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		delays:    consume.DefaultDelays,
-		limit:     DefaultDeliveryLimit,
-	}
+	cfg := config{consume.NewConfig(
+		func(d *amqp.Delivery) string { return d.MessageId },
+		func(*amqp.Delivery) string { return queue },
+		func(*amqp.Delivery) string { return "default" })}
+	cfg.Limit = DefaultDeliveryLimit
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil Option", ErrConfig)
@@ -318,7 +253,7 @@ func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consume
 			return nil, err
 		}
 	}
-	drops, err := consume.NewDrops("claimamqp", cfg.meter, cfg.limit)
+	drops, err := consume.NewDrops("claimamqp", cfg.Meter, cfg.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("claimamqp: metrics: %w", err)
 	}
@@ -326,7 +261,7 @@ func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consume
 }
 
 func (c *Consumer[TTx]) message(d *amqp.Delivery) consume.Message {
-	return consume.Message{ID: c.cfg.identity(d), Tenant: c.cfg.tenant(d), Operation: c.cfg.operation(d), Payload: d.Body,
+	return consume.Message{ID: c.cfg.Identity(d), Tenant: c.cfg.Tenant(d), Operation: c.cfg.Operation(d), Payload: d.Body,
 		Where: []any{"delivery_tag", d.DeliveryTag, "redelivered", d.Redelivered}}
 }
 
@@ -337,7 +272,7 @@ func (c *Consumer[TTx]) message(d *amqp.Delivery) consume.Message {
 func (c *Consumer[TTx]) Do(ctx context.Context, d amqp.Delivery,
 	fn func(ctx context.Context, tx TTx, d *amqp.Delivery, op claim.Op) (durable.Result, error)) (Action, error) {
 	m := c.message(&d)
-	dec := consume.Do(ctx, c.c, m, c.cfg.delays, c.cfg.log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
+	dec := consume.Do(ctx, c.c, m, c.cfg.Delays, c.cfg.Log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
 		return fn(ctx, tx, &d, op)
 	})
 	return c.settle(ctx, d, m, dec)
@@ -352,7 +287,7 @@ func (c *Consumer[TTx]) Do(ctx context.Context, d amqp.Delivery,
 func (c *Consumer[TTx]) Run(ctx context.Context, d amqp.Delivery,
 	fn func(ctx context.Context, d *amqp.Delivery, op claim.Op) (durable.Result, error)) (Action, error) {
 	m := c.message(&d)
-	dec := consume.Run(ctx, c.c, m, c.cfg.delays, c.cfg.log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
+	dec := consume.Run(ctx, c.c, m, c.cfg.Delays, c.cfg.Log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
 		return fn(ctx, &d, op)
 	})
 	return c.settle(ctx, d, m, dec)
@@ -386,9 +321,9 @@ func (c *Consumer[TTx]) settle(ctx context.Context, d amqp.Delivery, m consume.M
 	// RabbitMQ dead-letters (or drops) a message returned when its
 	// x-delivery-count already reached x-delivery-limit.
 	last := c.drops.Limit() > 0 && deliveryCount(&d) >= int64(c.drops.Limit())
-	dec, dead := c.drops.Check(ctx, c.cfg.log, m.Where, dec, last)
-	if dead && c.cfg.dead != nil {
-		c.cfg.dead(ctx, &d, dec.Err)
+	dec, dead := c.drops.Check(ctx, c.cfg.Log, m.Where, dec, last)
+	if dead && c.cfg.DeadLetter != nil {
+		c.cfg.DeadLetter(ctx, &d, dec.Err)
 	}
 	var err error
 	switch dec.Action {
@@ -398,7 +333,7 @@ func (c *Consumer[TTx]) settle(ctx context.Context, d amqp.Delivery, m consume.M
 		time.AfterFunc(dec.Delay, func() {
 			if err := d.Reject(true); err != nil {
 				// The channel closed: RabbitMQ requeued the delivery already.
-				c.cfg.log.Warn("claimamqp: delayed requeue failed", "error", err)
+				c.cfg.Log.Warn("claimamqp: delayed requeue failed", "error", err)
 			}
 		})
 	case Terminate:
@@ -408,4 +343,12 @@ func (c *Consumer[TTx]) settle(ctx context.Context, d amqp.Delivery, m consume.M
 		return dec.Action, fmt.Errorf("claimamqp: %v: %w", dec.Action, err)
 	}
 	return dec.Action, dec.Err
+}
+
+// configErr wraps a shared option's error in ErrConfig.
+func configErr(err error) error {
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
 }

@@ -88,7 +88,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -153,14 +152,7 @@ type Consumer[TTx any] struct {
 }
 
 type config struct {
-	identity  func(jetstream.Msg) string
-	operation func(jetstream.Msg) string
-	tenant    func(jetstream.Msg) string
-	log       *slog.Logger
-	delays    consume.Delays
-	dead      func(context.Context, jetstream.Msg, error)
-	limit     int
-	meter     metric.MeterProvider
+	consume.Config[jetstream.Msg]
 }
 
 // Option configures a Consumer.
@@ -169,72 +161,36 @@ type Option func(*config) error
 // WithIdentity sets the identity of a message. Defaults to its Nats-Msg-Id
 // header. "" means none: the message is terminated.
 func WithIdentity(f func(jetstream.Msg) string) Option {
-	return func(c *config) error {
-		if f == nil {
-			return fmt.Errorf("%w: WithIdentity: nil function", ErrConfig)
-		}
-		c.identity = f
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetIdentity(f)) }
 }
 
 // WithOperation sets the operation of a message. Defaults to its subject.
 func WithOperation(f func(jetstream.Msg) string) Option {
-	return func(c *config) error {
-		if f == nil {
-			return fmt.Errorf("%w: WithOperation: nil function", ErrConfig)
-		}
-		c.operation = f
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetOperation(f)) }
 }
 
 // WithTenant sets the tenant of a message. Defaults to "default".
 // An empty tenant is an invalid scope: the message is terminated.
 func WithTenant(f func(jetstream.Msg) string) Option {
-	return func(c *config) error {
-		if f == nil {
-			return fmt.Errorf("%w: WithTenant: nil function", ErrConfig)
-		}
-		c.tenant = f
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetTenant(f)) }
 }
 
 // WithLogger logs with l. Defaults to discarding logs.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return fmt.Errorf("%w: WithLogger: nil logger", ErrConfig)
-		}
-		c.log = l
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetLogger(l)) }
 }
 
 // WithRetryDelay sets the redelivery delay after nothing happened, a store
 // outage or a settlement not written, and the least delay for in-progress
 // duplicates. Defaults to 1s. Positive.
 func WithRetryDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: WithRetryDelay: %v is not positive", ErrConfig, d)
-		}
-		c.delays.Retry = d
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetRetryDelay(d)) }
 }
 
 // WithUncertainDelay sets the redelivery delay of an uncertain message.
 // Defaults to 1 minute. Positive.
 func WithUncertainDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: WithUncertainDelay: %v is not positive", ErrConfig, d)
-		}
-		c.delays.Uncertain = d
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetUncertainDelay(d)) }
 }
 
 // WithDeadLetter calls f with each message the Consumer gives up on, before
@@ -245,13 +201,7 @@ func WithUncertainDelay(d time.Duration) Option {
 // reported by an Error log line, the error Do and Run return, and the
 // counter oncekey.messages.dead_lettered (WithMeterProvider).
 func WithDeadLetter(f func(ctx context.Context, msg jetstream.Msg, err error)) Option {
-	return func(c *config) error {
-		if f == nil {
-			return fmt.Errorf("%w: WithDeadLetter: nil function", ErrConfig)
-		}
-		c.dead = f
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetDeadLetter(f)) }
 }
 
 // WithDeliveryLimit tells the Consumer the JetStream consumer's MaxDeliver
@@ -260,13 +210,7 @@ func WithDeadLetter(f func(ctx context.Context, msg jetstream.Msg, err error)) O
 // (ErrDeliveryLimit, WithDeadLetter, the metric). 0, the default, is no
 // limit, as JetStream's default MaxDeliver (-1) is.
 func WithDeliveryLimit(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("%w: WithDeliveryLimit: %d is negative", ErrConfig, n)
-		}
-		c.limit = n
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetDeliveryLimit(n)) }
 }
 
 // WithMeterProvider records the Consumer's metric with mp: the counter
@@ -275,13 +219,7 @@ func WithDeliveryLimit(n int) Option {
 // config, delivery_limit, other), never a message id. The Claimer's own
 // metrics are configured on the Claimer. Defaults to none.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
-		if mp == nil {
-			return fmt.Errorf("%w: WithMeterProvider: nil MeterProvider", ErrConfig)
-		}
-		c.meter = mp
-		return nil
-	}
+	return func(c *config) error { return configErr(c.SetMeterProvider(mp)) }
 }
 
 // New returns a Consumer claiming with c.
@@ -289,13 +227,10 @@ func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error)
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil Claimer", ErrConfig)
 	}
-	cfg := config{
-		identity:  func(m jetstream.Msg) string { return m.Headers().Get(nats.MsgIdHdr) },
-		operation: jetstream.Msg.Subject,
-		tenant:    func(jetstream.Msg) string { return "default" },
-		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		delays:    consume.DefaultDelays,
-	}
+	cfg := config{consume.NewConfig(
+		func(m jetstream.Msg) string { return m.Headers().Get(nats.MsgIdHdr) },
+		jetstream.Msg.Subject,
+		func(jetstream.Msg) string { return "default" })}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil Option", ErrConfig)
@@ -304,7 +239,7 @@ func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error)
 			return nil, err
 		}
 	}
-	drops, err := consume.NewDrops("claimnats", cfg.meter, cfg.limit)
+	drops, err := consume.NewDrops("claimnats", cfg.Meter, cfg.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("claimnats: metrics: %w", err)
 	}
@@ -312,7 +247,7 @@ func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error)
 }
 
 func (c *Consumer[TTx]) message(m jetstream.Msg) consume.Message {
-	cm := consume.Message{ID: c.cfg.identity(m), Tenant: c.cfg.tenant(m), Operation: c.cfg.operation(m), Payload: m.Data()}
+	cm := consume.Message{ID: c.cfg.Identity(m), Tenant: c.cfg.Tenant(m), Operation: c.cfg.Operation(m), Payload: m.Data()}
 	if md, err := m.Metadata(); err == nil {
 		cm.Where = []any{"stream", md.Stream, "stream_seq", md.Sequence.Stream, "consumer", md.Consumer}
 	}
@@ -325,7 +260,7 @@ func (c *Consumer[TTx]) message(m jetstream.Msg) consume.Message {
 func (c *Consumer[TTx]) Do(ctx context.Context, msg jetstream.Msg,
 	fn func(ctx context.Context, tx TTx, msg jetstream.Msg, op claim.Op) (durable.Result, error)) (Action, error) {
 	m := c.message(msg)
-	d := consume.Do(ctx, c.c, m, c.cfg.delays, c.cfg.log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
+	d := consume.Do(ctx, c.c, m, c.cfg.Delays, c.cfg.Log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
 		return fn(ctx, tx, msg, op)
 	})
 	return c.settle(ctx, msg, m, d)
@@ -343,7 +278,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context, msg jetstream.Msg,
 	fn func(ctx context.Context, msg jetstream.Msg, op claim.Op) (durable.Result, error)) (Action, error) {
 	m := c.message(msg)
 	stop := inProgress(msg)
-	d := consume.Run(ctx, c.c, m, c.cfg.delays, c.cfg.log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
+	d := consume.Run(ctx, c.c, m, c.cfg.Delays, c.cfg.Log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
 		return fn(ctx, msg, op)
 	})
 	stop()
@@ -384,9 +319,9 @@ func (c *Consumer[TTx]) settle(ctx context.Context, msg jetstream.Msg, m consume
 	if md, err := msg.Metadata(); err == nil && c.drops.Limit() > 0 {
 		last = md.NumDelivered >= uint64(c.drops.Limit())
 	}
-	d, dead := c.drops.Check(ctx, c.cfg.log, m.Where, d, last)
-	if dead && c.cfg.dead != nil {
-		c.cfg.dead(ctx, msg, d.Err)
+	d, dead := c.drops.Check(ctx, c.cfg.Log, m.Where, d, last)
+	if dead && c.cfg.DeadLetter != nil {
+		c.cfg.DeadLetter(ctx, msg, d.Err)
 	}
 	var err error
 	switch d.Action {
@@ -403,4 +338,12 @@ func (c *Consumer[TTx]) settle(ctx context.Context, msg jetstream.Msg, m consume
 		return d.Action, fmt.Errorf("claimnats: %v: %w", d.Action, err)
 	}
 	return d.Action, d.Err
+}
+
+// configErr wraps a shared option's error in ErrConfig.
+func configErr(err error) error {
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
 }
