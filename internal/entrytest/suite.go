@@ -139,7 +139,11 @@ func runWindow(t *testing.T, d Driver, name string) []Violation {
 	if i < 0 {
 		t.Fatalf("entrytest: no window %q", name)
 	}
-	w := newWorld(t, d, name)
+	lease := Lease
+	if name == Renewals {
+		lease = renewalsLease
+	}
+	w := newWorld(t, d, name, lease)
 	windows[i].fn(w)
 	return w.violations()
 }

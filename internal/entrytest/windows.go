@@ -132,7 +132,7 @@ func outageShort(w *world) {
 	p := payload{Key: k, Do: "ok", CutMs: 300}
 	first := w.send(k, p)
 	w.waitReturned(k, 10*time.Second)
-	as := w.settle(k, p, holdBound)
+	as := w.settle(k, p, w.holdBound())
 	r, ok := w.once(k)
 	if !ok {
 		return
@@ -156,7 +156,7 @@ func outageShort(w *world) {
 //     carries that one result: never two completed results.
 func outageLong(w *world) {
 	k := newKey()
-	p := payload{Key: k, Do: "ok", CutMs: int((Lease + time.Second) / time.Millisecond)}
+	p := payload{Key: k, Do: "ok", CutMs: int((w.lease + time.Second) / time.Millisecond)}
 	firstCh := w.sendAsync(context.Background(), k, p)
 	if !w.waitStarted(k, 10*time.Second) {
 		w.violate(k, "the work never started")
@@ -165,7 +165,7 @@ func outageLong(w *world) {
 	w.outages.Wait()
 	// The retry comes as the store is back: it may find the lease run out
 	// and take the operation over, or find it completed.
-	as := w.settle(k, p, holdBound+Lease)
+	as := w.settle(k, p, w.holdBound()+w.lease)
 	first := <-firstCh
 	w.waitReturned(k, 10*time.Second)
 	runs := w.runsOf(k)
@@ -196,19 +196,19 @@ func outageLong(w *world) {
 	w.settled(k, durable.Completed)
 }
 
-// The store is cut for 750 ms from the start of the work, which runs
-// 1.5 s, with a 2 s lease: the renewal due a third of the lease (667 ms)
-// after the claim falls in the cut whenever the work starts within that
-// third, and fails; the renewals retried after the cut succeed before the
-// lease could run out by the worker's clock (its deadline less the start
-// margin, 1.8 s after the claim), leaving at least 380 ms for them. The
-// work is not stopped and completes once.
+// The store is cut for 1.5 s from the start of the work, which runs 2 s,
+// with a 4 s lease (this window's own): the renewal due a third of the
+// lease (1.33 s) after the claim falls in the cut whenever the work starts
+// within that third, and fails; the renewals retried after the cut land
+// long before the lease could run out by the worker's clock (its deadline
+// less the start margin, 3.6 s after the claim). The work is not stopped
+// and completes once.
 func renewalsFail(w *world) {
 	k := newKey()
-	p := payload{Key: k, Do: "ok", CutMs: 750, WorkMs: 1500}
+	p := payload{Key: k, Do: "ok", CutMs: 1500, WorkMs: 2000}
 	first := w.send(k, p)
 	w.waitReturned(k, 10*time.Second)
-	as := w.settle(k, p, holdBound)
+	as := w.settle(k, p, w.holdBound())
 	r, ok := w.once(k)
 	if !ok {
 		return
@@ -226,7 +226,7 @@ func panicAfterEffect(w *world) {
 	p := payload{Key: k, Do: "panic"}
 	first := w.send(k, p)
 	w.waitReturned(k, 10*time.Second)
-	as := w.settle(k, p, holdBound)
+	as := w.settle(k, p, w.holdBound())
 	if _, ok := w.once(k); !ok {
 		return
 	}
@@ -240,7 +240,7 @@ func panicAfterEffect(w *world) {
 	// The process survived the panic: another operation runs.
 	k2 := newKey()
 	p2 := payload{Key: k2, Do: "ok"}
-	as2 := w.settle(k2, p2, holdBound)
+	as2 := w.settle(k2, p2, w.holdBound())
 	if r, ok := w.once(k2); ok {
 		w.answersMatch(k2, as2, w.expected(r))
 		if last := as2[len(as2)-1]; last.Outcome != Executed && last.Outcome != Replayed {
@@ -271,7 +271,7 @@ func callerGone(w *world) {
 		w.violate(k, "the caller got %s (%s): it was not gone mid-work, the window forced nothing", first.Outcome, first.Detail)
 	}
 	w.waitReturned(k, 10*time.Second)
-	as := w.settle(k, p, holdBound)
+	as := w.settle(k, p, w.holdBound())
 	r, ok := w.once(k)
 	if !ok {
 		return
@@ -293,7 +293,7 @@ func oversized(w *world) {
 	p := payload{Key: k, Do: "ok", Size: 4 * w.caps.MaxResult}
 	first := w.send(k, p)
 	w.waitReturned(k, 10*time.Second)
-	as := w.settle(k, p, holdBound)
+	as := w.settle(k, p, w.holdBound())
 	r, ok := w.once(k)
 	if !ok {
 		return
@@ -330,7 +330,7 @@ func duplicate(w *world) {
 	}
 	wg.Wait()
 	first := <-firstCh
-	as := w.settle(k, p, holdBound)
+	as := w.settle(k, p, w.holdBound())
 	r, ok := w.once(k)
 	if !ok {
 		return
@@ -351,14 +351,14 @@ func duplicate(w *world) {
 func mismatch(w *world) {
 	k := newKey()
 	p := payload{Key: k, Do: "ok"}
-	as := w.settle(k, p, holdBound)
+	as := w.settle(k, p, w.holdBound())
 	other := p
 	other.V = "other"
 	a := w.send(k, other)
 	if a.Outcome != Rejected {
 		w.violate(k, "another payload under the key got %s (%s), want rejected", a.Outcome, a.Detail)
 	}
-	again := w.settle(k, p, holdBound)
+	again := w.settle(k, p, w.holdBound())
 	r, ok := w.once(k)
 	if !ok {
 		return
@@ -373,7 +373,7 @@ func mismatch(w *world) {
 func redisEmptied(w *world) {
 	k := newKey()
 	p := payload{Key: k, Do: "ok"}
-	as := w.settle(k, p, holdBound)
+	as := w.settle(k, p, w.holdBound())
 	if last := as[len(as)-1]; last.Outcome != Executed && last.Outcome != Replayed {
 		w.violate(k, "got %s (%s), want its result", last.Outcome, last.Detail)
 		return
@@ -402,7 +402,7 @@ func resolve(w *world) {
 		k string
 		p payload
 	}{{kOK, pOK}, {kFail, pFail}} {
-		as := w.settle(c.k, c.p, holdBound)
+		as := w.settle(c.k, c.p, w.holdBound())
 		if _, ok := w.once(c.k); !ok {
 			return
 		}
@@ -437,11 +437,11 @@ func resolve(w *world) {
 // completes once.
 func longWork(w *world) {
 	k := newKey()
-	d := max(Lease, w.caps.Timer) + time.Second
+	d := max(w.lease, w.caps.Timer) + time.Second
 	p := payload{Key: k, Do: "ok", WorkMs: int(d / time.Millisecond)}
 	first := w.send(k, p)
 	w.waitReturned(k, d+10*time.Second)
-	as := w.settle(k, p, holdBound)
+	as := w.settle(k, p, w.holdBound())
 	r, ok := w.once(k)
 	if !ok {
 		return

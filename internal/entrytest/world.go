@@ -26,9 +26,14 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-// Lease is the Claimer's lease in every window: short, so the windows that
-// outlast it stay short.
+// Lease is the Claimer's lease in every window but the renewals one:
+// short, so the windows that outlast it stay short.
 const Lease = 2 * time.Second
+
+// renewalsLease is the lease of the renewals window: long enough that a
+// cut past its first third still leaves the renewals after the cut seconds
+// to land before the worker's deadline on a loaded machine.
+const renewalsLease = 4 * time.Second
 
 // payload is what the suite sends: the key it was sent under and how the
 // handler behaves. V varies the payload under one key (a mismatch).
@@ -62,6 +67,7 @@ type run struct {
 type world struct {
 	t      *testing.T
 	name   string
+	lease  time.Duration
 	caps   Caps
 	d      Driver
 	a      Adapter
@@ -79,10 +85,10 @@ type world struct {
 	vs []Violation
 }
 
-func newWorld(t *testing.T, d Driver, window string) *world {
+func newWorld(t *testing.T, d Driver, window string, lease time.Duration) *world {
 	t.Helper()
 	ctx := context.Background()
-	w := &world{t: t, name: window, caps: d.Caps(), d: d, runs: map[string][]*run{}, started: make(chan string, 64)}
+	w := &world{t: t, name: window, lease: lease, caps: d.Caps(), d: d, runs: map[string][]*run{}, started: make(chan string, 64)}
 	if w.caps.Tenant == "" {
 		t.Fatal("entrytest: Caps.Tenant is empty")
 	}
@@ -94,7 +100,7 @@ func newWorld(t *testing.T, d Driver, window string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.reader, err = claim.New(direct, claim.WithLease(Lease), claim.WithRetention(time.Hour)); err != nil {
+	if w.reader, err = claim.New(direct, claim.WithLease(lease), claim.WithRetention(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := pgxpool.ParseConfig(w.schema.URL)
@@ -119,7 +125,7 @@ func newWorld(t *testing.T, d Driver, window string) *world {
 		t.Fatal(err)
 	}
 	w.rdb, w.prefix = testenv.Redis(t)
-	c, err := claim.New(st, claim.WithLease(Lease), claim.WithRetention(time.Hour),
+	c, err := claim.New(st, claim.WithLease(lease), claim.WithRetention(time.Hour),
 		claim.WithRedis(w.rdb, lua.Options{Prefix: w.prefix, Timeout: time.Second}))
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +137,7 @@ func newWorld(t *testing.T, d Driver, window string) *world {
 		}
 		return direct.Get(ctx, ref)
 	}
-	w.a = d.Start(Env{T: t, Claimer: c, Schema: w.schema, Lease: Lease, Handler: w.handle, Record: record})
+	w.a = d.Start(Env{T: t, Claimer: c, Schema: w.schema, Lease: lease, Handler: w.handle, Record: record})
 	// Cleanups run last first: this one runs before the adapter's and
 	// the pool's. A key still held (a broken settlement's renewals going
 	// on forever, a handler stuck) is fenced, so its renewals stop.
@@ -314,7 +320,7 @@ func (w *world) settle(key string, p payload, within time.Duration) []Answer {
 // holdBound is how long a key may stay unsettled after its work ended
 // before the suite calls it held: the lease twice over, a redelivery's
 // delay, and slack for a loaded machine.
-const holdBound = 2*Lease + 5*time.Second
+func (w *world) holdBound() time.Duration { return 2*w.lease + 5*time.Second }
 
 // record reads the durable record of the operation key ran under.
 func (w *world) record(key string) (durable.Record, bool) {
@@ -344,7 +350,7 @@ func (w *world) release() {
 		w.t.Logf("entrytest: fence the records still held: %v", err)
 	}
 	// Give a renewal in flight the time to come back fenced.
-	time.Sleep(Lease / 2)
+	time.Sleep(w.lease / 2)
 }
 
 // flushRedis deletes every Redis key of the window.
