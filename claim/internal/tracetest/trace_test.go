@@ -296,7 +296,26 @@ func TestTraces_RedisDownTakeoverFenced(t *testing.T) {
 
 func TestTraces_Do(t *testing.T) {
 	t.Parallel()
-	f := setup(t, liveRedis)
+	// Claiming first (the default): the claim is the transaction's first
+	// statement, a child of its span. Writing at commit (the opt-in): the
+	// record is inserted with the COMMIT, and the transaction span says so
+	// and holds no claim.
+	t.Run("ClaimFirst", func(t *testing.T) {
+		t.Parallel()
+		testTracesDo(t, false)
+	})
+	t.Run("WriteAtCommit", func(t *testing.T) {
+		t.Parallel()
+		testTracesDo(t, true)
+	})
+}
+
+func testTracesDo(t *testing.T, atCommit bool) {
+	var opts []claim.Option
+	if atCommit {
+		opts = append(opts, claim.WithWriteAtCommit())
+	}
+	f := setup(t, liveRedis, opts...)
 	ctx := t.Context()
 	var bag string
 	out, err := f.c.Do(ctx, request(secretKey, "a"), func(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
@@ -311,30 +330,35 @@ func TestTraces_Do(t *testing.T) {
 	}
 	cl := f.one("oncekey.claim")
 	want(t, cl, attribute.String("oncekey.mode", "do"), attribute.String("oncekey.outcome", "executed"), attribute.Bool("oncekey.redis.answered", true))
-	// The record is inserted with the COMMIT: the transaction span says so,
-	// and holds no claim.
 	tx := f.one("oncekey.durable.transaction")
-	if tx.Parent.SpanID() != cl.SpanContext.SpanID() || has(f.children(tx), "oncekey.durable.claim") {
-		t.Fatalf("transaction span under %v with children %q", tx.Parent.SpanID(), f.children(tx))
+	if tx.Parent.SpanID() != cl.SpanContext.SpanID() || has(f.children(tx), "oncekey.durable.claim") == atCommit {
+		t.Fatalf("transaction span under %v with children %q (write at commit: %v)", tx.Parent.SpanID(), f.children(tx), atCommit)
 	}
-	want(t, tx, attribute.String("oncekey.durable.result", "inserted"))
+	if atCommit {
+		want(t, tx, attribute.String("oncekey.durable.result", "inserted"))
+	}
 
-	// Redis lost the key: fn's transaction finds the record, and Do replays
-	// it from one read, with no second transaction.
+	// Redis lost the key: Do replays the record from the database, and fn
+	// does not run.
 	f.exp.Reset()
 	f.forget()
 	rep, err := f.c.Do(ctx, request(secretKey, "a"), func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+		if !atCommit {
+			t.Error("fn ran for a finished key")
+		}
 		return durable.Result{Body: []byte("again")}, nil
 	})
 	if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != "done" {
 		t.Fatalf("replay after Redis lost the key: %v %v", rep.Kind, err)
 	}
-	want(t, f.one("oncekey.durable.transaction"), attribute.String("oncekey.durable.result", "existing"))
+	if atCommit {
+		want(t, f.one("oncekey.durable.transaction"), attribute.String("oncekey.durable.result", "existing"))
+	}
 	want(t, f.one("oncekey.claim"), attribute.String("oncekey.outcome", "replayed"), attribute.String("oncekey.replay.source", "durable"))
 
 	f.exp.Reset()
 	if _, err := f.c.Do(ctx, request(secretKey, "b"), func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
-		t.Fatal("ran on a mismatch")
+		t.Error("ran on a mismatch")
 		return durable.Result{}, nil
 	}); !errors.Is(err, claim.ErrMismatch) {
 		t.Fatalf("mismatch: %v", err)
