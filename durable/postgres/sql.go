@@ -210,14 +210,17 @@ u AS (
 SELECT (SELECT generation FROM u),
 	EXISTS (SELECT 1 FROM %T WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3)`
 
-// pendingSQL: $1 stale-for µs, $2 limit.
+// pendingSQL: $1 stale-for µs, $2 limit. Fewest takeovers first, then
+// oldest: every adoption counts one, so records the Reconciler could not
+// resolve yet go behind the ones it has not tried as often, and more of
+// them than a batch cannot hold the others back for ever.
 const pendingSQL = `SELECT ` + recCols + `
 FROM %T r, (SELECT clock_timestamp() AS now) n
 WHERE r.state IN ('processing', 'uncertain')
 	AND ((r.state = 'processing' AND r.owner_token IS NOT NULL
 			AND r.lease_expires_at <= n.now - $1::bigint * interval '1 microsecond')
 		OR (r.state = 'uncertain' AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= n.now)))
-ORDER BY r.created_at
+ORDER BY r.takeovers, r.created_at
 LIMIT $2::integer`
 
 // sweepSQL deletes at most $1 finished or released records past retention

@@ -168,12 +168,13 @@ RETURNING generation`),
 
 		adoptable: r.Replace(`SELECT count(*) FROM {t} WHERE ` + pk),
 
-		// ?1 stale µs, ?2 limit.
+		// ?1 stale µs, ?2 limit. Fewest takeovers first, then oldest (see
+		// the PostgreSQL store's pendingSQL).
 		pending: r.Replace(`SELECT ` + recordCols + ` FROM {t}
 WHERE state IN ('processing', 'uncertain') AND (
 	(state = 'uncertain' AND (lease_expires_at IS NULL OR lease_expires_at <= ` + now + `))
 	OR (state = 'processing' AND owner_token IS NOT NULL AND lease_expires_at <= ` + now + ` - ?1))
-ORDER BY created_at, tenant_id, operation, key_hash
+ORDER BY takeovers, created_at, tenant_id, operation, key_hash
 LIMIT ?2`),
 
 		// ?1 batch. Bounded, and on the sweep index, so the write lock is

@@ -146,8 +146,9 @@ func (c *contract[TTx]) adoptBusy(t *testing.T) {
 }
 
 // Pending lists processing records whose lease expired at least StaleFor
-// ago and uncertain records whose lease is free, oldest first, at most
-// Limit.
+// ago and uncertain records whose lease is free, at most Limit: those
+// taken over fewest times first, oldest first among them, so records the
+// Reconciler keeps failing to resolve cannot hold the others back.
 func (c *contract[TTx]) pending(t *testing.T) {
 	s := c.h.New(t)
 	ctx := ctxFor(t)
@@ -179,8 +180,9 @@ func (c *contract[TTx]) pending(t *testing.T) {
 		must(t, "Pending", err)
 		var out []durable.Ref
 		for i, r := range recs {
-			if i > 0 && r.CreatedAt.Before(recs[i-1].CreatedAt) {
-				t.Fatalf("Pending is not oldest first: %v before %v", recs[i-1].CreatedAt, r.CreatedAt)
+			if i > 0 && (r.Takeovers < recs[i-1].Takeovers || r.Takeovers == recs[i-1].Takeovers && r.CreatedAt.Before(recs[i-1].CreatedAt)) {
+				t.Fatalf("Pending is not fewest takeovers, then oldest, first: %d %v before %d %v",
+					recs[i-1].Takeovers, recs[i-1].CreatedAt, r.Takeovers, r.CreatedAt)
 			}
 			out = append(out, r.Ref)
 		}
@@ -196,4 +198,12 @@ func (c *contract[TTx]) pending(t *testing.T) {
 	eq("Pending", refs(0, 10), []durable.Ref{stale, free})
 	eq("Pending limit 1", refs(0, 1), []durable.Ref{stale})
 	eq("Pending stale for an hour", refs(time.Hour, 10), []durable.Ref{free})
+
+	// The oldest record, taken over again and left uncertain (a Reconciler
+	// that could not resolve it), goes behind the one not tried yet.
+	tok, err := s.Adopt(ctx, stale, uuid.New(), 0, long)
+	must(t, "Adopt", err)
+	must(t, "MarkUncertain", s.MarkUncertain(ctx, stale, tok))
+	eq("Pending after the oldest was tried", refs(0, 10), []durable.Ref{free, stale})
+	eq("Pending limit 1 after the oldest was tried", refs(0, 1), []durable.Ref{free})
 }
