@@ -16,7 +16,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimamqp"
-	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/claim/internal/settle/settletest"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/internal/entrytest"
 	"github.com/oncekey/oncekey/internal/testenv"
@@ -30,18 +30,7 @@ import (
 func TestConformance(t *testing.T) { entrytest.Run(t, amqpDriver{}) }
 
 func TestConformance_BrokenSettlementsAreCaught(t *testing.T) {
-	for _, c := range []struct {
-		mode   settle.Mode
-		window string
-	}{
-		{settle.OneAttempt, entrytest.OutageShort},
-		{settle.ReleaseOnError, entrytest.Resolve},
-		{settle.NoRecover, entrytest.Panic},
-	} {
-		t.Run(c.mode.String(), func(t *testing.T) {
-			entrytest.Catch(t, amqpDriver{}, c.window, func() func() { return settle.Break(c.mode) })
-		})
-	}
+	settletest.CatchBroken(t, amqpDriver{})
 }
 
 const (

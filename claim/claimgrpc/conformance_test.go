@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/oncekey/oncekey/claim/claimgrpc"
-	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/claim/internal/settle/settletest"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/internal/entrytest"
 )
@@ -27,18 +27,7 @@ import (
 func TestConformance(t *testing.T) { entrytest.Run(t, grpcDriver{}) }
 
 func TestConformance_BrokenSettlementsAreCaught(t *testing.T) {
-	for _, c := range []struct {
-		mode   settle.Mode
-		window string
-	}{
-		{settle.OneAttempt, entrytest.OutageShort},
-		{settle.ReleaseOnError, entrytest.Resolve},
-		{settle.NoRecover, entrytest.Panic},
-	} {
-		t.Run(c.mode.String(), func(t *testing.T) {
-			entrytest.Catch(t, grpcDriver{}, c.window, func() func() { return settle.Break(c.mode) })
-		})
-	}
+	settletest.CatchBroken(t, grpcDriver{})
 }
 
 // conformanceDomain marks the suite's business failures: a

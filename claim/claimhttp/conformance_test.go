@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
-	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/claim/internal/settle/settletest"
 	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/internal/entrytest"
@@ -26,23 +26,7 @@ import (
 func TestConformance(t *testing.T) { entrytest.Run(t, httpDriver{}) }
 
 func TestConformance_BrokenSettlementsAreCaught(t *testing.T) {
-	negatives(t, httpDriver{})
-}
-
-// negatives runs, for each broken settlement, the window that reveals it.
-func negatives(t *testing.T, d entrytest.Driver) {
-	for _, c := range []struct {
-		mode   settle.Mode
-		window string
-	}{
-		{settle.OneAttempt, entrytest.OutageShort},
-		{settle.ReleaseOnError, entrytest.Resolve},
-		{settle.NoRecover, entrytest.Panic},
-	} {
-		t.Run(c.mode.String(), func(t *testing.T) {
-			entrytest.Catch(t, d, c.window, func() func() { return settle.Break(c.mode) })
-		})
-	}
+	settletest.CatchBroken(t, httpDriver{})
 }
 
 // conformanceMaxBody is the driver's MaxStoredBody and MaxResponseBody.

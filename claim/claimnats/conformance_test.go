@@ -17,7 +17,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimnats"
-	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/claim/internal/settle/settletest"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/internal/entrytest"
 	"github.com/oncekey/oncekey/internal/testenv"
@@ -31,18 +31,7 @@ import (
 func TestConformance(t *testing.T) { entrytest.Run(t, natsDriver{}) }
 
 func TestConformance_BrokenSettlementsAreCaught(t *testing.T) {
-	for _, c := range []struct {
-		mode   settle.Mode
-		window string
-	}{
-		{settle.OneAttempt, entrytest.OutageShort},
-		{settle.ReleaseOnError, entrytest.Resolve},
-		{settle.NoRecover, entrytest.Panic},
-	} {
-		t.Run(c.mode.String(), func(t *testing.T) {
-			entrytest.Catch(t, natsDriver{}, c.window, func() func() { return settle.Break(c.mode) })
-		})
-	}
+	settletest.CatchBroken(t, natsDriver{})
 }
 
 const (

@@ -18,7 +18,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/claim/internal/settle/settletest"
 	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/internal/entrytest"
@@ -32,18 +32,7 @@ import (
 func TestConformance(t *testing.T) { entrytest.Run(t, riverDriver{}) }
 
 func TestConformance_BrokenSettlementsAreCaught(t *testing.T) {
-	for _, c := range []struct {
-		mode   settle.Mode
-		window string
-	}{
-		{settle.OneAttempt, entrytest.OutageShort},
-		{settle.ReleaseOnError, entrytest.Resolve},
-		{settle.NoRecover, entrytest.Panic},
-	} {
-		t.Run(c.mode.String(), func(t *testing.T) {
-			entrytest.Catch(t, riverDriver{}, c.window, func() func() { return settle.Break(c.mode) })
-		})
-	}
+	settletest.CatchBroken(t, riverDriver{})
 }
 
 const (
