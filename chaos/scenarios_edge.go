@@ -431,7 +431,11 @@ func (x *edge) handle(w http.ResponseWriter, r *http.Request) {
 		x.gens[o] = tok.Generation
 	}
 	x.mu.Unlock()
-	dctx, cancel := context.WithTimeout(ctx, s.dTime)
+	// The workflow handler calls the downstream under its renewed lease:
+	// give the call two leases, so a loaded machine does not turn a slow
+	// answer into an uncertain outcome these scenarios do not plan (half a
+	// lease made http-finish-outage-long end uncertain once in CI).
+	dctx, cancel := context.WithTimeout(ctx, max(s.dTime, 2*e.cfg.Lease))
 	id, err := fault.CallDownstream(dctx, e.httpc, x.d.URL(), claimhttp.OperationID(ctx), tok)
 	cancel()
 	var de *fault.DownstreamError

@@ -118,14 +118,24 @@ func (r *riverEntry) stopWorker(o *op) int {
 // attempt began: River's timer ran out during the work.
 func (r *riverEntry) pastTimeout(ctx context.Context, o *op) {
 	e := r.x.e
-	sleep(ctx, e.cfg.Lease*3/2)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	// From a lease on, poll until the job is seen running past the lease
+	// (the fault) or is no longer running: one look at a fixed moment
+	// missed it on a loaded machine, whose sleep overshot the work.
+	sleep(ctx, e.cfg.Lease)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var past bool
-	err := e.admin.QueryRow(rctx, `SELECT COALESCE(bool_or(now() - attempted_at > $2 * interval '1 microsecond'), false)
-		FROM `+e.schema+`.river_job WHERE args->>'operation_id' = $1 AND state = 'running'`,
-		o.id, e.cfg.Lease.Microseconds()).Scan(&past)
-	if err == nil && past {
-		e.fault(r.x.timerFault)
+	for rctx.Err() == nil {
+		var running, past bool
+		err := e.admin.QueryRow(rctx, `SELECT count(*) > 0, COALESCE(bool_or(now() - attempted_at > $2 * interval '1 microsecond'), false)
+			FROM `+e.schema+`.river_job WHERE args->>'operation_id' = $1 AND state = 'running'`,
+			o.id, e.cfg.Lease.Microseconds()).Scan(&running, &past)
+		switch {
+		case err != nil || !running:
+			return
+		case past:
+			e.fault(r.x.timerFault)
+			return
+		}
+		sleep(rctx, e.cfg.Lease/10)
 	}
 }
