@@ -3,7 +3,6 @@ package claimamqp_test
 import (
 	"context"
 	"errors"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,68 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimamqp"
+	"github.com/oncekey/oncekey/claim/internal/consume/consumetest"
 	"github.com/oncekey/oncekey/durable"
 )
-
-// counters is a MeterProvider that adds up its Int64Counters by name and
-// attributes, so the test needs no OpenTelemetry SDK.
-type counters struct {
-	noop.MeterProvider
-	mu   sync.Mutex
-	sums map[string]int64
-}
-
-func newCounters() *counters { return &counters{sums: map[string]int64{}} }
-
-func (c *counters) Meter(string, ...metric.MeterOption) metric.Meter { return meter{c: c} }
-
-func (c *counters) get(key string) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sums[key]
-}
-
-func (c *counters) keys() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ks []string
-	for k := range c.sums {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
-type meter struct {
-	noop.Meter
-	c *counters
-}
-
-func (m meter) Int64Counter(name string, _ ...metric.Int64CounterOption) (metric.Int64Counter, error) {
-	return counter{c: m.c, name: name}, nil
-}
-
-type counter struct {
-	noop.Int64Counter
-	c    *counters
-	name string
-}
-
-func (k counter) Add(_ context.Context, n int64, opts ...metric.AddOption) {
-	key := k.name
-	set := metric.NewAddConfig(opts).Attributes()
-	for _, kv := range set.ToSlice() {
-		key += "|" + string(kv.Key) + "=" + kv.Value.String()
-	}
-	k.c.mu.Lock()
-	k.c.sums[key] += n
-	k.c.mu.Unlock()
-}
 
 // deadLetters records the calls of a WithDeadLetter callback.
 type deadLetters struct {
@@ -106,7 +49,7 @@ func (d *deadLetters) list() ([]error, []string, []int64) {
 func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	e := newEnv(t)
 	var dl deadLetters
-	mp := newCounters()
+	mp := consumetest.NewCounters()
 	cons := newConsumer(t, e, claimamqp.WithDeadLetter(dl.add), claimamqp.WithMeterProvider(mp))
 	e.publish("acct-secret-77", `{"amount":1}`)
 	e.publish("acct-secret-77", `{"amount":999}`)
@@ -147,11 +90,11 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 		"oncekey.messages.dead_lettered|adapter=claimamqp|reason=mismatch",
 		"oncekey.messages.dead_lettered|adapter=claimamqp|reason=no_identity",
 	} {
-		if mp.get(k) != 1 {
-			t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.get(k), mp.keys())
+		if mp.Get(k) != 1 {
+			t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.Get(k), mp.Keys())
 		}
 	}
-	for _, k := range mp.keys() {
+	for _, k := range mp.Keys() {
 		if strings.Contains(k, "acct-secret-77") {
 			t.Fatalf("a metric names the message id: %s", k)
 		}
@@ -162,7 +105,7 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 // x-delivery-limit 2 (RabbitMQ dead-letters a message returned once its
 // x-delivery-count reached 2: 3 deliveries), until the message reached the
 // dead-letter queue, and returns the deliveries and the callback's calls.
-func heldPastLimit(t *testing.T, opts ...claimamqp.Option) (int, *deadLetters, *counters) {
+func heldPastLimit(t *testing.T, opts ...claimamqp.Option) (int, *deadLetters, *consumetest.Counters) {
 	e := newEnv(t)
 	q := e.queue + ".quorum"
 	if _, err := e.ch.QueueDeclare(q, true, false, false, false, amqp.Table{
@@ -176,7 +119,7 @@ func heldPastLimit(t *testing.T, opts ...claimamqp.Option) (int, *deadLetters, *
 		_, _ = c.QueueDelete(q, false, false, false)
 	})
 	var dl deadLetters
-	mp := newCounters()
+	mp := consumetest.NewCounters()
 	cons, err := claimamqp.New(e.claim, q, append([]claimamqp.Option{
 		claimamqp.WithUncertainDelay(100 * time.Millisecond), claimamqp.WithDeadLetter(dl.add), claimamqp.WithMeterProvider(mp),
 	}, opts...)...)
@@ -241,8 +184,8 @@ func TestDeliveryLimit_HeldMessageReportedAtLastDelivery(t *testing.T) {
 	if len(errs) != 1 || !errors.Is(errs[0], claimamqp.ErrDeliveryLimit) || !errors.Is(errs[0], claimamqp.ErrDeadLetter) || counts[0] != 2 {
 		t.Fatalf("dead-letter callback: %v at x-delivery-count %v, want one ErrDeliveryLimit at 2", errs, counts)
 	}
-	if k := "oncekey.messages.dead_lettered|adapter=claimamqp|reason=delivery_limit"; mp.get(k) != 1 {
-		t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.get(k), mp.keys())
+	if k := "oncekey.messages.dead_lettered|adapter=claimamqp|reason=delivery_limit"; mp.Get(k) != 1 {
+		t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.Get(k), mp.Keys())
 	}
 }
 

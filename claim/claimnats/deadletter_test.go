@@ -3,7 +3,6 @@ package claimnats_test
 import (
 	"context"
 	"errors"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,68 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimnats"
+	"github.com/oncekey/oncekey/claim/internal/consume/consumetest"
 	"github.com/oncekey/oncekey/durable"
 )
-
-// counters is a MeterProvider that adds up its Int64Counters by name and
-// attributes, so the test needs no OpenTelemetry SDK.
-type counters struct {
-	noop.MeterProvider
-	mu   sync.Mutex
-	sums map[string]int64
-}
-
-func newCounters() *counters { return &counters{sums: map[string]int64{}} }
-
-func (c *counters) Meter(string, ...metric.MeterOption) metric.Meter { return meter{c: c} }
-
-func (c *counters) get(key string) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sums[key]
-}
-
-func (c *counters) keys() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ks []string
-	for k := range c.sums {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
-type meter struct {
-	noop.Meter
-	c *counters
-}
-
-func (m meter) Int64Counter(name string, _ ...metric.Int64CounterOption) (metric.Int64Counter, error) {
-	return counter{c: m.c, name: name}, nil
-}
-
-type counter struct {
-	noop.Int64Counter
-	c    *counters
-	name string
-}
-
-func (k counter) Add(_ context.Context, n int64, opts ...metric.AddOption) {
-	key := k.name
-	set := metric.NewAddConfig(opts).Attributes()
-	for _, kv := range set.ToSlice() {
-		key += "|" + string(kv.Key) + "=" + kv.Value.String()
-	}
-	k.c.mu.Lock()
-	k.c.sums[key] += n
-	k.c.mu.Unlock()
-}
 
 // deadLetters records the calls of a WithDeadLetter callback.
 type deadLetters struct {
@@ -109,7 +52,7 @@ func (d *deadLetters) list() ([]error, []string, []uint64) {
 func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	e := newEnv(t)
 	var dl deadLetters
-	mp := newCounters()
+	mp := consumetest.NewCounters()
 	cons, err := claimnats.New(e.claimer(nil, e.rdb, 2*time.Second),
 		claimnats.WithDeadLetter(dl.add), claimnats.WithMeterProvider(mp))
 	if err != nil {
@@ -160,11 +103,11 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 		"oncekey.messages.dead_lettered|adapter=claimnats|reason=mismatch",
 		"oncekey.messages.dead_lettered|adapter=claimnats|reason=no_identity",
 	} {
-		if mp.get(k) != 1 {
-			t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.get(k), mp.keys())
+		if mp.Get(k) != 1 {
+			t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.Get(k), mp.Keys())
 		}
 	}
-	for _, k := range mp.keys() {
+	for _, k := range mp.Keys() {
 		if strings.Contains(k, "acct-secret-77") {
 			t.Fatalf("a metric names the message id: %s", k)
 		}
@@ -174,10 +117,10 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 // heldPastLimit runs an uncertain handler on a JetStream consumer with
 // MaxDeliver 3 until JetStream gave the message up (nothing pending), and
 // returns the deliveries and the dead-letter callback's calls.
-func heldPastLimit(t *testing.T, opts ...claimnats.Option) (int, *deadLetters, *counters) {
+func heldPastLimit(t *testing.T, opts ...claimnats.Option) (int, *deadLetters, *consumetest.Counters) {
 	e := newEnv(t)
 	var dl deadLetters
-	mp := newCounters()
+	mp := consumetest.NewCounters()
 	cons, err := claimnats.New(e.claimer(nil, e.rdb, 2*time.Second), append([]claimnats.Option{
 		claimnats.WithUncertainDelay(100 * time.Millisecond), claimnats.WithDeadLetter(dl.add), claimnats.WithMeterProvider(mp),
 	}, opts...)...)
@@ -240,8 +183,8 @@ func TestDeliveryLimit_HeldMessageReportedAtLastDelivery(t *testing.T) {
 	if len(errs) != 1 || !errors.Is(errs[0], claimnats.ErrDeliveryLimit) || !errors.Is(errs[0], claimnats.ErrDeadLetter) || seqs[0] != 3 {
 		t.Fatalf("dead-letter callback: %v at deliveries %v, want one ErrDeliveryLimit at the 3rd", errs, seqs)
 	}
-	if k := "oncekey.messages.dead_lettered|adapter=claimnats|reason=delivery_limit"; mp.get(k) != 1 {
-		t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.get(k), mp.keys())
+	if k := "oncekey.messages.dead_lettered|adapter=claimnats|reason=delivery_limit"; mp.Get(k) != 1 {
+		t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.Get(k), mp.Keys())
 	}
 }
 
