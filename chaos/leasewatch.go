@@ -2,9 +2,12 @@ package chaos
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
@@ -33,10 +36,25 @@ type leaseWatch struct {
 }
 
 // leaseFloors are the floors of a scenario's leases, shared by the
-// watches of all its clients.
+// watches of all its clients, and what each takeover found.
 type leaseFloors struct {
 	mu sync.Mutex
 	m  map[[32]byte]leaseFloor
+	// tried is when each token's owner last sent a claim or a renewal,
+	// accepted or not: the renewal loop's last sign of life.
+	tried map[fence.Token]time.Time
+	// lapses are the takeovers of leases that had run out, per key.
+	lapses map[[32]byte][]lapse
+}
+
+// lapse is a takeover of a lease that had run out: generation to took
+// over from, idle after from's owner last sent a claim or a renewal.
+// KeepAlive sends one every third of the lease, so idle well past a lease
+// means the owner sent none for that long (its process stalled), and
+// idle under a lease that its renewals were sent but did not land in time.
+type lapse struct {
+	from, to uint64
+	idle     time.Duration
 }
 
 type leaseFloor struct {
@@ -47,7 +65,26 @@ type leaseFloor struct {
 // floorSlack absorbs the granularity of the two readings of one clock.
 const floorSlack = 5 * time.Millisecond
 
-func newLeaseFloors() *leaseFloors { return &leaseFloors{m: map[[32]byte]leaseFloor{}} }
+func newLeaseFloors() *leaseFloors {
+	return &leaseFloors{m: map[[32]byte]leaseFloor{}, tried: map[fence.Token]time.Time{}, lapses: map[[32]byte][]lapse{}}
+}
+
+// explain describes the takeovers of key's leases that had run out, for a
+// violation's detail: "" when there were none.
+func (f *leaseFloors) explain(key [32]byte, lease time.Duration) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b strings.Builder
+	for _, l := range f.lapses[key] {
+		why := "its renewals were sent but none landed in time"
+		if l.idle > lease {
+			why = "its owner sent no renewal for longer than the lease (the process stalled)"
+		}
+		fmt.Fprintf(&b, "; generation %d took over generation %d's lease after it ran out: %s, %v after the last one was sent (lease %v)",
+			l.to, l.from, why, l.idle.Round(time.Millisecond), lease)
+	}
+	return b.String()
+}
 
 // InsertAtCommit is the watched store's: a write at commit takes no lease.
 func (w *leaseWatch) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok fence.Token, fn func(ctx context.Context, tx pgxTx) (durable.State, durable.Result, error)) error {
@@ -80,9 +117,16 @@ func (w *leaseWatch) acquired(res storeapi.ClaimResult, start, end time.Time, le
 	prev, ok := w.f.m[k]
 	if set && (!ok || res.Token.Generation >= prev.tok.Generation) {
 		w.f.m[k] = leaseFloor{tok: res.Token, until: start.Add(lease)}
+		w.f.tried[res.Token] = start
+	}
+	live := ok && res.Takeover && res.Token.Generation > prev.tok.Generation && end.Add(floorSlack).Before(prev.until)
+	if ok && res.Takeover && res.Token.Generation > prev.tok.Generation && !live {
+		if t, seen := w.f.tried[prev.tok]; seen {
+			w.f.lapses[k] = append(w.f.lapses[k], lapse{from: prev.tok.Generation, to: res.Token.Generation, idle: end.Sub(t)})
+		}
 	}
 	w.f.mu.Unlock()
-	if ok && res.Takeover && res.Token.Generation > prev.tok.Generation && end.Add(floorSlack).Before(prev.until) {
+	if live {
 		w.e.violation(noLiveLeaseTakeover, history.OpName(w.e.keyspace[k], 1),
 			"generation %d took over generation %d %v before its lease could have run out by the database's clock",
 			res.Token.Generation, prev.tok.Generation, prev.until.Sub(end).Round(time.Millisecond))
@@ -102,6 +146,11 @@ func (w *leaseWatch) Claim(ctx context.Context, tx pgxTx, p storeapi.ClaimParams
 
 func (w *leaseWatch) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
 	start := time.Now()
+	w.f.mu.Lock()
+	if _, ok := w.f.tried[tok]; ok {
+		w.f.tried[tok] = start
+	}
+	w.f.mu.Unlock()
 	err := w.Store.Renew(ctx, ref, tok, lease)
 	if err == nil {
 		w.f.mu.Lock()
@@ -112,4 +161,33 @@ func (w *leaseWatch) Renew(ctx context.Context, ref durable.Ref, tok fence.Token
 		w.f.mu.Unlock()
 	}
 	return err
+}
+
+// Adopt's and Handover's new tokens start leases of their own: recorded
+// as a claim's.
+func (w *leaseWatch) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, proposed uint64, lease time.Duration) (fence.Token, error) {
+	start := time.Now()
+	tok, err := w.Store.Adopt(ctx, ref, owner, proposed, lease)
+	if err == nil {
+		w.started(ref, tok, start, lease)
+	}
+	return tok, err
+}
+
+func (w *leaseWatch) Handover(ctx context.Context, ref durable.Ref, from fence.Token, owner uuid.UUID, lease time.Duration) (fence.Token, error) {
+	start := time.Now()
+	tok, err := w.Store.Handover(ctx, ref, from, owner, lease)
+	if err == nil {
+		w.started(ref, tok, start, lease)
+	}
+	return tok, err
+}
+
+func (w *leaseWatch) started(ref durable.Ref, tok fence.Token, start time.Time, lease time.Duration) {
+	w.f.mu.Lock()
+	defer w.f.mu.Unlock()
+	if prev, ok := w.f.m[ref.KeyHash]; !ok || tok.Generation >= prev.tok.Generation {
+		w.f.m[ref.KeyHash] = leaseFloor{tok: tok, until: start.Add(lease)}
+		w.f.tried[tok] = start
+	}
 }

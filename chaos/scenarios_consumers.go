@@ -120,7 +120,11 @@ func (c *consumerEntry) deliver(o *op, redelivered bool, run consumerRun, onPani
 	x, e := c.x, c.x.e
 	x.arrived(o)
 	if redelivered && x.window(o) == winTimer && x.working.busy(o) {
-		e.fault(x.timerFault)
+		if x.timerPast == 0 { // the redelivery is the window's fault (AMQP)
+			e.fault(x.timerFault)
+		} else {
+			e.observe("redelivered-during-work")
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -185,9 +189,13 @@ func setupNATSWindows(ctx context.Context, e *env) (*workload, error) {
 	})
 	// AckWait is the transport's timer of the timer window: shorter than
 	// its work, longer than the other windows' (a redelivery after the
-	// lease ran out unrenewed could rightly take it over).
+	// lease ran out unrenewed could rightly take it over). The adapter
+	// restarts AckWait while the work goes on (InProgress, every second),
+	// so the work outlives AckWait without a redelivery once AckWait is
+	// longer than that; a shorter one redelivers it during the work
+	// (observed as redelivered-during-work), answered in progress.
 	ackWait := 3 * lease
-	x.timer, x.timerFault = ackWait+2*lease, "redelivered-during-work"
+	x.timer, x.timerFault, x.timerPast = ackWait+2*lease, "work-past-ackwait", ackWait
 	e.expectFaults(x.timerFault)
 	cons, err := stream.CreateOrUpdateConsumer(sctx, jetstream.ConsumerConfig{Durable: "chaos", AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: 1000})

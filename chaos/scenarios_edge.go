@@ -215,7 +215,11 @@ func (e *env) rawDownstream(bodyOf func(o *op, epoch int, id string) []byte, pla
 // oneCallEach counts the calls that reached the downstream, per key, with
 // no deduplication: every call the fence accepted applied an effect, so a
 // second call is a second execution.
-func (e *env) oneCallEach(d *fault.Downstream, ops []*op) {
+func (e *env) oneCallEach(d *fault.Downstream, ops []*op) { e.oneCallEachWhy(d, ops, nil) }
+
+// oneCallEachWhy is oneCallEach with why(o) appended to each violation's
+// detail when set.
+func (e *env) oneCallEachWhy(d *fault.Downstream, ops []*op, why func(o *op) string) {
 	calls := d.Calls()
 	total := 0
 	for _, o := range ops {
@@ -223,7 +227,11 @@ func (e *env) oneCallEach(d *fault.Downstream, ops []*op) {
 		total += n
 		if n > 1 {
 			epoch, _, _ := o.get()
-			e.violation(check.AtMostOneEffect, history.OpName(o.key, epoch), "%d calls reached the downstream (raw, not deduplicated)", n)
+			detail := ""
+			if why != nil {
+				detail = why(o)
+			}
+			e.violation(check.AtMostOneEffect, history.OpName(o.key, epoch), "%d calls reached the downstream (raw, not deduplicated)%s", n, detail)
 		}
 	}
 	e.counter(e.obs, "downstream-calls").Add(int64(total))

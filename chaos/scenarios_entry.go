@@ -108,6 +108,10 @@ type entry struct {
 	timerFault string
 	// timerStart, when set, runs as the timer window's work starts.
 	timerStart func(o *op)
+	// timerPast, when set, is the transport's timer the work outlives:
+	// timerFault is counted when the work went on that long (the family
+	// has no other sign of the timer, which the adapter keeps from firing).
+	timerPast time.Duration
 
 	// quiet is held shared by the producer of a solo window's operation
 	// for its whole attempt, and exclusively by a fault that hands every
@@ -213,7 +217,11 @@ func (e *env) newEntry(ctx context.Context, wins []window, encode func(body []by
 	if w.verifier, err = e.claimer(claimerOpts{store: base, redis: e.redisUser("", nil)}); err != nil {
 		return nil, err
 	}
-	if x.server, err = e.claimer(claimerOpts{store: x.rs, redis: e.redisUser("", nil)}); err != nil {
+	// The adapter's leases are watched: a takeover of a live one is a
+	// violation, and a second effect is explained by the takeovers of
+	// leases that had run out.
+	floors := newLeaseFloors()
+	if x.server, err = e.claimer(claimerOpts{store: e.watchLeases(x.rs, floors), redis: e.redisUser("", nil)}); err != nil {
 		return nil, err
 	}
 	w.claimers = []*claim.Claimer[pgxTx]{x.server}
@@ -256,7 +264,7 @@ func (e *env) newEntry(ctx context.Context, wins []window, encode func(body []by
 	}
 	w.after = func(ctx context.Context, e *env, ops []*op) error {
 		x.rc.halt()
-		e.oneCallEach(x.raw, ops)
+		e.oneCallEachWhy(x.raw, ops, func(o *op) string { return floors.explain(o.ref.KeyHash, e.cfg.Lease) })
 		return x.settled(ctx, ops)
 	}
 	return x, nil
@@ -376,7 +384,11 @@ func (x *entry) work(ctx context.Context, o *op, opID string, tok fence.Token) (
 		if x.timerStart != nil {
 			x.timerStart(o)
 		}
+		start := time.Now()
 		time.Sleep(x.timer)
+		if x.timerPast > 0 && time.Since(start) > x.timerPast {
+			e.fault(x.timerFault)
+		}
 	}
 	return flowBody(o.key, epoch, id), nil
 }
