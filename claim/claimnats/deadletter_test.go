@@ -77,6 +77,12 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	}
 	defer cc.Stop()
 	e.drained(sub, 30*time.Second)
+	// The server sees a message settled as Do acknowledges it, before the
+	// handler has recorded Do's answer: wait for the three answers.
+	waitUntil(t, "three deliveries answered", 10*time.Second, func() bool {
+		a, _ := acts.list()
+		return len(a) >= 3
+	})
 	a, errs := acts.list()
 	if len(a) != 3 || runs.Load() != 1 {
 		t.Fatalf("actions %v (%v), runs %d; want 3 deliveries, 1 run", a, errs, runs.Load())
