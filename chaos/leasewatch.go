@@ -69,6 +69,17 @@ func newLeaseFloors() *leaseFloors {
 	return &leaseFloors{m: map[[32]byte]leaseFloor{}, tried: map[fence.Token]time.Time{}, lapses: map[[32]byte][]lapse{}}
 }
 
+// reported reports whether a takeover by generation to of key was noted;
+// f.mu is held.
+func (f *leaseFloors) reported(key [32]byte, to uint64) bool {
+	for _, l := range f.lapses[key] {
+		if l.to == to {
+			return true
+		}
+	}
+	return false
+}
+
 // explain describes the takeovers of key's leases that had run out, for a
 // violation's detail: "" when there were none.
 func (f *leaseFloors) explain(key [32]byte, lease time.Duration) string {
@@ -121,7 +132,9 @@ func (w *leaseWatch) acquired(res storeapi.ClaimResult, start, end time.Time, le
 	}
 	live := ok && res.Takeover && res.Token.Generation > prev.tok.Generation && end.Add(floorSlack).Before(prev.until)
 	if ok && res.Takeover && res.Token.Generation > prev.tok.Generation && !live {
-		if t, seen := w.f.tried[prev.tok]; seen {
+		// The first answer that reports the takeover describes it (a
+		// claim retried after an ambiguous reply reports it again).
+		if t, seen := w.f.tried[prev.tok]; seen && !w.f.reported(k, res.Token.Generation) {
 			w.f.lapses[k] = append(w.f.lapses[k], lapse{from: prev.tok.Generation, to: res.Token.Generation, idle: end.Sub(t)})
 		}
 	}
