@@ -25,12 +25,14 @@ import (
 // with -id.
 type opFlags struct {
 	tenant, operation, key, id, secretFile string
+	rawKey                                 bool
 }
 
 func (o *opFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.tenant, "tenant", "", "tenant of the operation (required; never printed)")
 	fs.StringVar(&o.operation, "operation", "", "operation, e.g. \"POST /orders\" (with -key)")
-	fs.StringVar(&o.key, "key", "", "the client's idempotency key, hashed locally and never printed nor sent; \"-\" reads it from stdin")
+	fs.StringVar(&o.key, "key", "", "the client's idempotency key, hashed locally and never printed nor sent; \"-\" reads it from stdin. As the Idempotency-Key header carries it, an RFC 8941 string in double quotes ('\"K\"', escapes \\\" and \\\\) is unquoted as claimhttp does; otherwise it is taken as it is")
+	fs.BoolVar(&o.rawKey, "raw-key", false, "take -key as it is, even when it begins with a double quote (a gRPC or message key that holds quotes)")
 	fs.StringVar(&o.id, "id", "", "operation id (op_...) instead of -operation and -key")
 	fs.StringVar(&o.secretFile, "key-secret-file", "", "file holding the store's key secret (postgres.WithKeySecret); default $ONCEKEY_KEY_SECRET")
 }
@@ -57,11 +59,53 @@ func (o *opFlags) validate(e *env) error {
 		}
 		o.key = strings.TrimRight(line, "\r\n")
 	}
+	if !o.rawKey {
+		k, err := headerKey(o.key)
+		if err != nil {
+			return err
+		}
+		o.key = k
+	}
 	// The store would refuse these too; checking here says which flag.
 	if err := (durable.Scope{Tenant: o.tenant, Operation: o.operation, Key: o.key}).Validate(); err != nil {
 		return usagef("%v", err)
 	}
 	return nil
+}
+
+// headerKey returns the key v names: an RFC 8941 sf-string (what the
+// Idempotency-Key header carries, '"K"'), with surrounding spaces and tabs
+// ignored, unquoted exactly as claimhttp parses the header (section 4.2.5
+// of the RFC: printable ASCII, only \" and \\ are escapes, nothing after
+// the closing quote); any other value is the key as it is. The errors
+// never quote the key.
+func headerKey(v string) (string, error) {
+	t := strings.Trim(v, " \t")
+	if !strings.HasPrefix(t, `"`) {
+		return v, nil
+	}
+	const hint = " (-key in double quotes is read as the Idempotency-Key header's string; -raw-key takes it as it is)"
+	var b strings.Builder
+	for i := 1; i < len(t); i++ {
+		switch c := t[i]; {
+		case c == '\\':
+			i++
+			if i == len(t) || t[i] != '"' && t[i] != '\\' {
+				return "", usagef("-key: only \\\" and \\\\ are escapes in a quoted key%s", hint)
+			}
+			b.WriteByte(t[i])
+		case c == '"':
+			if i != len(t)-1 {
+				return "", usagef("-key: characters after the closing quote%s", hint)
+			}
+			return b.String(), nil
+		case c < 0x20 || c > 0x7e:
+			return "", usagef("-key: a character outside printable ASCII in a quoted key%s", hint)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", usagef("-key: unterminated quoted key%s", hint)
 }
 
 // secret returns the store's key secret: the file's contents (a trailing
@@ -201,7 +245,7 @@ func runInspect(e *env, args []string) error {
 	d.register(fs, 30*time.Second)
 	o.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args, false); err != nil {
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if err := o.validate(e); err != nil {
@@ -216,6 +260,9 @@ func runInspect(e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := b.requireTables(d, false); err != nil {
+		return err
+	}
 	r, err := o.lookup(b.ctx, b.store)
 	if errors.Is(err, errUsage) {
 		return err

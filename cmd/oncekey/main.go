@@ -8,20 +8,36 @@
 //
 // Subcommands:
 //
-//	migrate up|status|down   apply, report or roll back one step of the schema
-//	stats                    records by state, stale, expired, takeovers
+//	migrate up|status|down   apply (printing each version applied), report or roll back one step of the schema
+//	stats                    records by state, stale, expired, takeovers, durability of acknowledged commits
 //	inspect                  one operation, by tenant + operation + key, or by operation id
 //	pending                  uncertain and stale processing operations, oldest first
-//	resolve                  settle an uncertain operation as completed or failed
+//	resolve                  settle an uncertain (or stale) operation as completed or failed
 //	sweep                    delete expired records in bounded batches
-//	redis check              maxmemory-policy, cluster slots, version, latency
+//	redis check              maxmemory-policy, cluster slots, version, latency (and PostgreSQL durability with -database-url)
+//
+// After the command's name, its flags and words go in any order
+// ("migrate down -yes", "migrate -yes down"); "--" ends the flags; -h
+// anywhere after the name prints that command's usage.
 //
 // The database comes from -database-url or DATABASE_URL, Redis from
 // -redis-url or REDIS_URL; -schema and -table name the store's table as
-// durable/postgres.WithSchema and WithTable do. A raw idempotency key is
+// durable/postgres.WithSchema and WithTable do. A URL that cannot be parsed
+// is refused naming the part that failed, never printed (it holds the
+// password). A command on a schema without the store's table says so and
+// names the migrate up command that creates it. A raw idempotency key is
 // hashed locally, the way the store derives its record key (with the secret
 // of ONCEKEY_KEY_SECRET, as postgres.WithKeySecret), and is never printed
-// nor sent; no tenant is printed either (pending shows a digest of it).
+// nor sent; -key also takes it as the Idempotency-Key header carries it (an
+// RFC 8941 string in double quotes, unquoted as claimhttp does). No tenant
+// is printed either (pending shows a digest of it).
+//
+// pending and resolve share one staleness rule: a processing operation
+// whose lease expired at least -stale ago (5m) is listed and may be
+// settled; -stale 0 settles one as soon as its lease expired. resolve
+// records the operator (-operator, default $USER, required when that is
+// empty) and the reason in <table>_resolutions, which migration 005
+// creates.
 //
 // Exit status: 0 on success, 1 when the operation failed (a service
 // unreachable, a record not found, a check that did not pass), 2 for bad
@@ -78,13 +94,13 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"migrate", "apply (up), report (status) or roll back one step (down) of the schema", runMigrate},
-		{"stats", "records by state, oldest unexpired, stale, expired awaiting sweep, takeovers", runStats},
+		{"migrate", "apply (up), report (status) or roll back one step (down -yes) of the schema", runMigrate},
+		{"stats", "records by state, oldest unexpired, stale, expired awaiting sweep, takeovers, durability", runStats},
 		{"inspect", "one operation, by -tenant -operation -key or by -tenant -id", runInspect},
 		{"pending", "uncertain and stale processing operations, oldest first", runPending},
 		{"resolve", "settle an uncertain operation as completed or failed, with a reason", runResolve},
 		{"sweep", "delete expired records in bounded batches (-dry-run to count)", runSweep},
-		{"redis", "redis check: maxmemory-policy, cluster slots, version, latency", runRedis},
+		{"redis", "redis check: maxmemory-policy, cluster slots, version, latency (-database-url: durability)", runRedis},
 	}
 }
 
@@ -129,7 +145,7 @@ func runCtx(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "oncekey: the operator tool of oncekey (PostgreSQL store and Redis).")
-	fmt.Fprintln(w, "\nUsage: oncekey <command> [flags]\n\nCommands:")
+	fmt.Fprintln(w, "\nUsage: oncekey <command> [its words and flags, in any order]\n\nCommands:")
 	cs := commands()
 	for _, c := range cs {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
@@ -152,17 +168,34 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args; -h prints the usage and returns flag.ErrHelp; other
-// errors are usage errors; leftover arguments are refused unless allowed.
-func parse(fs *flag.FlagSet, args []string, positional bool) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+// parse parses args, flags and positional words in any order, as people
+// type them: "migrate down -yes" is "migrate -yes down"; "--" ends the
+// flags. -h anywhere prints the usage and returns flag.ErrHelp; other
+// errors are usage errors. It returns the positional words, refusing more
+// than max of them (max < 0: any number).
+func parse(fs *flag.FlagSet, args []string, max int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usagef("%v", err)
 		}
-		return usagef("%v", err)
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		// A positional word: the flags after it are parsed too.
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
-	if !positional && fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+	if max >= 0 && len(pos) > max {
+		return nil, usagef("unexpected argument %q", pos[max])
 	}
-	return nil
+	return pos, nil
 }

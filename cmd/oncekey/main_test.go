@@ -130,7 +130,7 @@ func TestBadInputIsUsageError(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"stats"}, "no database: set -database-url or DATABASE_URL"},
-		{[]string{"stats", "-database-url", "::bad"}, "bad database URL"},
+		{[]string{"stats", "-database-url", "::bad"}, "-database-url: cannot be parsed"},
 		{[]string{"stats", "-database-url", db, "-table", "Bad-Name"}, "invalid configuration"},
 		{[]string{"stats", "-nope"}, "flag provided but not defined: -nope"},
 		{[]string{"stats", "-database-url", db, "extra"}, `unexpected argument "extra"`},
@@ -150,7 +150,7 @@ func TestBadInputIsUsageError(t *testing.T) {
 		{[]string{"sweep", "-database-url", db, "-batch", "0"}, "-batch must be 1 to 100000"},
 		{[]string{"redis"}, "want: oncekey redis check"},
 		{[]string{"redis", "check"}, "no Redis: set -redis-url or REDIS_URL"},
-		{[]string{"redis", "check", "-redis-url", "http://x"}, "bad Redis URL"},
+		{[]string{"redis", "check", "-redis-url", "http://x"}, "-redis-url: the scheme must be redis://, rediss:// or unix://"},
 		{[]string{"redis", "check", "-redis-url", "redis://127.0.0.1:1", "-pings", "0"}, "-pings must be 1 to 1000"},
 	} {
 		code, out, errs := oncekey(t, "", tc.args...)
@@ -171,7 +171,7 @@ func TestUnreachableServicesFail(t *testing.T) {
 		{"pending", "-database-url", db},
 		{"sweep", "-database-url", db},
 		{"inspect", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k"},
-		{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-format", "http", "-as", "failed", "-status", "402", "-reason", "r"},
+		{"resolve", "-database-url", db, "-tenant", "t", "-operation", "o", "-key", "k", "-format", "http", "-as", "failed", "-status", "402", "-reason", "r", "-operator", "ana"},
 	} {
 		code, out, errs := oncekey(t, "", args...)
 		want(t, strings.Join(args, " "), code, 1, out, errs)
@@ -441,7 +441,7 @@ func TestStatsPendingInspectResolve(t *testing.T) {
 	}
 
 	// resolve a live lease: refused, nothing written.
-	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", live.Key, "-format", "http", "-as", "failed", "-status", "402", "-reason", "x")...)
+	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", live.Key, "-format", "http", "-as", "failed", "-status", "402", "-reason", "x", "-operator", "ana")...)
 	want(t, "resolve a live lease", code, 1, out, errs)
 	if !strings.Contains(errs, "not adoptable") {
 		t.Fatalf("resolve a live lease: %q", errs)
@@ -473,11 +473,11 @@ func TestStatsPendingInspectResolve(t *testing.T) {
 		t.Fatalf("recorded resolution: %q %q %d", reason, operator, gen)
 	}
 	// Resolving it again: finished, refused.
-	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", unc.Key, "-format", "http", "-as", "failed", "-status", "402", "-reason", "again")...)
+	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", unc.Key, "-format", "http", "-as", "failed", "-status", "402", "-reason", "again", "-operator", "ana")...)
 	want(t, "resolve a finished operation", code, 1, out, errs)
 
 	// resolve by key as failed; pending is then empty.
-	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", older.Key, "-format", "http", "-as", "failed", "-status", "402", "-reason", "declined")...)
+	code, out, errs = oncekey(t, "", d.cmd("resolve", "-tenant", tenant, "-operation", op, "-key", older.Key, "-format", "http", "-as", "failed", "-status", "402", "-reason", "declined", "-operator", "ana")...)
 	want(t, "resolve -as failed", code, 0, out, errs)
 	if got, _ := d.store.Get(ctx, refOf(older)); got.State != durable.Failed || got.Result.StatusCode != 402 {
 		t.Fatalf("after resolve -as failed: %+v", got)

@@ -12,20 +12,22 @@ import (
 
 func runMigrate(e *env, args []string) error {
 	var d dbFlags
-	fs := newFlags(e, "migrate", "migrate [flags] up|status|down\n\n"+
-		"  up      apply every migration and record its version (idempotent; what postgres.Migrate does at start-up)\n"+
+	fs := newFlags(e, "migrate", "migrate up|status|down [flags]\n\n"+
+		"  up      apply every migration and record its version (idempotent; what postgres.Migrate does at start-up);\n"+
+		"          prints each version it applied, or \"up to date\" when there was none\n"+
 		"  status  list the migrations of this build and whether each is recorded as applied\n"+
-		"  down    roll back the last applied migration (one step); 001's down drops the table and every record\n\n"+
-		"up and down are serialized with every instance's Migrate by an advisory lock.")
+		"  down    roll back the last applied migration (one step, with -yes); 001's down drops the table and every record\n\n"+
+		"up and down are serialized with every instance's Migrate by an advisory lock. Flags go before or after the action.")
 	d.register(fs, 5*time.Minute)
 	yes := fs.Bool("yes", false, "down: confirm rolling back (required)")
-	if err := parse(fs, args, true); err != nil {
+	pos, err := parse(fs, args, -1)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return usagef("want exactly one of up, status, down")
 	}
-	action := fs.Arg(0)
+	action := pos[0]
 	switch action {
 	case "up", "status", "down":
 	default:
@@ -42,17 +44,7 @@ func runMigrate(e *env, args []string) error {
 	fsys := postgres.Migrations()
 	switch action {
 	case "up":
-		// postgres.Migrate is what the services run; its error names the cause.
-		if err := postgres.Migrate(b.ctx, b.pool, d.options()...); err != nil {
-			return err
-		}
-		st, err := pgmigrate.Status(b.ctx, b.pool, fsys, d.target())
-		if err != nil {
-			return err
-		}
-		last := st.Migrations[len(st.Migrations)-1]
-		fmt.Fprintf(e.stdout, "up to date: version %d (%s)\n", last.Version, last.Name)
-		return nil
+		return migrateUp(e, b, d)
 	case "down":
 		m, err := pgmigrate.Down(b.ctx, b.pool, fsys, d.target())
 		if errors.Is(err, pgmigrate.ErrNothingToRollBack) || errors.Is(err, pgmigrate.ErrUnrecorded) {
@@ -84,5 +76,45 @@ func runMigrate(e *env, args []string) error {
 	if st.Unrecorded {
 		fmt.Fprintln(e.stdout, "the table exists but no versions are recorded (migrated by an earlier version): run migrate up to record them")
 	}
+	return nil
+}
+
+// migrateUp runs the migrations as postgres.Migrate does (the same files,
+// machinery, lock and transaction; the command has no partitioned mode)
+// and prints each version this run recorded: applied, or, for a database
+// migrated before versions were recorded, found in place and recorded.
+func migrateUp(e *env, b *db, d dbFlags) error {
+	fsys := postgres.Migrations()
+	before, err := pgmigrate.Status(b.ctx, b.pool, fsys, d.target())
+	if err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	recorded, err := pgmigrate.Up(b.ctx, b.pool, fsys, d.target())
+	if err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	ms, err := pgmigrate.List(fsys)
+	if err != nil {
+		return err
+	}
+	note := ""
+	if before.Unrecorded {
+		// The table was there, migrated before versions were recorded:
+		// each up file ran again, a no-op for what was in place.
+		note = " (applied, or found in place and recorded)"
+	}
+	for _, v := range recorded {
+		for _, m := range ms {
+			if m.Version == v {
+				fmt.Fprintf(e.stdout, "applied version %d (%s)%s\n", m.Version, m.Name, note)
+			}
+		}
+	}
+	last := ms[len(ms)-1]
+	if len(recorded) == 0 {
+		fmt.Fprintf(e.stdout, "up to date: version %d (%s)\n", last.Version, last.Name)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "now at version %d (%s)\n", last.Version, last.Name)
 	return nil
 }

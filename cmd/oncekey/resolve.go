@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -14,21 +16,37 @@ import (
 	"github.com/oncekey/oncekey/durable"
 )
 
+// defaultStale is the one staleness rule of pending and resolve: a
+// processing operation whose lease expired at least this long ago is
+// presumed abandoned by its worker (the reconciler's default).
+const defaultStale = 5 * time.Minute
+
+// staleFlag registers -stale; with alias, also -stale-after, its older
+// name in pending.
+func staleFlag(fs *flag.FlagSet, usage string, alias bool) *time.Duration {
+	stale := fs.Duration("stale", defaultStale, usage)
+	if alias {
+		fs.DurationVar(stale, "stale-after", defaultStale, "the older name of -stale")
+	}
+	return stale
+}
+
 func runPending(e *env, args []string) error {
 	var d dbFlags
 	fs := newFlags(e, "pending", "pending [flags]\n\n"+
 		"Lists, oldest first, the operations the reconciler would look at: uncertain ones, and\n"+
-		"processing ones whose lease expired at least -stale-after ago (their worker is presumed\n"+
-		"dead). Tenants are shown as a digest; settle one with oncekey resolve.")
+		"processing ones whose lease expired at least -stale ago (their worker is presumed\n"+
+		"dead). Tenants are shown as a digest; settle one with oncekey resolve, which applies\n"+
+		"the same -stale.")
 	d.register(fs, 30*time.Second)
-	stale := fs.Duration("stale-after", 5*time.Minute, "list processing records whose lease expired at least this long ago (the reconciler's default)")
+	stale := staleFlag(fs, "list processing records whose lease expired at least this long ago (resolve's rule too)", true)
 	limit := fs.Int("limit", 100, "at most this many (1 to 10000)")
 	asJSON := fs.Bool("json", false, "print JSON lines")
-	if err := parse(fs, args, false); err != nil {
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if *stale < 0 {
-		return usagef("-stale-after must not be negative")
+		return usagef("-stale must not be negative")
 	}
 	if *limit < 1 || *limit > 10000 {
 		return usagef("-limit must be 1 to 10000, got %d", *limit)
@@ -38,6 +56,9 @@ func runPending(e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := b.requireTables(d, false); err != nil {
+		return err
+	}
 	recs, err := b.store.Pending(b.ctx, *stale, *limit)
 	if err != nil {
 		return storeErr("pending", err)
@@ -73,10 +94,13 @@ func runResolve(e *env, args []string) error {
 	var d dbFlags
 	var o opFlags
 	fs := newFlags(e, "resolve", "resolve -tenant T (-operation OP -key K | -id op_...) -format http|grpc|message -as completed|failed RESULT -reason TEXT [flags]\n\n"+
-		"Settles an uncertain operation (or a processing one whose lease expired) after the operator\n"+
-		"found out what happened: it adopts the record under a new generation, so a late worker is\n"+
-		"fenced out, then stores the result (replayed to every retry) and records the reason in\n"+
-		"<table>_resolutions, in one transaction. A live lease or a finished record is refused.\n\n"+
+		"Settles an uncertain operation (or a processing one whose lease expired at least -stale ago,\n"+
+		"as pending lists them) after the operator found out what happened: it adopts the record under\n"+
+		"a new generation, so a late worker is fenced out, then stores the result (replayed to every\n"+
+		"retry) and records the reason and the operator in <table>_resolutions (migration 005), in one\n"+
+		"transaction. A live lease, a lease expired less than -stale ago (pass -stale 0 to settle it\n"+
+		"anyway) or a finished record is refused. -format http: -as completed takes a status below 400,\n"+
+		"-as failed one of 400 or more (what claimhttp stores as completed and failed).\n\n"+
 		"-format is the format of the adapter that guards the operation, which replays the result;\n"+
 		"a result it could not replay is refused before anything is written. RESULT by format:\n"+
 		"  http     -status 200..599 [-body B | -body-file F] [-content-type T]\n"+
@@ -89,9 +113,13 @@ func runResolve(e *env, args []string) error {
 	r.register(fs)
 	as := fs.String("as", "", "completed or failed (required)")
 	reason := fs.String("reason", "", "why (required; recorded with the resolution)")
-	operator := fs.String("operator", "", "who resolves (default $USER)")
-	if err := parse(fs, args, false); err != nil {
+	operator := fs.String("operator", "", "who resolves, recorded with the resolution (default $USER; required when $USER is empty)")
+	stale := staleFlag(fs, "settle a processing operation only when its lease expired at least this long ago, as pending lists it; 0: as soon as it expired (uncertain ones any time)", false)
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
+	}
+	if *stale < 0 {
+		return usagef("-stale must not be negative")
 	}
 	if err := o.validate(e); err != nil {
 		return err
@@ -110,6 +138,9 @@ func runResolve(e *env, args []string) error {
 	if *operator == "" {
 		*operator = e.getenv("USER")
 	}
+	if strings.TrimSpace(*operator) == "" {
+		return usagef("-operator is required when $USER is empty: who resolves is recorded with the resolution")
+	}
 	secret, err := o.secret(e)
 	if err != nil {
 		return err
@@ -119,12 +150,18 @@ func runResolve(e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := b.requireTables(d, true); err != nil {
+		return err
+	}
 	rec, err := o.lookup(b.ctx, b.store)
 	if errors.Is(err, errUsage) {
 		return err
 	}
 	if err != nil {
 		return storeErr("resolve", err)
+	}
+	if err := checkStale(b, rec, *stale); err != nil {
+		return err
 	}
 	// Adopt: a new generation under a fresh owner; the original worker's
 	// token no longer matches and its late Complete is fenced.
@@ -154,29 +191,36 @@ func runResolve(e *env, args []string) error {
 	return nil
 }
 
+// resolutionsSuffix names the table of the operators' reasons after the
+// store's table: migration 005 creates <table>_resolutions.
+const resolutionsSuffix = "_resolutions"
+
+// checkStale refuses to settle a processing operation whose lease expired
+// less than stale ago: the rule pending lists by, read as the store reads
+// it (Pending, by the database's clock). A live lease and a finished
+// record are left to Adopt, which refuses both.
+func checkStale(b *db, rec durable.Record, stale time.Duration) error {
+	if rec.State != durable.Processing || rec.Released || rec.LeaseRemaining > 0 || stale == 0 {
+		return nil
+	}
+	recs, err := b.store.Pending(b.ctx, stale, pendingScan)
+	if err != nil {
+		return storeErr("resolve", err)
+	}
+	for _, r := range recs {
+		if r.Ref.Tenant == rec.Ref.Tenant && r.Ref.Digest() == rec.Ref.Digest() {
+			return nil
+		}
+	}
+	return fmt.Errorf("resolve: operation %s is processing and its lease expired less than -stale %s ago (pending does not list it yet): its worker may still finish it; wait, or pass -stale 0 to settle it now: nothing written", rec.Ref.OperationID(), stale)
+}
+
 // recordResolution writes the operator's reason into <table>_resolutions
-// (created on first use), in the transaction that stores the result: both
-// or neither. The record's identity is its operation id; the tenant and
-// key hash stay in the records table only.
+// (migration 005; requireTables checked it exists), in the transaction
+// that stores the result: both or neither. The record's identity is its
+// operation id; the tenant and key hash stay in the records table only.
 func recordResolution(ctx context.Context, tx pgx.Tx, d dbFlags, ref durable.Ref, gen uint64, state durable.State, status int, reason, operator string) error {
-	t := d.table + "_resolutions"
-	if d.schema != "" {
-		t = d.schema + "." + t
-	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
-		operation_id text        NOT NULL,
-		operation    text        NOT NULL,
-		generation   bigint      NOT NULL,
-		state        text        NOT NULL,
-		status_code  integer     NOT NULL,
-		reason       text        NOT NULL,
-		operator     text        NOT NULL,
-		resolved_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-		PRIMARY KEY (operation_id, generation)
-	)`); err != nil {
-		return fmt.Errorf("resolutions table: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+t+` (operation_id, operation, generation, state, status_code, reason, operator)
+	if _, err := tx.Exec(ctx, `INSERT INTO `+qualify(d.schema, d.table+resolutionsSuffix)+` (operation_id, operation, generation, state, status_code, reason, operator)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 		ref.OperationID(), ref.Operation, int64(gen), string(state), status, reason, operator); err != nil {
 		return fmt.Errorf("record the reason: %w", err)

@@ -58,7 +58,7 @@ func TestResolveRefusesWhatItCannotEncode(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := descriptorSet(t)
-	base := []string{"-tenant", sc.Tenant, "-operation", sc.Operation, "-key", sc.Key, "-reason", "r"}
+	base := []string{"-tenant", sc.Tenant, "-operation", sc.Operation, "-key", sc.Key, "-reason", "r", "-operator", "ana"}
 	for _, tc := range []struct {
 		args []string
 		msg  string
@@ -218,7 +218,7 @@ func TestResolveGRPCReplaysThroughTheInterceptor(t *testing.T) {
 		if st.Code() != codes.Aborted {
 			t.Fatalf("%s: first call %v; want Aborted (uncertain)", tc.key, st)
 		}
-		args := append([]string{"-tenant", "acme", "-operation", grpcMethod, "-key", tc.key, "-reason", "checked downstream"}, tc.args...)
+		args := append([]string{"-tenant", "acme", "-operation", grpcMethod, "-key", tc.key, "-reason", "checked downstream", "-operator", "ana"}, tc.args...)
 		code, out, errs := oncekey(t, "", d.cmd("resolve", args...)...)
 		want(t, "resolve "+tc.key, code, 0, out, errs)
 		for range 2 {

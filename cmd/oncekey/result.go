@@ -95,6 +95,15 @@ func (r *resultFlags) result(fs *flag.FlagSet, state durable.State) (durable.Res
 		if err != nil {
 			return durable.Result{}, "", usagef("%v", err)
 		}
+		// claimhttp stores what a handler answered below 400 as completed,
+		// the rest as failed (workflow mode, where nothing is released): a
+		// resolution is one of what the middleware itself could have stored.
+		switch {
+		case state == durable.Failed && res.StatusCode < 400:
+			return durable.Result{}, "", usagef("-as failed needs a status of 400 to 599, got %d: claimhttp stores a response below 400 as completed (use -as completed)", res.StatusCode)
+		case state == durable.Completed && res.StatusCode >= 400:
+			return durable.Result{}, "", usagef("-as completed needs a status below 400, got %d: claimhttp stores 400 and above as failed (use -as failed)", res.StatusCode)
+		}
 		return res, fmt.Sprintf("HTTP status %d", res.StatusCode), nil
 	case "grpc":
 		if state == durable.Failed {

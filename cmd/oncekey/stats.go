@@ -22,16 +22,22 @@ type statsJSON struct {
 	ExpiredUnswept     int64   `json:"expired_unswept"`
 	ExpiredStuck       int64   `json:"expired_stuck"`
 	Takeovers          int64   `json:"takeovers"`
+	// Durable reports whether a commit the database acknowledged survives
+	// a crash and a failover; DurabilityProblems names, when not, each
+	// setting that can lose one and the value to set (Stats.Durability).
+	Durable            bool   `json:"durable"`
+	DurabilityProblems string `json:"durability_problems,omitempty"`
 }
 
 func runStats(e *env, args []string) error {
 	var d dbFlags
 	fs := newFlags(e, "stats", "stats [flags]\n\nRecords by state, the oldest unexpired record's age, stale processing records\n"+
 		"(lease expired, not taken over), expired records awaiting sweep, expired records stuck\n"+
-		"unfinished (never swept: look at them), and takeovers. From the store's Stats.")
+		"unfinished (never swept: look at them), takeovers, and whether the database keeps the commits\n"+
+		"it acknowledges (synchronous_commit, fsync, full_page_writes, synchronous standbys). From the store's Stats.")
 	d.register(fs, 30*time.Second)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	if err := parse(fs, args, false); err != nil {
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	b, err := d.open(e, nil)
@@ -39,6 +45,9 @@ func runStats(e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := b.requireTables(d, false); err != nil {
+		return err
+	}
 	s, err := b.store.Stats(b.ctx)
 	if err != nil {
 		return storeErr("stats", err)
@@ -52,6 +61,7 @@ func runStats(e *env, args []string) error {
 			Released: s.Released, OldestUnexpiredSec: s.OldestUnexpiredAge.Seconds(),
 			StaleProcessing: s.StaleProcessing, ExpiredUnswept: s.ExpiredUnswept,
 			ExpiredStuck: s.ExpiredStuck, Takeovers: s.Takeovers,
+			Durable: s.Durability == "", DurabilityProblems: s.Durability,
 		})
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -64,6 +74,11 @@ func runStats(e *env, args []string) error {
 	fmt.Fprintf(w, "expired, awaiting sweep\t%d\n", s.ExpiredUnswept)
 	fmt.Fprintf(w, "expired, stuck unfinished\t%d\n", s.ExpiredStuck)
 	fmt.Fprintf(w, "takeovers\t%d\n", s.Takeovers)
+	if s.Durability == "" {
+		fmt.Fprintf(w, "durability\tok (acknowledged commits survive a crash and a failover)\n")
+	} else {
+		fmt.Fprintf(w, "durability\tAT RISK: %s\n", s.Durability)
+	}
 	return w.Flush()
 }
 
@@ -77,7 +92,7 @@ func runSweep(e *env, args []string) error {
 	batch := fs.Int("batch", 1000, "records deleted per batch (1 to 100000)")
 	maxBatches := fs.Int("max-batches", 0, "stop after this many batches (0: until done)")
 	dry := fs.Bool("dry-run", false, "delete nothing: print how many records are past retention")
-	if err := parse(fs, args, false); err != nil {
+	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if *batch < 1 || *batch > 100000 {
@@ -91,6 +106,9 @@ func runSweep(e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := b.requireTables(d, false); err != nil {
+		return err
+	}
 	s, err := b.store.Stats(b.ctx)
 	if err != nil {
 		return storeErr("sweep", err)

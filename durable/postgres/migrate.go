@@ -35,9 +35,11 @@ func Migrations() fs.FS {
 }
 
 // Migrate creates the schema (with [WithSchema]), the state type, the
-// table and its indexes on pool, by running every embedded .up.sql file in
-// order with the names opts configure (pass the options given to [New]), and
-// records each applied version in the table <table>_migrations next to it
+// table and its indexes, and the table <table>_resolutions where the
+// operator CLI (cmd/oncekey resolve) records each resolution, on pool, by
+// running every embedded .up.sql file in order with the names opts
+// configure (pass the options given to [New]), and records each applied
+// version in the table <table>_migrations next to it
 // (a database migrated before versions were recorded gets them recorded;
 // the operator CLI, cmd/oncekey, reports them and rolls back one step). It
 // is idempotent, and serialized by a transaction-scoped advisory lock
