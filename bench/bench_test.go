@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -416,6 +418,14 @@ func TestRun_Smoke(t *testing.T) {
 	if len(rep.Workloads) != len(allWorkloads) {
 		t.Fatalf("%d workloads reported, want %d", len(rep.Workloads), len(allWorkloads))
 	}
+	// -html plots the real figures: a chart per closed-loop workload,
+	// open-loop run and knee sweep.
+	page := filepath.Join(t.TempDir(), "bench.html")
+	if err := writeHTML(page, rep); err != nil {
+		t.Errorf("-html: %v", err)
+	} else if b, err := os.ReadFile(page); err != nil || strings.Count(string(b), "<svg") != len(rep.Workloads)+len(rep.OpenLoop)+len(rep.Knee) {
+		t.Errorf("-html: %d charts, want %d (%v)", strings.Count(string(b), "<svg"), len(rep.Workloads)+len(rep.OpenLoop)+len(rep.Knee), err)
+	}
 	figures := map[string]float64{}
 	for _, w := range rep.Workloads {
 		for _, v := range w.Variants {
@@ -525,6 +535,26 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestRealMain_HTML: -html writes the page after the run. Not parallel:
+// realMain sets go-redis's global logger.
+func TestRealMain_HTML(t *testing.T) {
+	page := filepath.Join(t.TempDir(), "bench.html")
+	var stdout, stderr bytes.Buffer
+	code := realMain([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t), "-workload", "replay",
+		"-duration", "100ms", "-round", "20ms", "-concurrency", "2", "-pg-conns", "2", "-replay-keys", "10", "-redis-timeout", "1s",
+		"-html", page}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(b); strings.Count(s, "<svg") != 1 || !strings.Contains(s, "replay (closed loop)") || !strings.Contains(s, "floor-evalsha") {
+		t.Fatalf("the page lacks the replay chart:\n%.3000s", s)
+	}
 }
 
 // TestRealMain_BadFlag is not parallel: realMain sets go-redis's global

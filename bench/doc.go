@@ -3,7 +3,7 @@
 // report) of the figures.
 //
 //	go run ./bench [-redis URL] [-postgres URL] [-workload NAME[,NAME]] [-concurrency N]
-//	               [-duration D] [-json FILE] [-smoke]
+//	               [-duration D] [-json FILE] [-html FILE] [-smoke]
 //	               [-rate N [-max-inflight N] [-open-round D]]
 //	               [-knee [-knee-p99 D] [-knee-rates N,N,...] [-knee-step D]]
 //
@@ -12,6 +12,7 @@
 //	go run ./bench -duration 6s -json bench.json      # closed loop, every workload
 //	go run ./bench -workload fresh,replay -rate 1000  # open loop at 1000 requests/s
 //	go run ./bench -workload fresh,replay -knee       # open-loop knee sweep
+//	go run ./bench -smoke -html bench.html            # plots in one HTML file
 //
 // The URLs default to REDIS_URL and DATABASE_URL, else to the local servers
 // (redis://127.0.0.1:6379/0 and
@@ -21,6 +22,13 @@
 // shared by its variants; setup and warm-up come on top. -h lists the
 // sizing flags (-dups, -keys, -replay-keys, -backlog, -round, -pg-conns,
 // -redis-timeout) and -cpuprofile / -memprofile for pprof.
+//
+// -html FILE writes one self-contained HTML page (inline SVG drawn with
+// gonum.org/v1/plot; no script, nothing fetched to view it): per workload,
+// the p50, p99 and p99.9 latency of each variant on a log axis, for the
+// closed-loop run and each open-loop run (-rate), and for each knee sweep
+// (-knee) the p99 of every step against the throughput achieved, per
+// variant, with the p99 bound.
 //
 // # Workloads
 //

@@ -29,6 +29,7 @@ type config struct {
 	duration        time.Duration // measured time per workload, shared by its variants
 	round           time.Duration // length of one round of one variant
 	jsonPath        string
+	htmlPath        string
 	smoke           bool
 	dups, keys      int // storm: duplicates per key, keys per variant
 	replayKeys      int
@@ -91,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per workload, shared by its variants")
 	fs.DurationVar(&c.round, "round", 250*time.Millisecond, "length of one round of one variant")
 	fs.StringVar(&c.jsonPath, "json", "", "write a JSON report to this file")
+	fs.StringVar(&c.htmlPath, "html", "", "write an HTML page of latency percentile plots (and knee curves) to this file; no network needed to view it")
 	fs.BoolVar(&c.smoke, "smoke", false, "short run of every workload (about 2s each) that checks correctness, not speed")
 	fs.IntVar(&c.dups, "dups", 100, "storm: duplicates per key")
 	fs.IntVar(&c.keys, "keys", 1000, "storm: keys per variant at most")
@@ -360,6 +362,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.jsonPath != "" {
 		if werr := writeJSON(cfg.jsonPath, rep); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if cfg.htmlPath != "" {
+		if werr := writeHTML(cfg.htmlPath, rep); werr != nil && err == nil {
 			err = werr
 		}
 	}

@@ -3,7 +3,7 @@
 //
 //	go run ./chaos/cmd/chaos -redis redis://127.0.0.1:6379/0 \
 //	    -postgres postgres://postgres@127.0.0.1:5432/test \
-//	    [-scenario NAME[,NAME...]] [-iterations N] [-seed S] [-lease D] [-json FILE]
+//	    [-scenario NAME[,NAME...]] [-iterations N] [-seed S] [-lease D] [-json FILE] [-html DIR]
 //
 // It prints a line per scenario as it finishes, then a table, writes a JSON
 // report when asked, and exits 1 when any scenario found a violation, could
@@ -11,6 +11,15 @@
 // and a key prefix of its own (removed at the end) and starts redis-server
 // processes of its own for the restart, failover, split-brain and eviction
 // scenarios (and says so when redis-server is not installed).
+//
+// -html DIR writes an HTML report to DIR: index.html, the scenarios with
+// the faults that fired and the violations, each linked to a page of its
+// operation (named as in the JSON report, "<scenario>/<n>#<epoch>", the
+// suite's own keys) with porcupine's visualization of that operation's
+// calls: each client's calls on a time line, the longest sequential
+// executions of the record the checker's model finds, the record's state
+// after each step and, for a history none explains, where they stop. A
+// clean run writes index.html alone.
 //
 // The message-consumer scenarios use the NATS server (-nats) and RabbitMQ
 // (-amqp), the local ones by default; one that does not answer fails its
@@ -33,6 +42,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -41,6 +51,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/chaos"
+	"github.com/oncekey/oncekey/chaos/internal/check"
 )
 
 func main() {
@@ -68,6 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		seed       = fs.Int64("seed", chaos.DefaultSeed, "seed of the fault schedule (same seed, same schedule)")
 		lease      = fs.Duration("lease", chaos.DefaultLease, "lease of every claim (pauses and timeouts scale with it)")
 		jsonFile   = fs.String("json", "", "write the JSON report to this file")
+		htmlDir    = fs.String("html", "", "write an HTML report to this directory: index.html, and porcupine's visualization of each operation with a violation")
 		negative   = fs.String("negative", "", "run the negative control for this broken mode: "+strings.Join(modes(), ", "))
 		list       = fs.Bool("list", false, "list the scenarios and exit")
 		keep       = fs.Bool("keep-schema", false, "keep the run's PostgreSQL schema for inspection")
@@ -123,6 +135,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	fmt.Fprintf(stdout, "chaos: seed %d, lease %v, %d operations per scenario, %d clients each\n", cfg.Seed, cfg.Lease, cfg.Iterations, cfg.Clients)
+	var hist *histories
+	if *htmlDir != "" {
+		hist = newHistories()
+		defer check.SetObserver(hist.observe)()
+	}
 	rep, err := chaos.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -141,6 +158,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			log.New(stderr, "", 0).Printf("chaos: write %s: %v", *jsonFile, err)
 			return 1
 		}
+	}
+	if *htmlDir != "" {
+		pages, err := writeHTML(*htmlDir, rep, hist, *negative)
+		if err != nil {
+			log.New(stderr, "", 0).Printf("chaos: write %s: %v", *htmlDir, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "chaos: HTML report in %s (and %d operation pages beside it)\n", filepath.Join(*htmlDir, "index.html"), pages)
 	}
 	if *negative != "" {
 		missed := 0

@@ -75,3 +75,102 @@ func TestRun_BrokenSettlementIsCaught(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }
+
+// TestRun_HTMLReportOfViolations runs the broken settlement of
+// TestRun_BrokenSettlementIsCaught with -html: the summary names every
+// violation's invariant and operation, each operation with calls links to
+// a page of porcupine's visualization of them, and the page names the
+// operation and the invariant it broke.
+func TestRun_HTMLReportOfViolations(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "html")
+	file := filepath.Join(t.TempDir(), "report.json")
+	var out, errb bytes.Buffer
+	code := run([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t),
+		"-negative", "one-attempt", "-scenario", "grpc-windows", "-iterations", "24", "-json", file, "-html", dir}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "HTML report in") {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep chaos.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	index, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	summary := string(index)
+	for _, want := range []string{"grpc-windows", "one-attempt", "faults fired"} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("index.html lacks %q", want)
+		}
+	}
+	pages := 0
+	for _, r := range rep.Results {
+		for _, v := range r.Violations {
+			if !strings.Contains(summary, v.Invariant) {
+				t.Errorf("index.html lacks the invariant %q", v.Invariant)
+			}
+			if v.Op == "" {
+				continue
+			}
+			if !strings.Contains(summary, v.Op) {
+				t.Errorf("index.html lacks the operation %q", v.Op)
+			}
+			name := unsafeName.ReplaceAllString(v.Op, "_") + ".html"
+			if !strings.Contains(summary, `href="`+name+`"`) {
+				t.Errorf("index.html does not link %s's page %s", v.Op, name)
+				continue
+			}
+			page, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Errorf("%s's page: %v", v.Op, err)
+				continue
+			}
+			for _, want := range []string{v.Op, v.Invariant, "Porcupine", `href="index.html"`} {
+				if !strings.Contains(string(page), want) {
+					t.Errorf("%s's page lacks %q", v.Op, want)
+				}
+			}
+			pages++
+		}
+	}
+	if pages == 0 {
+		t.Fatalf("no violation names an operation:\n%s", out.String())
+	}
+}
+
+// TestRun_HTMLReportOfACleanRun: a run without violations writes the
+// summary alone.
+func TestRun_HTMLReportOfACleanRun(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t),
+		"-scenario", "mismatch", "-iterations", "4", "-seed", "3", "-html", dir}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "index.html" {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("files %v, want index.html alone", names)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"mismatch", "<b>0</b> violations", "No violations"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("index.html lacks %q:\n%s", want, b)
+		}
+	}
+}

@@ -295,6 +295,7 @@ func Check(in Input, opts Options) Report {
 	}
 
 	rep.Violations = append(rep.Violations, in.Extra...)
+	observe(in, rep)
 	return rep
 }
 

@@ -157,6 +157,11 @@ func model() porcupine.Model {
 			}
 			return fmt.Sprintf("%s%s gen=%d body=%.8s", c.Kind, amb, c.Token.Generation, c.Body)
 		},
+		DescribeState: func(state any) string { return describeState(state.(record)) },
+		DescribeOperationMetadata: func(info any) string {
+			s, _ := info.(string)
+			return s
+		},
 	}
 	return nm.ToModel()
 }
