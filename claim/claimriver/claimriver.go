@@ -118,6 +118,9 @@ type Job struct {
 	// Operation is the operation name of the claim (for example
 	// "POST /deploys"), to tell kinds of work apart.
 	Operation string
+	// Tenant is the tenant of the claim: whose operation it is, for the
+	// work to record what it makes under that tenant.
+	Tenant string
 	// Token is the fencing token of this attempt.
 	Token fence.Token
 	// Attempt is River's attempt number, from 1.
@@ -290,7 +293,7 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 	// does), renews the lease meanwhile, and records the outcome, retrying
 	// while the store is unreachable until the lease ends.
 	rep := r.engine.Run(ctx, lease, op, func(wctx context.Context) settle.Settlement {
-		res, err := r.work(wctx, Job{OperationID: a.OperationID, Operation: rec.Ref.Operation, Token: lease.Token(), Attempt: job.Attempt, Payload: a.Payload})
+		res, err := r.work(wctx, Job{OperationID: a.OperationID, Operation: rec.Ref.Operation, Tenant: a.Tenant, Token: lease.Token(), Attempt: job.Attempt, Payload: a.Payload})
 		werr = err
 		rejected, isReject := adapter.Rejected(err)
 		switch {

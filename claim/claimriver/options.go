@@ -2,6 +2,7 @@ package claimriver
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -16,6 +17,7 @@ type config struct {
 	opPath        string
 	retryAfter    time.Duration
 	maxBody       int64
+	validate      func(*http.Request, []byte) error
 }
 
 // WithMaxAttempts sets how many attempts River makes of each job (at least
@@ -93,6 +95,32 @@ func WithMaxBody(n int64) Option {
 			return fmt.Errorf("%w: WithMaxBody: at least 1, got %d", ErrConfig, n)
 		}
 		c.maxBody = n
+		return nil
+	}
+}
+
+// WithValidate makes the handler check each request before anything is
+// claimed: once the key, the tenant and the body (body, at most
+// [WithMaxBody] bytes; the request's Body reads the same bytes again) are
+// read, and before [Runner.Enqueue]. A request it refuses reserves nothing:
+// no record, no job; the same key with a corrected request then runs.
+// Check here everything the work would otherwise refuse for good (a
+// malformed body, a missing field): a refusal of the work is stored and
+// replayed to every retry with the key.
+//
+// A nil error lets the request through. An error made by [claim.Reject]
+// is answered with its result (status, headers, body) as it is, stored
+// nowhere; use it for your own 4xx. Any other error is answered 400
+// problem (claimclient.ProblemBodyInvalid, "Request body invalid") whose
+// "detail" is the error's message: it goes to the client, so it must not
+// quote secrets. Every refusal carries "Cache-Control: no-store" and
+// Idempotency-Retention, like the handler's other answers.
+func WithValidate(fn func(r *http.Request, body []byte) error) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return fmt.Errorf("%w: WithValidate: nil function", ErrConfig)
+		}
+		c.validate = fn
 		return nil
 	}
 }

@@ -100,6 +100,7 @@ func (s sqliteCharges) amounts(ctx context.Context, prefix string) (map[string][
 }
 
 type worker[TTx any] struct {
+	c     *claim.Claimer[TTx]
 	cons  *claimnats.Consumer[TTx]
 	table charges[TTx]
 	log   *slog.Logger
@@ -117,7 +118,7 @@ func newWorker[TTx any](ctx context.Context, st durable.Store[TTx], opts []claim
 	if err != nil {
 		return nil, err
 	}
-	w := &worker[TTx]{table: table, log: log}
+	w := &worker[TTx]{c: c, table: table, log: log}
 	w.cons, err = claimnats.New(c, claimnats.WithLogger(log), claimnats.WithRetryDelay(200*time.Millisecond),
 		claimnats.WithDeadLetter(func(ctx context.Context, msg jetstream.Msg, err error) {
 			w.givenUp.Add(1)
@@ -176,6 +177,18 @@ func (w *worker[TTx]) run(ctx context.Context, url string, demo bool, out io.Wri
 		return err
 	}
 	defer cc.Stop()
+	// The sweeper deletes finished records past their retention, every
+	// minute; nothing else does. It stops when the consumer does.
+	swept := make(chan struct{})
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	go func() {
+		defer close(swept)
+		_ = w.c.RunSweeper(sweepCtx, time.Minute)
+	}()
+	defer func() {
+		stopSweep()
+		<-swept
+	}()
 	fmt.Fprintln(out, "consumer: consuming charges.charge of stream ONCEKEY_CHARGES")
 	<-ctx.Done()
 	return nil

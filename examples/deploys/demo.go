@@ -156,6 +156,9 @@ func runDemo[TTx any](ctx context.Context, base string, a *app[TTx], out io.Writ
 	rep := d.do(http.MethodPost, "/deploys", acme, key, body)
 	d.expect(rep.status == http.StatusCreated && rep.replayed && strings.HasPrefix(rep.location, "/deploys/dep_"), "retry after completion: %s replayed=%v, want the stored 201", rep, rep.replayed)
 	d.say("5. the retry after completion: %d %s (Idempotent-Replayed: %v)", rep.status, strings.TrimSpace(rep.body), rep.replayed)
+	got := d.do(http.MethodGet, rep.location, acme, "", "")
+	d.expect(got.status == http.StatusOK, "GET %s: %s, want 200", rep.location, got)
+	d.say("   GET %s: %d %s", rep.location, got.status, strings.TrimSpace(got.body))
 
 	// 6. The worker process is shut down mid-deploy (River's
 	// StopAndCancel): the deploy is not cut, since the lease bounds the
@@ -190,6 +193,17 @@ func runDemo[TTx any](ctx context.Context, base string, a *app[TTx], out io.Writ
 	d.expect(effects == 1 && calls == 1, "the downstream got %d calls and applied %d deploys for one operation, want 1 and 1", calls, effects)
 	d.say("6. the worker process shut down mid-deploy; the deploy was not cut (its lease bounds it, not River's shutdown): %s, %d downstream calls, %d deploy applied (%s)",
 		strings.Join(states2, " → "), calls, effects, strings.TrimSpace(last2.body))
+
+	// 7. An incomplete body is refused before the claim: 400 at once,
+	// nothing reserved; the corrected body with the same key runs.
+	key3 := newKey()
+	bad := d.do(http.MethodPost, "/deploys", acme, key3, `{"service":"api"}`)
+	d.expect(bad.status == http.StatusBadRequest && strings.Contains(bad.body, `"detail"`), "incomplete body: %s %s, want a 400 problem", bad, bad.body)
+	fixed := d.do(http.MethodPost, "/deploys", acme, key3, `{"service":"api","version":"1.4.3"}`)
+	d.expect(fixed.status == http.StatusAccepted, "the corrected body with the same key: %s, want 202", fixed)
+	states3, _ := d.waitFinished(acme, fixed.location)
+	d.expect(len(states3) > 0 && states3[len(states3)-1] == "completed", "the corrected deploy ended %v, want completed", states3)
+	d.say("7. an incomplete body: %d (nothing reserved); the corrected body with the same key: %d, then %s", bad.status, fixed.status, strings.Join(states3, " → "))
 
 	if d.failed > 0 {
 		return fmt.Errorf("%w: %d failed", errDemo, d.failed)

@@ -1,11 +1,15 @@
 // Command deploys is an example service in async mode: POST /deploys
 // starts a deploy that takes a few seconds and answers 202 with the
 // operation's Location at once; GET /operations/{id} serves the
-// operation's state; a River worker runs the deploy under the claim's
-// lease, calling a fake downstream with the operation identity as its
-// idempotency key.
+// operation's state (claimhttp.Operations); a River worker runs the deploy
+// under the claim's lease, calling a fake downstream with the operation
+// identity as its idempotency key; GET /deploys/{id} serves the finished
+// deploy, the Location of its stored 201. A body without "service" and
+// "version" is refused before the claim (claimriver.WithValidate): a 400
+// that reserves nothing, so the corrected body runs with the same key.
+// The Claimer's sweeper runs beside the server.
 //
-//	go run ./examples/deploys           # serve on 127.0.0.1:8080
+//	go run ./examples/deploys           # serve on 127.0.0.1:8082
 //	go run ./examples/deploys -demo     # tell the story and exit 0 if it held
 //
 // It runs on the services it is given (-postgres or DATABASE_URL, -redis or
@@ -42,7 +46,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs := flag.NewFlagSet("deploys", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.backend.RegisterFlags(fs, getenv)
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address (the demo listens on 127.0.0.1:0)")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8082", "listen address (the demo listens on 127.0.0.1:0)")
 	fs.BoolVar(&o.verbose, "v", false, "log at debug level to stderr; by default warnings and errors")
 	fs.BoolVar(&o.demo, "demo", false, "start on a free port, fire the demo requests at itself, print what happened and exit")
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +84,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if o.backend.Logger == nil {
+		o.backend.Logger = log // a named Redis that does not answer is a warning
+	}
 	b, err := backend.Open(ctx, o.backend)
 	if err != nil {
 		return err

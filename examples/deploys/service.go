@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,21 +33,42 @@ const deployTime = 2 * time.Second
 // applied once.
 type downstream struct {
 	mu      sync.Mutex
-	applied map[string]string // operation id → deploy id
+	applied map[string]deployment // operation id → deploy
 	calls   atomic.Int64
 }
 
-// deploy applies the deploy of op (once) and returns its id.
-func (d *downstream) deploy(op string) string {
+// deployment is one applied deploy, served at /deploys/{id} to its tenant.
+type deployment struct {
+	ID      string `json:"id"`
+	Service string `json:"service"`
+	Version string `json:"version"`
+	Status  string `json:"status"`
+	tenant  string
+}
+
+// deploy applies the deploy of op (once) and returns it.
+func (d *downstream) deploy(tenant, op string, in deployIn) deployment {
 	d.calls.Add(1)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if id, ok := d.applied[op]; ok {
-		return id
+	if dep, ok := d.applied[op]; ok {
+		return dep
 	}
-	id := fmt.Sprintf("dep_%d", len(d.applied)+1)
-	d.applied[op] = id
-	return id
+	dep := deployment{ID: fmt.Sprintf("dep_%d", len(d.applied)+1), Service: in.Service, Version: in.Version, Status: "deployed", tenant: tenant}
+	d.applied[op] = dep
+	return dep
+}
+
+// find returns tenant's deploy id.
+func (d *downstream) find(tenant, id string) (deployment, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, dep := range d.applied {
+		if dep.ID == id && dep.tenant == tenant {
+			return dep, true
+		}
+	}
+	return deployment{}, false
 }
 
 func (d *downstream) effects() int {
@@ -58,6 +81,30 @@ func (d *downstream) effects() int {
 type deployIn struct {
 	Service string `json:"service"`
 	Version string `json:"version"`
+}
+
+// errInvalidDeploy is the refusal of a request whose body is not a deploy.
+var errInvalidDeploy = errors.New(`send one JSON object with "service" and "version"`)
+
+// parseDeploy reads a deploy request body.
+func parseDeploy(body []byte) (deployIn, error) {
+	var in deployIn
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil || dec.More() || in.Service == "" || in.Version == "" {
+		return in, errInvalidDeploy
+	}
+	return in, nil
+}
+
+// validDeploy is the handler's check before the claim
+// (claimriver.WithValidate): a body that is not a deploy is a 400 problem
+// that reserves nothing, so the corrected request runs with the same key.
+// Had the work refused it instead, the key would replay that refusal for
+// its whole retention.
+func validDeploy(_ *http.Request, body []byte) error {
+	_, err := parseDeploy(body)
+	return err
 }
 
 // app is the running service.
@@ -85,8 +132,8 @@ func newApp[TTx any](ctx context.Context, b *backend.Backend, q queue[TTx], log 
 	if err != nil {
 		return nil, err
 	}
-	a := &app[TTx]{c: c, q: q, down: &downstream{applied: map[string]string{}}, log: log, workers: river.NewWorkers()}
-	a.runner, err = claimriver.New(c, a.work, claimriver.WithMaxAttempts(10))
+	a := &app[TTx]{c: c, q: q, down: &downstream{applied: map[string]deployment{}}, log: log, workers: river.NewWorkers()}
+	a.runner, err = claimriver.New(c, a.work, claimriver.WithMaxAttempts(10), claimriver.WithValidate(validDeploy))
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +155,7 @@ func newApp[TTx any](ctx context.Context, b *backend.Backend, q queue[TTx], log 
 	mux := http.NewServeMux()
 	mux.Handle("POST /deploys", deploys)
 	mux.Handle("GET /operations/", ops)
+	mux.HandleFunc("GET /deploys/{id}", a.get)
 	a.handler = demoauth.Middleware(mux)
 	return a, nil
 }
@@ -115,12 +163,14 @@ func newApp[TTx any](ctx context.Context, b *backend.Backend, q queue[TTx], log 
 // work is the deploy: it takes deployTime, calls the downstream with the
 // operation identity, and stores 201 with the deploy's location.
 func (a *app[TTx]) work(ctx context.Context, job claimriver.Job) (durable.Result, error) {
-	var in deployIn
-	if err := json.Unmarshal(job.Payload, &in); err != nil || in.Service == "" || in.Version == "" {
+	in, err := parseDeploy(job.Payload)
+	if err != nil {
+		// The handler's validDeploy refused such bodies before the claim;
+		// a job inserted by other means still fails for good.
 		return durable.Result{}, claim.Reject(durable.Result{StatusCode: http.StatusBadRequest,
 			Headers: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"error":"service and version are required"}`)})
 	}
-	id := a.down.deploy(job.OperationID)
+	dep := a.down.deploy(job.Tenant, job.OperationID, in)
 	if hook := a.onDeploy.Load(); hook != nil {
 		(*hook)(ctx, job.OperationID)
 	}
@@ -131,9 +181,26 @@ func (a *app[TTx]) work(ctx context.Context, job claimriver.Job) (durable.Result
 		return durable.Result{}, context.Cause(ctx)
 	case <-time.After(deployTime):
 	}
-	body, _ := json.Marshal(map[string]string{"id": id, "service": in.Service, "version": in.Version, "status": "deployed"})
-	return durable.Result{StatusCode: http.StatusCreated, Version: 1, ResourceID: id,
-		Headers: map[string][]string{"Content-Type": {"application/json"}, "Location": {"/deploys/" + id}}, Body: body}, nil
+	body, _ := json.Marshal(dep)
+	return durable.Result{StatusCode: http.StatusCreated, Version: 1, ResourceID: dep.ID,
+		Headers: map[string][]string{"Content-Type": {"application/json"}, "Location": {"/deploys/" + dep.ID}}, Body: body}, nil
+}
+
+// get serves GET /deploys/{id}, the Location of a finished deploy: the
+// caller's own deploys only (another tenant's is a 404, as an unknown one).
+func (a *app[TTx]) get(w http.ResponseWriter, r *http.Request) {
+	tenant, err := demoauth.Tenant(r)
+	if err != nil {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	dep, ok := a.down.find(tenant, r.PathValue("id"))
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(dep)
 }
 
 // startWorker starts a worker process (a River client working the queue).
@@ -190,6 +257,19 @@ func serve[TTx any](ctx context.Context, o options, out io.Writer, log *slog.Log
 		return err
 	}
 	defer a.stopWorker(ctx)
+	// The sweeper deletes finished records past their retention, every
+	// minute; nothing else does. It stops after the server, as in orders
+	// and payments.
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		_ = a.c.RunSweeper(sweepCtx, time.Minute)
+	}()
+	defer func() {
+		stopSweep()
+		<-swept
+	}()
 	addr := o.addr
 	if o.demo {
 		addr = "127.0.0.1:0"

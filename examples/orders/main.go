@@ -73,6 +73,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if o.backend.Logger == nil {
+		o.backend.Logger = log // a named Redis that does not answer is a warning
+	}
 	b, err := backend.Open(ctx, o.backend)
 	if err != nil {
 		return err

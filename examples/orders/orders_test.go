@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -48,6 +50,36 @@ func TestDemo_NoServicesNamed(t *testing.T) {
 	}
 	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the temporary database %s is still there after the demo (stat: %v)", m[1], err)
+	}
+}
+
+// A named Redis that does not answer (a closed local port) does not stop
+// the program: it warns once that it runs on the durable store alone, says
+// so on start, and the demo's story holds.
+func TestDemo_UnreachableRedisRunsOnTheDurableStore(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	env := map[string]string{"REDIS_URL": "redis://" + addr + "/0"}
+	o, err := parseOptions([]string{"-demo", "-data", t.TempDir()}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, logs bytes.Buffer
+	o.backend.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := run(t.Context(), o, &out); err != nil {
+		t.Fatalf("demo with Redis at a closed port: %v\n%s", err, &out)
+	}
+	wantStory(t, out.String())
+	if want := "redis: " + addr + "/0 unreachable (named by -redis or REDIS_URL); running on SQLite alone"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, &out)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "running on SQLite alone") {
+		t.Errorf("no warning logged:\n%s", &logs)
 	}
 }
 
@@ -252,4 +284,26 @@ func TestParseOptions(t *testing.T) {
 	if _, err := parseOptions([]string{"extra"}, emptyEnv, io.Discard); err == nil {
 		t.Error("a stray argument was accepted")
 	}
+}
+
+// Every Location the service hands out resolves: the 201's /orders/ord_...
+// (and the replay's, the same) is 200 with the order for its tenant, 404
+// for another.
+func TestOrders_LocationsResolve(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		key := mustKey()
+		first := f.post(nil, "acme", key, book)
+		wantStatus(t, "first", first, http.StatusCreated, "")
+		again := f.post(nil, "acme", key, book)
+		for _, r := range []response{first, again} {
+			loc := r.header.Get("Location")
+			got := f.get("acme", loc)
+			if loc == "" || got.status != http.StatusOK || got.order.ID != first.order.ID || got.order.Item != "book" {
+				t.Fatalf("GET %q = %d %s; want 200 with order %s", loc, got.status, got.body, first.order.ID)
+			}
+			if other := f.get("globex", loc); other.status != http.StatusNotFound {
+				t.Errorf("another tenant's GET %s = %d; want 404", loc, other.status)
+			}
+		}
+	})
 }

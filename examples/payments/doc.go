@@ -39,9 +39,11 @@
 // "Payment not made" (this gateway never charges after its caller gave
 // up). The next retry with the key gets that answer, replayed.
 //
-// Polling: re-send the request with the same key. (The 202's Location,
-// /operations/op_..., names the operation; this example serves no such
-// resource.)
+// Polling: GET the 202's Location, /operations/op_... (claimhttp.Operations:
+// the state, uncertain until the reconciler decided, then completed or
+// failed with the stored status; another tenant's is a 404), or re-send
+// the request with the same key, which replays the stored answer once
+// there is one.
 //
 // # The fake gateway
 //
@@ -62,7 +64,7 @@
 //
 // # The demo
 //
-// -demo starts the gateway and the service on free ports, with a 300ms
+// -demo starts the gateway and the service on free ports, with a 1s
 // gateway timeout and a reconciler every 250ms, and fires at itself: 20
 // concurrent requests with one key, the key reused for another amount, and
 // a payment whose gateway call times out after charging, followed until

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -221,4 +222,60 @@ func TestParseOptions(t *testing.T) {
 			t.Errorf("%q was accepted", bad)
 		}
 	}
+}
+
+// The 202's Location resolves: GET /operations/op_... is 200 with the state
+// (uncertain, then, once reconciled, completed with the stored 201), 404
+// for another tenant. No other answer carries a Location.
+func TestPayments_LocationsResolve(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, f *fixture) {
+		key := mustKey()
+		f.gw.setMode(modeTimeoutAfterCharge)
+		r := f.post(nil, "acme", key, pay)
+		f.gw.setMode(modeNormal)
+		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimclient.ProblemUncertain)
+		loc := r.header.Get("Location")
+		type view struct {
+			ID     string `json:"id"`
+			State  string `json:"state"`
+			Result *struct {
+				Status int `json:"status"`
+			} `json:"result"`
+		}
+		follow := func(tenant string) (int, view) {
+			t.Helper()
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url+loc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+tenant)
+			resp, err := f.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var v view
+			if resp.StatusCode == http.StatusOK {
+				if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return resp.StatusCode, v
+		}
+		if code, v := follow("acme"); code != http.StatusOK || v.State != "uncertain" || "/operations/"+v.ID != loc {
+			t.Fatalf("GET %s = %d %+v; want 200 uncertain", loc, code, v)
+		}
+		if code, _ := follow("globex"); code != http.StatusNotFound {
+			t.Errorf("another tenant's GET %s = %d; want 404", loc, code)
+		}
+		if rep, err := f.app.reconcileOnce(t.Context()); err != nil || rep.Resolved != 1 {
+			t.Fatalf("reconcile: %+v, %v", rep, err)
+		}
+		if code, v := follow("acme"); code != http.StatusOK || v.State != "completed" || v.Result == nil || v.Result.Status != http.StatusCreated {
+			t.Fatalf("GET %s once reconciled = %d %+v; want 200 completed, result 201", loc, code, v)
+		}
+		if again := f.post(nil, "acme", key, pay); again.status != http.StatusCreated || again.header.Get("Location") != "" {
+			t.Errorf("replay = %d Location %q; want 201 without a Location", again.status, again.header.Get("Location"))
+		}
+	})
 }

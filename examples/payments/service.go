@@ -141,8 +141,16 @@ func build[TTx any](c *claim.Claimer[TTx], gw *gatewayClient, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
+	// The Location of the 202 answers, /operations/op_...: the operation's
+	// state (uncertain until the reconciler decided, then completed or
+	// failed with the stored status), for the caller's own payments only.
+	ops, err := claimhttp.Operations(c, demoauth.Tenant, claimhttp.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.Handle(operation, validPayment(guard(http.HandlerFunc(s.pay))))
+	mux.Handle("GET /operations/", ops)
 	reconcile := func(ctx context.Context) error { return rec.Run(ctx, interval) }
 	sweep := func(ctx context.Context) error { return c.RunSweeper(ctx, time.Minute) }
 	return &app{handler: demoauth.Middleware(mux), reconcileOnce: rec.RunOnce, reconcile: reconcile, sweep: sweep}, nil

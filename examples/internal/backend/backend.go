@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -53,6 +55,9 @@ type Config struct {
 	// RedisTimeout bounds each Redis call. Defaults to
 	// [DefaultRedisTimeout].
 	RedisTimeout time.Duration
+	// Logger gets the warning about a named Redis that does not answer.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 // RegisterFlags registers -postgres, -redis and -data on fs, filling c.
@@ -94,14 +99,23 @@ type Backend struct {
 // contact with each server (at most 10s). On error everything opened so far
 // is closed.
 //
+// A named Redis that does not answer is no error: Redis only accelerates.
+// Open logs a warning (Config.Logger) that the program runs on the durable
+// store alone, and the Claimer keeps the client: its calls fail fast (the
+// claim's breaker opens) and go to the durable store, and Redis is used
+// again once it answers.
+//
 // Errors: [ErrConfig] for a URL that does not parse, [ErrUnreachable] for a
-// named server that does not answer, and the durable store's errors from
-// opening and migrating.
+// named PostgreSQL that does not answer, and the durable store's errors
+// from opening and migrating.
 func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if cfg.RedisTimeout == 0 {
 		cfg.RedisTimeout = DefaultRedisTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	b := &Backend{Lua: lua.Options{Prefix: cfg.RedisPrefix, Timeout: cfg.RedisTimeout}}
 	if err := b.open(ctx, cfg); err != nil {
@@ -122,7 +136,7 @@ func (b *Backend) open(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if cfg.RedisURL != "" {
-		return b.openRedis(ctx, cfg.RedisURL)
+		return b.openRedis(ctx, cfg.RedisURL, cfg.Logger)
 	}
 	return b.openMiniredis()
 }
@@ -194,7 +208,7 @@ func (b *Backend) openSQLite(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func (b *Backend) openRedis(ctx context.Context, url string) error {
+func (b *Backend) openRedis(ctx context.Context, url string, log *slog.Logger) error {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		return fmt.Errorf("%w: Redis URL: %w", ErrConfig, err)
@@ -202,15 +216,43 @@ func (b *Backend) openRedis(ctx context.Context, url string) error {
 	// Calls end at their context's deadline, so a slow Redis costs at most
 	// the scripts' budget before the claim goes to the durable store.
 	opt.ContextTimeoutEnabled = true
+	// One dial per call: a Redis that is down costs a refused connection,
+	// not five dials 100ms apart, before the claim goes to the durable
+	// store (the call's retries still cover a dropped connection).
+	opt.DialerRetries = 1
+	// go-redis logs every failed dial on its own logger, once per call
+	// while Redis is down: to the program's logger at debug level (-v),
+	// since Open warns once.
+	redisLogOnce.Do(func() { redis.SetLogger(redisLog{log}) })
 	rdb := redis.NewClient(opt)
 	b.closers = append(b.closers, func() { _ = rdb.Close() })
 	where := fmt.Sprintf("%s/%d", opt.Addr, opt.DB)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("%w: Redis at %s: %w", ErrUnreachable, where, err)
-	}
 	b.Redis, b.scripter = rdb, rdb
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		// Redis only accelerates: the durable store arbitrates every claim
+		// without it. Keep the client, whose calls fail fast until it
+		// answers, and say so once, loudly.
+		store := "PostgreSQL"
+		if b.SQLite != nil {
+			store = "SQLite"
+		}
+		log.Warn("redis unreachable: running on "+store+" alone; Redis is used again once it answers",
+			"redis", where, "err", err)
+		b.describe = append(b.describe, "redis: "+where+" unreachable (named by -redis or REDIS_URL); running on "+store+" alone until it answers")
+		return nil
+	}
 	b.describe = append(b.describe, "redis: "+where+" (named by -redis or REDIS_URL)")
 	return nil
+}
+
+// redisLogOnce sets go-redis's logger, which is the process's, once.
+var redisLogOnce sync.Once
+
+// redisLog is go-redis's logger on slog, at debug level.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
 func (b *Backend) openMiniredis() error {

@@ -1,7 +1,11 @@
 package backend_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,12 +13,17 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// After a failed dial go-redis probes the server from a goroutine of
+	// its own, which sees the client closed at its next probe, up to a
+	// second after Close (the tests with Redis at a closed port).
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
 func TestOpen_NothingNamedIsEmbedded(t *testing.T) {
@@ -59,27 +68,101 @@ func TestOpen_DataDirIsKept(t *testing.T) {
 	}
 }
 
-// A named server that does not answer is an error that names the host,
+// A named PostgreSQL that does not answer is an error that names the host,
 // never the password of its URL; nothing falls back to the embedded
 // default.
-func TestOpen_UnreachableNamedServersFail(t *testing.T) {
+func TestOpen_UnreachablePostgresFails(t *testing.T) {
 	t.Parallel()
-	for name, cfg := range map[string]backend.Config{
-		"PostgreSQL": {DatabaseURL: "postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=2"},
-		"Redis":      {DataDir: t.TempDir(), RedisURL: "redis://:s3cret@127.0.0.1:1/0"},
-	} {
-		b, err := backend.Open(t.Context(), cfg)
-		if !errors.Is(err, backend.ErrUnreachable) || b != nil {
-			t.Errorf("%s: Open = %v, %v; want ErrUnreachable", name, b, err)
-			continue
-		}
-		if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "127.0.0.1:1") {
-			t.Errorf("%s: error %q should name the host and hide the password", name, err)
-		}
+	b, err := backend.Open(t.Context(), backend.Config{DatabaseURL: "postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=2"})
+	if !errors.Is(err, backend.ErrUnreachable) || b != nil {
+		t.Fatalf("Open = %v, %v; want ErrUnreachable", b, err)
+	}
+	if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("error %q should name the host and hide the password", err)
 	}
 	if _, err := backend.Open(t.Context(), backend.Config{DatabaseURL: "postgres://%zz"}); !errors.Is(err, backend.ErrConfig) {
 		t.Errorf("bad URL: %v, want ErrConfig", err)
 	}
+}
+
+// closedPort returns a local address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// A named Redis that does not answer (a closed local port) is no error:
+// Open warns once that the program runs on the durable store alone, never
+// with the URL's password, says so in Describe, and claims work: executed
+// once, then replayed, the durable store arbitrating.
+func TestOpen_UnreachableRedisRunsOnTheDurableStore(t *testing.T) {
+	t.Parallel()
+	stores := map[string]func(t *testing.T) backend.Config{
+		"SQLite": func(t *testing.T) backend.Config { return backend.Config{DataDir: t.TempDir()} },
+		"PostgreSQL": func(t *testing.T) backend.Config {
+			return backend.Config{DatabaseURL: testenv.Postgres(t).URL}
+		},
+	}
+	for store, config := range stores {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			var logs bytes.Buffer
+			cfg := config(t)
+			addr := closedPort(t)
+			cfg.RedisURL = "redis://:s3cret@" + addr + "/0"
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			b, err := backend.Open(t.Context(), cfg)
+			if err != nil {
+				t.Fatalf("Open with an unreachable Redis: %v; want it to run on %s alone", err, store)
+			}
+			defer b.Close()
+			if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "running on "+store+" alone") ||
+				!strings.Contains(logs.String(), addr) || strings.Contains(logs.String(), "s3cret") {
+				t.Errorf("log (want one WARN naming the address, not the password):\n%s", logs.String())
+			}
+			if desc := strings.Join(b.Describe(), "\n"); !strings.Contains(desc, "redis: "+addr+"/0 unreachable") || !strings.Contains(desc, "running on "+store+" alone") {
+				t.Errorf("Describe:\n%s", desc)
+			}
+			req := claim.Request{Scope: durable.Scope{Tenant: "acme", Operation: "POST /t", Key: "k-" + store + "-" + addr}, Fingerprint: "v1:x"}
+			var outs []claim.Outcome
+			if b.Postgres != nil {
+				outs = doTwice(t, b.Postgres, b.ClaimOptions(), req)
+			} else {
+				outs = doTwice(t, b.SQLite, b.ClaimOptions(), req)
+			}
+			if outs[0].Kind != claim.Executed || outs[1].Kind != claim.Replayed || outs[1].Result == nil || string(outs[1].Result.Body) != "once" {
+				t.Fatalf("outcomes %v, %v; want executed, then replayed", outs[0].Kind, outs[1].Kind)
+			}
+		})
+	}
+}
+
+// doTwice runs one request twice through a Claimer on st with opts.
+func doTwice[TTx any](t *testing.T, st durable.Store[TTx], opts []claim.Option, req claim.Request) []claim.Outcome {
+	t.Helper()
+	c, err := claim.New(st, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs []claim.Outcome
+	for range 2 {
+		out, err := c.Do(t.Context(), req, func(context.Context, TTx, claim.Op) (durable.Result, error) {
+			return durable.Result{StatusCode: 201, Body: []byte("once")}, nil
+		})
+		if err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		outs = append(outs, out)
+	}
+	return outs
 }
 
 func TestOpen_NamedServers(t *testing.T) {

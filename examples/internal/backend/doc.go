@@ -8,8 +8,14 @@
 // connect to a server the user did not name. [Backend.Describe] says which
 // was chosen and why, for the program to print on start.
 //
-// Both examples/orders and examples/payments make this same choice and
-// print the same lines about it, so it is made in one place. It is an
+// A named Redis that does not answer does not stop a program: Redis only
+// accelerates. [Open] logs a warning that the program runs on the durable
+// store alone and keeps the client, which is used again once Redis
+// answers. A named PostgreSQL that does not answer is an error: it is the
+// source of truth.
+//
+// Every example program makes this same choice and prints the same lines
+// about it, so it is made in one place. It is an
 // internal package because it is scaffolding for the examples, not part of
 // the library: in a real service you would open your own pool and client,
 // as [Open] does, and drop the embedded stand-ins.
