@@ -396,7 +396,7 @@ func TestNew_RejectsBadOptions(t *testing.T) {
 	t.Parallel()
 	e := setup(t, withoutRed)
 	for name, opt := range map[string]claim.Option{
-		"lease":     claim.WithLease(0),
+		"lease":     claim.WithLease(-time.Second),
 		"retention": claim.WithRetention(-time.Second),
 		"wait":      claim.WithWait(0),
 		"margin":    claim.WithStartMargin(time.Hour),

@@ -30,6 +30,19 @@ const (
 	defaultRetention = 24 * time.Hour
 )
 
+// minLease is the shortest lease the lease rule accepts (see
+// [ErrInvalidLease]). [Lease.KeepAlive] renews every third of the lease,
+// each renewal due a third after the previous one was sent, and cancels the
+// work when only the start margin (by default a tenth of the lease) is left.
+// So a renewal has from a third of the lease to nine tenths of it, 0.57 of
+// the lease, to reach the database, commit and come back: 57ms at 100ms.
+// That covers a commit round trip (a few milliseconds with its fsync) and a
+// scheduling stall or GC pause of tens of milliseconds; a shorter lease is
+// lost to the first slow fsync or stall, and the work is cancelled, or
+// taken over, with nothing wrong but the clock. A claim, too, must come back
+// with more than the margin left (10ms at 100ms), or it is given back.
+const minLease = 100 * time.Millisecond
+
 // Option configures a [Claimer]. An option given a bad value makes [New]
 // fail with an error that matches [ErrConfig] and names the option.
 type Option func(*config) error
@@ -64,6 +77,23 @@ type config struct {
 // Claimer reads its maxmemory-policy once, after Redis first answers a
 // claim, and logs a warning and sets the oncekey.redis.eviction gauge for any policy
 // but noeviction. [New] makes no Redis call.
+//
+// When Redis fails opts.BreakerFailures times in a row, the breaker opens
+// and claims go to the durable store alone until a probe after the
+// cool-down succeeds. The Claimer logs the opening and the closing as
+// warnings, at most one line of each kind per 10s (the next line says how
+// many changes it did not log), and counts every opening in
+// oncekey.redis.breaker.opens; a single failed Redis step is logged at
+// debug level only.
+//
+// go-redis logs on its own (its connection pool's dial failures, for one)
+// to stderr, through a logger global to the process, which the Claimer
+// leaves alone: a library must not replace a process-wide setting its
+// application may have chosen. To route those lines to your logger, call
+// redis.SetLogger once in main with a value whose method is
+// Printf(ctx context.Context, format string, v ...any), for example one
+// that calls logger.WarnContext(ctx, fmt.Sprintf(format, v...)). Redis
+// never sees a raw key (key names hold a hash), so neither do those lines.
 func WithRedis(c redis.Scripter, opts lua.Options) Option {
 	return func(cfg *config) error {
 		if c == nil {
@@ -74,13 +104,15 @@ func WithRedis(c redis.Scripter, opts lua.Options) Option {
 	}
 }
 
-// WithLease sets the default lease of a claim. Defaults to 30s. At least 1ms.
+// WithLease sets the default lease of a claim. Defaults to 30s; zero keeps
+// the default. The lease follows the lease rule of [ErrInvalidLease] (at
+// least 100ms, longer than an explicit start margin, not longer than any
+// retention); [New] fails otherwise with an error matching ErrInvalidLease.
 func WithLease(d time.Duration) Option {
 	return func(cfg *config) error {
-		if d < time.Millisecond {
-			return configErr("WithLease: lease must be at least 1ms, got %v", d)
+		if d != 0 {
+			cfg.lease = d
 		}
-		cfg.lease = d
 		return nil
 	}
 }
@@ -205,6 +237,15 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithLogger logs with l. Defaults to discarding logs. Log lines never hold
 // a raw key, tenant or body: records are named by their operation identity.
+//
+// With a logger that writes warnings (or a [WithMeterProvider]), a Claimer
+// on PostgreSQL reads the database's settings once, beside its first call
+// on any path (Claim, Do, DoTx, Operation, Sweep, the adapters), without
+// delaying it, and warns once when the database can lose acknowledged
+// commits (see postgres.CheckDurability; also the oncekey.durable.degraded
+// gauge) and once when the pool's sessions lack the timeouts
+// postgres.ConfigurePool sets. It does not read them again; a read that
+// fails is logged and tried again on a claim 30s later.
 func WithLogger(l *slog.Logger) Option {
 	return func(cfg *config) error {
 		if l == nil {
@@ -227,9 +268,11 @@ type Claimer[TTx any] struct {
 	atCommit storeapi.CommitWriter[TTx]
 	// evictionChecked is set once the maxmemory-policy check has run.
 	evictionChecked atomic.Bool
-	// durability is the state of the durability check: 0 not read yet, 1
-	// being read, 2 read.
-	durability atomic.Int32
+	// settings is the state of the store's settings check (checkSettings):
+	// settingsUnread, settingsReading or settingsRead; settingsRetry, when
+	// not 0, is the UnixNano before which a failed read is not tried again.
+	settings      atomic.Int32
+	settingsRetry atomic.Int64
 	// redisTimeout is the per-call timeout of the scripts: the longest a
 	// successful call can take to reach Redis.
 	redisTimeout time.Duration
@@ -237,6 +280,9 @@ type Claimer[TTx any] struct {
 	log          *slog.Logger
 	m            *meters
 	tr           tracer
+	// breaker logs and counts the Redis breaker's changes; nil without
+	// Redis.
+	breaker *breakerLog
 	// pause replaces the sweep's pause between batches in tests.
 	pause func(ctx context.Context, d time.Duration) error
 }
@@ -260,18 +306,17 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 			return nil, err
 		}
 	}
-	if cfg.marginSet && cfg.margin >= cfg.lease {
-		return nil, configErr("start margin %v must be shorter than the lease %v", cfg.margin, cfg.lease)
-	}
-	// A record must outlive the lease of the claim that created it: a
-	// retention shorter than the lease would let the record expire, and the
-	// key start over as a new operation, while its first worker still runs.
-	if cfg.retention < cfg.lease {
-		return nil, configErr("retention %v must not be shorter than the lease %v", cfg.retention, cfg.lease)
+	// The lease rule (see ErrInvalidLease) for the Claimer's lease, against
+	// the default retention and every operation's. A record must outlive
+	// the lease of the claim that created it: a retention shorter than the
+	// lease would let the record expire, and the key start over as a new
+	// operation, while its first worker still runs.
+	if err := checkLease("the Claimer's lease (WithLease)", cfg.lease, cfg.explicitMargin(), cfg.retention, ""); err != nil {
+		return nil, err
 	}
 	for op, d := range cfg.perOp {
-		if d < cfg.lease {
-			return nil, configErr("retention %v of operation %q must not be shorter than the lease %v", d, op, cfg.lease)
+		if err := checkLease("the Claimer's lease (WithLease)", cfg.lease, cfg.explicitMargin(), d, op); err != nil {
+			return nil, err
 		}
 	}
 	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger, tr: newTracer(cfg.tracer)}
@@ -283,9 +328,8 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 	}
 	if cfg.redis != nil {
 		fo := fastpath.FromLua(cfg.luaOpts)
-		fo.OnStateChange = func(s fastpath.BreakerState) {
-			c.log.Warn("oncekey: redis breaker", "state", s.String())
-		}
+		c.breaker = &breakerLog{log: c.log, m: func() *meters { return c.m }, now: time.Now}
+		fo.OnStateChange = c.breaker.change
 		s, err := fastpath.New(cfg.redis, fo)
 		if err != nil {
 			return nil, configErr("WithRedis: %w", err)
@@ -301,6 +345,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 		return nil, err
 	}
 	c.m = m
+	c.initSettings()
 	return c, nil
 }
 
@@ -340,9 +385,13 @@ func init() {
 	type settings interface {
 		retentionFor(operation string) time.Duration
 		polls() bool
+		checkLease(what, operation string, lease time.Duration) error
 	}
 	adapter.Retention = func(c any, operation string) time.Duration { return c.(settings).retentionFor(operation) }
 	adapter.Polls = func(c any) bool { return c.(settings).polls() }
+	adapter.CheckLease = func(c any, what, operation string, lease time.Duration) error {
+		return c.(settings).checkLease(what, operation, lease)
+	}
 	adapter.Rejected = func(err error) (durable.Result, bool) {
 		var rej *rejectError
 		if errors.As(err, &rej) {
@@ -357,10 +406,11 @@ func init() {
 type Request struct {
 	Scope       durable.Scope
 	Fingerprint string
-	// Lease overrides the Claimer's default lease for this claim when set.
-	// It must not be longer than the operation's retention, nor, with an
-	// explicit [WithStartMargin], shorter than the margin: such a claim
-	// fails before anything is reserved.
+	// Lease overrides the Claimer's lease for this claim when not zero. It
+	// follows the lease rule of [ErrInvalidLease] (negative is an error, at
+	// least 100ms, longer than an explicit [WithStartMargin], not longer
+	// than the operation's retention): a claim with a lease that breaks it
+	// fails with ErrInvalidLease before anything is reserved.
 	Lease time.Duration
 }
 
@@ -419,13 +469,6 @@ type Outcome struct {
 	FromCache bool
 }
 
-func (c *Claimer[TTx]) leaseFor(r Request) time.Duration {
-	if r.Lease > 0 {
-		return r.Lease
-	}
-	return c.cfg.lease
-}
-
 // marginFor returns the start margin of a claim with the given lease: the
 // explicit one, or a tenth of that lease.
 func (c *Claimer[TTx]) marginFor(lease time.Duration) time.Duration {
@@ -474,29 +517,31 @@ func newOwner() uuid.UUID {
 	return u
 }
 
-// prepare validates the request and returns its target.
+// prepare validates the request and returns its target. Every claim goes
+// through it (Claim, Do, DoTx and the adapters' claims in a transaction),
+// so it is also where the store's settings are first checked.
 func (c *Claimer[TTx]) prepare(r Request) (target, storeapi.ClaimParams, error) {
+	c.checkSettings()
+	// The lease rule first: a configuration error of this claim's lease is
+	// rejected before anything is reserved, rather than acquired and given
+	// back every time.
+	lease, err := c.requestLease(r)
+	if err != nil {
+		return target{}, storeapi.ClaimParams{}, err
+	}
 	p := storeapi.ClaimParams{
 		Scope:       r.Scope,
 		Fingerprint: r.Fingerprint,
 		Owner:       newOwner(),
-		Lease:       c.leaseFor(r),
+		Lease:       lease,
 		Retention:   c.retentionFor(r.Scope.Operation),
 	}
 	if err := p.Validate(); err != nil {
-		return target{}, p, wrap("claim", err)
-	}
-	// Configuration errors of this claim's lease: reject before anything
-	// is reserved, rather than acquire and give back every time.
-	if m := c.marginFor(p.Lease); m >= p.Lease {
-		return target{}, p, configErr("lease %v of the request must be longer than the start margin %v", p.Lease, m)
-	}
-	if p.Lease > p.Retention {
-		return target{}, p, configErr("lease %v of the request must not be longer than the retention %v of operation %q", p.Lease, p.Retention, r.Scope.Operation)
+		return target{}, p, invalidArg(err)
 	}
 	ref, err := c.store.Ref(r.Scope)
 	if err != nil {
-		return target{}, p, wrap("claim", err)
+		return target{}, p, invalidArg(err)
 	}
 	return c.targetOf(ref), p, nil
 }
@@ -586,52 +631,17 @@ func retryAfter(d time.Duration) time.Duration {
 //   - InProgress with a retry-after hint (after waiting, [WithWait]).
 //   - Uncertain for an operation whose outcome is being reconciled.
 //
-// Errors: [ErrMismatch], [ErrInvalidScope] (nothing reserved),
-// [ErrUnavailable] (the durable store is down: fail closed, do not run the
-// work), [ErrLeaseExpired]. ctx bounds the round trips and any wait; the lease
-// is governed by its duration.
+// Errors: [ErrMismatch], [ErrInvalidScope] and [ErrInvalidLease] (nothing
+// reserved), [ErrUnavailable] (the durable store is down: fail closed, do
+// not run the work), [ErrLeaseExpired]. ctx bounds the round trips and any
+// wait; the lease is governed by its duration.
 func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome, error) {
 	start := c.m.start()
 	ctx, span := c.startClaim(ctx, "claim", r)
 	out, err := c.withPolicy(ctx, r, c.claimOnce)
 	c.m.claimDone(ctx, start, out.Kind, err)
 	endClaim(span, out, err)
-	if err == nil {
-		// The store answers: read its durability settings once.
-		c.checkDurability(ctx)
-	}
 	return out, err
-}
-
-// checkDurability reads once, from a store that can tell (PostgreSQL), whether
-// the database can lose a commit it acknowledged (see
-// postgres.CheckDurability), bounded by 2s but not by ctx's cancellation, and
-// logs and counts what it finds. A failed read is tried again on a later
-// claim.
-func (c *Claimer[TTx]) checkDurability(ctx context.Context) {
-	if c.durability.Load() != 0 || !c.durability.CompareAndSwap(0, 1) {
-		return
-	}
-	d, ok := c.store.(interface {
-		Durability(context.Context) (string, error)
-	})
-	if !ok {
-		c.durability.Store(2)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	problems, err := d.Durability(ctx)
-	cancel()
-	if err != nil {
-		c.durability.Store(0)
-		c.log.Warn("oncekey: could not read the database's durability settings", "err", err)
-		return
-	}
-	c.durability.Store(2)
-	if problems != "" {
-		c.m.degraded.Store(true)
-		c.log.Warn("oncekey: the database can lose acknowledged commits; a lost claim or completion can run again", "settings", problems)
-	}
 }
 
 // withPolicy runs one claim attempt and, configured [WithWait], repeats it

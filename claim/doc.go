@@ -70,9 +70,14 @@
 // [New] takes functional options (With...), [NewReconciler] takes
 // [ReconcilerOption] values (Reconcile...), and the two loops take their
 // interval: [Claimer.RunSweeper] and [Reconciler.Run]. Every error about
-// configuration rather than data (a bad option, a [Request.Lease] the start
-// margin or the retention cannot hold, a nil function) matches
-// [ErrConfig]; nothing was reserved.
+// configuration rather than data (a bad option, a lease that breaks the
+// lease rule of [ErrInvalidLease], a [Request.Lease] included, a nil
+// function) matches [ErrConfig]; nothing was reserved.
+//
+// Every lease, the Claimer's ([WithLease]) and a [Request.Lease], follows
+// one rule: zero means the default, and otherwise it is at least 100ms,
+// longer than an explicit start margin and not longer than the
+// operation's retention (see [ErrInvalidLease] for why 100ms).
 //
 // # Clocks
 //
@@ -103,9 +108,11 @@
 //	oncekey.reconciled                counter           result: completed, failed, released, unknown, skipped, error
 //	oncekey.redis.fallbacks           counter           claims that went to the durable store alone
 //	oncekey.redis.breaker             gauge             0 closed, 1 half-open, 2 open
+//	oncekey.redis.breaker.opens       counter           times the breaker opened (from closed): claims then
+//	                                                    went to the durable store alone until it closed
 //	oncekey.redis.eviction            gauge             1 when maxmemory-policy is not noeviction
 //	oncekey.durable.degraded          gauge             1 when the database can lose acknowledged commits
-//	                                                    (read once after the first claim and with Stats)
+//	                                                    (read once, on the first claim, and with Stats)
 //	oncekey.records                   gauge             state: records by state
 //	oncekey.records.oldest_age        gauge       s     age of the oldest record within retention
 //	oncekey.records.stale_processing  gauge             processing records whose lease expired

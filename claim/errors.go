@@ -42,10 +42,29 @@ var (
 
 	// ErrConfig is matched by every error about the library's configuration
 	// rather than the data: a bad option to [New], [NewReconciler] or
-	// [Claimer.RunSweeper], a [Request.Lease] that does not fit the start
-	// margin or the retention, a nil function. Nothing was reserved; fix the
+	// [Claimer.RunSweeper], a lease that breaks the lease rule
+	// ([ErrInvalidLease], a [Request.Lease] included), a nil function. Nothing was reserved; fix the
 	// code, do not retry.
 	ErrConfig = errors.New("claim: invalid configuration")
+
+	// ErrInvalidLease is matched by the error for a lease that breaks the
+	// lease rule, which holds for every lease a claim can be given: the
+	// Claimer's ([WithLease], checked by [New]) and a [Request.Lease]
+	// (checked before anything is reserved). It matches [ErrConfig] too:
+	// the lease comes from the code, not from the request's data; fix it,
+	// do not retry. The rule:
+	//
+	//   - zero means the default (30s, or the Claimer's lease for a
+	//     Request.Lease); a negative lease is an error;
+	//   - at least 100ms: [Lease.KeepAlive] renews every third of the
+	//     lease and stops the work when only the start margin (a tenth by
+	//     default) is left, so a renewal has 0.57 of the lease to land; below
+	//     100ms that is under 57ms, which one slow fsync, GC pause or
+	//     scheduling stall exceeds;
+	//   - longer than an explicit start margin ([WithStartMargin]);
+	//   - not longer than the retention of the operation ([WithRetention],
+	//     [WithOperationRetention]): the record must outlive its lease.
+	ErrInvalidLease error = invalidLease{}
 )
 
 // rejectError is a business rejection returned by the function given to
@@ -66,15 +85,40 @@ func (e *rejectError) Error() string {
 func Reject(res durable.Result) error { return &rejectError{Result: res} }
 
 // wrap maps a durable error to this package's sentinel while keeping the
-// cause: errors.Is matches both the claim and the durable sentinel.
+// cause: errors.Is matches both the claim and the durable sentinel. op names
+// the step; the claim itself ("claim") is not named again after the
+// package's "claim: " prefix.
 func wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
 	for _, s := range []error{ErrMismatch, ErrInvalidScope, ErrUnavailable, ErrFenced} {
 		if errors.Is(err, errors.Unwrap(s)) && !errors.Is(err, s) {
+			if op == "claim" {
+				return fmt.Errorf("%w: %w", s, err)
+			}
 			return fmt.Errorf("%w: %s: %w", s, op, err)
 		}
 	}
+	if op == "claim" {
+		return fmt.Errorf("claim: %w", err)
+	}
 	return fmt.Errorf("claim: %s: %w", op, err)
 }
+
+// invalidArg returns err, an invalid scope or argument found by the store's
+// validation, as this package's error: it matches [ErrInvalidScope] and err,
+// and its message is err's prefixed once with "claim: " ("claim: durable:
+// invalid fingerprint: ..."), not err's wrapped in the sentinel's message.
+// Any other error is wrapped as [wrap] does.
+func invalidArg(err error) error {
+	if !errors.Is(err, durable.ErrInvalidScope) {
+		return wrap("claim", err)
+	}
+	return &invalidArgError{err: err}
+}
+
+type invalidArgError struct{ err error }
+
+func (e *invalidArgError) Error() string   { return "claim: " + e.err.Error() }
+func (e *invalidArgError) Unwrap() []error { return []error{ErrInvalidScope, e.err} }

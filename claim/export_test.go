@@ -19,3 +19,10 @@ func WithSweepBatch(n int) Option {
 func SetSweepPause[TTx any](c *Claimer[TTx], f func(ctx context.Context, d time.Duration) error) {
 	c.pause = f
 }
+
+// SetBreakerLogClock replaces the clock of c's warnings about the Redis
+// breaker, so a test sees their rate limit without waiting it. Call it
+// before c's first claim.
+func SetBreakerLogClock[TTx any](c *Claimer[TTx], now func() time.Time) {
+	c.breaker.now = now
+}

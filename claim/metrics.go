@@ -26,6 +26,7 @@ const (
 	metricUncertain       = "oncekey.uncertain"
 	metricRedisFallbacks  = "oncekey.redis.fallbacks"
 	metricBreakerState    = "oncekey.redis.breaker"
+	metricBreakerOpens    = "oncekey.redis.breaker.opens"
 	metricEvictionPolicy  = "oncekey.redis.eviction"
 	metricDegraded        = "oncekey.durable.degraded"
 	metricRecords         = "oncekey.records"
@@ -42,10 +43,10 @@ type meters struct {
 	// reading included.
 	on bool
 
-	claims, mismatches, replays, takeovers, fenceds, uncertains, fallbacks, reconcile metric.Int64Counter
-	duration                                                                          metric.Float64Histogram
-	evicting                                                                          atomic.Bool
-	degraded                                                                          atomic.Bool // durability settings can lose commits
+	claims, mismatches, replays, takeovers, fenceds, uncertains, fallbacks, reconcile, breakerOpens metric.Int64Counter
+	duration                                                                                        metric.Float64Histogram
+	evicting                                                                                        atomic.Bool
+	degraded                                                                                        atomic.Bool // durability settings can lose commits
 
 	statsMu sync.Mutex
 	statsAt time.Time
@@ -74,6 +75,7 @@ func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
 	m.uncertains = counter(metricUncertain, "Operations marked uncertain.")
 	m.fallbacks = counter(metricRedisFallbacks, "Claims that went to the durable store without Redis.")
 	m.reconcile = counter(metricReconciled, "Records handled by the reconciler, by result.")
+	m.breakerOpens = counter(metricBreakerOpens, "Times the Redis breaker opened: claims then went to the durable store alone.")
 	var err error
 	m.duration, err = mt.Float64Histogram(metricClaimDuration, metric.WithUnit("s"), metric.WithDescription("Claim latency."))
 	errs = append(errs, err)

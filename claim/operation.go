@@ -28,6 +28,7 @@ import (
 // key hash) and the fingerprint: show a caller only what it may see (the
 // Operations handler of package claimhttp shows neither).
 func (c *Claimer[TTx]) Operation(ctx context.Context, tenant, id string) (durable.Record, error) {
+	c.checkSettings()
 	digest, ok := parseOperationID(id)
 	if !ok || !validTenant(tenant) {
 		return durable.Record{}, fmt.Errorf("claim: operation: %w", durable.ErrNotFound)

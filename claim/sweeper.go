@@ -31,6 +31,7 @@ const (
 // records are never deleted: they show in the store's Stats (and the
 // oncekey.records.expired_stuck metric) for someone to look at.
 func (c *Claimer[TTx]) Sweep(ctx context.Context) (int, error) {
+	c.checkSettings()
 	total := 0
 	for i := range sweepMaxBatches {
 		start := time.Now()

@@ -22,7 +22,10 @@ type Options struct {
 	// to 24h.
 	CacheTTL time.Duration
 	// BreakerFailures is how many consecutive failed calls open the
-	// circuit breaker. Defaults to 5.
+	// circuit breaker; claims then go to the durable store alone, and
+	// claim.Claimer logs the opening and the closing as warnings (at most
+	// one line of each kind per 10s) and counts openings in
+	// oncekey.redis.breaker.opens. Defaults to 5.
 	BreakerFailures int
 	// BreakerCoolDown is how long the breaker stays open before it lets
 	// one probe call through. Defaults to 1s.

@@ -108,7 +108,8 @@
 //   - The store's own transactions (the one claim.Claimer.Do runs in) set
 //     both with SET LOCAL in their BEGIN (one round trip).
 //   - A transaction the caller began runs with its session's settings: begin
-//     it on a configured pool.
+//     it on a configured pool. A claim.Claimer (with a logger) warns once
+//     when the pool's sessions have neither timeout.
 //
 // # Errors
 //
@@ -116,8 +117,10 @@
 // [durable.ErrNotFound]; a closed pool, a refused or lost connection, a
 // timeout, a cancelled context, lock_timeout, a serialization failure or a
 // deadlock to [durable.ErrUnavailable], wrapping the cause so that both are
-// visible with errors.Is and errors.As. Nothing half-written is left: every
-// operation is one statement or one transaction.
+// visible with errors.Is and errors.As; a table (or its schema, or a column)
+// that is not there to [ErrNotMigrated], which says to run `oncekey migrate
+// up` or [Migrate]. Nothing half-written is left: every operation is one
+// statement or one transaction.
 //
 // # Ambiguity
 //

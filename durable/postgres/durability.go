@@ -89,8 +89,49 @@ func durabilityProblems(syncCommit, fsync, fpw, standbyNames string, standbys in
 	return strings.Join(p, "; ")
 }
 
-// Durability is what [CheckDurability] finds, as the Claimer reads it from
-// any store that can tell: "" when durable.
+// Durability is what [CheckDurability] finds: "" when durable.
 func (s *store) Durability(ctx context.Context) (string, error) {
 	return durability(ctx, s.pool)
+}
+
+// settingsSQL is durabilitySQL and the two timeouts [ConfigurePool] sets,
+// as a session of the pool has them, in one round trip. It starts as
+// durabilitySQL does, so tests that count a claim's statements can tell
+// the Claimer's one-time check apart.
+const settingsSQL = durabilitySQL + `,
+	current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')`
+
+// SessionSettings is what a claim.Claimer reads once, on a session of the
+// pool, and logs: durability, what [CheckDurability] finds ("" when
+// durable); timeouts, "" when the pool's sessions have lock_timeout and
+// idle_in_transaction_session_timeout (set by [ConfigurePool], or by the
+// connection string, ALTER ROLE or ALTER DATABASE), otherwise which is off
+// and what that risks. A session without them is what a pool not
+// configured with ConfigurePool gives: the store bounds its own statements
+// and transactions, but a transaction the caller begins on the pool
+// (claim.Claimer.DoTx, claimriver's) can wait for a row lock, or hold one,
+// without bound.
+func (s *store) SessionSettings(ctx context.Context) (durability, timeouts string, err error) {
+	var syncCommit, fsync, fpw, standbyNames, lockTimeout, idleInTx string
+	var standbys int64
+	if err := s.pool.QueryRow(ctx, settingsSQL).Scan(&syncCommit, &fsync, &fpw, &standbyNames, &standbys, &lockTimeout, &idleInTx); err != nil {
+		return "", "", translate("settings", err)
+	}
+	return durabilityProblems(syncCommit, fsync, fpw, standbyNames, standbys), timeoutProblems(lockTimeout, idleInTx), nil
+}
+
+// timeoutProblems returns "" when both timeouts are on (not "0"), otherwise
+// what is off, what it risks and what to do.
+func timeoutProblems(lockTimeout, idleInTx string) string {
+	var off []string
+	if lockTimeout == "0" {
+		off = append(off, paramLockTimeout)
+	}
+	if idleInTx == "0" {
+		off = append(off, paramIdleInTx)
+	}
+	if len(off) == 0 {
+		return ""
+	}
+	return strings.Join(off, " and ") + " off in the pool's sessions: a transaction begun on the pool (DoTx, claimriver) can wait for a row lock, or hold one, without bound; configure the pool with postgres.ConfigurePool before pgxpool.NewWithConfig"
 }

@@ -18,7 +18,31 @@ var (
 	// ErrConfig is returned by [New], [Migrate] and [ConfigurePool] for an
 	// invalid option or argument; the message names it.
 	ErrConfig = errors.New("durable/postgres: invalid configuration")
+
+	// ErrNotMigrated is matched by the error of a store's operation when the
+	// database does not have the store's table as this version needs it: the
+	// table or its schema does not exist (SQLSTATE 42P01, 3F000), or lacks a
+	// column (42703), because [Migrate] has not run on it, or ran for
+	// another [WithSchema] or [WithTable]. The cause stays visible with
+	// errors.As (a *pgconn.PgError). Nothing was written; run `oncekey
+	// migrate up` or [Migrate], with the store's options, and retry.
+	ErrNotMigrated = errors.New("durable/postgres: the table is not migrated: run `oncekey migrate up` or postgres.Migrate with the store's schema and table")
 )
+
+// notMigratedStates are the SQLSTATEs of a statement of the store that
+// names a table, schema or column the database does not have.
+var notMigratedStates = map[string]bool{
+	"42P01": true, // undefined_table
+	"3F000": true, // invalid_schema_name
+	"42703": true, // undefined_column: a table of an older schema version
+}
+
+// isNotMigrated reports whether err says the store's table (or its schema,
+// or a column of it) does not exist.
+func isNotMigrated(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && notMigratedStates[pgErr.Code]
+}
 
 // partitionMismatchError is returned by [Migrate] with [WithPartitions]
 // when the table already exists with another partitioning: have is its
@@ -118,6 +142,8 @@ func translate(op string, err error) error {
 		return fmt.Errorf("durable/postgres: %s: %w", op, durable.ErrNotFound)
 	case isUnavailable(err):
 		return unavailable(op, err)
+	case isNotMigrated(err):
+		return fmt.Errorf("%w: %s: %w", ErrNotMigrated, op, err)
 	}
 	return fmt.Errorf("durable/postgres: %s: %w", op, err)
 }

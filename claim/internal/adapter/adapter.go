@@ -21,6 +21,14 @@ var (
 	// Rejected returns the result of an error made by claim.Reject, for
 	// adapters that settle a Lease (workflow mode) from a handler's error.
 	Rejected func(err error) (durable.Result, bool)
+	// CheckLease applies claim's lease rule (see claim.ErrInvalidLease) to
+	// a lease an adapter's option gives the claims of operation under
+	// claimer, as a claim.Request.Lease of that operation: nil for zero
+	// (the Claimer's lease), else an error matching claim.ErrInvalidLease
+	// (and claim.ErrConfig) that names the option as what. An adapter
+	// calls it when its options are checked, so a bad per-route lease fails
+	// at start-up rather than on every request.
+	CheckLease func(claimer any, what, operation string, lease time.Duration) error
 )
 
 // The asynchronous adapters (claimriver) reach a Claimer (any transaction
