@@ -55,7 +55,8 @@ type Config struct {
 	Seed int64
 	// Lease is the lease of every claim. Operators use it to try the lease
 	// length they mean to run with; the pauses and timeouts of the
-	// scenarios scale with it. Defaults to 300ms; at least 50ms.
+	// scenarios scale with it. Defaults to 300ms; at least 100ms, the
+	// library's floor (claim.ErrInvalidLease).
 	Lease time.Duration
 	// Progress, when set, gets a line per scenario as it finishes.
 	Progress io.Writer
@@ -150,8 +151,8 @@ func (c Config) normalized() (Config, error) {
 		return c, fmt.Errorf("%w: Clients must be 2 to 16, got %d", ErrConfig, c.Clients)
 	case c.Parallel < 1 || c.Parallel > 64:
 		return c, fmt.Errorf("%w: Parallel must be 1 to 64, got %d", ErrConfig, c.Parallel)
-	case c.Lease < 50*time.Millisecond:
-		return c, fmt.Errorf("%w: Lease must be at least 50ms, got %v", ErrConfig, c.Lease)
+	case c.Lease < 100*time.Millisecond:
+		return c, fmt.Errorf("%w: Lease must be at least 100ms (the library's floor), got %v", ErrConfig, c.Lease)
 	}
 	known := map[string]bool{}
 	for _, s := range append(registry(), hazards()...) {
