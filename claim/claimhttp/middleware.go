@@ -3,6 +3,7 @@ package claimhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -39,6 +40,9 @@ func Middleware[TTx any](c *claim.Claimer[TTx], tenant func(r *http.Request) (st
 	o, err := newConfig(tenant, opts)
 	if err != nil {
 		return nil, err
+	}
+	if err := adapter.CheckLease(c, "WithLease", "", o.lease); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	m := &middleware[TTx]{c: c, o: o,
 		settle: o.Engine("claimhttp")}
@@ -121,7 +125,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, claimclient.ProblemBodyInvalid, "The request body could not be read or canonicalized.", "", 0)
 		return
 	}
-	req := claim.Request{Scope: scope, Fingerprint: string(fp)}
+	req := claim.Request{Scope: scope, Fingerprint: string(fp), Lease: m.o.lease}
 	if m.o.inTransaction {
 		g.serveTx(w, r, req)
 	} else {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -730,11 +731,16 @@ func TestMiddleware_RejectsBadOptions(t *testing.T) {
 		"NilOptional":        {[]claimhttp.Option{claimhttp.WithOptional(nil)}, "WithOptional"},
 		"NilLogger":          {[]claimhttp.Option{claimhttp.WithLogger(nil)}, "WithLogger"},
 		"NilOption":          {[]claimhttp.Option{nil}, "nil Option"},
+		"NegativeLease":      {[]claimhttp.Option{claimhttp.WithLease(-time.Second)}, "WithLease"},
+		"LeaseUnderFloor":    {[]claimhttp.Option{claimhttp.WithLease(50 * time.Millisecond)}, "WithLease"},
 	} {
 		_, err := claimhttp.Middleware(c, tenantOf, tc.opts...)
 		if !errors.Is(err, claimhttp.ErrConfig) || !strings.Contains(err.Error(), tc.names) {
 			t.Errorf("%s: err = %v, want ErrConfig naming %s", name, err, tc.names)
 		}
+	}
+	if _, err := claimhttp.Middleware(c, tenantOf, claimhttp.WithLease(50*time.Millisecond)); !errors.Is(err, claim.ErrInvalidLease) {
+		t.Errorf("a lease under the floor: %v, want claim.ErrInvalidLease", err)
 	}
 	if _, err := claimhttp.Middleware(c, nil); !errors.Is(err, claimhttp.ErrConfig) || !strings.Contains(err.Error(), "tenant") {
 		t.Errorf("nil tenant function: %v", err)
@@ -744,5 +750,41 @@ func TestMiddleware_RejectsBadOptions(t *testing.T) {
 	}
 	if _, err := claimhttp.Middleware(c, tenantOf, claimhttp.WithStoredHeaders(), claimhttp.WithMaxStoredBody(10), claimhttp.WithMaxResponseBody(10)); err != nil {
 		t.Errorf("valid options: %v", err)
+	}
+}
+
+// WithLease is the lease of the middleware's claims: the record's lease,
+// read while the handler runs, is the route's 7s, not the Claimer's 30s;
+// without it, the Claimer's (the negative control).
+func TestMiddleware_RouteLease(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		opts     []claimhttp.Option
+		min, max time.Duration
+	}{
+		{"WithLease", []claimhttp.Option{claimhttp.WithLease(7 * time.Second)}, 5 * time.Second, 7 * time.Second},
+		{"ClaimersLease", nil, 25 * time.Second, 30 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, config{claim: []claim.Option{claim.WithLease(30 * time.Second)}, options: tc.opts})
+			var left atomic.Int64
+			f.hook(func(_ int64, r *http.Request) {
+				var ms float64
+				err := f.schema.Pool.QueryRow(r.Context(), `SELECT EXTRACT(EPOCH FROM lease_expires_at - clock_timestamp()) * 1000
+					FROM `+f.schema.Name+`.idempotency_requests WHERE state = 'processing'`).Scan(&ms)
+				if err != nil {
+					t.Error(err)
+				}
+				left.Store(int64(ms))
+			})
+			if w := f.post("acme", "k-lease", `{"item":"book"}`); w.Code != http.StatusCreated {
+				t.Fatalf("first request: %d %s", w.Code, w.Body)
+			}
+			if got := time.Duration(left.Load()) * time.Millisecond; got < tc.min || got > tc.max {
+				t.Fatalf("lease left while the handler ran: %v, want %v to %v", got, tc.min, tc.max)
+			}
+		})
 	}
 }

@@ -90,6 +90,7 @@ type config struct {
 	maxStoredBody   int64
 	maxResponseBody int64 // 0: max(defaultMaxResponseBody, maxStoredBody)
 	inTransaction   bool
+	lease           time.Duration // WithLease; 0: the Claimer's
 	operationPath   string
 	settle.Settings
 }
@@ -285,6 +286,24 @@ func WithOperationPath(prefix string) Option {
 			return configErr("WithOperationPath: empty prefix")
 		}
 		c.operationPath = prefix
+		return nil
+	}
+}
+
+// WithLease sets the lease of every claim the middleware makes, in place
+// of the Claimer's ([claim.WithLease]): a route whose work is longer or
+// shorter than the rest gets a middleware of its own. The lease follows
+// the Claimer's one rule (see [claim.ErrInvalidLease]): zero is the
+// Claimer's lease, a negative one or one under the floor is refused by
+// [Middleware] (matching [ErrConfig] and claim.ErrInvalidLease), and one
+// longer than an operation's retention makes that operation's claims fail
+// (500, logged) until the retention or the lease is fixed.
+func WithLease(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return configErr("WithLease: %v is negative (zero means the Claimer's lease)", d)
+		}
+		c.lease = d
 		return nil
 	}
 }
