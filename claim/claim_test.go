@@ -372,7 +372,10 @@ func TestLease_KeepAlive(t *testing.T) {
 
 	t.Run("CancelsWorkWhenTheFenceIsLost", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, withoutRed, claim.WithLease(300*time.Millisecond))
+		// 3s: the next renewal (a second away) finds the fence lost; a
+		// 300ms lease let a loaded machine end the work at the lease's
+		// margin first, with another cause.
+		e := setup(t, withoutRed, claim.WithLease(3*time.Second))
 		r := req("k-lost", "v1:a")
 		out := mustClaim(t, e.c, r, claim.Acquired)
 		work, stop := out.Lease.KeepAlive(t.Context())
