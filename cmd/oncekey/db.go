@@ -165,6 +165,16 @@ func urlProblem(raw string) string {
 	if u.User == nil && strings.Contains(raw, "@") || strings.Contains(u.Path+u.RawQuery, "@") {
 		return "an '@' after the host"
 	}
+	// More than one '@' before the host: net/url ends user:password at
+	// the last, pgx at the first, and the rest of the password becomes
+	// the host its connection error shows.
+	if _, rest, ok := strings.Cut(raw, "://"); ok {
+		authority, _, _ := strings.Cut(rest, "/")
+		authority, _, _ = strings.Cut(authority, "?")
+		if strings.Count(authority, "@") > 1 {
+			return "more than one '@' before the host"
+		}
+	}
 	return ""
 }
 

@@ -132,6 +132,9 @@ func TestBadURLsNeverPrintThePassword(t *testing.T) {
 		// An unescaped '@' in the password: pgx's error held part of it.
 		{"postgres://postgres:S3CR@ETpw#Q7zK@127.0.0.1:5432/test", "a '#' in the URL", "S3CR@ETpw#Q7zK"},
 		{"postgres://postgres:S3CR@ETpw?Q7zK@127.0.0.1:5432/test", "an '@' after the host", "S3CR@ETpw?Q7zK"},
+		// Only '@': pgx ended user:password at the first, and its
+		// connection error showed the rest of the password as the host.
+		{"postgres://postgres:S3CR@ETpwQ7zK@127.0.0.1:5432/test", "more than one '@' before the host", "S3CR@ETpwQ7zK"},
 		// Parses, but the '@' landed in the path: the database name would be echoed.
 		{"postgres://postgres:12/" + pw + "@127.0.0.1/test", "an '@' after the host", "12/" + pw},
 		{"host=127.0.0.1 password='" + pw, "cannot be parsed", pw},
@@ -140,6 +143,7 @@ func TestBadURLsNeverPrintThePassword(t *testing.T) {
 		{"redis://:" + pw + "@127.0.0.1:badport/0", "invalid port", pw},
 		{"redis://:12/" + pw + "@127.0.0.1:6379/0", "an '@' after the host", "12/" + pw},
 		{"redis://:S3CR@ETpw#Q7zK@127.0.0.1:6379/0", "a '#' in the URL", "S3CR@ETpw#Q7zK"},
+		{"redis://:S3CR@ETpwQ7zK@127.0.0.1:6379/0", "more than one '@' before the host", "S3CR@ETpwQ7zK"},
 		{"redis://:" + pw + "@127.0.0.1:6379/x" + pw, "invalid database number", pw},
 		{"http://:" + pw + "@127.0.0.1:6379/0", "the scheme must be", pw},
 	}
