@@ -385,7 +385,7 @@ func printMetrics(out io.Writer, rm metricdata.ResourceMetrics) {
 func attrs(kv []attribute.KeyValue) string {
 	var b strings.Builder
 	for _, a := range kv {
-		fmt.Fprintf(&b, " %s=%s", a.Key, a.Value.Emit())
+		fmt.Fprintf(&b, " %s=%s", a.Key, a.Value.String())
 	}
 	return b.String()
 }
@@ -397,7 +397,7 @@ func set(s attribute.Set) string {
 	}
 	var parts []string
 	for _, a := range s.ToSlice() {
-		parts = append(parts, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+		parts = append(parts, fmt.Sprintf("%s=%s", a.Key, a.Value.String()))
 	}
 	return " {" + strings.Join(parts, ", ") + "}"
 }
