@@ -1,6 +1,7 @@
 // Package readmecheck holds the test that type-checks the Go snippets of the
-// repository's README.md against the library, so a snippet that stops
-// compiling fails CI. It has no API.
+// repository's README.md (and of chaos/README.md and bench/README.md, which
+// hold the README's chaos and performance material) against the library,
+// so a snippet that stops compiling fails CI. It has no API.
 //
 // Run it alone with
 //
