@@ -125,7 +125,7 @@
 // doubling to 64000/s), -knee-step (2s) of open loop per variant and rate,
 // the variants alternating in rounds at each rate. A step exceeds the
 // bound when its p99 is above -knee-p99 (default 50ms: on the 2-core
-// shared machine of the README's measurements, with PostgreSQL committing
+// shared machine of bench/README.md's measurements, with PostgreSQL committing
 // with fsync, fresh's p99 at 250/s was 10-40ms, and a trial with a 20ms
 // bound left two of fresh's four variants with no knee), or a request was
 // dropped or failed. A

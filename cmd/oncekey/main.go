@@ -11,7 +11,7 @@
 //	migrate up|status|down   apply (printing each version applied), report or roll back one step of the schema
 //	stats                    records by state, stale, expired, takeovers, durability of acknowledged commits
 //	inspect                  one operation, by tenant + operation + key, or by operation id
-//	pending                  uncertain and stale processing operations, oldest first
+//	pending                  uncertain and stale processing operations, fewest takeovers first, then oldest
 //	resolve                  settle an uncertain (or stale) operation as completed or failed
 //	sweep                    delete expired records in bounded batches
 //	redis check              maxmemory-policy, cluster slots, version, latency (and PostgreSQL durability with -database-url)
@@ -97,7 +97,7 @@ func commands() []command {
 		{"migrate", "apply (up), report (status) or roll back one step (down -yes) of the schema", runMigrate},
 		{"stats", "records by state, oldest unexpired, stale, expired awaiting sweep, takeovers, durability", runStats},
 		{"inspect", "one operation, by -tenant -operation -key or by -tenant -id", runInspect},
-		{"pending", "uncertain and stale processing operations, oldest first", runPending},
+		{"pending", "uncertain and stale processing operations, fewest takeovers first, then oldest", runPending},
 		{"resolve", "settle an uncertain operation as completed or failed, with a reason", runResolve},
 		{"sweep", "delete expired records in bounded batches (-dry-run to count)", runSweep},
 		{"redis", "redis check: maxmemory-policy, cluster slots, version, latency (-database-url: durability)", runRedis},

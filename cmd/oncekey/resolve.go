@@ -34,7 +34,7 @@ func staleFlag(fs *flag.FlagSet, usage string, alias bool) *time.Duration {
 func runPending(e *env, args []string) error {
 	var d dbFlags
 	fs := newFlags(e, "pending", "pending [flags]\n\n"+
-		"Lists, oldest first, the operations the reconciler would look at: uncertain ones, and\n"+
+		"Lists, fewest takeovers first, then oldest, the operations the reconciler would look at: uncertain ones, and\n"+
 		"processing ones whose lease expired at least -stale ago (their worker is presumed\n"+
 		"dead). Tenants are shown as a digest; settle one with oncekey resolve, which applies\n"+
 		"the same -stale.")
