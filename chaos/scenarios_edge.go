@@ -440,10 +440,11 @@ func (x *edge) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	x.mu.Unlock()
 	// The workflow handler calls the downstream under its renewed lease:
-	// give the call two leases, so a loaded machine does not turn a slow
-	// answer into an uncertain outcome these scenarios do not plan (half a
-	// lease made http-finish-outage-long end uncertain once in CI).
-	dctx, cancel := context.WithTimeout(ctx, max(s.dTime, 2*e.cfg.Lease))
+	// give the call two leases, and at least 2s, so a loaded machine does
+	// not turn a slow answer into an uncertain outcome these scenarios do
+	// not plan (half a lease made http-finish-outage-long end uncertain
+	// once in CI, 600ms http-finish-outage-short).
+	dctx, cancel := context.WithTimeout(ctx, max(s.dTime, 2*e.cfg.Lease, 2*time.Second))
 	id, err := fault.CallDownstream(dctx, e.httpc, x.d.URL(), claimhttp.OperationID(ctx), tok)
 	cancel()
 	var de *fault.DownstreamError
@@ -759,11 +760,12 @@ func setupHTTPOversized(ctx context.Context, e *env) (*workload, error) {
 
 // http-finish-outage-short: the store refuses Complete and Fail for a
 // lease right as the handler returns, well within FinishTimeout (three
-// leases): the middleware retries the fenced completion while renewing the
-// lease, and answers as usual.
+// leases, and at least 3s: under CI's load the retried completion once
+// took longer than 900ms after a 300ms outage): the middleware retries the
+// fenced completion while renewing the lease, and answers as usual.
 func setupHTTPFinishShort(ctx context.Context, e *env) (*workload, error) {
 	lease := e.cfg.Lease
-	x, err := e.newEdge(ctx, claimhttp.WithFinishTimeout(3*lease))
+	x, err := e.newEdge(ctx, claimhttp.WithFinishTimeout(max(3*lease, 3*time.Second)))
 	if err != nil {
 		return nil, err
 	}

@@ -213,7 +213,11 @@ func (e *env) newEntry(ctx context.Context, wins []window, encode func(body []by
 		return nil, err
 	}
 	x.rs = &recStore{Store: base, e: e, client: asyncWorkerClient, claims: true}
-	w := &workload{modeOf: flowAll, timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
+	// The work's downstream call gets two leases, and at least 2s: a
+	// call that times out is an uncertain outcome whose window is never
+	// reached, and CI's load made 600ms too short for a loopback call
+	// often enough that a 20-operation run lost its one panic window.
+	w := &workload{modeOf: flowAll, timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: max(2*e.cfg.Lease, 2*time.Second)}
 	if w.verifier, err = e.claimer(claimerOpts{store: base, redis: e.redisUser("", nil)}); err != nil {
 		return nil, err
 	}

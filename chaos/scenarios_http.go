@@ -151,7 +151,12 @@ func (s *service) outer(next http.Handler) http.Handler {
 		tw := &teeWriter{ResponseWriter: w, discard: drop, header: http.Header{}}
 		next.ServeHTTP(tw, r)
 		end := e.rec.Now()
-		if sr.ran && tw.status == http.StatusAccepted {
+		switch {
+		case sr.ran && tw.status == http.StatusAccepted && bytes.Contains(tw.body.Bytes(), []byte(claimclient.ProblemUncertain)):
+			// This request's own handler ran and marked its outcome
+			// uncertain (its downstream call failed).
+			e.observe("http-202-uncertain")
+		case sr.ran && tw.status == http.StatusAccepted:
 			// This request's own handler ran and it was answered 202: its
 			// outcome was not recorded within FinishTimeout (pending), as
 			// opposed to a duplicate told the work is in progress.
