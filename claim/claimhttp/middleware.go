@@ -12,6 +12,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/internal/adapter"
+	"github.com/oncekey/oncekey/claim/internal/problem"
 	"github.com/oncekey/oncekey/claim/internal/settle"
 	"github.com/oncekey/oncekey/claim/internal/wire"
 	"github.com/oncekey/oncekey/durable"
@@ -101,7 +102,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant, err := m.o.tenant(r)
 	if err != nil || tenant == "" {
-		writeProblem(w, http.StatusUnauthorized, claimclient.ProblemUnidentified, "The caller could not be identified.", "", 0)
+		writeProblem(w, http.StatusUnauthorized, claimclient.ProblemUnidentified, problem.DetailUnidentified, "", 0)
 		return
 	}
 	scope := durable.Scope{Tenant: tenant, Operation: operation, Key: key}
@@ -115,14 +116,14 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fp, err := canon.Request(r, copts)
 	switch {
 	case errors.Is(err, canon.ErrTooLarge):
-		writeProblem(w, http.StatusRequestEntityTooLarge, claimclient.ProblemBodyTooLarge, "The request body is larger than this endpoint accepts.", "", 0)
+		writeProblem(w, http.StatusRequestEntityTooLarge, claimclient.ProblemBodyTooLarge, problem.DetailTooLarge, "", 0)
 		return
 	case errors.Is(err, canon.ErrInvalidOptions):
 		m.o.Logger.Error("claimhttp: fingerprint options", "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be fingerprinted.", "", 0)
 		return
 	case err != nil:
-		writeProblem(w, http.StatusBadRequest, claimclient.ProblemBodyInvalid, "The request body could not be read or canonicalized.", "", 0)
+		writeProblem(w, http.StatusBadRequest, claimclient.ProblemBodyInvalid, problem.DetailBodyInvalid, "", 0)
 		return
 	}
 	req := claim.Request{Scope: scope, Fingerprint: string(fp), Lease: m.o.lease}
@@ -296,7 +297,7 @@ func (m *middleware[TTx]) pending(w http.ResponseWriter, opID string) {
 }
 
 func (m *middleware[TTx]) unavailable(w http.ResponseWriter) {
-	writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "The request was not processed; retry after the Retry-After delay.", "", m.o.RetryAfter)
+	writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, problem.DetailUnavailable, "", m.o.RetryAfter)
 }
 
 func (m *middleware[TTx]) tooLarge(w http.ResponseWriter, opID string) {
@@ -309,7 +310,7 @@ func (m *middleware[TTx]) tooLarge(w http.ResponseWriter, opID string) {
 func (m *middleware[TTx]) claimError(w http.ResponseWriter, opID string, err error) {
 	switch {
 	case errors.Is(err, claim.ErrMismatch):
-		writeProblem(w, http.StatusUnprocessableEntity, claimclient.ProblemKeyReused, "This key was already used for a different request.", "", 0)
+		writeProblem(w, http.StatusUnprocessableEntity, claimclient.ProblemKeyReused, problem.DetailKeyReused, "", 0)
 	case errors.Is(err, claim.ErrUnavailable), errors.Is(err, claim.ErrLeaseExpired):
 		m.unavailable(w)
 	default:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/claim/internal/problem"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -92,7 +93,7 @@ func (h *operations[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant, err := h.o.tenant(r)
 	if err != nil || tenant == "" {
-		writeProblem(w, http.StatusUnauthorized, claimclient.ProblemUnidentified, "The caller could not be identified.", "", 0)
+		writeProblem(w, http.StatusUnauthorized, claimclient.ProblemUnidentified, problem.DetailUnidentified, "", 0)
 		return
 	}
 	id, ok := strings.CutPrefix(r.URL.Path, h.prefix)
