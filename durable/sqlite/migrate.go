@@ -4,12 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/ncruces/go-sqlite3"
 )
 
 //go:embed migration/*.sql
@@ -53,6 +57,33 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
+	// A connection opened while another is switching a fresh file to WAL
+	// (another pool, or this one's, migrating the same file) can fail
+	// its journal_mode pragma with SQLITE_BUSY without the busy handler
+	// ever running. Migrate is idempotent and serialized by its own write
+	// transaction, so such a lock is retried, within the busy timeout.
+	deadline := time.Now().Add(max(cfg.busyTimeout, time.Second))
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		err := migrateOnce(ctx, db, cfg)
+		if err == nil || !lockedAtOpen(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// lockedAtOpen reports whether err is SQLITE_BUSY or SQLITE_LOCKED.
+func lockedAtOpen(err error) bool {
+	var code sqlite3.ErrorCode
+	return errors.As(err, &code) && (code == sqlite3.BUSY || code == sqlite3.LOCKED)
+}
+
+// migrateOnce is one attempt of Migrate.
+func migrateOnce(ctx context.Context, db *sql.DB, cfg config) error {
 	if openedByOpen(db) {
 		var mode string
 		if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
