@@ -42,9 +42,31 @@ type consumerEntry struct {
 	// nothing is the adapter's ErrNothingHappened.
 	nothing error
 
-	mu   sync.Mutex
-	acks map[*op]int
-	wg   sync.WaitGroup // deliveries in progress
+	mu      sync.Mutex
+	acks    map[*op]int
+	wg      sync.WaitGroup // deliveries in progress
+	stopped bool           // under mu: no delivery starts after it
+}
+
+// begin counts a delivery in progress, unless the scenario is closing:
+// the broker's client may hand out a delivery after its consumer was
+// stopped, and a WaitGroup must not be added to while it is waited on.
+func (c *consumerEntry) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// stop lets no delivery start, and waits for those in progress.
+func (c *consumerEntry) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	c.wg.Wait()
 }
 
 func (e *env) newConsumerEntry(ctx context.Context) (*consumerEntry, error) {
@@ -229,7 +251,9 @@ func setupNATSWindows(ctx context.Context, e *env) (*workload, error) {
 		if md, err := m.Metadata(); err == nil {
 			redelivered = md.NumDelivered > 1
 		}
-		c.wg.Add(1)
+		if !c.begin() {
+			return
+		}
 		go func() {
 			defer c.wg.Done()
 			c.deliver(o, redelivered, func(ctx context.Context, work func(context.Context, claim.Op) (durable.Result, error)) (bool, string) {
@@ -241,7 +265,7 @@ func setupNATSWindows(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: jetstream consume: %w", ErrSetup, err)
 	}
-	e.onClose(func() { cc.Stop(); c.wg.Wait() })
+	e.onClose(func() { cc.Stop(); c.stop() })
 	return x.w, nil
 }
 
@@ -291,7 +315,9 @@ func setupAMQPWindows(ctx context.Context, e *env) (*workload, error) {
 			_ = d.Reject(false)
 			return
 		}
-		c.wg.Add(1)
+		if !c.begin() {
+			return
+		}
 		go func() {
 			defer c.wg.Done()
 			c.deliver(o, d.Redelivered, func(ctx context.Context, work func(context.Context, claim.Op) (durable.Result, error)) (bool, string) {
@@ -306,7 +332,7 @@ func setupAMQPWindows(ctx context.Context, e *env) (*workload, error) {
 		r.loops.Add(1)
 		go r.loop(handle)
 	}
-	e.onClose(func() { r.halt(); c.wg.Wait() })
+	e.onClose(func() { r.halt(); c.stop() })
 	// The timer window: the consumers' connections close during the work,
 	// as when the broker's consumer timeout or the network ends them.
 	x.timer, x.timerFault = 2*lease, "requeued-during-work"
