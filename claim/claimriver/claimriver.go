@@ -302,7 +302,6 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 		case isReject:
 			return settle.Settlement{Kind: settle.Fail, Result: rejected}
 		case errors.Is(err, ErrNothingHappened):
-			op.Release()
 			return settle.Settlement{Kind: settle.Release}
 		}
 		// The work started and failed: its effect may have happened.
