@@ -300,10 +300,7 @@ func WithOperationPath(prefix string) Option {
 // (500, logged) until the retention or the lease is fixed.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 0 {
-			return configErr("WithLease: %v is negative (zero means the Claimer's lease)", d)
-		}
-		c.lease = d
+		c.lease = d // checked by Middleware, with the Claimer's lease rule
 		return nil
 	}
 }
