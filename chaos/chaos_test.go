@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/chaos"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // ciIterations is the number of logical operations per scenario in CI:

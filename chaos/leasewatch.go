@@ -9,9 +9,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/oncekey/oncekey/chaos/internal/history"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // noLiveLeaseTakeover is the invariant a leaseWatch checks: no claim takes

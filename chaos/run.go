@@ -23,7 +23,7 @@ import (
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // ScenarioInfo describes a scenario.

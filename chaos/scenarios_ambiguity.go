@@ -14,9 +14,9 @@ import (
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // registry lists every scenario in the order Run runs them: the ten

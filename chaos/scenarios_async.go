@@ -19,10 +19,10 @@ import (
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimriver"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/redisproc"
-	"github.com/oncekey/oncekey/internal/storeapi"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // recStore records, as the Claimer's callers see them, the writes a

@@ -15,9 +15,9 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // The edge scenarios force the windows of claimhttp's rule after a

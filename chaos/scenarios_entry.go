@@ -11,9 +11,9 @@ import (
 	"github.com/oncekey/oncekey/chaos/internal/broken"
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // The entry-point families force the windows of started work (the rule

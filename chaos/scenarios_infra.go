@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/chaos/internal/fault"
-	"github.com/oncekey/oncekey/internal/pgproxy"
-	"github.com/oncekey/oncekey/internal/redisproc"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/pgproxy"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // mixed builds a workload whose even operations run with Do and odd ones

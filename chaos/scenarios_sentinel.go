@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // sentinelMaster is the name the sentinels monitor.

@@ -15,8 +15,8 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // TestBreakers_Verdict is the redis-sentinel checks' negative control: a

@@ -16,11 +16,11 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/oncekey/oncekey/claim/internal/adapter"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/adapter"
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/lua"
 )
 

@@ -16,9 +16,9 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/redisproc"
-	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/redisproc"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // The black-box tests of how often Do runs fn, per operation, in the cases

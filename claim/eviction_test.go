@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/internal/redisproc"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // configCounter counts the CONFIG commands a client sends.

@@ -11,10 +11,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Lease is a durable claim held by this worker (workflow mode: [Claimer.Claim]

@@ -15,10 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/storeapi"
 	"github.com/oncekey/oncekey/lua"
 )
 

@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/internal/adapter"
+	"github.com/oncekey/oncekey/driver"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // The warnings of the Claimer's one-time check of the store's settings.
@@ -133,10 +133,10 @@ func TestClaimer_DurabilityWarnedOnEveryPath(t *testing.T) {
 			finish(t.Context(), tx.Commit(t.Context()))
 		},
 		"ClaimInTx": func(t *testing.T, e *settingsEnv) {
-			err := adapter.InTx(t.Context(), e.c, func(ctx context.Context, tx any) error {
-				out, _, err := adapter.ClaimTx(ctx, e.c, tx, req("k", "v1:a"))
-				if err == nil && out.(claim.Outcome).Kind != claim.Acquired {
-					t.Errorf("ClaimTx = %v; want Acquired", out.(claim.Outcome).Kind)
+			err := driver.InTx(t.Context(), e.c, func(ctx context.Context, tx pgx.Tx) error {
+				out, _, err := driver.ClaimTx(ctx, e.c, tx, req("k", "v1:a"))
+				if err == nil && out.Kind != claim.Acquired {
+					t.Errorf("ClaimTx = %v; want Acquired", out.Kind)
 				}
 				return err
 			})

@@ -118,6 +118,6 @@
 //
 // # Conformance
 //
-// Every backend runs the contract suite (internal/storetest) from its own
+// Every backend runs the contract suite (testkit/storetest) from its own
 // tests. A backend is done when that suite passes unchanged.
 package durable

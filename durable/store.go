@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/oncekey/oncekey/driver/txmark"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/txmark"
 )
 
 // State is the state of a record.
@@ -124,11 +124,14 @@ type Stats struct {
 //
 // The claim protocol the Claimer drives (claim, complete, fail, renew,
 // release, adopt, transactions) is not part of this interface: it is
-// internal to this module for now, so it can still change (see the package
-// documentation). Every store from this module implements it.
+// package driver/storeapi, the unstable seam between this module and the
+// stores of this repository (durable/postgres here, durable/sqlite in a
+// module of its own), so it can still change (see the package
+// documentation). Every store of this repository implements it.
 //
-// Only the stores of this module implement Store (the embedded interface
-// has an unexported method, which also ties a store to its TTx).
+// Only the stores of this repository implement Store (the embedded
+// interface, driver/txmark's, has an unexported method, which also ties a
+// store to its TTx).
 //
 // Every method bounds its round trip by ctx. Errors: [ErrInvalidScope] for
 // bad arguments, [ErrUnavailable] when the store cannot be reached,

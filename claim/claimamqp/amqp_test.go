@@ -20,9 +20,9 @@ import (
 	"github.com/oncekey/oncekey/claim/claimamqp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/redisproc"
-	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/redisproc"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // env is one test's world: its own queue (with a dead-letter queue), schema

@@ -98,7 +98,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/internal/consume"
+	"github.com/oncekey/oncekey/driver/consume"
 	"github.com/oncekey/oncekey/durable"
 )
 

@@ -16,10 +16,10 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimamqp"
-	"github.com/oncekey/oncekey/claim/internal/settle/settletest"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/internal/entrytest"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/entrytest"
+	"github.com/oncekey/oncekey/testkit/settletest"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // The entry-point conformance suite against Consumer.Run on a RabbitMQ

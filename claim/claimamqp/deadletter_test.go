@@ -14,8 +14,8 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimamqp"
-	"github.com/oncekey/oncekey/claim/internal/consume/consumetest"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/testkit/consumetest"
 )
 
 // deadLetters records the calls of a WithDeadLetter callback.

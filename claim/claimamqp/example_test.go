@@ -13,8 +13,8 @@ import (
 	"github.com/oncekey/oncekey/claim/claimamqp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // A worker calling an external system once per message (workflow mode): the

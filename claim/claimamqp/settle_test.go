@@ -20,10 +20,10 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimamqp"
-	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/pgproxy"
+	"github.com/oncekey/oncekey/testkit/pgproxy"
 )
 
 // proxiedClaimer returns a Claimer (lease 2s, no Redis) on the test's

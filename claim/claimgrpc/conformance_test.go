@@ -14,9 +14,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/oncekey/oncekey/claim/claimgrpc"
-	"github.com/oncekey/oncekey/claim/internal/settle/settletest"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/internal/entrytest"
+	"github.com/oncekey/oncekey/testkit/entrytest"
+	"github.com/oncekey/oncekey/testkit/settletest"
 )
 
 // The entry-point conformance suite against the server interceptor. Its

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
 )
 

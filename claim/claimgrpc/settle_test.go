@@ -14,9 +14,9 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimgrpc"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // flaky is a store whose completions can be made to fail as unreachable,

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
 )
 

@@ -12,10 +12,10 @@ import (
 
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
-	"github.com/oncekey/oncekey/claim/internal/settle/settletest"
-	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/internal/entrytest"
+	"github.com/oncekey/oncekey/testkit/entrytest"
+	"github.com/oncekey/oncekey/testkit/settletest"
 )
 
 // The entry-point conformance suite against the middleware in workflow

@@ -11,10 +11,10 @@ import (
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/internal/adapter"
-	"github.com/oncekey/oncekey/claim/internal/problem"
-	"github.com/oncekey/oncekey/claim/internal/settle"
-	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/driver"
+	"github.com/oncekey/oncekey/driver/problem"
+	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -42,7 +42,7 @@ func Middleware[TTx any](c *claim.Claimer[TTx], tenant func(r *http.Request) (st
 	if err != nil {
 		return nil, err
 	}
-	if err := adapter.CheckLease(c, "WithLease", "", o.lease); err != nil {
+	if err := driver.CheckLease(c, "WithLease", "", o.lease); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	m := &middleware[TTx]{c: c, o: o,
@@ -81,7 +81,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	operation := g.operation(r)
 	if operation != "" {
-		secs := int64(adapter.Retention(m.c, operation) / time.Second)
+		secs := int64(driver.Retention(m.c, operation) / time.Second)
 		w.Header().Set(claimclient.HeaderRetention, strconv.FormatInt(secs, 10))
 	}
 	switch {
@@ -274,7 +274,7 @@ func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder 
 	if holder > 0 {
 		retry = min(retry, holder)
 	}
-	if adapter.Polls(m.c) {
+	if driver.Polls(m.c) {
 		w.Header().Set("Location", m.o.operationPath+opID)
 		writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "A request with this key is still being processed; poll the Location or retry the request.", opID, retry)
 		return

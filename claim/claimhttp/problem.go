@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/oncekey/oncekey/claim/internal/problem"
+	"github.com/oncekey/oncekey/driver/problem"
 )
 
 // problemNotFound is the problem type of an unknown operation (the

@@ -9,7 +9,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
-	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
 )
 

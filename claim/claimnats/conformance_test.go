@@ -17,10 +17,10 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimnats"
-	"github.com/oncekey/oncekey/claim/internal/settle/settletest"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/internal/entrytest"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/entrytest"
+	"github.com/oncekey/oncekey/testkit/settletest"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // The entry-point conformance suite against Consumer.Run on a JetStream

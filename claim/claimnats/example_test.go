@@ -15,8 +15,8 @@ import (
 	"github.com/oncekey/oncekey/claim/claimnats"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // exampleStream connects to the test server (NATS_URL or its local

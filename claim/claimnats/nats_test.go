@@ -19,7 +19,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimnats"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // consumeDo consumes from c with the adapter in Do mode until stopped.

@@ -19,9 +19,9 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimnats"
-	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/driver/settle"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/internal/pgproxy"
+	"github.com/oncekey/oncekey/testkit/pgproxy"
 )
 
 // proxied returns a pool on the test's schema through a pgproxy.Cutter the

@@ -17,8 +17,8 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // env is one test's world: its own stream, schema and Redis key prefix.

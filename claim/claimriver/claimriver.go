@@ -88,9 +88,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/internal/adapter"
-	"github.com/oncekey/oncekey/claim/internal/consume"
-	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/driver"
+	"github.com/oncekey/oncekey/driver/consume"
+	"github.com/oncekey/oncekey/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 )
@@ -177,13 +177,13 @@ func New[TTx any](c *claim.Claimer[TTx], work Work, opts ...Option) (*Runner[TTx
 	if err != nil {
 		return nil, err
 	}
-	return &Runner[TTx]{c: c, work: work, o: o, lease: adapter.Lease(c), engine: &settle.Engine{
+	return &Runner[TTx]{c: c, work: work, o: o, lease: driver.Lease(c), engine: &settle.Engine{
 		Name: "claimriver",
 		// Handoff 0: the attempt stays running until the outcome is
 		// recorded or the lease ran out; River learns nothing before.
 		Attempt: o.finishTimeout,
 		// A nothing-happened run keeps the record for the job's retry.
-		Release: func(ctx context.Context, l *claim.Lease) error { return adapter.Expire(ctx, l) },
+		Release: func(ctx context.Context, l *claim.Lease) error { return driver.Expire(ctx, l) },
 	}}, nil
 }
 
@@ -206,12 +206,12 @@ func (r *Runner[TTx]) Enqueue(ctx context.Context, client *river.Client[TTx], re
 		return claim.Outcome{}, fmt.Errorf("%w: Enqueue: nil River client", ErrConfig)
 	}
 	var out claim.Outcome
-	err := adapter.InTx(ctx, r.c, func(ctx context.Context, txAny any) error {
-		o, takeover, err := adapter.ClaimTx(ctx, r.c, txAny, req)
+	err := driver.InTx(ctx, r.c, func(ctx context.Context, tx TTx) error {
+		o, takeover, err := driver.ClaimTx(ctx, r.c, tx, req)
 		if err != nil {
 			return err
 		}
-		out = o.(claim.Outcome)
+		out = o
 		if out.Kind != claim.Acquired {
 			return nil
 		}
@@ -222,7 +222,7 @@ func (r *Runner[TTx]) Enqueue(ctx context.Context, client *river.Client[TTx], re
 			return errLeaveToTheJob
 		}
 		tok := out.Lease.Token()
-		res, err := client.InsertTx(ctx, txAny.(TTx), Args{
+		res, err := client.InsertTx(ctx, tx, Args{
 			OperationID: out.OperationID, Tenant: req.Scope.Tenant,
 			Generation: tok.Generation, Owner: tok.Owner, Payload: payload,
 		}, &river.InsertOpts{MaxAttempts: r.o.maxAttempts, Queue: r.o.queue})
@@ -268,9 +268,9 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 	// other (River delivers a job again after a crash, a retry, a snooze)
 	// finds it handed over and adopts the record once the lease it was
 	// handed under expired. Every run holds a generation of its own.
-	l, rec, err := adapter.Resume(ctx, r.c, a.Tenant, a.OperationID, fence.Token{Generation: a.Generation, Owner: a.Owner})
+	lease, rec, err := driver.Resume(ctx, r.c, a.Tenant, a.OperationID, fence.Token{Generation: a.Generation, Owner: a.Owner})
 	if errors.Is(err, durable.ErrFenced) {
-		l, rec, err = adapter.Resume(ctx, r.c, a.Tenant, a.OperationID, fence.Token{})
+		lease, rec, err = driver.Resume(ctx, r.c, a.Tenant, a.OperationID, fence.Token{})
 	}
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
@@ -282,10 +282,9 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobSnooze(max(rec.LeaseRemaining, time.Second) + time.Second)
 	case err != nil:
 		return err // River retries
-	case l == nil:
+	case lease == nil:
 		return nil // finished, uncertain (the Reconciler's) or released
 	}
-	lease := l.(*claim.Lease)
 	op := settle.NewOp(lease)
 	var werr error
 	// The engine runs the work on a context detached from River's (its
@@ -295,7 +294,7 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 	rep := r.engine.Run(ctx, lease, op, func(wctx context.Context) settle.Settlement {
 		res, err := r.work(wctx, Job{OperationID: a.OperationID, Operation: rec.Ref.Operation, Tenant: a.Tenant, Token: lease.Token(), Attempt: job.Attempt, Payload: a.Payload})
 		werr = err
-		rejected, isReject := adapter.Rejected(err)
+		rejected, isReject := driver.Rejected(err)
 		switch {
 		case err == nil:
 			return settle.Settlement{Kind: settle.Complete, Result: res}

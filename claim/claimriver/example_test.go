@@ -20,7 +20,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimriver"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // POST /deploys in async mode: the handler checks the body, claims the key

@@ -15,8 +15,8 @@ import (
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/internal/adapter"
-	"github.com/oncekey/oncekey/claim/internal/wire"
+	"github.com/oncekey/oncekey/driver"
+	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -64,7 +64,7 @@ type handler[TTx any] struct {
 func (h *handler[TTx]) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	o := h.r.o
 	// Every answer says how long the key is remembered, as claimhttp's do.
-	w.Header().Set(claimclient.HeaderRetention, strconv.FormatInt(int64(adapter.Retention(h.r.c, h.operation)/time.Second), 10))
+	w.Header().Set(claimclient.HeaderRetention, strconv.FormatInt(int64(driver.Retention(h.r.c, h.operation)/time.Second), 10))
 	key, err := wire.ParseKey(req.Header, "")
 	switch {
 	case errors.Is(err, wire.ErrKeyMissing):
@@ -163,7 +163,7 @@ func (h *handler[TTx]) valid(w http.ResponseWriter, req *http.Request, body []by
 	if err == nil {
 		return true
 	}
-	if res, ok := adapter.Rejected(err); ok {
+	if res, ok := driver.Rejected(err); ok {
 		hdr := w.Header()
 		for k, v := range res.Headers {
 			hdr[k] = append([]string(nil), v...)

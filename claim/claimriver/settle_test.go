@@ -15,9 +15,9 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/internal/settle"
+	"github.com/oncekey/oncekey/driver/settle"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/internal/pgproxy"
+	"github.com/oncekey/oncekey/testkit/pgproxy"
 )
 
 // enqueue claims key and inserts its job through cl.

@@ -17,8 +17,8 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/pgproxy"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/pgproxy"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // env is a Claimer on a fresh schema with River's tables in it, and a fake

@@ -16,12 +16,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/pgmigrate"
-	"github.com/oncekey/oncekey/internal/redisproc"
-	"github.com/oncekey/oncekey/internal/storeapi"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/redisproc"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // oncekey runs the command as main would, with stdin, and returns its exit

@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // Claim atomically inserts or takes over the record of p.Scope (see the

@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // InsertAtCommit runs fn in a new transaction begun as InTx begins it, then

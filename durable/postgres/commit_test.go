@@ -10,10 +10,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/pgproxy"
-	"github.com/oncekey/oncekey/internal/storeapi"
+	"github.com/oncekey/oncekey/testkit/pgproxy"
 )
 
 // commitWriter is the fixture's store as the Claimer's Do sees it.

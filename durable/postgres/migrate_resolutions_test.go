@@ -6,7 +6,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/pgmigrate"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // Migration 005 creates <table>_resolutions (what cmd/oncekey resolve

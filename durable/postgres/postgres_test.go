@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/pgproxy"
-	"github.com/oncekey/oncekey/internal/storeapi"
-	"github.com/oncekey/oncekey/internal/storetest"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/pgproxy"
+	"github.com/oncekey/oncekey/testkit/storetest"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // counter counts statements (round trips) through a pgx tracer: one per

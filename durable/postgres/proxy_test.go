@@ -3,7 +3,7 @@ package postgres_test
 import (
 	"testing"
 
-	"github.com/oncekey/oncekey/internal/pgproxy"
+	"github.com/oncekey/oncekey/testkit/pgproxy"
 )
 
 // newCutProxy starts a proxy in front of PostgreSQL that loses one reply on

@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncekey/oncekey/driver/headers"
+	"github.com/oncekey/oncekey/driver/storeapi"
+	"github.com/oncekey/oncekey/driver/txmark"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
-	"github.com/oncekey/oncekey/internal/txmark"
 )
 
 var _ storeapi.Store[pgx.Tx] = (*store)(nil)

@@ -22,13 +22,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
 
+	"github.com/oncekey/oncekey/driver/headers"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/pgproxy"
-	"github.com/oncekey/oncekey/internal/storeapi"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/pgproxy"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 const fp = "v1:fingerprint"

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // claimAttempts bounds how often a claim is tried again when the record

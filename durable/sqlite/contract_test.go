@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/sqlite"
-	"github.com/oncekey/oncekey/internal/storeapi"
-	"github.com/oncekey/oncekey/internal/storetest"
+	"github.com/oncekey/oncekey/testkit/storetest"
 )
 
 func TestContract(t *testing.T) {

@@ -10,7 +10,7 @@
 //	if err := sqlite.Migrate(ctx, db); err != nil { ... }
 //	store, err := sqlite.New(db)
 //
-// It passes the same contract suite (internal/storetest) as the PostgreSQL
+// It passes the same contract suite (testkit/storetest) as the PostgreSQL
 // backend, unchanged.
 //
 // # What it guarantees, on one node

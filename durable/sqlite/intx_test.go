@@ -11,9 +11,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/sqlite"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // TestStore_ClaimWriteCompleteInOneTx claims an idempotency key, inserts an

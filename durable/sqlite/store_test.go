@@ -19,11 +19,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncekey/oncekey/driver/headers"
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/internal/headers"
 	"github.com/oncekey/oncekey/durable/sqlite"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // open returns a fresh, migrated store in its own file.

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/oncekey/oncekey/driver/storeapi"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/sqlite"
-	"github.com/oncekey/oncekey/internal/storeapi"
 )
 
 // upgrade is the contract suite's Harness.Upgrade: a database file whose

@@ -17,7 +17,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/examples/internal/backend"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 func TestMain(m *testing.M) {

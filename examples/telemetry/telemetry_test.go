@@ -8,7 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncekey/oncekey/examples/internal/backend"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 func TestMain(m *testing.M) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // BenchmarkClaim compares, on the same client and the same real Redis, a

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // breakerSetup is a Scripts on a private redis-server, with a fake clock for

@@ -14,7 +14,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // TestCluster runs every script on a real three-master Redis Cluster, for a

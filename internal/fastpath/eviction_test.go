@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 func TestCheckEviction(t *testing.T) {

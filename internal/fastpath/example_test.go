@@ -12,7 +12,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // The fast path around one operation: claim, (durable claim and the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // env is the Redis server the script tests run on.

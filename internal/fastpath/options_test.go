@@ -15,8 +15,8 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/redisproc"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // TestFromLua checks that every field of lua.Options reaches the Options it

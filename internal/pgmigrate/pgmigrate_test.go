@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/pgmigrate"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // withNext returns the store's migrations plus the next numbered pair, the

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/oncekey/oncekey/chaos"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 func TestRun_ListAndUsage(t *testing.T) {

@@ -5,7 +5,7 @@
 //     Redis or PostgreSQL that adds latency, blackholes traffic (accepts and
 //     never answers), cuts every connection, or cuts a connection after N
 //     bytes of reply.
-//   - [Pair]: a primary and a replica of the suite's own (internal/redisproc
+//   - [Pair]: a primary and a replica of the suite's own (testkit/redisproc
 //     processes, which are restarted empty and paused with SIGSTOP), failed
 //     over to a replica that missed writes ([Pair.PauseReplication],
 //     [Pair.Failover]) or split-brained; [Fill] pushes a server run under
@@ -26,7 +26,7 @@
 //     and fencing by generation as the design asks downstream systems to.
 //
 // A COMMIT (or the next statement) whose reply is lost after the server
-// applied it is internal/pgproxy's Cutter, shared with the durable/postgres
+// applied it is testkit/pgproxy's Cutter, shared with the durable/postgres
 // tests.
 //
 // Every injector counts what it did, so a scenario can prove its faults

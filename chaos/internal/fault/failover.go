@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // linkTimeout bounds how long a replica may take to (re)attach.

@@ -17,8 +17,8 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
-	"github.com/oncekey/oncekey/internal/redisproc"
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/redisproc"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 func redisBinary(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncekey/oncekey/internal/testenv"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 func TestSysvKey(t *testing.T) {

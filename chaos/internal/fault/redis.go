@@ -8,10 +8,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oncekey/oncekey/internal/redisproc"
+	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
-// The suite's redis-server processes are internal/redisproc's (started with
+// The suite's redis-server processes are testkit/redisproc's (started with
 // redisproc.New, which needs no test); this file adds what the suite does
 // with them.
 

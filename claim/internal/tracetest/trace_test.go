@@ -22,8 +22,8 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/testenv"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 func TestMain(m *testing.M) {

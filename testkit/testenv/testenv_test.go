@@ -1,0 +1,81 @@
+package testenv_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/oncekey/oncekey/testkit/testenv"
+)
+
+func TestPostgres_FreshSchemaPerTest(t *testing.T) {
+	t.Parallel()
+	a, b := testenv.Postgres(t), testenv.Postgres(t)
+	if a.Name == b.Name {
+		t.Fatalf("two calls shared schema %s", a.Name)
+	}
+	var sp string
+	if err := a.Pool.QueryRow(t.Context(), "SHOW search_path").Scan(&sp); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sp, a.Name) {
+		t.Fatalf("search_path %q does not name %s", sp, a.Name)
+	}
+	if _, err := a.Pool.Exec(t.Context(), "CREATE TABLE only_here (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := b.Pool.QueryRow(t.Context(), "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'only_here'", b.Name).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("table leaked into another test's schema: %d, %v", n, err)
+	}
+}
+
+func TestRedis_PrefixPerTest(t *testing.T) {
+	t.Parallel()
+	c, p1 := testenv.Redis(t)
+	_, p2 := testenv.Redis(t)
+	if p1 == p2 || !regexp.MustCompile(`^t[0-9a-f]{12}$`).MatchString(p1) {
+		t.Fatalf("prefixes %q %q", p1, p2)
+	}
+	if err := c.Set(t.Context(), p1+":k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestURLs_EnvThenLocalDefault(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("REDIS_URL", "")
+	if got := testenv.DatabaseURL(t); got != testenv.DefaultDatabaseURL {
+		t.Fatalf("DatabaseURL without DATABASE_URL = %q", got)
+	}
+	if got := testenv.RedisURL(t); got != testenv.DefaultRedisURL {
+		t.Fatalf("RedisURL without REDIS_URL = %q", got)
+	}
+	t.Setenv("DATABASE_URL", "postgres://u@h:1/d")
+	t.Setenv("REDIS_URL", "redis://h:2/3")
+	if got := testenv.DatabaseURL(t); got != "postgres://u@h:1/d" {
+		t.Fatalf("DatabaseURL = %q", got)
+	}
+	if got := testenv.RedisURL(t); got != "redis://h:2/3" {
+		t.Fatalf("RedisURL = %q", got)
+	}
+}
+
+func TestBrokerURLs_EnvThenLocalDefault(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("AMQP_URL", "")
+	if got := testenv.NATSURL(t); got != testenv.DefaultNATSURL {
+		t.Fatalf("NATSURL without NATS_URL = %q", got)
+	}
+	if got := testenv.AMQPURL(t); got != testenv.DefaultAMQPURL {
+		t.Fatalf("AMQPURL without AMQP_URL = %q", got)
+	}
+	t.Setenv("NATS_URL", "nats://h:1")
+	t.Setenv("AMQP_URL", "amqp://u:p@h:2/")
+	if got := testenv.NATSURL(t); got != "nats://h:1" {
+		t.Fatalf("NATSURL = %q", got)
+	}
+	if got := testenv.AMQPURL(t); got != "amqp://u:p@h:2/" {
+		t.Fatalf("AMQPURL = %q", got)
+	}
+}
