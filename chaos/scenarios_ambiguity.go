@@ -301,7 +301,7 @@ func setupUncertain(ctx context.Context, e *env) (*workload, error) {
 	}
 	d := w.downstream
 	var passStart time.Duration
-	rc, err := claim.NewReconciler(w.verifier, e.resolveByDownstream(d, &passStart, nil), claim.ReconcileStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
+	rc, err := claim.NewReconciler(w.verifier, e.resolveByDownstream(d, &passStart, nil), claim.WithStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
 	if err != nil {
 		return nil, err
 	}

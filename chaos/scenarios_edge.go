@@ -620,7 +620,7 @@ func (e *env) newReconciling(c *claim.Claimer[pgxTx], d *fault.Downstream) (*rec
 // adopting processing records only once stale for stale.
 func (e *env) newReconcilingAs(c *claim.Claimer[pgxTx], pick func(o *op) *fault.Downstream, encode func([]byte) durable.Result, stale time.Duration) (*reconciling, error) {
 	r := &reconciling{e: e, stop: make(chan struct{}), done: make(chan struct{})}
-	rc, err := claim.NewReconciler(c, e.resolveByDownstreamOf(pick, &r.passStart, encode), claim.ReconcileStaleAfter(stale))
+	rc, err := claim.NewReconciler(c, e.resolveByDownstreamOf(pick, &r.passStart, encode), claim.WithStaleAfter(stale))
 	if err != nil {
 		return nil, err
 	}

@@ -65,7 +65,7 @@ func setupReconcileUnresolved(ctx context.Context, e *env) (*workload, error) {
 		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
 			Token: rec.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
 		return claim.Resolved(durable.Completed, resultOf(200, body)), nil
-	}, claim.ReconcileStaleAfter(0))
+	}, claim.WithStaleAfter(0))
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 )
 
-// ReconcileSkip keeps a pass off the records skip names (counted as
+// WithSkip keeps a pass off the records skip names (counted as
 // skipped, left as they were: not adopted), asks about the others, and an
 // error of skip counts as that record's error.
 func TestReconciler_SkipLeavesRecordsAlone(t *testing.T) {
@@ -33,7 +33,7 @@ func TestReconciler_SkipLeavesRecordsAlone(t *testing.T) {
 	rc, err := claim.NewReconciler(e.c, func(_ context.Context, r durable.Record) (claim.Resolution, error) {
 		asked.Add(1)
 		return claim.Resolved(durable.Completed, result("done")), nil
-	}, claim.ReconcileStaleAfter(time.Millisecond), claim.ReconcileSkip(func(_ context.Context, r durable.Record) (bool, error) {
+	}, claim.WithStaleAfter(time.Millisecond), claim.WithSkip(func(_ context.Context, r durable.Record) (bool, error) {
 		if failSkip.Load() {
 			return false, errors.New("queue unreachable")
 		}
@@ -56,7 +56,7 @@ func TestReconciler_SkipLeavesRecordsAlone(t *testing.T) {
 	}
 	if _, err := claim.NewReconciler(e.c, func(context.Context, durable.Record) (claim.Resolution, error) {
 		return claim.Unresolved(), nil
-	}, claim.ReconcileSkip(nil)); !errors.Is(err, claim.ErrConfig) {
-		t.Fatalf("ReconcileSkip(nil) = %v; want ErrConfig", err)
+	}, claim.WithSkip(nil)); !errors.Is(err, claim.ErrConfig) {
+		t.Fatalf("WithSkip(nil) = %v; want ErrConfig", err)
 	}
 }

@@ -35,7 +35,7 @@ func Resolved(state durable.State, res durable.Result) Resolution {
 // the pass, is marked uncertain then: no retry takes it over and runs it
 // again, as it would once the adopted lease ran out if it stayed
 // processing. A resolve function that has no say on some records (another
-// operation's) keeps them out of the pass with [ReconcileSkip] rather than
+// operation's) keeps them out of the pass with [WithSkip] rather than
 // answer Unresolved for them. It is the zero Resolution.
 func Unresolved() Resolution { return Resolution{} }
 
@@ -58,41 +58,42 @@ type reconcilerConfig struct {
 	skip       func(context.Context, durable.Record) (bool, error)
 }
 
-// ReconcileStaleAfter selects, besides uncertain records, processing
+// WithStaleAfter, a [ReconcilerOption], selects, besides uncertain records, processing
 // records whose lease expired at least d ago: their worker is presumed
 // dead. Defaults to 5 minutes. Not negative.
-func ReconcileStaleAfter(d time.Duration) ReconcilerOption {
+func WithStaleAfter(d time.Duration) ReconcilerOption {
 	return func(c *reconcilerConfig) error {
 		if d < 0 {
-			return configErr("ReconcileStaleAfter: must not be negative, got %v", d)
+			return configErr("WithStaleAfter: must not be negative, got %v", d)
 		}
 		c.staleAfter = d
 		return nil
 	}
 }
 
-// ReconcileSkip has each pass ask skip about every pending record before
+// WithSkip, a [ReconcilerOption], has each pass ask skip about every pending record before
 // adopting it: a record skip reports (true) is left as it is for this pass
 // and counted as skipped; an error counts as the record's error. It keeps
 // the Reconciler off records that another mechanism still continues: an
 // asynchronous runner's job retries the processing records of its
 // operations itself (claimriver.Runner.SkipLiveJobs). Not nil.
-func ReconcileSkip(skip func(ctx context.Context, rec durable.Record) (bool, error)) ReconcilerOption {
+func WithSkip(skip func(ctx context.Context, rec durable.Record) (bool, error)) ReconcilerOption {
 	return func(c *reconcilerConfig) error {
 		if skip == nil {
-			return configErr("ReconcileSkip: nil function")
+			return configErr("WithSkip: nil function")
 		}
 		c.skip = skip
 		return nil
 	}
 }
 
-// ReconcileBatch bounds the records handled per pass. Defaults to 100. At
+// WithBatch, a [ReconcilerOption], bounds the records handled per pass
+// (not to be confused with [WithSweepBatch], a Claimer's). Defaults to 100. At
 // least 1.
-func ReconcileBatch(n int) ReconcilerOption {
+func WithBatch(n int) ReconcilerOption {
 	return func(c *reconcilerConfig) error {
 		if n < 1 {
-			return configErr("ReconcileBatch: must be at least 1, got %d", n)
+			return configErr("WithBatch: must be at least 1, got %d", n)
 		}
 		c.batch = n
 		return nil
@@ -165,7 +166,7 @@ func (t tally) report() Report {
 }
 
 // RunOnce runs one pass over at most a batch of records
-// ([ReconcileBatch]). ctx bounds the pass.
+// ([WithBatch]). ctx bounds the pass.
 func (r *Reconciler[TTx]) RunOnce(ctx context.Context) (Report, error) {
 	var t tally
 	recs, err := r.c.store.Pending(ctx, r.cfg.staleAfter, r.cfg.batch)

@@ -54,7 +54,7 @@ func TestReconciler(t *testing.T) {
 			return res, nil
 		}
 		return claim.Unresolved(), nil
-	}, claim.ReconcileStaleAfter(time.Millisecond))
+	}, claim.WithStaleAfter(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestReconciler(t *testing.T) {
 	}
 	if _, err := claim.NewReconciler(e.c, func(context.Context, durable.Record) (claim.Resolution, error) {
 		return claim.Unresolved(), nil
-	}, claim.ReconcileBatch(0)); !errors.Is(err, claim.ErrConfig) {
+	}, claim.WithBatch(0)); !errors.Is(err, claim.ErrConfig) {
 		t.Errorf("NewReconciler with a zero batch = %v, want ErrConfig", err)
 	}
 	var _ *claim.Reconciler[pgx.Tx] = rec
@@ -153,7 +153,7 @@ func TestReconciler_UnresolvedStaysUncertain(t *testing.T) {
 			return res.(claim.Resolution), nil
 		}
 		return claim.Unresolved(), nil
-	}, claim.ReconcileStaleAfter(time.Millisecond))
+	}, claim.WithStaleAfter(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestReconciler_NothingHappenedReleases(t *testing.T) {
 	}
 	rc, err := claim.NewReconciler(e.c, func(context.Context, durable.Record) (claim.Resolution, error) {
 		return claim.NothingHappened(), nil
-	}, claim.ReconcileStaleAfter(time.Millisecond))
+	}, claim.WithStaleAfter(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

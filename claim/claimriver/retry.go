@@ -67,9 +67,9 @@ func (r *Runner[TTx]) RescueStuckJobsAfter(cfg *river.Config) time.Duration {
 //	rec, err := claim.NewReconciler(c, resolve, runner.SkipLiveJobs(client))
 func (r *Runner[TTx]) SkipLiveJobs(client *river.Client[TTx]) claim.ReconcilerOption {
 	if client == nil {
-		return claim.ReconcileSkip(nil) // NewReconciler refuses it (ErrConfig)
+		return claim.WithSkip(nil) // NewReconciler refuses it (ErrConfig)
 	}
-	return claim.ReconcileSkip(func(ctx context.Context, rec durable.Record) (bool, error) {
+	return claim.WithSkip(func(ctx context.Context, rec durable.Record) (bool, error) {
 		if rec.State != durable.Processing {
 			return false, nil
 		}

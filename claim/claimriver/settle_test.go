@@ -243,7 +243,7 @@ func TestAsync_ReconcilerLeavesLiveJobsToRiver(t *testing.T) {
 		asked.Add(1)
 		return claim.Unresolved(), nil
 	}
-	r, err := claim.NewReconciler(e.c, resolve, claim.ReconcileStaleAfter(0), e.runner.SkipLiveJobs(cl))
+	r, err := claim.NewReconciler(e.c, resolve, claim.WithStaleAfter(0), e.runner.SkipLiveJobs(cl))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,7 +135,7 @@ func build[TTx any](c *claim.Claimer[TTx], gw *gatewayClient, log *slog.Logger, 
 	// Records of other operations are not this resolver's to decide: kept
 	// out of its passes, as they were. Answering Unresolved for them would
 	// mark them uncertain.
-	rec, err := claim.NewReconciler(c, s.resolve, claim.ReconcileSkip(func(_ context.Context, r durable.Record) (bool, error) {
+	rec, err := claim.NewReconciler(c, s.resolve, claim.WithSkip(func(_ context.Context, r durable.Record) (bool, error) {
 		return r.Ref.Operation != operation, nil
 	}))
 	if err != nil {

@@ -398,7 +398,7 @@ func (w *world) resolve(byKey map[string]resolution) {
 			return claim.Resolved(states[id], res), nil
 		}
 		return claim.Unresolved(), nil
-	}, claim.ReconcileStaleAfter(time.Hour))
+	}, claim.WithStaleAfter(time.Hour))
 	if err != nil {
 		w.t.Fatal(err)
 	}
