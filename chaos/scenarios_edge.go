@@ -255,6 +255,8 @@ type edge struct {
 	s  *service
 	st *faultyStore
 	d  *fault.Downstream
+	// floors are the server's leases, watched.
+	floors *leaseFloors
 
 	// afterEffect runs in the handler after the downstream applied the
 	// effect, with the body the handler will answer; when it returns true
@@ -296,11 +298,15 @@ func (e *env) newEdge(ctx context.Context, mw ...claimhttp.Option) (*edge, error
 	w.modeOf = flowAll
 	// Duplicates wait for the first request, as in the other HTTP
 	// scenarios.
-	server, err := e.claimer(claimerOpts{store: base, redis: e.redisUser("", nil), policy: claim.WithWait(2 * e.cfg.Lease)})
+	// The server's leases are watched, as the entry-point families': a
+	// takeover of a live one is a violation, and a second effect is
+	// explained by the takeovers of leases that had run out.
+	floors := newLeaseFloors()
+	server, err := e.claimer(claimerOpts{store: e.watchLeases(base, floors), redis: e.redisUser("", nil), policy: claim.WithWait(2 * e.cfg.Lease)})
 	if err != nil {
 		return nil, err
 	}
-	x := &edge{e: e, w: w, st: st, gens: map[*op]uint64{},
+	x := &edge{e: e, w: w, st: st, floors: floors, gens: map[*op]uint64{},
 		tries: map[*op]map[int]int{}, cuts: map[*op]map[int]context.CancelCauseFunc{}}
 	x.d, err = e.rawDownstream(func(o *op, epoch int, id string) []byte {
 		if x.bodyOf != nil {
@@ -329,7 +335,7 @@ func (e *env) newEdge(ctx context.Context, mw ...claimhttp.Option) (*edge, error
 // downstream calls always runs first.
 func (x *edge) then(f func(ctx context.Context, ops []*op) error) {
 	x.w.after = func(ctx context.Context, e *env, ops []*op) error {
-		e.oneCallEach(x.d, ops)
+		e.oneCallEachWhy(x.d, ops, func(o *op) string { return x.floors.explain(o.ref.KeyHash, e.cfg.Lease) })
 		return f(ctx, ops)
 	}
 }
