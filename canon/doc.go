@@ -64,7 +64,7 @@
 // 2^53: 9007199254740993 and 9007199254740992 canonicalize alike, and a
 // 64-bit account id sent as a number could replay another account's result.
 // [JSON] follows the RFC. The fingerprinting path ([Request], [JSONStrict])
-// instead rejects, with a [*SyntaxError] matching [ErrInvalid], every plain
+// instead rejects, with an error matching [ErrInvalid], every plain
 // integer literal (digits with an optional minus sign, no fraction and no
 // exponent) whose double does not print as the same integer under RFC 8785:
 // 9007199254740993 and 1000000000000000000000 (which prints as 1e+21) fail,
@@ -81,7 +81,7 @@
 // invalid UTF-8 and lone surrogate escapes, as RFC 8785 requires. Three
 // sentinels classify the errors, one branch each for an HTTP layer:
 // [ErrInvalid] (the input cannot be fingerprinted) is 400, [ErrTooLarge]
-// is 413, [ErrInvalidOptions] is a server misconfiguration (500); an error
+// is 413, [ErrConfig] is a server misconfiguration (500); an error
 // reading the body (the client went away) matches none of them. No error
 // message quotes the input.
 //

@@ -16,33 +16,36 @@ var (
 	// range, nesting deeper than 1000 levels), an integer literal a double
 	// cannot hold exactly on the fingerprinting path, and a URL query or
 	// form body that does not parse (a bad percent escape or a ';'
-	// separator). For JSON the error is a [*SyntaxError].
+	// separator). For JSON the message gives the byte offset where the
+	// problem was found.
 	ErrInvalid = errors.New("canon: invalid input")
 
 	// ErrTooLarge matches the error [Request] returns for a body longer than
 	// [Options.MaxBody], detected without reading past the limit.
 	ErrTooLarge = errors.New("canon: body too large")
 
-	// ErrInvalidOptions matches the error [Request] returns for an [Options]
-	// value that is unusable: a negative MaxBody, an empty or malformed
-	// header name, or an Exclude entry that is not an RFC 6901 JSON Pointer
-	// to a member. It is a programming error, not a client error.
-	ErrInvalidOptions = errors.New("canon: invalid options")
+	// ErrConfig matches the error [Request] returns for an [Options] value
+	// that is unusable: a negative MaxBody, an empty or malformed header
+	// name, or an Exclude entry that is not an RFC 6901 JSON Pointer to a
+	// member. It is a programming error, not a client error, and is named
+	// as every package's configuration error is.
+	ErrConfig = errors.New("canon: invalid configuration")
 )
 
-// SyntaxError reports JSON that cannot be canonicalized, with the byte
-// offset where the problem was found. It matches [ErrInvalid] with
-// errors.Is.
+// syntaxError reports JSON that cannot be canonicalized, with the byte
+// offset where the problem was found (in its message too). It matches
+// [ErrInvalid] with errors.Is: callers branch on that sentinel, not on this
+// type.
 //
 // The message never quotes the input: bodies may carry personal data and
 // error strings end up in logs.
-type SyntaxError struct {
+type syntaxError struct {
 	Offset int64  // byte offset into the JSON input
 	Detail string // a fixed description, such as "expected ':'"; may be empty
 	kind   *cause
 }
 
-func (e *SyntaxError) Error() string {
+func (e *syntaxError) Error() string {
 	msg := e.kind.msg
 	if e.Detail != "" {
 		msg += ": " + e.Detail
@@ -51,7 +54,7 @@ func (e *SyntaxError) Error() string {
 }
 
 // Unwrap returns the cause, which matches [ErrInvalid].
-func (e *SyntaxError) Unwrap() error { return e.kind }
+func (e *syntaxError) Unwrap() error { return e.kind }
 
 // cause is the specific reason for an [ErrInvalid]; the package's tests
 // tell them apart, callers need not.
@@ -83,11 +86,11 @@ func (e *tooLargeError) Error() string {
 func (e *tooLargeError) Unwrap() error { return ErrTooLarge }
 
 func syntaxErr(off int, kind *cause, detail string) error {
-	return &SyntaxError{Offset: int64(off), Detail: detail, kind: kind}
+	return &syntaxError{Offset: int64(off), Detail: detail, kind: kind}
 }
 
 // at returns e with its offset set.
-func (e *SyntaxError) at(off int) *SyntaxError {
+func (e *syntaxError) at(off int) *syntaxError {
 	e.Offset = int64(off)
 	return e
 }

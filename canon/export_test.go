@@ -19,6 +19,10 @@ var (
 	DefaultMaxBody       = defaultMaxBody
 )
 
+// SyntaxError is the type of the JSON errors, whose Offset and Detail the
+// tests check.
+type SyntaxError = syntaxError
+
 // TooLargeLimit returns the limit a too-large error reports, or -1.
 func TooLargeLimit(err error) int64 {
 	var tl *tooLargeError

@@ -32,9 +32,9 @@ const maxDepth = 1000
 //
 // Input that is not JSON, or that RFC 8785 forbids (invalid UTF-8, a lone
 // surrogate escape, a duplicate member name, a number beyond a double's
-// range), and nesting deeper than 1000 levels fail with a [*SyntaxError]
-// matching [ErrInvalid]. src is not retained or modified; the result is a
-// new slice.
+// range), and nesting deeper than 1000 levels fail with an error matching
+// [ErrInvalid] whose message gives the byte offset. src is not retained or
+// modified; the result is a new slice.
 func JSON(src []byte) ([]byte, error) {
 	return canonicalJSON(nil, src, false, nil)
 }
@@ -42,8 +42,8 @@ func JSON(src []byte) ([]byte, error) {
 // JSONStrict is [JSON] with the fingerprinting precision rule: a plain
 // integer literal (no fraction, no exponent) whose double does not print as
 // the same integer, such as 9007199254740993 or 1000000000000000000000,
-// fails with a [*SyntaxError] matching [ErrInvalid]. So two different
-// integers can never share a canonical form. Use it, then [Sum], to
+// fails with an error matching [ErrInvalid]. So two different integers can
+// never share a canonical form. Use it, then [Sum], to
 // fingerprint JSON that does not arrive in an *http.Request; [Request] uses
 // it for JSON bodies.
 func JSONStrict(src []byte) ([]byte, error) {
@@ -605,7 +605,7 @@ func (p *parser) number() (value, error) {
 
 	f, err := parseFloat(src[start:i])
 	if err != nil {
-		return value{}, err.(*SyntaxError).at(start)
+		return value{}, err.(*syntaxError).at(start)
 	}
 	a0 := len(p.arena)
 	p.arena = appendNumber(p.arena, f)
@@ -630,9 +630,9 @@ func parseFloat(lit []byte) (float64, error) {
 	f, err := strconv.ParseFloat(unsafe.String(&lit[0], len(lit)), 64)
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) && math.IsInf(f, 0) {
-			return 0, &SyntaxError{kind: errOverflow}
+			return 0, &syntaxError{kind: errOverflow}
 		}
-		return 0, &SyntaxError{kind: errSyntax, Detail: "invalid number"}
+		return 0, &syntaxError{kind: errSyntax, Detail: "invalid number"}
 	}
 	return f, nil
 }
@@ -658,7 +658,7 @@ func (p *parser) write(dst []byte, v *value) ([]byte, error) {
 		}
 		f, err := parseFloat(lit) // succeeded once already
 		if err != nil {
-			return dst, err.(*SyntaxError).at(v.off)
+			return dst, err.(*syntaxError).at(v.off)
 		}
 		return appendNumber(dst, f), nil
 	case kindArr:

@@ -13,7 +13,7 @@ type pointer [][]byte
 // and use '~' only in the escapes "~0" ('~') and "~1" ('/').
 func parsePointer(s string) (pointer, error) {
 	if s == "" || s[0] != '/' {
-		return nil, fmt.Errorf("%w: exclude %q: a JSON Pointer starts with '/'", ErrInvalidOptions, s)
+		return nil, fmt.Errorf("%w: exclude %q: a JSON Pointer starts with '/'", ErrConfig, s)
 	}
 	parts := strings.Split(s[1:], "/")
 	ptr := make(pointer, len(parts))
@@ -23,7 +23,7 @@ func parsePointer(s string) (pointer, error) {
 			c := part[j]
 			if c == '~' {
 				if j+1 >= len(part) || (part[j+1] != '0' && part[j+1] != '1') {
-					return nil, fmt.Errorf("%w: exclude %q: '~' must be followed by '0' or '1'", ErrInvalidOptions, s)
+					return nil, fmt.Errorf("%w: exclude %q: '~' must be followed by '0' or '1'", ErrConfig, s)
 				}
 				if part[j+1] == '0' {
 					c = '~'

@@ -62,14 +62,14 @@ type Options struct {
 // sent; on a too-large or read error it yields what was read followed by the
 // unread rest. It changes nothing else in r.
 //
-// Errors match [ErrInvalidOptions] (a programming error), [ErrTooLarge]
+// Errors match [ErrConfig] (a programming error), [ErrTooLarge]
 // (also for an http.MaxBytesReader that trips) or [ErrInvalid]; an error
 // reading the body matches none of them.
 func Request(r *http.Request, opts Options) (Fingerprint, error) {
 	maxBody := opts.MaxBody
 	switch {
 	case maxBody < 0:
-		return "", fmt.Errorf("%w: MaxBody must not be negative", ErrInvalidOptions)
+		return "", fmt.Errorf("%w: MaxBody must not be negative", ErrConfig)
 	case maxBody == 0:
 		maxBody = defaultMaxBody
 	}
@@ -192,7 +192,7 @@ func headerNames(names []string) ([]string, error) {
 	for _, name := range names {
 		n := strings.ToLower(strings.TrimSpace(name))
 		if !httptoken.Valid(n) {
-			return nil, fmt.Errorf("%w: header name %q", ErrInvalidOptions, name)
+			return nil, fmt.Errorf("%w: header name %q", ErrConfig, name)
 		}
 		out = append(out, n)
 	}

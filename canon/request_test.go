@@ -193,7 +193,7 @@ func TestRequest_Precision(t *testing.T) {
 	if !errors.Is(err, canon.ErrPrecision) || !errors.Is(err, canon.ErrInvalid) {
 		t.Fatalf(`{"id":9007199254740993}: err = %v, want ErrInvalid (precision)`, err)
 	}
-	if errors.Is(err, canon.ErrTooLarge) || errors.Is(err, canon.ErrInvalidOptions) {
+	if errors.Is(err, canon.ErrTooLarge) || errors.Is(err, canon.ErrConfig) {
 		t.Fatalf("precision error %v must map to 400", err)
 	}
 	asString := fingerprint(t, json(`{"id":"9007199254740993"}`), canon.Options{})
@@ -286,7 +286,7 @@ func TestRequest_TooLarge(t *testing.T) {
 	})
 	t.Run("NegativeMaxBody", func(t *testing.T) {
 		t.Parallel()
-		if _, err := canon.Request(newReq(reqSpec{}), canon.Options{MaxBody: -1}); !errors.Is(err, canon.ErrInvalidOptions) {
+		if _, err := canon.Request(newReq(reqSpec{}), canon.Options{MaxBody: -1}); !errors.Is(err, canon.ErrConfig) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -516,8 +516,8 @@ func TestRequest_InvalidOptions(t *testing.T) {
 		{MaxBody: -5},
 	} {
 		_, err := canon.Request(newReq(reqSpec{contentType: "application/json", body: "{}"}), o)
-		if !errors.Is(err, canon.ErrInvalidOptions) {
-			t.Errorf("%+v: err = %v, want ErrInvalidOptions", o, err)
+		if !errors.Is(err, canon.ErrConfig) {
+			t.Errorf("%+v: err = %v, want ErrConfig", o, err)
 		}
 	}
 }
@@ -560,7 +560,7 @@ func TestRequest_ReadError(t *testing.T) {
 	if !errors.Is(err, canon.ErrReadBody) || !errors.Is(err, gone) {
 		t.Fatalf("err = %v, want a read error wrapping the reader's", err)
 	}
-	if errors.Is(err, canon.ErrInvalid) || errors.Is(err, canon.ErrTooLarge) || errors.Is(err, canon.ErrInvalidOptions) {
+	if errors.Is(err, canon.ErrInvalid) || errors.Is(err, canon.ErrTooLarge) || errors.Is(err, canon.ErrConfig) {
 		t.Fatalf("read error %v matches a sentinel", err)
 	}
 }

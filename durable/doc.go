@@ -24,17 +24,28 @@
 //
 // # States
 //
-//	[*] ─────────► processing      Claim inserted the record
-//	processing ──► completed       Complete, fenced by the token
-//	processing ──► failed          Fail: a final business rejection, stored
-//	processing ──► uncertain       MarkUncertain: the external outcome is unknown
-//	processing ──► processing      takeover after the lease expired (generation+1)
-//	processing ──► released        Release: nothing happened; the key is free again
-//	uncertain ───► completed|failed  the reconciler, after Adopt (new generation)
+// A record is in one of four [State]s: processing, completed, failed or
+// uncertain (the stored state column holds exactly these). Released is not a
+// fifth state: a released record is a processing record with no owner,
+// which [Record.Released] reports and [Stats.Released] counts (apart from
+// [Stats.ByState]'s processing count).
 //
-// A released record keeps its row (as processing with no owner) so that its
-// generation survives. Generations only rise for a scope, across takeovers,
-// releases, retention restarts and Sweep (see Generations below).
+//	[*] ─────────► processing          Claim inserted the record
+//	processing ──► completed           Complete, fenced by the token
+//	processing ──► failed              Fail: a final business rejection, stored
+//	processing ──► uncertain           MarkUncertain: the external outcome is unknown
+//	processing ──► processing          takeover after the lease expired (generation+1),
+//	                                   or Adopt by the reconciler
+//	processing ──► processing, no owner  Release: nothing happened; the key is free
+//	                                   again (Record.Released)
+//	uncertain ───► uncertain           Adopt by the reconciler (new generation, lease set)
+//	uncertain ───► completed|failed    Complete or Fail by the adopter
+//	uncertain ───► processing, no owner  Release by the adopter: nothing happened
+//
+// A released record keeps its row (processing, owner NULL) so that its
+// generation survives; any claim restarts it. Generations only rise for a
+// scope, across takeovers, releases, retention restarts and Sweep (see
+// Generations below).
 //
 // # The claim rule
 //
@@ -44,7 +55,8 @@
 //
 //   - takeover: the record is processing, its lease expired by the
 //     database's clock, and the fingerprint is the same;
-//   - released: the record was released; any fingerprint;
+//   - released: the record is processing with no owner ([Record.Released]);
+//     any fingerprint;
 //   - restart: the record is completed or failed and past its retention
 //     (expires_at); any fingerprint, the stored result is cleared. After
 //     retention a retried key is a new operation: this is the documented end

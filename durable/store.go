@@ -11,7 +11,9 @@ import (
 // State is the state of a record.
 type State string
 
-// The states of a record. See the package documentation for the transitions.
+// The four states of a record, the values of its stored state column. See
+// the package documentation for the transitions. A released record is not
+// a state of its own: it is Processing with [Record.Released] set.
 const (
 	Processing State = "processing"
 	Completed  State = "completed"
@@ -62,8 +64,10 @@ type Record struct {
 	// database's clock when the record was read; zero when it expired or
 	// there is none. It is measured by the store, never by a worker's clock.
 	LeaseRemaining time.Duration
-	// Released reports whether the record was released: processing with no
-	// owner, free for any new claim.
+	// Released reports whether the record was released: its State is
+	// Processing and it has no owner (the row's owner_token is NULL), so it
+	// is free for any new claim. It is the only representation of a
+	// release: there is no released State.
 	Released bool
 	// Result is set for completed and failed records.
 	Result *Result

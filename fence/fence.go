@@ -57,8 +57,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// ErrInvalidToken is returned by [Parse] for a string that is not a token.
-var ErrInvalidToken = errors.New("fence: invalid token")
+// errInvalidToken is wrapped by every error of [Parse], its only failure.
+var errInvalidToken = errors.New("fence: invalid token")
 
 // Token is a fencing token: the generation of a claim and the owner that
 // holds it. Tokens are comparable: two are the same token exactly when they
@@ -94,28 +94,29 @@ func (t *Token) UnmarshalText(b []byte) error {
 }
 
 // Parse reads a token in the form written by [Token.String]. It returns an
-// error wrapping [ErrInvalidToken] for anything else, including a generation
-// of 0, a generation with a sign or leading zeros, and a non-canonical UUID.
+// error ("fence: invalid token: ...", its only kind) for anything else,
+// including a generation of 0, a generation with a sign or leading zeros,
+// and a non-canonical UUID.
 func Parse(s string) (Token, error) {
 	gen, owner, ok := strings.Cut(s, ".")
 	if !ok || gen == "" || (len(gen) > 1 && gen[0] == '0') {
-		return Token{}, fmt.Errorf("%w: %q", ErrInvalidToken, s)
+		return Token{}, fmt.Errorf("%w: %q", errInvalidToken, s)
 	}
 	for i := 0; i < len(gen); i++ {
 		if gen[i] < '0' || gen[i] > '9' {
-			return Token{}, fmt.Errorf("%w: %q", ErrInvalidToken, s)
+			return Token{}, fmt.Errorf("%w: %q", errInvalidToken, s)
 		}
 	}
 	g, err := strconv.ParseUint(gen, 10, 64)
 	if err != nil || g == 0 {
-		return Token{}, fmt.Errorf("%w: generation in %q", ErrInvalidToken, s)
+		return Token{}, fmt.Errorf("%w: generation in %q", errInvalidToken, s)
 	}
 	if len(owner) != 36 {
-		return Token{}, fmt.Errorf("%w: owner in %q", ErrInvalidToken, s)
+		return Token{}, fmt.Errorf("%w: owner in %q", errInvalidToken, s)
 	}
 	u, err := uuid.Parse(owner)
 	if err != nil || u.String() != owner {
-		return Token{}, fmt.Errorf("%w: owner in %q", ErrInvalidToken, s)
+		return Token{}, fmt.Errorf("%w: owner in %q", errInvalidToken, s)
 	}
 	return Token{Generation: g, Owner: u}, nil
 }

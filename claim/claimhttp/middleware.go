@@ -118,7 +118,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, canon.ErrTooLarge):
 		writeProblem(w, http.StatusRequestEntityTooLarge, claimclient.ProblemBodyTooLarge, problem.DetailTooLarge, "", 0)
 		return
-	case errors.Is(err, canon.ErrInvalidOptions):
+	case errors.Is(err, canon.ErrConfig):
 		m.o.Logger.Error("claimhttp: fingerprint options", "err", err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be fingerprinted.", "", 0)
 		return

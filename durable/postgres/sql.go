@@ -5,21 +5,10 @@ import (
 	"strings"
 )
 
-// Generations stay monotonic per scope across Sweep through a floor taken
-// from the database's clock, in whole milliseconds since the Unix epoch
-// (clockMs below):
-//
-//   - an acquisition that creates or restarts a record (a fresh insert, the
-//     restart of a released record or of one past retention) gets
-//     GREATEST(proposed, stored+1 when the row exists, clockMs - generationFloorLagMs);
-//   - Sweep deletes a record only once its generation < clockMs -
-//     sweepGenerationMarginMs.
-//
-// A claim statement that starts at T can then reuse a deleted generation g
-// only if clockMs(T) - 60000 <= g < clockMs(sweep) - 120000, i.e. if it
-// started more than 60 s before the sweep and was still waiting: lock_timeout
-// bounds that far below 60 s. The database server's clock must not step back
-// by more than about a minute (see the package documentation).
+// The generation floor and the sweep margin, in milliseconds of the
+// database's clock (clockMs below). Why they keep generations rising per
+// scope across Sweep, and what they assume of the clock, is told once, in
+// package durable's documentation (# Generations).
 const (
 	generationFloorLagMs    = 60_000
 	sweepGenerationMarginMs = 120_000

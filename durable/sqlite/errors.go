@@ -15,20 +15,19 @@ import (
 
 var (
 	// ErrConfig is returned by [Open], [New] and [Migrate] for an invalid
-	// option, path or argument; the message names it.
+	// option, path or argument, and by Migrate for a database from [Open]
+	// that cannot be put in WAL mode (for example on a file system without
+	// shared memory, where the concurrency the package documents would not
+	// hold); the message names it.
 	ErrConfig = errors.New("durable/sqlite: invalid configuration")
 
-	// ErrWriteLockTimeout is returned, wrapped together with
-	// [durable.ErrUnavailable], when a write waited longer than the busy
+	// errWriteLockTimeout is returned, wrapped together with
+	// [durable.ErrUnavailable] (which is what callers match, as for
+	// PostgreSQL's lock_timeout), when a write waited longer than the busy
 	// timeout for another write of the same store to finish (a long InTx,
 	// or a write made from inside one on its own, with a nil tx, instead of
 	// with the transaction).
-	ErrWriteLockTimeout = errors.New("durable/sqlite: timed out waiting for the write lock")
-
-	// ErrNoWAL is returned by [Migrate] when a database from [Open] cannot be put in
-	// WAL mode (for example on a file system without shared memory), so the
-	// concurrency the package documents would not hold.
-	ErrNoWAL = errors.New("durable/sqlite: WAL journal mode unavailable")
+	errWriteLockTimeout = errors.New("durable/sqlite: timed out waiting for the write lock")
 )
 
 // unavailable wraps cause in durable.ErrUnavailable, keeping both visible to
@@ -59,7 +58,7 @@ func translate(op string, err error) error {
 func isUnavailable(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, sql.ErrConnDone) || errors.Is(err, sql.ErrTxDone) ||
-		errors.Is(err, driver.ErrBadConn) || errors.Is(err, ErrWriteLockTimeout) {
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, errWriteLockTimeout) {
 		return true
 	}
 	// The driver reports a *sqlite3.Error or a bare sqlite3.ErrorCode; As

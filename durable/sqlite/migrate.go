@@ -46,9 +46,10 @@ const migrationTable = "oncekey_migration"
 // ctx bounds it.
 //
 // For a database from [Open] it first checks that the file is in WAL mode
-// ([ErrNoWAL] otherwise: the concurrency the package documents would not
-// hold). A file that cannot be opened returns [durable.ErrUnavailable]; a
-// nil db or an invalid option an error wrapping [ErrConfig].
+// (an error wrapping [ErrConfig] otherwise: the concurrency the package
+// documents would not hold). A file that cannot be opened returns
+// [durable.ErrUnavailable]; a nil db or an invalid option an error wrapping
+// [ErrConfig].
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if db == nil {
 		return fmt.Errorf("%w: Migrate: nil *sql.DB", ErrConfig)
@@ -90,7 +91,7 @@ func migrateOnce(ctx context.Context, db *sql.DB, cfg config) error {
 			return translate("migrate", err)
 		}
 		if !strings.EqualFold(mode, "wal") {
-			return fmt.Errorf("%w: journal_mode is %q", ErrNoWAL, mode)
+			return fmt.Errorf("%w: WAL journal mode unavailable: journal_mode is %q", ErrConfig, mode)
 		}
 	}
 	s := newStore(db, cfg)

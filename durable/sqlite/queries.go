@@ -5,21 +5,10 @@ import (
 	"strings"
 )
 
-// Generations stay monotonic per scope across Sweep through a floor taken
-// from the database's clock in whole milliseconds since the Unix epoch
-// (nowMs):
-//
-//   - an acquisition that creates or restarts a record (a fresh insert, the
-//     restart of a released record or of one past retention) gets
-//     max(proposed, stored+1 when the row exists, nowMs - generationFloorLagMs);
-//   - Sweep deletes a record only once its generation < nowMs -
-//     sweepGenerationMarginMs.
-//
-// A claim that starts at T can then reuse a deleted generation g only if
-// nowMs(T) - 60000 <= g < nowMs(sweep) - 120000: it would have had to wait
-// more than 60 s, and the busy timeout bounds that far below. The host's
-// clock must not step back by more than about a minute (see the package
-// documentation).
+// The generation floor and the sweep margin, in milliseconds of the
+// database's clock (nowMs). Why they keep generations rising per scope
+// across Sweep, and what they assume of the clock, is told once, in
+// package durable's documentation (# Generations).
 const (
 	generationFloorLagMs    = 60_000
 	sweepGenerationMarginMs = 120_000

@@ -150,8 +150,8 @@ func openedByOpen(db *sql.DB) bool {
 // path is a file name, not a URI: "", ":memory:" (each connection would see
 // its own database) and names containing '?' are rejected with an error
 // wrapping [ErrConfig], as are invalid options. [Migrate] returns
-// [durable.ErrUnavailable] for a file that cannot be opened and [ErrNoWAL]
-// for one that cannot use WAL mode.
+// [durable.ErrUnavailable] for a file that cannot be opened and an error
+// wrapping [ErrConfig] for one that cannot use WAL mode.
 func Open(path string, opts ...Option) (*sql.DB, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -264,7 +264,7 @@ func (s *store) lockWrites(ctx context.Context) (unlock func(), err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-t.C:
-		return nil, ErrWriteLockTimeout
+		return nil, errWriteLockTimeout
 	}
 }
 

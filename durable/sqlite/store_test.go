@@ -890,8 +890,8 @@ func TestStore_InTx(t *testing.T) {
 			_, err := s.Claim(ctx, nil, params(newScope(), "v1:a"))
 			return err
 		})
-		if !errors.Is(err, durable.ErrUnavailable) || !errors.Is(err, sqlite.ErrWriteLockTimeout) {
-			t.Fatalf("err %v, want ErrUnavailable and ErrWriteLockTimeout", err)
+		if !errors.Is(err, durable.ErrUnavailable) || !strings.Contains(err.Error(), "timed out waiting for the write lock") {
+			t.Fatalf("err %v, want ErrUnavailable for the write lock's timeout", err)
 		}
 	})
 
