@@ -1,13 +1,11 @@
 package claimamqp_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,8 +17,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimamqp"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/consumetest"
 	"github.com/oncekey/oncekey/testkit/redisproc"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
@@ -34,10 +31,23 @@ type env struct {
 	dlq    string
 	ch     *amqp.Channel
 	schema testenv.Schema
+	rdb    redis.Scripter
+	prefix string
 	claim  *claim.Claimer[pgx.Tx]
 }
 
 func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := newQueue(t)
+	e.schema = consumetest.Schema(t)
+	e.rdb, e.prefix = testenv.Redis(t)
+	e.claim = consumetest.Claimer(t, e.schema, nil, e.rdb, e.prefix, 2*time.Second)
+	return e
+}
+
+// newQueue returns an env with only its queue and the queue's dead-letter
+// queue, deleted when the test ends.
+func newQueue(t *testing.T) *env {
 	t.Helper()
 	e := &env{t: t, url: testenv.AMQPURL(t)}
 	e.queue = testenv.Name("q")
@@ -56,24 +66,6 @@ func newEnv(t *testing.T) *env {
 		_, _ = c.QueueDelete(e.queue, false, false, false)
 		_, _ = c.QueueDelete(e.dlq, false, false, false)
 	})
-	ctx := context.Background()
-	e.schema = testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, e.schema.Pool, postgres.WithSchema(e.schema.Name)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.schema.Pool.Exec(ctx, `CREATE TABLE effects (op_id text NOT NULL, msg text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	rdb, prefix := testenv.Redis(t)
-	st, err := postgres.New(e.schema.Pool, postgres.WithSchema(e.schema.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.claim, err = claim.New(st, claim.WithLease(2*time.Second), claim.WithRetention(time.Hour),
-		claim.WithRedis(rdb, lua.Options{Prefix: prefix, Timeout: time.Second}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	return e
 }
 
@@ -102,10 +94,7 @@ func (e *env) publish(id, body string) {
 
 func (e *env) effects() (rows, distinct int) {
 	e.t.Helper()
-	if err := e.schema.Pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT msg) FROM effects`).Scan(&rows, &distinct); err != nil {
-		e.t.Fatal(err)
-	}
-	return rows, distinct
+	return consumetest.Effects(e.t, e.schema)
 }
 
 func effectFn(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
@@ -137,17 +126,6 @@ func (e *env) consume(cons *claimamqp.Consumer[pgx.Tx], finals *atomic.Int32,
 		}
 	}()
 	return conn
-}
-
-func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func newConsumer(t *testing.T, e *env, opts ...claimamqp.Option) *claimamqp.Consumer[pgx.Tx] {
@@ -199,7 +177,7 @@ func TestDo_DuplicatesAndKilledConsumer_OneEffect(t *testing.T) {
 	}
 	var finals atomic.Int32
 	e.consume(cons, &finals, effectFn)
-	waitFor(t, "5 deliveries acked", 30*time.Second, func() bool { return finals.Load() == 5 })
+	consumetest.WaitUntil(t, "5 deliveries acked", 30*time.Second, func() bool { return finals.Load() == 5 })
 	if rows, distinct := e.effects(); rows != 1 || distinct != 1 {
 		t.Fatalf("effects: %d rows for %d messages, want exactly 1", rows, distinct)
 	}
@@ -246,7 +224,7 @@ func TestDo_CompetingConsumers_OneEffectEach(t *testing.T) {
 			return effectFn(ctx, tx, d, op)
 		})
 	}
-	waitFor(t, "every delivery acked", 60*time.Second, func() bool { return finals.Load() == 3*n })
+	consumetest.WaitUntil(t, "every delivery acked", 60*time.Second, func() bool { return finals.Load() == 3*n })
 	if rows, distinct := e.effects(); rows != n || distinct != n {
 		t.Fatalf("effects: %d rows for %d messages, want %d", rows, distinct, n)
 	}
@@ -256,13 +234,8 @@ func TestDo_CompetingConsumers_OneEffectEach(t *testing.T) {
 // queue's dead-letter queue), logged without the id, and never run.
 func TestMismatch_DeadLetteredNeverRun(t *testing.T) {
 	e := newEnv(t)
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	cons := newConsumer(t, e, claimamqp.WithLogger(slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return buf.Write(p)
-	}), nil))))
+	var logs consumetest.Log
+	cons := newConsumer(t, e, claimamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	e.publish("acct-secret-77", `{"amount":1}`)
 	e.publish("acct-secret-77", `{"amount":999}`)
 	e.publish("", `{"amount":3}`) // no identity: dead-lettered too
@@ -274,9 +247,9 @@ func TestMismatch_DeadLetteredNeverRun(t *testing.T) {
 		}
 		return effectFn(ctx, tx, d, op)
 	})
-	waitFor(t, "3 deliveries settled", 30*time.Second, func() bool { return finals.Load() == 3 })
+	consumetest.WaitUntil(t, "3 deliveries settled", 30*time.Second, func() bool { return finals.Load() == 3 })
 	var dead []string
-	waitFor(t, "2 dead letters", 10*time.Second, func() bool {
+	consumetest.WaitUntil(t, "2 dead letters", 10*time.Second, func() bool {
 		d, ok, err := e.ch.Get(e.dlq, true)
 		if err != nil {
 			t.Fatal(err)
@@ -292,17 +265,10 @@ func TestMismatch_DeadLetteredNeverRun(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Fatalf("handler ran %d times, want 1", runs.Load())
 	}
-	mu.Lock()
-	out := buf.String()
-	mu.Unlock()
-	if !strings.Contains(out, "dead-lettered") || strings.Contains(out, "acct-secret-77") {
+	if out := logs.String(); !strings.Contains(out, "dead-lettered") || strings.Contains(out, "acct-secret-77") {
 		t.Fatalf("log: %q", out)
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // Workflow mode: an uncertain outcome is not acked; the delivery is held and
 // requeued, and is never run again.
@@ -347,15 +313,7 @@ func TestDo_RedisRestartedEmpty_OneEffect(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	st, err := postgres.New(e.schema.Pool, postgres.WithSchema(e.schema.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := claim.New(st, claim.WithLease(2*time.Second), claim.WithRetention(time.Hour),
-		claim.WithRedis(rdb, lua.Options{Prefix: "t", Timeout: time.Second}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := consumetest.Claimer(t, e.schema, nil, rdb, "t", 2*time.Second)
 	cons, err := claimamqp.New(c, e.queue, claimamqp.WithRetryDelay(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +323,7 @@ func TestDo_RedisRestartedEmpty_OneEffect(t *testing.T) {
 	for i := range 5 {
 		e.publish(fmt.Sprintf("charge-%d", i), `{"amount":1}`)
 	}
-	waitFor(t, "the first 5 acked", 30*time.Second, func() bool { return finals.Load() == 5 })
+	consumetest.WaitUntil(t, "the first 5 acked", 30*time.Second, func() bool { return finals.Load() == 5 })
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +331,7 @@ func TestDo_RedisRestartedEmpty_OneEffect(t *testing.T) {
 		e.publish(fmt.Sprintf("charge-%d", i), `{"amount":1}`)
 		e.publish(fmt.Sprintf("charge-new-%d", i), `{"amount":1}`)
 	}
-	waitFor(t, "all 15 acked", 30*time.Second, func() bool { return finals.Load() == 15 })
+	consumetest.WaitUntil(t, "all 15 acked", 30*time.Second, func() bool { return finals.Load() == 15 })
 	if rows, distinct := e.effects(); rows != 10 || distinct != 10 {
 		t.Fatalf("effects after the Redis restart: %d rows for %d messages, want 10", rows, distinct)
 	}

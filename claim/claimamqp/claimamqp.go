@@ -148,9 +148,7 @@ var (
 
 // Consumer runs handlers once per message identity. Safe for concurrent use.
 type Consumer[TTx any] struct {
-	c     *claim.Claimer[TTx]
-	cfg   config
-	drops *consume.Drops
+	c *consume.Consumer[TTx, *amqp.Delivery]
 }
 
 type config struct {
@@ -163,37 +161,37 @@ type Option func(*config) error
 // WithIdentity sets the identity of a delivery. Defaults to its message-id.
 // "" means none: the delivery is dead-lettered.
 func WithIdentity(f func(*amqp.Delivery) string) Option {
-	return func(c *config) error { return configErr(c.SetIdentity(f)) }
+	return func(c *config) error { return c.SetIdentity(f) }
 }
 
 // WithOperation sets the operation of a delivery. Defaults to the queue name
 // given to New.
 func WithOperation(f func(*amqp.Delivery) string) Option {
-	return func(c *config) error { return configErr(c.SetOperation(f)) }
+	return func(c *config) error { return c.SetOperation(f) }
 }
 
 // WithTenant sets the tenant of a delivery. Defaults to "default".
 // An empty tenant is an invalid scope: the message is terminated.
 func WithTenant(f func(*amqp.Delivery) string) Option {
-	return func(c *config) error { return configErr(c.SetTenant(f)) }
+	return func(c *config) error { return c.SetTenant(f) }
 }
 
 // WithLogger logs with l. Defaults to discarding logs.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error { return configErr(c.SetLogger(l)) }
+	return func(c *config) error { return c.SetLogger(l) }
 }
 
 // WithRetryDelay sets how long a delivery is held before it is requeued after
 // nothing happened, a store outage or a settlement not written, and the least
 // hold for in-progress duplicates. Defaults to 1s. Positive.
 func WithRetryDelay(d time.Duration) Option {
-	return func(c *config) error { return configErr(c.SetRetryDelay(d)) }
+	return func(c *config) error { return c.SetRetryDelay(d) }
 }
 
 // WithUncertainDelay sets how long an uncertain delivery is held before it is
 // requeued. Defaults to 1 minute. Positive.
 func WithUncertainDelay(d time.Duration) Option {
-	return func(c *config) error { return configErr(c.SetUncertainDelay(d)) }
+	return func(c *config) error { return c.SetUncertainDelay(d) }
 }
 
 // WithDeadLetter calls f with each delivery the Consumer gives up on, before
@@ -204,7 +202,7 @@ func WithUncertainDelay(d time.Duration) Option {
 // an Error log line, the error Do and Run return, and the counter
 // oncekey.messages.dead_lettered (WithMeterProvider).
 func WithDeadLetter(f func(ctx context.Context, d *amqp.Delivery, err error)) Option {
-	return func(c *config) error { return configErr(c.SetDeadLetter(f)) }
+	return func(c *config) error { return c.SetDeadLetter(f) }
 }
 
 // WithDeliveryLimit tells the Consumer the quorum queue's x-delivery-limit
@@ -216,7 +214,7 @@ func WithDeadLetter(f func(ctx context.Context, d *amqp.Delivery, err error)) Op
 // before 4.0). Deliveries of classic queues carry no count and are never
 // reported so.
 func WithDeliveryLimit(n int) Option {
-	return func(c *config) error { return configErr(c.SetDeliveryLimit(n)) }
+	return func(c *config) error { return c.SetDeliveryLimit(n) }
 }
 
 // WithMeterProvider records the Consumer's metric with mp: the counter
@@ -225,7 +223,7 @@ func WithDeliveryLimit(n int) Option {
 // invalid_scope, config, delivery_limit, other), never a message id. The
 // Claimer's own metrics are configured on the Claimer. Defaults to none.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error { return configErr(c.SetMeterProvider(mp)) }
+	return func(c *config) error { return c.SetMeterProvider(mp) }
 }
 
 // DefaultDeliveryLimit is the delivery limit assumed without
@@ -245,24 +243,27 @@ func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consume
 		func(*amqp.Delivery) string { return queue },
 		func(*amqp.Delivery) string { return "default" })}
 	cfg.Limit = DefaultDeliveryLimit
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil Option", ErrConfig)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := consume.Configure(ErrConfig, &cfg, opts); err != nil {
+		return nil, err
 	}
-	drops, err := consume.NewDrops("claimamqp", cfg.Meter, cfg.Limit)
+	cc, err := consume.NewConsumer(c, cfg.Config, broker)
 	if err != nil {
-		return nil, fmt.Errorf("claimamqp: metrics: %w", err)
+		return nil, err
 	}
-	return &Consumer[TTx]{c: c, cfg: cfg, drops: drops}, nil
+	return &Consumer[TTx]{c: cc}, nil
 }
 
-func (c *Consumer[TTx]) message(d *amqp.Delivery) consume.Message {
-	return consume.Message{ID: c.cfg.Identity(d), Tenant: c.cfg.Tenant(d), Operation: c.cfg.Operation(d), Payload: d.Body,
-		Where: []any{"delivery_tag", d.DeliveryTag, "redelivered", d.Redelivered}}
+// broker is what is RabbitMQ's in a Consumer.
+var broker = consume.Broker[*amqp.Delivery]{
+	Name:    "claimamqp",
+	Payload: func(d *amqp.Delivery) []byte { return d.Body },
+	Where: func(d *amqp.Delivery) []any {
+		return []any{"delivery_tag", d.DeliveryTag, "redelivered", d.Redelivered}
+	},
+	// RabbitMQ dead-letters (or drops) a message returned when its
+	// x-delivery-count already reached x-delivery-limit.
+	Last:   func(d *amqp.Delivery, limit int) bool { return deliveryCount(d) >= int64(limit) },
+	Settle: settle,
 }
 
 // Do runs fn once per message identity in the claim's transaction
@@ -271,11 +272,7 @@ func (c *Consumer[TTx]) message(d *amqp.Delivery) consume.Message {
 // happens after Do returned.
 func (c *Consumer[TTx]) Do(ctx context.Context, d amqp.Delivery,
 	fn func(ctx context.Context, tx TTx, d *amqp.Delivery, op claim.Op) (durable.Result, error)) (Action, error) {
-	m := c.message(&d)
-	dec := consume.Do(ctx, c.c, m, c.cfg.Delays, c.cfg.Log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
-		return fn(ctx, tx, &d, op)
-	})
-	return c.settle(ctx, d, m, dec)
+	return c.c.Do(ctx, &d, fn)
 }
 
 // Run runs fn once per message identity in workflow mode, then settles d as
@@ -286,11 +283,7 @@ func (c *Consumer[TTx]) Do(ctx context.Context, d amqp.Delivery,
 // error matching ErrPanicked).
 func (c *Consumer[TTx]) Run(ctx context.Context, d amqp.Delivery,
 	fn func(ctx context.Context, d *amqp.Delivery, op claim.Op) (durable.Result, error)) (Action, error) {
-	m := c.message(&d)
-	dec := consume.Run(ctx, c.c, m, c.cfg.Delays, c.cfg.Log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
-		return fn(ctx, &d, op)
-	})
-	return c.settle(ctx, d, m, dec)
+	return c.c.Run(ctx, &d, fn)
 }
 
 // deliveryCount returns d's x-delivery-count header (set by quorum queues
@@ -317,38 +310,21 @@ func deliveryCount(d *amqp.Delivery) int64 {
 	return 0
 }
 
-func (c *Consumer[TTx]) settle(ctx context.Context, d amqp.Delivery, m consume.Message, dec consume.Decision) (Action, error) {
-	// RabbitMQ dead-letters (or drops) a message returned when its
-	// x-delivery-count already reached x-delivery-limit.
-	last := c.drops.Limit() > 0 && deliveryCount(&d) >= int64(c.drops.Limit())
-	dec, dead := c.drops.Check(ctx, c.cfg.Log, m.Where, dec, last)
-	if dead && c.cfg.DeadLetter != nil {
-		c.cfg.DeadLetter(ctx, &d, dec.Err)
-	}
-	var err error
+// settle is RabbitMQ's action for dec: a delayed requeue is a rejection
+// with requeue once the delivery was held for dec.Delay.
+func settle(d *amqp.Delivery, dec consume.Decision, log *slog.Logger) error {
 	switch dec.Action {
 	case Ack:
-		err = d.Ack(false)
+		return d.Ack(false)
 	case Retry, Hold:
 		time.AfterFunc(dec.Delay, func() {
 			if err := d.Reject(true); err != nil {
 				// The channel closed: RabbitMQ requeued the delivery already.
-				c.cfg.Log.Warn("claimamqp: delayed requeue failed", "error", err)
+				log.Warn("claimamqp: delayed requeue failed", "error", err)
 			}
 		})
 	case Terminate:
-		err = d.Reject(false)
-	}
-	if err != nil {
-		return dec.Action, fmt.Errorf("claimamqp: %v: %w", dec.Action, err)
-	}
-	return dec.Action, dec.Err
-}
-
-// configErr wraps a shared option's error in ErrConfig.
-func configErr(err error) error {
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
+		return d.Reject(false)
 	}
 	return nil
 }

@@ -17,6 +17,31 @@ import (
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
+// exampleQueue connects to the test server (AMQP_URL or its local
+// default) and declares a queue of its own: durable with args (a quorum
+// queue), or else auto-deleted. cleanup deletes it and disconnects.
+func exampleQueue(durable bool, args amqp.Table) (ch *amqp.Channel, queue string, cleanup func()) {
+	url := os.Getenv("AMQP_URL")
+	if url == "" {
+		url = testenv.DefaultAMQPURL // amqp://guest:guest@127.0.0.1:5672/
+	}
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if ch, err = conn.Channel(); err != nil {
+		log.Fatal(err)
+	}
+	queue = testenv.Name("charges")
+	if _, err := ch.QueueDeclare(queue, durable, !durable, false, false, args); err != nil {
+		log.Fatal(err)
+	}
+	return ch, queue, func() {
+		_, _ = ch.QueueDelete(queue, false, false, false)
+		conn.Close()
+	}
+}
+
 // A worker calling an external system once per message (workflow mode): the
 // operation id is that system's idempotency key. The producer published
 // one charge twice (its retry after a lost confirm); the worker runs it
@@ -38,24 +63,8 @@ func ExampleConsumer_Run() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	url := os.Getenv("AMQP_URL")
-	if url == "" {
-		url = testenv.DefaultAMQPURL // amqp://guest:guest@127.0.0.1:5672/
-	}
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		log.Fatal(err)
-	}
-	queue := testenv.Name("charges") // "charges" in a service
-	if _, err := ch.QueueDeclare(queue, false, true, false, false, nil); err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
+	ch, queue, done := exampleQueue(false, nil) // a queue "charges" in a service
+	defer done()
 	for range 2 {
 		if err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{
 			MessageId: "charge-7f3a", ContentType: "application/json", Body: []byte(`{"amount":1299,"currency":"EUR"}`),
@@ -111,24 +120,8 @@ func ExampleWithDeadLetter() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	url := os.Getenv("AMQP_URL")
-	if url == "" {
-		url = testenv.DefaultAMQPURL
-	}
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		log.Fatal(err)
-	}
-	queue := testenv.Name("charges")
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": 50}); err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
+	ch, queue, done := exampleQueue(true, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": 50})
+	defer done()
 
 	cons, err := claimamqp.New(c, queue,
 		claimamqp.WithDeliveryLimit(50),

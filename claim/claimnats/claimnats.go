@@ -146,9 +146,7 @@ var (
 
 // Consumer runs handlers once per message identity. Safe for concurrent use.
 type Consumer[TTx any] struct {
-	c     *claim.Claimer[TTx]
-	cfg   config
-	drops *consume.Drops
+	c *consume.Consumer[TTx, jetstream.Msg]
 }
 
 type config struct {
@@ -161,36 +159,36 @@ type Option func(*config) error
 // WithIdentity sets the identity of a message. Defaults to its Nats-Msg-Id
 // header. "" means none: the message is terminated.
 func WithIdentity(f func(jetstream.Msg) string) Option {
-	return func(c *config) error { return configErr(c.SetIdentity(f)) }
+	return func(c *config) error { return c.SetIdentity(f) }
 }
 
 // WithOperation sets the operation of a message. Defaults to its subject.
 func WithOperation(f func(jetstream.Msg) string) Option {
-	return func(c *config) error { return configErr(c.SetOperation(f)) }
+	return func(c *config) error { return c.SetOperation(f) }
 }
 
 // WithTenant sets the tenant of a message. Defaults to "default".
 // An empty tenant is an invalid scope: the message is terminated.
 func WithTenant(f func(jetstream.Msg) string) Option {
-	return func(c *config) error { return configErr(c.SetTenant(f)) }
+	return func(c *config) error { return c.SetTenant(f) }
 }
 
 // WithLogger logs with l. Defaults to discarding logs.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error { return configErr(c.SetLogger(l)) }
+	return func(c *config) error { return c.SetLogger(l) }
 }
 
 // WithRetryDelay sets the redelivery delay after nothing happened, a store
 // outage or a settlement not written, and the least delay for in-progress
 // duplicates. Defaults to 1s. Positive.
 func WithRetryDelay(d time.Duration) Option {
-	return func(c *config) error { return configErr(c.SetRetryDelay(d)) }
+	return func(c *config) error { return c.SetRetryDelay(d) }
 }
 
 // WithUncertainDelay sets the redelivery delay of an uncertain message.
 // Defaults to 1 minute. Positive.
 func WithUncertainDelay(d time.Duration) Option {
-	return func(c *config) error { return configErr(c.SetUncertainDelay(d)) }
+	return func(c *config) error { return c.SetUncertainDelay(d) }
 }
 
 // WithDeadLetter calls f with each message the Consumer gives up on, before
@@ -201,7 +199,7 @@ func WithUncertainDelay(d time.Duration) Option {
 // reported by an Error log line, the error Do and Run return, and the
 // counter oncekey.messages.dead_lettered (WithMeterProvider).
 func WithDeadLetter(f func(ctx context.Context, msg jetstream.Msg, err error)) Option {
-	return func(c *config) error { return configErr(c.SetDeadLetter(f)) }
+	return func(c *config) error { return c.SetDeadLetter(f) }
 }
 
 // WithDeliveryLimit tells the Consumer the JetStream consumer's MaxDeliver
@@ -210,7 +208,7 @@ func WithDeadLetter(f func(ctx context.Context, msg jetstream.Msg, err error)) O
 // (ErrDeliveryLimit, WithDeadLetter, the metric). 0, the default, is no
 // limit, as JetStream's default MaxDeliver (-1) is.
 func WithDeliveryLimit(n int) Option {
-	return func(c *config) error { return configErr(c.SetDeliveryLimit(n)) }
+	return func(c *config) error { return c.SetDeliveryLimit(n) }
 }
 
 // WithMeterProvider records the Consumer's metric with mp: the counter
@@ -219,7 +217,7 @@ func WithDeliveryLimit(n int) Option {
 // config, delivery_limit, other), never a message id. The Claimer's own
 // metrics are configured on the Claimer. Defaults to none.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error { return configErr(c.SetMeterProvider(mp)) }
+	return func(c *config) error { return c.SetMeterProvider(mp) }
 }
 
 // New returns a Consumer claiming with c.
@@ -231,27 +229,32 @@ func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error)
 		func(m jetstream.Msg) string { return m.Headers().Get(nats.MsgIdHdr) },
 		jetstream.Msg.Subject,
 		func(jetstream.Msg) string { return "default" })}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: nil Option", ErrConfig)
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := consume.Configure(ErrConfig, &cfg, opts); err != nil {
+		return nil, err
 	}
-	drops, err := consume.NewDrops("claimnats", cfg.Meter, cfg.Limit)
+	cc, err := consume.NewConsumer(c, cfg.Config, broker)
 	if err != nil {
-		return nil, fmt.Errorf("claimnats: metrics: %w", err)
+		return nil, err
 	}
-	return &Consumer[TTx]{c: c, cfg: cfg, drops: drops}, nil
+	return &Consumer[TTx]{c: cc}, nil
 }
 
-func (c *Consumer[TTx]) message(m jetstream.Msg) consume.Message {
-	cm := consume.Message{ID: c.cfg.Identity(m), Tenant: c.cfg.Tenant(m), Operation: c.cfg.Operation(m), Payload: m.Data()}
-	if md, err := m.Metadata(); err == nil {
-		cm.Where = []any{"stream", md.Stream, "stream_seq", md.Sequence.Stream, "consumer", md.Consumer}
-	}
-	return cm
+// broker is what is JetStream's in a Consumer.
+var broker = consume.Broker[jetstream.Msg]{
+	Name:    "claimnats",
+	Payload: jetstream.Msg.Data,
+	Where: func(m jetstream.Msg) []any {
+		if md, err := m.Metadata(); err == nil {
+			return []any{"stream", md.Stream, "stream_seq", md.Sequence.Stream, "consumer", md.Consumer}
+		}
+		return nil
+	},
+	Last: func(m jetstream.Msg, limit int) bool {
+		md, err := m.Metadata()
+		return err == nil && md.NumDelivered >= uint64(limit)
+	},
+	Running: inProgress,
+	Settle:  settle,
 }
 
 // Do runs fn once per message identity in the claim's transaction
@@ -259,11 +262,7 @@ func (c *Consumer[TTx]) message(m jetstream.Msg) consume.Message {
 // returns what it did and why (nil for Ack), or the broker's error.
 func (c *Consumer[TTx]) Do(ctx context.Context, msg jetstream.Msg,
 	fn func(ctx context.Context, tx TTx, msg jetstream.Msg, op claim.Op) (durable.Result, error)) (Action, error) {
-	m := c.message(msg)
-	d := consume.Do(ctx, c.c, m, c.cfg.Delays, c.cfg.Log, func(ctx context.Context, tx TTx, op claim.Op) (durable.Result, error) {
-		return fn(ctx, tx, msg, op)
-	})
-	return c.settle(ctx, msg, m, d)
+	return c.c.Do(ctx, msg, fn)
 }
 
 // Run runs fn once per message identity in workflow mode, then acknowledges
@@ -276,13 +275,7 @@ func (c *Consumer[TTx]) Do(ctx context.Context, msg jetstream.Msg,
 // held (Hold, an error matching ErrPanicked).
 func (c *Consumer[TTx]) Run(ctx context.Context, msg jetstream.Msg,
 	fn func(ctx context.Context, msg jetstream.Msg, op claim.Op) (durable.Result, error)) (Action, error) {
-	m := c.message(msg)
-	stop := inProgress(msg)
-	d := consume.Run(ctx, c.c, m, c.cfg.Delays, c.cfg.Log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
-		return fn(ctx, msg, op)
-	})
-	stop()
-	return c.settle(ctx, msg, m, d)
+	return c.c.Run(ctx, msg, fn) // kept in progress by inProgress (broker.Running)
 }
 
 // progressEvery is how often Run tells JetStream that its message is in
@@ -314,36 +307,17 @@ func inProgress(msg jetstream.Msg) (stop func()) {
 	return func() { close(done); <-finished }
 }
 
-func (c *Consumer[TTx]) settle(ctx context.Context, msg jetstream.Msg, m consume.Message, d consume.Decision) (Action, error) {
-	last := false
-	if md, err := msg.Metadata(); err == nil && c.drops.Limit() > 0 {
-		last = md.NumDelivered >= uint64(c.drops.Limit())
-	}
-	d, dead := c.drops.Check(ctx, c.cfg.Log, m.Where, d, last)
-	if dead && c.cfg.DeadLetter != nil {
-		c.cfg.DeadLetter(ctx, msg, d.Err)
-	}
-	var err error
+// settle is JetStream's action for d.
+func settle(msg jetstream.Msg, d consume.Decision, _ *slog.Logger) error {
 	switch d.Action {
 	case Ack:
-		err = msg.Ack()
+		return msg.Ack()
 	case Retry, Hold:
-		err = msg.NakWithDelay(d.Delay)
+		return msg.NakWithDelay(d.Delay)
 	case Terminate:
 		// Term, not TermWithReason: servers before 2.10.4 ignore the latter
 		// and would redeliver. The reason is in the log line.
-		err = msg.Term()
-	}
-	if err != nil {
-		return d.Action, fmt.Errorf("claimnats: %v: %w", d.Action, err)
-	}
-	return d.Action, d.Err
-}
-
-// configErr wraps a shared option's error in ErrConfig.
-func configErr(err error) error {
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
+		return msg.Term()
 	}
 	return nil
 }

@@ -3,8 +3,6 @@ package claimnats_test
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,30 +16,16 @@ import (
 	"github.com/oncekey/oncekey/testkit/consumetest"
 )
 
-// deadLetters records the calls of a WithDeadLetter callback.
-type deadLetters struct {
-	mu   sync.Mutex
-	errs []error
-	data []string
-	seqs []uint64 // NumDelivered of each
-}
-
-func (d *deadLetters) add(_ context.Context, msg jetstream.Msg, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.errs = append(d.errs, err)
-	d.data = append(d.data, string(msg.Data()))
-	var n uint64
-	if md, mderr := msg.Metadata(); mderr == nil {
-		n = md.NumDelivered
-	}
-	d.seqs = append(d.seqs, n)
-}
-
-func (d *deadLetters) list() ([]error, []string, []uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]error(nil), d.errs...), append([]string(nil), d.data...), append([]uint64(nil), d.seqs...)
+// deadLetter is a WithDeadLetter callback recording into dl, with the
+// message's NumDelivered as its delivery count.
+func deadLetter(dl *consumetest.DeadLetters) claimnats.Option {
+	return claimnats.WithDeadLetter(func(_ context.Context, msg jetstream.Msg, err error) {
+		var n int64
+		if md, mderr := msg.Metadata(); mderr == nil {
+			n = int64(md.NumDelivered)
+		}
+		dl.Add(err, string(msg.Data()), n)
+	})
 }
 
 // Defect 6: a message without an identity and one whose id was used for
@@ -51,23 +35,22 @@ func (d *deadLetters) list() ([]error, []string, []uint64) {
 // them by reason, with no message id in its attributes.
 func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	e := newEnv(t)
-	var dl deadLetters
+	var dl consumetest.DeadLetters
 	mp := consumetest.NewCounters()
-	cons, err := claimnats.New(e.claimer(nil, e.rdb, 2*time.Second),
-		claimnats.WithDeadLetter(dl.add), claimnats.WithMeterProvider(mp))
+	cons, err := claimnats.New(e.claimer(nil, e.rdb, 2*time.Second), deadLetter(&dl), claimnats.WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.publish("acct-secret-77", `{"amount":1}`)
-	e.publish("acct-secret-77", `{"amount":999}`)
-	if _, err := e.js.Publish(context.Background(), e.subject, []byte(`{"amount":3}`)); err != nil { // no Nats-Msg-Id
+	e.publish(consumetest.ReusedID, consumetest.FirstPayload)
+	e.publish(consumetest.ReusedID, consumetest.MismatchPayload)
+	if _, err := e.js.Publish(context.Background(), e.subject, []byte(consumetest.NoIDPayload)); err != nil { // no Nats-Msg-Id
 		t.Fatal(err)
 	}
-	var acts actions
+	var acts consumetest.Actions
 	var runs atomic.Int32
 	sub := e.consumer(e.dial(), 30*time.Second)
 	cc, err := sub.Consume(func(msg jetstream.Msg) {
-		acts.add(cons.Do(context.Background(), msg, func(ctx context.Context, tx pgx.Tx, msg jetstream.Msg, op claim.Op) (durable.Result, error) {
+		acts.Add(cons.Do(context.Background(), msg, func(ctx context.Context, tx pgx.Tx, msg jetstream.Msg, op claim.Op) (durable.Result, error) {
 			runs.Add(1)
 			return effectFn(ctx, tx, msg, op)
 		}))
@@ -79,11 +62,11 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	e.drained(sub, 30*time.Second)
 	// The server sees a message settled as Do acknowledges it, before the
 	// handler has recorded Do's answer: wait for the three answers.
-	waitUntil(t, "three deliveries answered", 10*time.Second, func() bool {
-		a, _ := acts.list()
+	consumetest.WaitUntil(t, "three deliveries answered", 10*time.Second, func() bool {
+		a, _ := acts.List()
 		return len(a) >= 3
 	})
-	a, errs := acts.list()
+	a, errs := acts.List()
 	if len(a) != 3 || runs.Load() != 1 {
 		t.Fatalf("actions %v (%v), runs %d; want 3 deliveries, 1 run", a, errs, runs.Load())
 	}
@@ -92,43 +75,18 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 			t.Fatalf("a termination returned %v, want ErrDeadLetter", errs[i])
 		}
 	}
-	got, data, _ := dl.list()
-	if len(got) != 2 {
-		t.Fatalf("dead-letter callback: %d calls (%v), want 2", len(got), got)
-	}
-	for i, err := range got {
-		want := claim.ErrMismatch
-		if data[i] == `{"amount":3}` {
-			want = claimnats.ErrNoIdentity
-		}
-		if !errors.Is(err, claimnats.ErrDeadLetter) || !errors.Is(err, want) {
-			t.Fatalf("dead letter %s: %v, want ErrDeadLetter and %v", data[i], err, want)
-		}
-	}
-	for _, k := range []string{
-		"oncekey.messages.dead_lettered|adapter=claimnats|reason=mismatch",
-		"oncekey.messages.dead_lettered|adapter=claimnats|reason=no_identity",
-	} {
-		if mp.Get(k) != 1 {
-			t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.Get(k), mp.Keys())
-		}
-	}
-	for _, k := range mp.Keys() {
-		if strings.Contains(k, "acct-secret-77") {
-			t.Fatalf("a metric names the message id: %s", k)
-		}
-	}
+	consumetest.CheckGivenUp(t, "claimnats", &dl, mp)
 }
 
 // heldPastLimit runs an uncertain handler on a JetStream consumer with
 // MaxDeliver 3 until JetStream gave the message up (nothing pending), and
 // returns the deliveries and the dead-letter callback's calls.
-func heldPastLimit(t *testing.T, opts ...claimnats.Option) (int, *deadLetters, *consumetest.Counters) {
+func heldPastLimit(t *testing.T, opts ...claimnats.Option) (int, *consumetest.DeadLetters, *consumetest.Counters) {
 	e := newEnv(t)
-	var dl deadLetters
+	var dl consumetest.DeadLetters
 	mp := consumetest.NewCounters()
 	cons, err := claimnats.New(e.claimer(nil, e.rdb, 2*time.Second), append([]claimnats.Option{
-		claimnats.WithUncertainDelay(100 * time.Millisecond), claimnats.WithDeadLetter(dl.add), claimnats.WithMeterProvider(mp),
+		claimnats.WithUncertainDelay(100 * time.Millisecond), deadLetter(&dl), claimnats.WithMeterProvider(mp),
 	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -143,10 +101,10 @@ func heldPastLimit(t *testing.T, opts ...claimnats.Option) (int, *deadLetters, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	var acts actions
+	var acts consumetest.Actions
 	var runs atomic.Int32
 	cc, err := sub.Consume(func(msg jetstream.Msg) {
-		acts.add(cons.Run(context.Background(), msg, func(context.Context, jetstream.Msg, claim.Op) (durable.Result, error) {
+		acts.Add(cons.Run(context.Background(), msg, func(context.Context, jetstream.Msg, claim.Op) (durable.Result, error) {
 			runs.Add(1)
 			return durable.Result{}, errors.New("gateway timed out after the request was sent")
 		}))
@@ -156,23 +114,13 @@ func heldPastLimit(t *testing.T, opts ...claimnats.Option) (int, *deadLetters, *
 	}
 	defer cc.Stop()
 	e.publish("charge-h", `{"amount":4}`)
-	waitUntil(t, "3 deliveries and JetStream giving the message up", 30*time.Second, func() bool {
-		a, _ := acts.list()
+	consumetest.WaitUntil(t, "3 deliveries and JetStream giving the message up", 30*time.Second, func() bool {
+		a, _ := acts.List()
 		info, err := sub.Info(context.Background())
 		return len(a) >= 3 && err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})
-	if runs.Load() != 1 {
-		t.Fatalf("the handler ran %d times, want 1", runs.Load())
-	}
-	if s := e.state(); s != "uncertain" {
-		t.Fatalf("record: %q, want uncertain (left for the Reconciler)", s)
-	}
-	a, _ := acts.list()
-	for i, x := range a {
-		if x != claimnats.Hold {
-			t.Fatalf("delivery %d: %v, want Hold", i+1, x)
-		}
-	}
+	a, _ := acts.List()
+	consumetest.CheckHeld(t, runs.Load(), consumetest.State(t, e.schema), a)
 	return len(a), &dl, mp
 }
 
@@ -182,16 +130,8 @@ func heldPastLimit(t *testing.T, opts ...claimnats.Option) (int, *deadLetters, *
 // error, the metric.
 func TestDeliveryLimit_HeldMessageReportedAtLastDelivery(t *testing.T) {
 	n, dl, mp := heldPastLimit(t, claimnats.WithDeliveryLimit(3))
-	if n != 3 {
-		t.Fatalf("deliveries: %d, want MaxDeliver (3)", n)
-	}
-	errs, _, seqs := dl.list()
-	if len(errs) != 1 || !errors.Is(errs[0], claimnats.ErrDeliveryLimit) || !errors.Is(errs[0], claimnats.ErrDeadLetter) || seqs[0] != 3 {
-		t.Fatalf("dead-letter callback: %v at deliveries %v, want one ErrDeliveryLimit at the 3rd", errs, seqs)
-	}
-	if k := "oncekey.messages.dead_lettered|adapter=claimnats|reason=delivery_limit"; mp.Get(k) != 1 {
-		t.Fatalf("metric %s = %d, want 1 (have %v)", k, mp.Get(k), mp.Keys())
-	}
+	// MaxDeliver (3) deliveries, reported at the 3rd (NumDelivered 3).
+	consumetest.CheckReportedAtLimit(t, "claimnats", n, 3, 3, dl, mp)
 }
 
 // Without WithDeliveryLimit the Consumer cannot know JetStream's: the same
@@ -199,9 +139,7 @@ func TestDeliveryLimit_HeldMessageReportedAtLastDelivery(t *testing.T) {
 // test above depends on the option, not on a coincidence.
 func TestDeliveryLimit_NotConfigured_NotReported(t *testing.T) {
 	_, dl, _ := heldPastLimit(t)
-	if errs, _, _ := dl.list(); len(errs) != 0 {
-		t.Fatalf("dead-letter callback without a limit: %v", errs)
-	}
+	consumetest.CheckNotReported(t, dl, "without a limit")
 }
 
 func TestNew_DeadLetterOptionsChecked(t *testing.T) {

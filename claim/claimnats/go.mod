@@ -8,6 +8,7 @@ require (
 	github.com/oncekey/oncekey v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel/metric v1.47.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -1,7 +1,6 @@
 package claimnats_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimnats"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/testkit/consumetest"
 	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
@@ -180,9 +180,8 @@ func TestDo_RedisRestartedEmpty_OneEffect(t *testing.T) {
 // without the raw id, and never run.
 func TestMismatch_TerminatedNeverRun(t *testing.T) {
 	e := newEnv(t)
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	var logs consumetest.Log
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	cons, err := claimnats.New(e.claimer(nil, e.rdb, 2*time.Second), claimnats.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
@@ -212,26 +211,12 @@ func TestMismatch_TerminatedNeverRun(t *testing.T) {
 	if r[0] != claimnats.Terminate || !errors.Is(r[1].(error), claim.ErrMismatch) {
 		t.Fatalf("mismatch: %v", r)
 	}
-	mu.Lock()
-	out := buf.String()
-	mu.Unlock()
-	if !strings.Contains(out, "dead-lettered") || strings.Contains(out, "acct-secret-77") {
+	if out := logs.String(); !strings.Contains(out, "dead-lettered") || strings.Contains(out, "acct-secret-77") {
 		t.Fatalf("log: %q", out)
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("handler ran %d times, want 1", runs.Load())
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // Workflow mode: a consumer paused (cut off its database) past its lease is

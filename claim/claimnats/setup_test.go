@@ -16,8 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/consumetest"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -35,17 +34,25 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	e := newStream(t, "charge")
+	e.schema = consumetest.Schema(t)
+	e.rdb, e.prefix = testenv.Redis(t)
+	return e
+}
+
+// newStream returns an env with only its stream, of subject
+// "<stream>.<subject>", deleted when the test ends.
+func newStream(t *testing.T, subject string) *env {
+	t.Helper()
 	e := &env{t: t, url: testenv.NATSURL(t)}
-	nc := e.dial()
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(e.dial())
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.js = js
 	e.stream = testenv.Name("S")
-	e.subject = e.stream + ".charge"
-	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+	e.subject = e.stream + "." + subject
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
 		Name: e.stream, Subjects: []string{e.subject},
 		// JetStream's own deduplication window is short on purpose here:
 		// duplicates published after it reach the consumers, as they do
@@ -56,14 +63,6 @@ func newEnv(t *testing.T) *env {
 		testenv.Unavailable(t, "NATS JetStream", "NATS_URL", err)
 	}
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), e.stream) })
-	e.schema = testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, e.schema.Pool, postgres.WithSchema(e.schema.Name)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.schema.Pool.Exec(ctx, `CREATE TABLE effects (op_id text NOT NULL, msg text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	e.rdb, e.prefix = testenv.Redis(t)
 	return e
 }
 
@@ -81,22 +80,7 @@ func (e *env) dial() *nats.Conn {
 // test's) and Redis, with the given lease.
 func (e *env) claimer(pool *pgxpool.Pool, rdb redis.Scripter, lease time.Duration) *claim.Claimer[pgx.Tx] {
 	e.t.Helper()
-	if pool == nil {
-		pool = e.schema.Pool
-	}
-	st, err := postgres.New(pool, postgres.WithSchema(e.schema.Name))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	opts := []claim.Option{claim.WithLease(lease), claim.WithRetention(time.Hour)}
-	if rdb != nil {
-		opts = append(opts, claim.WithRedis(rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second}))
-	}
-	c, err := claim.New(st, opts...)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return c
+	return consumetest.Claimer(e.t, e.schema, pool, rdb, e.prefix, lease)
 }
 
 // publish publishes payload under id (Nats-Msg-Id), past JetStream's own
@@ -137,10 +121,7 @@ func (e *env) consumer(nc *nats.Conn, ackWait time.Duration) jetstream.Consumer 
 // effects counts the effect rows and their distinct messages.
 func (e *env) effects() (rows, distinct int) {
 	e.t.Helper()
-	if err := e.schema.Pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT msg) FROM effects`).Scan(&rows, &distinct); err != nil {
-		e.t.Fatal(err)
-	}
-	return rows, distinct
+	return consumetest.Effects(e.t, e.schema)
 }
 
 // drained waits until the consumer has nothing pending or unacknowledged.

@@ -18,15 +18,7 @@ import (
 	"github.com/oncekey/oncekey/durable/postgres"
 )
 
-const childEnv = "CLAIMRIVER_TEST_CHILD" // "URL schema": run as the worker process to be killed
-
-func TestMain(m *testing.M) {
-	if v := os.Getenv(childEnv); v != "" {
-		runChild(v)
-		return
-	}
-	os.Exit(m.Run())
-}
+const childEnv = "CLAIMRIVER_TEST_CHILD" // "URL schema": run as the worker process to be killed (TestMain, main_test.go)
 
 // runChild is a worker process: a River client whose work makes the
 // downstream call (idempotent by operation identity) and then hangs until

@@ -3,8 +3,10 @@
 // fingerprint), how the claim and the handler run (workflow mode through
 // the one settlement engine, driver/settle), which broker action
 // each outcome calls for, and how a message given up is reported (Drops).
-// The adapters only translate an Action into their broker's ack, negative
-// ack or termination.
+// Consumer puts these together; the adapters only configure it (Config)
+// and tell it their broker (Broker): a message's payload and delivery
+// count, and how an Action becomes their broker's ack, negative ack or
+// termination.
 //
 // It is part of oncekey's unstable module seam (package driver): not for
 // applications, no compatibility promise between versions.

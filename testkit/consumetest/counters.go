@@ -1,5 +1,7 @@
 // Package consumetest holds test helpers the consumer adapters' tests
-// share (claimnats, claimamqp).
+// share (claimnats, claimamqp): the scenarios both run (Rig), the checks
+// of their dead-letter reports, and their conformance drivers' client
+// side (Sends).
 //
 // It is part of oncekey's unstable module seam (package testkit): not for
 // applications, no compatibility promise between versions.

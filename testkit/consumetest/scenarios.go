@@ -1,0 +1,218 @@
+package consumetest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/driver/consume"
+	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/testkit/testenv"
+)
+
+// Rig is a consumer adapter's side of the scenarios of this package: a
+// queue (a stream) of the test's own on the adapter's broker, with a
+// schema and a Redis prefix of the test's own.
+type Rig struct {
+	// Schema is the test's schema, migrated.
+	Schema testenv.Schema
+	// Redis and Prefix are the test's Redis and key prefix.
+	Redis  redis.Scripter
+	Prefix string
+	// Publish publishes payload under the message identity id. A copy of
+	// an id published before is delivered too.
+	Publish func(id, payload string)
+	// Consume consumes the test's queue with a new Consumer over c,
+	// configured by s: each delivery goes through Consumer.Run with work
+	// as its handler, and record gets what Run returned. drained waits
+	// until the broker has nothing pending or unacknowledged, failing the
+	// test after within; stop stops consuming, and may be called again
+	// (the test's cleanups call it too).
+	Consume func(c *claim.Claimer[pgx.Tx], s Settings, work Work, record func(consume.Action, error)) (drained func(within time.Duration), stop func())
+}
+
+// Settings configure a Rig's Consumer; a zero field is the adapter's
+// default.
+type Settings struct {
+	Retry     time.Duration // WithRetryDelay
+	Uncertain time.Duration // WithUncertainDelay
+	Log       *slog.Logger  // WithLogger
+}
+
+// Options returns the adapter's options for s, given its WithRetryDelay,
+// WithUncertainDelay and WithLogger.
+func Options[O any](s Settings, retry, uncertain func(time.Duration) O, log func(*slog.Logger) O) []O {
+	var opts []O
+	if s.Retry > 0 {
+		opts = append(opts, retry(s.Retry))
+	}
+	if s.Uncertain > 0 {
+		opts = append(opts, uncertain(s.Uncertain))
+	}
+	if s.Log != nil {
+		opts = append(opts, log(s.Log))
+	}
+	return opts
+}
+
+// Work is a scenario's Run handler, in the terms every adapter shares.
+type Work func(ctx context.Context, op claim.Op) (durable.Result, error)
+
+// scenarioLease is the Claimer's lease in the scenarios.
+const scenarioLease = 2 * time.Second
+
+// outageAtCompletion is defect 1 of issue 27: lease 2s; the handler does
+// its effect, then PostgreSQL is unreachable for 300 ms as the completion
+// is written. It returns the effects counted downstream once the message
+// was acknowledged, and the consumer's actions.
+func outageAtCompletion(t *testing.T, r Rig) (int32, []consume.Action) {
+	px, pool := Proxied(t, r.Schema)
+	c := Claimer(t, r.Schema, pool, r.Redis, r.Prefix, scenarioLease)
+	var effects atomic.Int32 // the downstream's count
+	var outages sync.WaitGroup
+	var acts Actions
+	drained, stop := r.Consume(c, Settings{Retry: 100 * time.Millisecond}, func(ctx context.Context, op claim.Op) (durable.Result, error) {
+		if effects.Add(1) == 1 {
+			px.SetDown(true)
+			outages.Add(1)
+			time.AfterFunc(300*time.Millisecond, func() { px.SetDown(false); outages.Done() })
+		}
+		return durable.Result{Body: []byte("charged")}, nil
+	}, acts.Add)
+	defer stop()
+	r.Publish("charge-o", `{"amount":7}`)
+	WaitUntil(t, "the message acknowledged", 30*time.Second, func() bool { return acts.LastIs(consume.Ack) })
+	drained(10 * time.Second)
+	outages.Wait()
+	a, _ := acts.List()
+	return effects.Load(), a
+}
+
+// StoreOutageAtCompletion is defect 1 of issue 27: a store outage of
+// 300 ms at completion, well inside the lease, does not run the message
+// twice: the completion is retried while the lease lasts, and the message
+// is acknowledged once it is recorded.
+func StoreOutageAtCompletion(t *testing.T, r Rig) {
+	n, a := outageAtCompletion(t, r)
+	if n != 1 {
+		t.Fatalf("effects: %d, want 1 (actions %v)", n, a)
+	}
+	if len(a) != 1 || a[0] != consume.Ack {
+		t.Fatalf("actions: %v, want one Ack (the completion waited out the outage)", a)
+	}
+}
+
+// StoreOutageAtCompletionCaught is the negative control of
+// StoreOutageAtCompletion: one completion attempt (the consumer before the
+// engine) leaves the record to the redelivery's takeover, which runs the
+// effect again. The test must not be parallel: the breakage is the
+// process's.
+func StoreOutageAtCompletionCaught(t *testing.T, r Rig) {
+	defer settle.Break(settle.OneAttempt)()
+	if n, a := outageAtCompletion(t, r); n != 2 {
+		t.Fatalf("with one completion attempt: %d effects (actions %v), want the 2 StoreOutageAtCompletion catches", n, a)
+	}
+}
+
+type panicRun struct {
+	effects int32
+	actions []consume.Action
+	errs    []error
+	state   string
+	leaked  int // lease renewals still running after the deliveries
+	logged  string
+}
+
+// panicAfterEffect is defect 2 of issue 27: a handler that panics after
+// its effect. It waits until the message was delivered 3 times (or 10 s),
+// then reports what it saw.
+func panicAfterEffect(t *testing.T, r Rig) panicRun {
+	var logs Log
+	c := Claimer(t, r.Schema, nil, r.Redis, r.Prefix, scenarioLease)
+	// A broken settlement (NoRecover) renews its lease for as long as the
+	// process lives: fenced when the test ends, so its renewals stop.
+	t.Cleanup(func() { FenceHeld(t, r.Schema, scenarioLease) })
+	base := KeepAlives()
+	var effects atomic.Int32
+	var acts Actions
+	_, stop := r.Consume(c, Settings{Retry: 100 * time.Millisecond, Uncertain: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))},
+		func(context.Context, claim.Op) (durable.Result, error) {
+			effects.Add(1)
+			panic("charge-p: gateway client bug after the charge")
+		}, acts.Add)
+	defer stop()
+	r.Publish("charge-p", `{"amount":9}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a, _ := acts.List()
+		if len(a) >= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	// The renewals of a settled lease end soon after its settlement; poll
+	// for that, bounded.
+	leaked := KeepAlives() - base
+	for end := time.Now().Add(5 * time.Second); leaked > 0 && time.Now().Before(end); leaked = KeepAlives() - base {
+		time.Sleep(50 * time.Millisecond)
+	}
+	res := panicRun{effects: effects.Load(), state: State(t, r.Schema), leaked: leaked, logged: logs.String()}
+	res.actions, res.errs = acts.List()
+	return res
+}
+
+// PanicAfterEffect is defect 2 of issue 27: a handler that panics after
+// its effect does not crash the consumer, records the operation
+// uncertain, holds the message (never acked as a success, never run again
+// on its redeliveries), logs the panic at Error, and leaves no lease
+// renewal behind.
+func PanicAfterEffect(t *testing.T, r Rig) {
+	res := panicAfterEffect(t, r)
+	if res.effects != 1 {
+		t.Fatalf("effects: %d, want 1", res.effects)
+	}
+	if len(res.actions) < 3 {
+		t.Fatalf("deliveries: %v, want at least 3 (the held message is redelivered)", res.actions)
+	}
+	for i, a := range res.actions {
+		if a != consume.Hold {
+			t.Fatalf("delivery %d: %v (%v), want Hold", i+1, a, res.errs[i])
+		}
+	}
+	if !errors.Is(res.errs[0], consume.ErrPanicked) {
+		t.Fatalf("first delivery's error: %v, want ErrPanicked", res.errs[0])
+	}
+	if res.state != "uncertain" {
+		t.Fatalf("record state: %q, want uncertain", res.state)
+	}
+	if res.leaked != 0 {
+		t.Fatalf("%d lease renewals still running after the deliveries", res.leaked)
+	}
+	if !strings.Contains(res.logged, "level=ERROR") || !strings.Contains(res.logged, "gateway client bug after the charge") {
+		t.Fatalf("log: %q, want an Error line with the panic value", res.logged)
+	}
+}
+
+// PanicAfterEffectCaught is the negative control of PanicAfterEffect:
+// without the engine's recover the lease is renewed for as long as the
+// process lives: the record stays processing (its redeliveries answered
+// in progress, never uncertain) and a renewal goroutine leaks (until the
+// test's cleanup fences it). The test must not be parallel.
+func PanicAfterEffectCaught(t *testing.T, r Rig) {
+	defer settle.Break(settle.NoRecover)()
+	res := panicAfterEffect(t, r)
+	if res.state == "uncertain" || res.leaked == 0 {
+		t.Fatalf("without recover: state %q, %d leaked renewals; want processing and a leak (caught by PanicAfterEffect)", res.state, res.leaked)
+	}
+}
