@@ -3,18 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/oncekey/oncekey/examples/internal/backend"
+	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
 type options struct {
@@ -26,56 +24,24 @@ type options struct {
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	o := options{backend: backend.Config{Name: "consumer"}}
-	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := program.FlagSet("consumer", stderr)
 	o.backend.RegisterFlags(fs, getenv)
 	fs.StringVar(&o.natsURL, "nats", getenv("NATS_URL"), "NATS URL, with JetStream (default $NATS_URL); empty: an in-process NATS server")
 	fs.BoolVar(&o.verbose, "v", false, "log at debug level to stderr")
 	fs.BoolVar(&o.demo, "demo", false, "publish duplicates and redeliveries, kill a consumer mid-charge, print the story and exit")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("consumer: unexpected argument %q", fs.Arg(0))
-	}
-	return o, nil
+	err := program.Parse(fs, args)
+	return o, err
 }
 
-func main() {
-	o, err := parseOptions(os.Args[1:], os.Getenv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, o, os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { program.Main(parseOptions, run) }
 
 func run(ctx context.Context, o options, out io.Writer) error {
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if o.backend.Logger == nil {
-		o.backend.Logger = log // a named Redis that does not answer is a warning
-	}
-	b, err := backend.Open(ctx, o.backend)
+	log := program.Logger(os.Stderr, o.verbose, slog.LevelWarn)
+	b, err := program.OpenBackend(ctx, o.backend, log, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	for _, line := range b.Describe() {
-		fmt.Fprintln(out, "consumer:", line)
-	}
 	url := o.natsURL
 	if url == "" {
 		dir, err := os.MkdirTemp("", "oncekey-consumer-nats-")

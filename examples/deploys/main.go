@@ -21,16 +21,12 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/oncekey/oncekey/examples/internal/backend"
+	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
 // options are the command line.
@@ -43,58 +39,26 @@ type options struct {
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	o := options{backend: backend.Config{Name: "deploys"}}
-	fs := flag.NewFlagSet("deploys", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := program.FlagSet("deploys", stderr)
 	o.backend.RegisterFlags(fs, getenv)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8082", "listen address (the demo listens on 127.0.0.1:0)")
 	fs.BoolVar(&o.verbose, "v", false, "log at debug level to stderr; by default warnings and errors")
 	fs.BoolVar(&o.demo, "demo", false, "start on a free port, fire the demo requests at itself, print what happened and exit")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("deploys: unexpected argument %q", fs.Arg(0))
-	}
-	return o, nil
+	err := program.Parse(fs, args)
+	return o, err
 }
 
-func main() {
-	o, err := parseOptions(os.Args[1:], os.Getenv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, o, os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { program.Main(parseOptions, run) }
 
 // run opens the services and runs the service on the durable store they
 // give (PostgreSQL or the embedded SQLite file).
 func run(ctx context.Context, o options, out io.Writer) error {
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if o.backend.Logger == nil {
-		o.backend.Logger = log // a named Redis that does not answer is a warning
-	}
-	b, err := backend.Open(ctx, o.backend)
+	log := program.Logger(os.Stderr, o.verbose, slog.LevelWarn)
+	b, err := program.OpenBackend(ctx, o.backend, log, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	for _, line := range b.Describe() {
-		fmt.Fprintln(out, "deploys:", line)
-	}
 	if b.Embedded() {
 		return serve(ctx, o, out, log, b, sqliteRiver(b))
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/examples/internal/demoauth"
+	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
 // deployTime is how long a deploy takes.
@@ -260,47 +260,21 @@ func serve[TTx any](ctx context.Context, o options, out io.Writer, log *slog.Log
 	// The sweeper deletes finished records past their retention, every
 	// minute; nothing else does. It stops after the server, as in orders
 	// and payments.
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	swept := make(chan struct{})
-	go func() {
-		defer close(swept)
-		_ = a.c.RunSweeper(sweepCtx, time.Minute)
-	}()
-	defer func() {
-		stopSweep()
-		<-swept
-	}()
+	stopSweep := program.Go(ctx, func(ctx context.Context) error { return a.c.RunSweeper(ctx, time.Minute) })
+	defer stopSweep()
 	addr := o.addr
 	if o.demo {
 		addr = "127.0.0.1:0"
 	}
-	ln, err := net.Listen("tcp", addr)
+	srv, err := program.Listen(addr, a.handler)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second}
-	var serveErr error
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		serveErr = srv.Serve(ln)
-	}()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		<-served
-	}()
-	url := "http://" + ln.Addr().String()
+	defer srv.Shutdown(ctx)
 	if o.demo {
-		fmt.Fprintln(out, "deploys: demo against", url)
-		return runDemo(ctx, url, a, out)
+		fmt.Fprintln(out, "deploys: demo against", srv.URL)
+		return runDemo(ctx, srv.URL, a, out)
 	}
-	fmt.Fprintln(out, "deploys: listening on", url)
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-served:
-		return serveErr
-	}
+	fmt.Fprintln(out, "deploys: listening on", srv.URL)
+	return srv.Wait(ctx)
 }

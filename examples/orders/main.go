@@ -2,20 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
-	"sync"
-	"syscall"
-	"time"
 
 	"github.com/oncekey/oncekey/examples/internal/backend"
+	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
 // options are the command line.
@@ -30,71 +23,34 @@ type options struct {
 // REDIS_URL (os.Getenv; tests pass their own).
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	o := options{backend: backend.Config{Name: "orders"}}
-	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := program.FlagSet("orders", stderr)
 	o.backend.RegisterFlags(fs, getenv)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address (the demo listens on 127.0.0.1:0)")
 	fs.BoolVar(&o.verbose, "v", false, "log at debug level to stderr (every Redis fallback, for one); by default warnings and errors")
 	fs.BoolVar(&o.demo, "demo", false, "start on a free port, fire the demo requests at itself, print what happened and exit")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("orders: unexpected argument %q", fs.Arg(0))
-	}
-	return o, nil
+	err := program.Parse(fs, args)
+	return o, err
 }
 
-func main() {
-	o, err := parseOptions(os.Args[1:], os.Getenv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, o, os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { program.Main(parseOptions, run) }
 
 // run opens the services, builds the service, starts its sweeper and
 // serves it until ctx is done, or, with -demo, runs the demo against it and
 // returns its verdict. The sweeper stops after the server, before the
 // stores close.
 func run(ctx context.Context, o options, out io.Writer) error {
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if o.backend.Logger == nil {
-		o.backend.Logger = log // a named Redis that does not answer is a warning
-	}
-	b, err := backend.Open(ctx, o.backend)
+	log := program.Logger(os.Stderr, o.verbose, slog.LevelWarn)
+	b, err := program.OpenBackend(ctx, o.backend, log, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	for _, line := range b.Describe() {
-		fmt.Fprintln(out, "orders:", line)
-	}
 	a, err := newService(ctx, b, log)
 	if err != nil {
 		return err
 	}
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = a.sweep(sweepCtx) })
-	defer func() {
-		stopSweep()
-		wg.Wait()
-	}()
+	stopSweep := program.Go(ctx, a.sweep)
+	defer stopSweep() // deferred first, so it runs after the server's shutdown
 	h := a.handler
 	addr := o.addr
 	var cut *cutter
@@ -103,33 +59,15 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		cut = &cutter{next: h}
 		h = cut // the demo cuts one response after its commit
 	}
-	ln, err := net.Listen("tcp", addr)
+	srv, err := program.Listen(addr, h)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	var serveErr error
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		serveErr = srv.Serve(ln)
-	}()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-served
-	}()
-	url := "http://" + ln.Addr().String()
+	defer srv.Shutdown(ctx)
 	if o.demo {
-		fmt.Fprintln(out, "orders: demo against", url)
-		return runDemo(ctx, url, cut, out)
+		fmt.Fprintln(out, "orders: demo against", srv.URL)
+		return runDemo(ctx, srv.URL, cut, out)
 	}
-	fmt.Fprintln(out, "orders: listening on", url)
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-served:
-		return serveErr
-	}
+	fmt.Fprintln(out, "orders: listening on", srv.URL)
+	return srv.Wait(ctx)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -9,9 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -22,6 +19,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/examples/internal/demoauth"
+	"github.com/oncekey/oncekey/examples/internal/web"
 )
 
 // maxOrderBody bounds the body of POST /orders.
@@ -115,7 +113,7 @@ func (s *service[TTx]) create(w http.ResponseWriter, r *http.Request) {
 	tenant, _ := demoauth.Tenant(r)
 	tx, ok := claimhttp.Tx[TTx](ctx)
 	if !ok { // a wiring mistake: the route is not guarded in transaction mode
-		problem(w, http.StatusInternalServerError, problemUnavailable, "Order not created", "")
+		web.Problem(w, http.StatusInternalServerError, problemUnavailable, "Order not created", "")
 		return
 	}
 	o := Order{ID: newID("ord_"), Item: in.Item, Quantity: in.Quantity}
@@ -123,7 +121,7 @@ func (s *service[TTx]) create(w http.ResponseWriter, r *http.Request) {
 		// A 5xx releases the key: the transaction rolls back with the
 		// claim, nothing was ordered, and a retry runs again.
 		s.log.Error("orders: insert failed", "op", claimhttp.OperationID(ctx), "err", err)
-		problem(w, http.StatusServiceUnavailable, problemUnavailable, "Order not created", "Nothing was ordered; retry with the same key.")
+		web.Problem(w, http.StatusServiceUnavailable, problemUnavailable, "Order not created", "Nothing was ordered; retry with the same key.")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -135,35 +133,35 @@ func (s *service[TTx]) create(w http.ResponseWriter, r *http.Request) {
 func (s *service[TTx]) get(w http.ResponseWriter, r *http.Request) {
 	tenant, err := demoauth.Tenant(r)
 	if err != nil {
-		problem(w, http.StatusUnauthorized, problemUnauthorized, "Unauthorized", "Send Authorization: Bearer <tenant>.")
+		web.Problem(w, http.StatusUnauthorized, problemUnauthorized, "Unauthorized", "Send Authorization: Bearer <tenant>.")
 		return
 	}
 	o, err := s.orders.get(r.Context(), tenant, r.PathValue("id"))
 	switch {
 	case errors.Is(err, errNotFound):
-		problem(w, http.StatusNotFound, problemNotFound, "Order not found", "")
+		web.Problem(w, http.StatusNotFound, problemNotFound, "Order not found", "")
 		return
 	case err != nil:
 		s.log.Error("orders: get failed", "err", err)
-		problem(w, http.StatusServiceUnavailable, problemUnavailable, "Service unavailable", "")
+		web.Problem(w, http.StatusServiceUnavailable, problemUnavailable, "Service unavailable", "")
 		return
 	}
-	writeJSON(w, http.StatusOK, o)
+	web.JSON(w, http.StatusOK, o)
 }
 
 func (s *service[TTx]) list(w http.ResponseWriter, r *http.Request) {
 	tenant, err := demoauth.Tenant(r)
 	if err != nil {
-		problem(w, http.StatusUnauthorized, problemUnauthorized, "Unauthorized", "Send Authorization: Bearer <tenant>.")
+		web.Problem(w, http.StatusUnauthorized, problemUnauthorized, "Unauthorized", "Send Authorization: Bearer <tenant>.")
 		return
 	}
 	orders, err := s.orders.list(r.Context(), tenant)
 	if err != nil {
 		s.log.Error("orders: list failed", "err", err)
-		problem(w, http.StatusServiceUnavailable, problemUnavailable, "Service unavailable", "")
+		web.Problem(w, http.StatusServiceUnavailable, problemUnavailable, "Service unavailable", "")
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
+	web.JSON(w, http.StatusOK, struct {
 		Orders []Order `json:"orders"`
 	}{Orders: append([]Order{}, orders...)})
 }
@@ -184,74 +182,23 @@ func (o orderRequest) validate() error {
 	return nil
 }
 
-type orderKey struct{}
-
-func orderFrom(ctx context.Context) orderRequest {
-	o, _ := ctx.Value(orderKey{}).(orderRequest)
-	return o
-}
-
 // validOrder rejects an invalid order before the idempotency middleware
 // sees it, so that it reserves nothing: the client can fix the request and
 // send it again with the same key. It puts the parsed order in the context
-// and the body back for the middleware's fingerprint.
-func validOrder(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-			problem(w, http.StatusUnsupportedMediaType, problemInvalidOrder, "Invalid order", "Send Content-Type: application/json.")
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxOrderBody))
-		if err != nil {
-			problem(w, http.StatusRequestEntityTooLarge, problemInvalidOrder, "Invalid order", "The body is too large.")
-			return
-		}
-		var in orderRequest
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil || dec.More() {
-			problem(w, http.StatusBadRequest, problemInvalidOrder, "Invalid order", `Send one JSON object: {"item":"book","quantity":1}.`)
-			return
-		}
-		if err := in.validate(); err != nil {
-			problem(w, http.StatusBadRequest, problemInvalidOrder, "Invalid order", err.Error())
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), orderKey{}, in)))
-	})
-}
+// (orderFrom) and the body back for the middleware's fingerprint.
+var validOrder = web.ValidJSON(web.BodyCheck[orderRequest]{
+	MaxBytes: maxOrderBody,
+	Problem:  problemInvalidOrder,
+	Title:    "Invalid order",
+	Example:  `{"item":"book","quantity":1}`,
+	Validate: orderRequest.validate,
+})
+
+func orderFrom(ctx context.Context) orderRequest { return web.Body[orderRequest](ctx) }
 
 // newID returns prefix and 16 random hex digits.
 func newID(prefix string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// problemContentType is the media type of RFC 9457 problems.
-const problemContentType = "application/problem+json"
-
-// problemDoc is an RFC 9457 problem document, with the members the
-// middleware's problems have (see the claimhttp package documentation).
-type problemDoc struct {
-	Type        string `json:"type"`
-	Title       string `json:"title"`
-	Status      int    `json:"status"`
-	Detail      string `json:"detail,omitempty"`
-	OperationID string `json:"operation_id,omitempty"`
-}
-
-// problem writes an RFC 9457 problem, in the middleware's format.
-func problem(w http.ResponseWriter, status int, typ, title, detail string) {
-	w.Header().Set("Content-Type", problemContentType)
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(problemDoc{Type: typ, Title: title, Status: status, Detail: detail})
 }

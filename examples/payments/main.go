@@ -2,20 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/oncekey/oncekey/examples/internal/backend"
+	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
 // options are the command line.
@@ -42,8 +36,7 @@ const (
 // REDIS_URL (os.Getenv; tests pass their own).
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	o := options{backend: backend.Config{Name: "payments"}}
-	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := program.FlagSet("payments", stderr)
 	o.backend.RegisterFlags(fs, getenv)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "listen address (the demo listens on 127.0.0.1:0)")
 	fs.BoolVar(&o.verbose, "v", false, "log at debug level to stderr (every Redis fallback, every uncertain payment); by default warnings and errors")
@@ -67,48 +60,22 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	return o, nil
 }
 
-func main() {
-	o, err := parseOptions(os.Args[1:], os.Getenv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, o, os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { program.Main(parseOptions, run) }
 
 // run opens the services, starts the fake gateway, the service, its
 // reconciler and its sweeper, and serves until ctx is done, or, with -demo, runs the demo
 // against them and returns its verdict.
 func run(ctx context.Context, o options, out io.Writer) error {
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := program.Logger(os.Stderr, o.verbose, slog.LevelWarn)
 	if o.demo {
 		o.addr, o.gatewayMode = "127.0.0.1:0", modeNormal
 		o.gatewayTimeout, o.reconcileEvery = demoGatewayTimeout, demoReconcileEvery
 	}
-	if o.backend.Logger == nil {
-		o.backend.Logger = log // a named Redis that does not answer is a warning
-	}
-	b, err := backend.Open(ctx, o.backend)
+	b, err := program.OpenBackend(ctx, o.backend, log, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	for _, line := range b.Describe() {
-		fmt.Fprintln(out, "payments:", line)
-	}
 
 	gw, err := startGateway()
 	if err != nil {
@@ -122,44 +89,20 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	bgCtx, stopBg := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = a.reconcile(bgCtx) })
-	wg.Go(func() { _ = a.sweep(bgCtx) })
-	defer func() {
-		stopBg()
-		wg.Wait()
-	}()
+	stopLoops := program.Go(ctx, a.reconcile, a.sweep)
+	defer stopLoops() // deferred first, so it runs after the server's shutdown
 
-	ln, err := net.Listen("tcp", o.addr)
+	srv, err := program.Listen(o.addr, a.handler)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second}
-	var serveErr error
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		serveErr = srv.Serve(ln)
-	}()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-served
-	}()
-	url := "http://" + ln.Addr().String()
+	defer srv.Shutdown(ctx)
 	if o.demo {
-		fmt.Fprintf(out, "payments: demo against %s (reconciler every %v)\n", url, o.reconcileEvery)
-		return runDemo(ctx, url, gw, out)
+		fmt.Fprintf(out, "payments: demo against %s (reconciler every %v)\n", srv.URL, o.reconcileEvery)
+		return runDemo(ctx, srv.URL, gw, out)
 	}
-	fmt.Fprintf(out, "payments: listening on %s (reconciler every %v)\n", url, o.reconcileEvery)
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-served:
-		return serveErr
-	}
+	fmt.Fprintf(out, "payments: listening on %s (reconciler every %v)\n", srv.URL, o.reconcileEvery)
+	return srv.Wait(ctx)
 }
 
 func modeName(m gatewayMode) string {

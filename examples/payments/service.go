@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/examples/internal/demoauth"
+	"github.com/oncekey/oncekey/examples/internal/web"
 )
 
 // operation is the operation name of POST /payments: the middleware's
@@ -69,13 +67,13 @@ func resultFor(ch Charge) (durable.State, durable.Result) {
 // notCharged is the stored answer for a payment the gateway has no charge
 // for: final (424), so that no retry with the key charges later.
 func notCharged() durable.Result {
-	body, _ := json.Marshal(problemDoc{
+	body, _ := json.Marshal(web.ProblemDoc{
 		Type: problemNotCharged, Title: "Payment not made", Status: http.StatusFailedDependency,
 		Detail: "The gateway did not answer and has no charge for this payment: nothing was charged. Send a new request with a new key to pay.",
 	})
 	return durable.Result{
 		StatusCode: http.StatusFailedDependency,
-		Headers:    map[string][]string{"Content-Type": {problemContentType}, "Cache-Control": {"no-store"}},
+		Headers:    map[string][]string{"Content-Type": {web.ProblemContentType}, "Cache-Control": {"no-store"}},
 		Body:       append(body, '\n'),
 		Version:    1,
 	}
@@ -187,7 +185,7 @@ func (s *service) pay(w http.ResponseWriter, r *http.Request) {
 		if err := claimhttp.ReleaseKey(ctx); err != nil {
 			s.log.Error("payments: release key", "op", op, "err", err)
 		}
-		problem(w, http.StatusServiceUnavailable, problemUnavailable, "Payment not made", "The gateway charged nothing; retry with the same key.")
+		web.Problem(w, http.StatusServiceUnavailable, problemUnavailable, "Payment not made", "The gateway charged nothing; retry with the same key.")
 		return
 	}
 	_, res := resultFor(ch)
@@ -234,42 +232,19 @@ func (p paymentRequest) validate() error {
 	return nil
 }
 
-type paymentKey struct{}
-
-func paymentFrom(ctx context.Context) paymentRequest {
-	p, _ := ctx.Value(paymentKey{}).(paymentRequest)
-	return p
-}
-
 // validPayment rejects an invalid payment before the idempotency
 // middleware sees it, so that it reserves nothing; it puts the parsed
-// payment in the context and the body back for the fingerprint.
-func validPayment(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-			problem(w, http.StatusUnsupportedMediaType, problemInvalidPayment, "Invalid payment", "Send Content-Type: application/json.")
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPaymentBody))
-		if err != nil {
-			problem(w, http.StatusRequestEntityTooLarge, problemInvalidPayment, "Invalid payment", "The body is too large.")
-			return
-		}
-		var in paymentRequest
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil || dec.More() {
-			problem(w, http.StatusBadRequest, problemInvalidPayment, "Invalid payment", `Send one JSON object: {"amount":1299,"currency":"EUR"}.`)
-			return
-		}
-		if err := in.validate(); err != nil {
-			problem(w, http.StatusBadRequest, problemInvalidPayment, "Invalid payment", err.Error())
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), paymentKey{}, in)))
-	})
-}
+// payment in the context (paymentFrom) and the body back for the
+// fingerprint.
+var validPayment = web.ValidJSON(web.BodyCheck[paymentRequest]{
+	MaxBytes: maxPaymentBody,
+	Problem:  problemInvalidPayment,
+	Title:    "Invalid payment",
+	Example:  `{"amount":1299,"currency":"EUR"}`,
+	Validate: paymentRequest.validate,
+})
+
+func paymentFrom(ctx context.Context) paymentRequest { return web.Body[paymentRequest](ctx) }
 
 // writeResult writes a stored-representation result as a response.
 func writeResult(w http.ResponseWriter, res durable.Result) {
@@ -278,25 +253,4 @@ func writeResult(w http.ResponseWriter, res durable.Result) {
 	}
 	w.WriteHeader(res.StatusCode)
 	_, _ = w.Write(res.Body)
-}
-
-// problemContentType is the media type of RFC 9457 problems.
-const problemContentType = "application/problem+json"
-
-// problemDoc is an RFC 9457 problem document, with the members the
-// middleware's problems have (see the claimhttp package documentation).
-type problemDoc struct {
-	Type        string `json:"type"`
-	Title       string `json:"title"`
-	Status      int    `json:"status"`
-	Detail      string `json:"detail,omitempty"`
-	OperationID string `json:"operation_id,omitempty"`
-}
-
-// problem writes an RFC 9457 problem, in the middleware's format.
-func problem(w http.ResponseWriter, status int, typ, title, detail string) {
-	w.Header().Set("Content-Type", problemContentType)
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(problemDoc{Type: typ, Title: title, Status: status, Detail: detail})
 }

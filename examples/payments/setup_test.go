@@ -1,34 +1,24 @@
 package main
 
 import (
-	"encoding/json"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/examples/internal/apptest"
 	"github.com/oncekey/oncekey/examples/internal/backend"
-	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testRedisTimeout is the Redis budget in tests. Under -race on a busy
-// machine the in-process Redis runs its scripts many times slower than
-// usual; a timed-out Redis step leaves its lease in place, and duplicates
-// are told "in progress" until it expires, which would make the tests slow
-// (correctness does not depend on Redis either way).
-const testRedisTimeout = 5 * time.Second
+// testRedisTimeout is the Redis budget in tests (apptest.RedisTimeout).
+const testRedisTimeout = apptest.RedisTimeout
 
 // testGatewayTimeout is how long the service waits for the gateway in
 // tests: the timeout modes' tests wait it out, and a loaded CI machine
@@ -36,57 +26,31 @@ const testRedisTimeout = 5 * time.Second
 // made fifty concurrent duplicates end uncertain once in CI).
 const testGatewayTimeout = 2 * time.Second
 
-// backends are the two configurations every end-to-end test runs on: the
-// embedded default, and the real servers found by testenv (with CI=true a
-// missing server fails the test).
-var backends = []struct {
-	name   string
-	config func(t *testing.T) backend.Config
-}{
-	{"Embedded", func(t *testing.T) backend.Config {
-		return backend.Config{Name: "payments", DataDir: t.TempDir(), RedisTimeout: testRedisTimeout}
-	}},
-	{"PostgresRedis", realServers},
-}
-
 // realServers names a fresh PostgreSQL schema and a fresh Redis key
 // prefix, both removed when the test ends.
-func realServers(t *testing.T) backend.Config {
-	s := testenv.Postgres(t)
-	_, prefix := testenv.Redis(t)
-	return backend.Config{Name: "payments", DatabaseURL: s.URL, RedisURL: testenv.RedisURL(t), RedisPrefix: prefix, RedisTimeout: testRedisTimeout}
-}
+func realServers(t *testing.T) backend.Config { return apptest.RealServers(t, "payments") }
 
-// forEachBackend runs test as a parallel subtest on each backend.
+// forEachBackend runs test as a parallel subtest on each backend: the
+// embedded default, and the real servers found by testenv.
 func forEachBackend(t *testing.T, test func(t *testing.T, f *fixture)) {
-	t.Parallel()
-	for _, bc := range backends {
-		t.Run(bc.name, func(t *testing.T) {
-			t.Parallel()
-			test(t, setup(t, bc.config(t)))
-		})
-	}
+	apptest.ForEachBackend(t, "payments", func(t *testing.T, cfg backend.Config) {
+		test(t, setup(t, cfg))
+	})
 }
 
 // fixture is the service on one backend behind an httptest server, with
 // its own fake gateway. Its reconciler does not run on its own: tests call
 // app.reconcileOnce.
 type fixture struct {
-	t      *testing.T
-	gw     *gateway
-	app    *app
-	url    string
-	client *http.Client // plain: retries nothing
-	base   *http.Transport
+	*apptest.Client[Payment]
+	t   *testing.T
+	gw  *gateway
+	app *app
 }
 
 func setup(t *testing.T, cfg backend.Config) *fixture {
 	t.Helper()
-	b, err := backend.Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := apptest.Open(t, cfg)
 	gw, err := startGateway()
 	if err != nil {
 		t.Fatal(err)
@@ -96,75 +60,27 @@ func setup(t *testing.T, cfg backend.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(a.handler)
-	t.Cleanup(srv.Close)
-	base := &http.Transport{MaxIdleConnsPerHost: 64}
-	t.Cleanup(base.CloseIdleConnections)
-	return &fixture{t: t, gw: gw, app: a, url: srv.URL, base: base, client: &http.Client{Transport: base, Timeout: 30 * time.Second}}
+	return &fixture{Client: apptest.Serve[Payment](t, a.handler), t: t, gw: gw, app: a}
 }
 
 // response is one answer, read in full.
-type response struct {
-	status  int
-	header  http.Header
-	body    string
-	problem problemDoc
-	payment Payment
-}
-
-func (r response) replayed() bool { return r.header.Get(claimclient.HeaderReplayed) == "true" }
+type response = apptest.Response[Payment]
 
 // post sends POST /payments through rt (the fixture's plain client when
 // nil).
 func (f *fixture) post(rt http.RoundTripper, tenant, key, body string) response {
 	f.t.Helper()
-	req, err := http.NewRequestWithContext(f.t.Context(), http.MethodPost, f.url+"/payments", strings.NewReader(body))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+tenant)
-	req.Header.Set("Idempotency-Key", strconv.Quote(key)) // the draft's sf-string form
-	c := f.client
-	if rt != nil {
-		c = &http.Client{Transport: rt, Timeout: 60 * time.Second}
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		f.t.Errorf("POST /payments: %v", err)
-		return response{}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		f.t.Errorf("read body: %v", err)
-	}
-	r := response{status: resp.StatusCode, header: resp.Header, body: string(b)}
-	switch mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt {
-	case problemContentType:
-		if err := json.Unmarshal(b, &r.problem); err != nil {
-			f.t.Errorf("problem %s: %v", b, err)
-		}
-	case "application/json":
-		_ = json.Unmarshal(b, &r.payment)
-	}
-	return r
+	return f.Post(rt, "/payments", tenant, key, body)
 }
 
 func (f *fixture) transport(opts ...claimclient.Option) *claimclient.Transport {
 	f.t.Helper()
-	tr, err := claimclient.NewTransport(f.base, opts...)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return tr
+	return f.Transport(opts...)
 }
 
 func wantStatus(t *testing.T, what string, r response, status int, problemType string) {
 	t.Helper()
-	if r.status != status || r.problem.Type != problemType {
-		t.Fatalf("%s: %d %q %s; want %d %q", what, r.status, r.problem.Type, r.body, status, problemType)
-	}
+	apptest.WantStatus(t, what, r, status, problemType)
 }
 
-func emptyEnv(string) string { return "" }
+var emptyEnv = apptest.EmptyEnv

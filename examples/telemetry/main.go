@@ -3,17 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +22,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/examples/internal/backend"
+	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
 // options are the command line.
@@ -41,36 +38,14 @@ type options struct {
 // REDIS_URL (os.Getenv; tests pass their own).
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	o := options{backend: backend.Config{Name: "telemetry"}, newKey: uuid.NewString}
-	fs := flag.NewFlagSet("telemetry", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := program.FlagSet("telemetry", stderr)
 	o.backend.RegisterFlags(fs, getenv)
 	fs.BoolVar(&o.verbose, "v", false, "print the library's logs at debug level (by default info and above)")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("telemetry: unexpected argument %q", fs.Arg(0))
-	}
-	return o, nil
+	err := program.Parse(fs, args)
+	return o, err
 }
 
-func main() {
-	o, err := parseOptions(os.Args[1:], os.Getenv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, o, os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { program.Main(parseOptions, run) }
 
 // telemetry is the OpenTelemetry SDK as the example wires it: a tracer
 // provider whose spans a recorder keeps in memory, and a meter provider
@@ -103,19 +78,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.newKey == nil {
 		o.newKey = uuid.NewString
 	}
-	level := slog.LevelInfo
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
-	b, err := backend.Open(ctx, o.backend)
+	log := program.Logger(out, o.verbose, slog.LevelInfo)
+	b, err := program.OpenBackend(ctx, o.backend, nil, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	for _, line := range b.Describe() {
-		fmt.Fprintln(out, "telemetry:", line)
-	}
 	tel := newTelemetry()
 	defer tel.shutdown(context.WithoutCancel(ctx))
 	opts := []claim.Option{

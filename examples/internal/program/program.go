@@ -1,0 +1,168 @@
+// Package program is the plumbing the example programs share: the life of a
+// command (parse the flags, run until interrupted, exit with a status), the
+// logger, opening the backend and saying which one it is, serving HTTP with
+// a graceful shutdown, and running background loops (a sweeper, a
+// reconciler) that stop before the stores close.
+//
+// It holds nothing about oncekey: each example builds its Claimer, its
+// middleware and its handlers itself, in its own service.go, and defines
+// its own flags in its own main.go (examples/internal/readmecheck reads
+// them from there). It is an internal package because it is scaffolding
+// for the examples, not part of the library.
+package program
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/oncekey/oncekey/examples/internal/backend"
+)
+
+// Main runs a program: parse reads the command line (os.Args, os.Getenv,
+// usage and errors to stderr), run runs it until SIGINT or SIGTERM. The
+// exit status is 0 for -help and for a run that returns nil, 2 for a bad
+// command line, 1 for a run that returns an error (printed to stderr).
+func Main[O any](parse func(args []string, getenv func(string) string, stderr io.Writer) (O, error), run func(ctx context.Context, o O, out io.Writer) error) {
+	o, err := parse(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, o, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// FlagSet returns an empty flag set named after the program that reports
+// its errors (and -help) to stderr instead of exiting.
+func FlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// Parse parses args with fs and refuses positional arguments: the
+// programs take flags only.
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// Logger returns a text logger writing to w at level, or at debug level
+// when verbose (-v).
+func Logger(w io.Writer, verbose bool, level slog.Level) *slog.Logger {
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// OpenBackend opens what cfg names (backend.Open) and prints, each line
+// prefixed with cfg.Name (the program's name), which durable store and
+// which Redis it runs on and why. log, unless nil or cfg has a Logger already, gets the
+// warning about a named Redis that does not answer. The caller closes the
+// backend.
+func OpenBackend(ctx context.Context, cfg backend.Config, log *slog.Logger, out io.Writer) (*backend.Backend, error) {
+	if cfg.Logger == nil && log != nil {
+		cfg.Logger = log
+	}
+	b, err := backend.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range b.Describe() {
+		fmt.Fprintln(out, cfg.Name+":", line)
+	}
+	return b, nil
+}
+
+// Server is an HTTP server started by [Listen].
+type Server struct {
+	// URL is the server's base URL, http://host:port.
+	URL string
+
+	srv    *http.Server
+	served chan struct{}
+	err    error // Serve's error, set before served is closed
+}
+
+// Listen listens on addr ("127.0.0.1:0" for a free port) and serves h
+// until [Server.Shutdown].
+func Listen(addr string, h http.Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		URL:    "http://" + ln.Addr().String(),
+		srv:    &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		served: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.served)
+		s.err = s.srv.Serve(ln)
+	}()
+	return s, nil
+}
+
+// Wait returns nil when ctx is done, or the server's error if it stops
+// serving first.
+func (s *Server) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-s.served:
+		return s.err
+	}
+}
+
+// Shutdown stops the server gracefully, giving the requests in flight up
+// to 10 seconds (also when ctx is already done), and waits until it has
+// stopped.
+func (s *Server) Shutdown(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(sctx)
+	<-s.served
+}
+
+// Go runs each loop in a goroutine of its own on a context derived from
+// ctx (a sweeper, a reconciler: loops that run until their context is
+// done). The returned stop cancels that context and waits for every loop
+// to return. Defer it after the stores' Close and before the server's
+// Shutdown, so that (deferred calls running last first) the loops stop
+// after the server and before the stores close.
+func Go(ctx context.Context, loops ...func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, loop := range loops {
+		wg.Go(func() { _ = loop(ctx) })
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
