@@ -229,7 +229,7 @@ func (c *Claimer[TTx]) commitLost(ctx context.Context, d *doAttempt[TTx], f fast
 		return c.executed(ctx, d), nil
 	}
 	c.dropRedisLease(ctx, f, &d.t, d.p)
-	return Outcome{OperationID: d.t.opID}, fmt.Errorf("%w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
+	return Outcome{OperationID: d.t.opID}, fmt.Errorf("claim: %w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
 }
 
 // atCommitLag is how far behind the client's clock the generation of a

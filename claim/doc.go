@@ -68,11 +68,12 @@
 // # Configuration
 //
 // [New] takes functional options (With...), [NewReconciler] takes
-// [ReconcilerOption] values (Reconcile...), and the two loops take their
-// interval: [Claimer.RunSweeper] and [Reconciler.Run]. Every error about
-// configuration rather than data (a bad option, a lease that breaks the
-// lease rule of [ErrInvalidLease], a [Request.Lease] included, a nil
-// function) matches [ErrConfig]; nothing was reserved.
+// [ReconcilerOption] values ([WithStaleAfter], [WithSkip], [WithBatch]),
+// and the two loops take their interval: [Claimer.RunSweeper] and
+// [Reconciler.Run]. Every error about configuration rather than data (a bad
+// option, a lease that breaks the lease rule of [ErrInvalidLease], a
+// [Request.Lease] included, a nil function) matches [ErrConfig]; nothing
+// was reserved.
 //
 // Every lease, the Claimer's ([WithLease]) and a [Request.Lease], follows
 // one rule: zero means the default, and otherwise it is at least 100ms,

@@ -10,22 +10,25 @@ import (
 var (
 	// ErrMismatch is returned when the idempotency key was already used for
 	// a request with another fingerprint. Nothing ran and nothing was
-	// reserved. It matches [durable.ErrMismatch] too.
-	ErrMismatch = fmt.Errorf("claim: %w", durable.ErrMismatch)
+	// reserved. It is the same value as [durable.ErrMismatch]: either name
+	// matches with errors.Is.
+	ErrMismatch = durable.ErrMismatch
 
 	// ErrInvalidScope is returned, before anything is reserved, for an
-	// invalid scope or fingerprint. It matches [durable.ErrInvalidScope].
-	ErrInvalidScope = fmt.Errorf("claim: %w", durable.ErrInvalidScope)
+	// invalid scope or fingerprint. It is the same value as
+	// [durable.ErrInvalidScope].
+	ErrInvalidScope = durable.ErrInvalidScope
 
 	// ErrUnavailable is returned when the durable store cannot be reached.
 	// The claim failed closed: the caller's code did not run and must not
-	// run. It matches [durable.ErrUnavailable].
-	ErrUnavailable = fmt.Errorf("claim: %w", durable.ErrUnavailable)
+	// run. It is the same value as [durable.ErrUnavailable].
+	ErrUnavailable = durable.ErrUnavailable
 
 	// ErrFenced is returned by a [Lease] method whose lease was lost: it
 	// expired and another worker took the key over, or it was released.
-	// The caller must not publish its result. It matches [durable.ErrFenced].
-	ErrFenced = fmt.Errorf("claim: %w", durable.ErrFenced)
+	// The caller must not publish its result. It is the same value as
+	// [durable.ErrFenced].
+	ErrFenced = durable.ErrFenced
 
 	// ErrLeaseExpired is returned when a lease ran out, or is about to,
 	// before the work could start or continue:
@@ -84,41 +87,18 @@ func (e *rejectError) Error() string {
 // then returns [Executed] with the state failed, not this error.
 func Reject(res durable.Result) error { return &rejectError{Result: res} }
 
-// wrap maps a durable error to this package's sentinel while keeping the
-// cause: errors.Is matches both the claim and the durable sentinel. op names
-// the step; the claim itself ("claim") is not named again after the
-// package's "claim: " prefix.
+// wrap prefixes a durable error with the package's name and the step, op,
+// keeping it for errors.Is: [ErrMismatch], [ErrInvalidScope],
+// [ErrUnavailable] and [ErrFenced] are durable's sentinels, so the cause
+// already matches them. The claim itself ("claim") is not named again after
+// the "claim: " prefix, so an invalid fingerprint reads "claim: durable:
+// invalid fingerprint: ...".
 func wrap(op string, err error) error {
 	if err == nil {
 		return nil
-	}
-	for _, s := range []error{ErrMismatch, ErrInvalidScope, ErrUnavailable, ErrFenced} {
-		if errors.Is(err, errors.Unwrap(s)) && !errors.Is(err, s) {
-			if op == "claim" {
-				return fmt.Errorf("%w: %w", s, err)
-			}
-			return fmt.Errorf("%w: %s: %w", s, op, err)
-		}
 	}
 	if op == "claim" {
 		return fmt.Errorf("claim: %w", err)
 	}
 	return fmt.Errorf("claim: %s: %w", op, err)
 }
-
-// invalidArg returns err, an invalid scope or argument found by the store's
-// validation, as this package's error: it matches [ErrInvalidScope] and err,
-// and its message is err's prefixed once with "claim: " ("claim: durable:
-// invalid fingerprint: ..."), not err's wrapped in the sentinel's message.
-// Any other error is wrapped as [wrap] does.
-func invalidArg(err error) error {
-	if !errors.Is(err, durable.ErrInvalidScope) {
-		return wrap("claim", err)
-	}
-	return &invalidArgError{err: err}
-}
-
-type invalidArgError struct{ err error }
-
-func (e *invalidArgError) Error() string   { return "claim: " + e.err.Error() }
-func (e *invalidArgError) Unwrap() []error { return []error{ErrInvalidScope, e.err} }

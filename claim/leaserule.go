@@ -5,6 +5,19 @@ import (
 	"time"
 )
 
+// minLease is the shortest lease the lease rule accepts (see
+// [ErrInvalidLease]). [Lease.KeepAlive] renews every third of the lease,
+// each renewal due a third after the previous one was sent, and cancels the
+// work when only the start margin (by default a tenth of the lease) is left.
+// So a renewal has from a third of the lease to nine tenths of it, 0.57 of
+// the lease, to reach the database, commit and come back: 57ms at 100ms.
+// That covers a commit round trip (a few milliseconds with its fsync) and a
+// scheduling stall or GC pause of tens of milliseconds; a shorter lease is
+// lost to the first slow fsync or stall, and the work is cancelled, or
+// taken over, with nothing wrong but the clock. A claim, too, must come back
+// with more than the margin left (10ms at 100ms), or it is given back.
+const minLease = 100 * time.Millisecond
+
 // checkLease is the lease rule, the one check of every lease a claim can be
 // given (see [ErrInvalidLease]): the Claimer's ([WithLease], checked by
 // [New] against every retention), a [Request.Lease], and an adapter's

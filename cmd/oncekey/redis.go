@@ -18,8 +18,8 @@ import (
 
 func runRedis(e *env, args []string) error {
 	fs := newFlags(e, "redis", "redis check [flags]\n\n"+
-		"Checks a Redis server for oncekey: maxmemory-policy must be noeviction (otherwise Redis may\n"+
-		"evict leases and generations; the store still arbitrates, but the fast path degrades),\n"+
+		"Checks a Redis server for oncekey: maxmemory-policy must be noeviction (why: go doc\n"+
+		"github.com/oncekey/oncekey/lua, Eviction),\n"+
 		"version 5.0 or later (the scripts read TIME before writing), every cluster slot served when in cluster mode; and measures PING\n"+
 		"latency. Reads no key. With -database-url it also checks that PostgreSQL keeps the commits it\n"+
 		"acknowledges (the durability line of stats; DATABASE_URL is not read here). Exits 1 when a check fails.")

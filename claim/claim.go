@@ -1,0 +1,254 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/oncekey/oncekey/driver/storeapi"
+	"github.com/oncekey/oncekey/durable"
+)
+
+// Kind is the kind of an [Outcome].
+type Kind int
+
+const (
+	// Acquired: this caller holds the key; run the work under Outcome.Lease.
+	Acquired Kind = iota + 1
+	// Executed: [Claimer.Do] ran the function and committed its result.
+	Executed
+	// Replayed: the operation finished before; Outcome.Result is its stored
+	// result (Outcome.State says completed or failed). Nothing ran.
+	Replayed
+	// InProgress: another request of the same operation holds the key.
+	// Retry after Outcome.RetryAfter, or poll Outcome.OperationID.
+	InProgress
+	// Uncertain: the outcome of the first request is unknown and being
+	// reconciled. Nothing ran; poll Outcome.OperationID.
+	Uncertain
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Acquired:
+		return "acquired"
+	case Executed:
+		return "executed"
+	case Replayed:
+		return "replayed"
+	case InProgress:
+		return "in_progress"
+	case Uncertain:
+		return "uncertain"
+	}
+	return "unknown"
+}
+
+// Outcome is what a claim came to.
+type Outcome struct {
+	Kind Kind
+	// OperationID is the stable identity of the logical operation (the
+	// same for every retry and takeover), to pass downstream as that
+	// system's idempotency key and to poll.
+	OperationID string
+	// Lease is set when Kind is Acquired.
+	Lease *Lease
+	// State and Result are set when Kind is Executed or Replayed.
+	State  durable.State
+	Result *durable.Result
+	// RetryAfter hints when to retry an InProgress outcome: the remaining
+	// lease of the holder, at least 1s.
+	RetryAfter time.Duration
+	// FromCache reports a replay answered by Redis without touching the
+	// durable store.
+	FromCache bool
+}
+
+func retryAfter(d time.Duration) time.Duration {
+	if d < time.Second {
+		return time.Second
+	}
+	return d
+}
+
+// Claim claims the request's key. It returns:
+//
+//   - Acquired with a [Lease]: this caller runs the work, then completes,
+//     fails, releases or marks the lease uncertain. The lease is already
+//     durable; a crash leaves a processing record that a retry takes over
+//     once the lease expires.
+//   - Replayed with the stored result of a finished operation.
+//   - InProgress with a retry-after hint (after waiting, [WithWait]).
+//   - Uncertain for an operation whose outcome is being reconciled.
+//
+// Errors: [ErrMismatch], [ErrInvalidScope] and [ErrInvalidLease] (nothing
+// reserved), [ErrUnavailable] (the durable store is down: fail closed, do
+// not run the work), [ErrLeaseExpired]. ctx bounds the round trips and any
+// wait; the lease is governed by its duration.
+func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome, error) {
+	start := c.m.start()
+	ctx, span := c.startClaim(ctx, "claim", r)
+	out, err := c.withPolicy(ctx, r, c.claimOnce)
+	c.m.claimDone(ctx, start, out.Kind, err)
+	endClaim(span, out, err)
+	return out, err
+}
+
+// withPolicy runs one claim attempt and, configured [WithWait], repeats it
+// while the operation is in progress.
+func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(context.Context, Request) (Outcome, error)) (Outcome, error) {
+	out, err := once(ctx, r)
+	if err != nil || out.Kind != InProgress || c.cfg.wait == 0 {
+		return out, err
+	}
+	deadline := time.Now().Add(c.cfg.wait)
+	backoff := 5 * time.Millisecond
+	for out.Kind == InProgress {
+		wait := min(backoff, time.Until(deadline))
+		if wait <= 0 {
+			return out, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out, nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 250*time.Millisecond)
+		next, err := once(ctx, r)
+		if err != nil {
+			return next, err
+		}
+		out = next
+	}
+	return out, nil
+}
+
+func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error) {
+	t, p, err := c.prepare(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	// The lease is measured from here, on the monotonic clock; so is the
+	// age of what the durable claim reads (see refill).
+	sent := time.Now()
+	f := c.redisClaim(ctx, &t, p)
+	if c.tr.on() {
+		c.tr.note(ctx, attrRedis.Bool(f.answered))
+	}
+	if f.final {
+		return c.fastOutcome(ctx, t.opID, f)
+	}
+	p.Proposed = f.proposed
+	res, err := c.durableClaim(ctx, *new(TTx), p)
+	if err != nil {
+		c.dropRedisLease(ctx, f, &t, p)
+		return Outcome{OperationID: t.opID}, c.claimErr(ctx, err)
+	}
+	if !res.Acquired {
+		return c.existing(ctx, &t, p, f, res.Record, sent), nil
+	}
+	c.acquired(ctx, &t, p, f, res)
+	l := newLease(c, &t, res.Token, p, sent, trace.SpanContextFromContext(ctx))
+	if time.Until(l.Deadline()) < l.margin {
+		// The claim took so long that too little lease is left to work
+		// safely: give the key back rather than start work that could
+		// outlive its lease.
+		_ = l.Release(context.WithoutCancel(ctx))
+		return Outcome{OperationID: t.opID}, ErrLeaseExpired
+	}
+	return Outcome{Kind: Acquired, OperationID: t.opID, Lease: l}, nil
+}
+
+func (c *Claimer[TTx]) claimErr(ctx context.Context, err error) error {
+	if errors.Is(err, durable.ErrMismatch) {
+		c.m.mismatch(ctx)
+	}
+	return wrap("claim", err)
+}
+
+func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Outcome, error) {
+	if f.err != nil {
+		c.m.mismatch(ctx)
+		return Outcome{OperationID: opID}, f.err
+	}
+	o := Outcome{Kind: f.kind, OperationID: opID, State: f.state, Result: f.result, FromCache: f.kind == Replayed}
+	if f.kind == InProgress {
+		o.RetryAfter = retryAfter(f.retry)
+	}
+	if f.kind == Replayed {
+		c.m.replay(ctx, true)
+	}
+	return o, nil
+}
+
+// acquired finishes the Redis side of a durable acquisition: when the
+// database's generation differs from Redis's proposal (Redis lost data or
+// was bypassed), or when the Redis claim's reply was lost so the proposal
+// is unknown, Redis is raised to it, and a Redis lease of our owner carries
+// the durable generation.
+func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.ClaimParams, f fast, res storeapi.ClaimResult) {
+	if c.tr.on() {
+		c.tr.note(ctx, attrGeneration.Int64(int64(res.Token.Generation)), attrTakeover.Bool(res.Takeover))
+	}
+	if res.Takeover {
+		c.m.takeover(ctx)
+		c.log.Info("oncekey: took over an expired lease", "op", t.ref, "generation", res.Token.Generation)
+	}
+	if (f.answered && res.Token.Generation != f.proposed) || f.ambiguous {
+		err := c.scripts.SyncGenKeys(context.WithoutCancel(ctx), t.keys, res.Token, p.Retention)
+		c.tr.event(ctx, eventRedisSync, err)
+		if err != nil {
+			c.debug("oncekey: redis syncgen failed", t.ref, err)
+		}
+	}
+}
+
+// existing classifies a record the durable claim did not take, and refills
+// Redis from it when Redis lost it. read is when the statement that read rec
+// was sent, or earlier.
+func (c *Claimer[TTx]) existing(ctx context.Context, t *target, p storeapi.ClaimParams, f fast, rec *durable.Record, read time.Time) Outcome {
+	if rec == nil { // a store bug; fail safe
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{Kind: InProgress, OperationID: t.opID, RetryAfter: time.Second}
+	}
+	if c.tr.on() {
+		c.tr.note(ctx, attrGeneration.Int64(int64(rec.Token.Generation)))
+	}
+	switch {
+	case rec.State.Finished() && rec.Result != nil:
+		c.m.replay(ctx, false)
+		c.refill(ctx, f, t, p, rec, read)
+		res := *rec.Result
+		return Outcome{Kind: Replayed, OperationID: t.opID, State: rec.State, Result: &res}
+	case rec.State == durable.Uncertain:
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{Kind: Uncertain, OperationID: t.opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
+	default:
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{Kind: InProgress, OperationID: t.opID, RetryAfter: retryAfter(rec.LeaseRemaining)}
+	}
+}
+
+// durableClaim runs the store's claim as a child span of the claim.
+func (c *Claimer[TTx]) durableClaim(ctx context.Context, tx TTx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
+	ctx, span := c.tr.start(ctx, spanDurableClaim)
+	res, err := c.store.Claim(ctx, tx, p)
+	if span.IsRecording() {
+		switch {
+		case err != nil:
+			span.SetAttributes(attrDurable.String(errWord(err)))
+			span.SetStatus(otelcodes.Error, errWord(err))
+		case res.Acquired:
+			span.SetAttributes(attrDurable.String("acquired"))
+		default:
+			span.SetAttributes(attrDurable.String("existing"))
+		}
+	}
+	span.End()
+	return res, err
+}

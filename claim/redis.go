@@ -1,0 +1,211 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/oncekey/oncekey/driver/storeapi"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/fastpath"
+)
+
+// checkEviction reads Redis's maxmemory-policy the first time it is called,
+// bounded by the per-call Redis timeout but not by ctx's cancellation, and
+// logs and counts any policy but noeviction.
+func (c *Claimer[TTx]) checkEviction(ctx context.Context) {
+	if c.evictionChecked.Load() || !c.evictionChecked.CompareAndSwap(false, true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.redisTimeout)
+	policy, err := c.scripts.EvictionPolicy(ctx)
+	cancel()
+	switch {
+	case err != nil:
+		c.log.Warn("oncekey: could not read redis maxmemory-policy", "err", err)
+	case policy != "" && policy != fastpath.NoEviction:
+		c.m.evictionPolicy(policy)
+		c.log.Warn("oncekey: redis maxmemory-policy is not noeviction; evictions degrade the fast path (the database still arbitrates)", "policy", policy)
+	}
+}
+
+// fast is the outcome of the Redis step of a claim (the fast path).
+type fast struct {
+	// answered: Redis ran claim.lua and its reply was read.
+	answered bool
+	// proposed, when answered and not final: the generation Redis proposed
+	// for the durable claim; our owner holds the Redis lease.
+	proposed uint64
+	// final: Redis settled the claim and the durable store is not asked;
+	// the claim's outcome is kind (Replayed, with state and result;
+	// InProgress, with retry) or err (a mismatch).
+	final  bool
+	kind   Kind
+	result *durable.Result
+	state  durable.State
+	retry  time.Duration
+	err    error
+	// ambiguous: claim.lua failed after it may have run (a lost reply, a
+	// timeout, a corrupt reply), so our owner may hold a Redis lease that
+	// nothing confirmed. Once the durable store answered, Redis is made to
+	// agree with it: synced to the durable token, or the lease released.
+	ambiguous bool
+}
+
+// mayHoldRedisLease reports whether this claim's owner holds, or may hold,
+// a Redis lease.
+func (f fast) mayHoldRedisLease() bool { return (f.answered && f.proposed != 0) || f.ambiguous }
+
+// redisClaim runs claim.lua. Any Redis failure degrades to the durable
+// store alone.
+func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.ClaimParams) fast {
+	if c.scripts == nil {
+		return fast{}
+	}
+	ctx, span := c.tr.start(ctx, spanRedisClaim)
+	defer span.End()
+	rep, err := c.scripts.ClaimKeys(ctx, t.keys, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention})
+	if span.IsRecording() {
+		span.SetAttributes(attrRedisResult.String(redisResult(rep.Status, err)))
+	}
+	if err != nil {
+		c.m.fallback(ctx)
+		c.debug("oncekey: redis claim failed; using the durable store alone", t.ref, err)
+		// An open breaker or a bad argument sent nothing; any other error
+		// may come after the script ran and took a lease for our owner.
+		return fast{ambiguous: !errors.Is(err, fastpath.ErrBreakerOpen) && !errors.Is(err, fastpath.ErrInvalidArgument)}
+	}
+	// Redis answers: the first answer is when its eviction policy is read.
+	c.checkEviction(ctx)
+	switch rep.Status {
+	case fastpath.ClaimAcquired:
+		return fast{answered: true, proposed: rep.Generation}
+	case fastpath.ClaimCached:
+		// rep.Cached is this reply's own: the outcome can point into it.
+		return fast{answered: true, final: true, kind: Replayed, result: &rep.Cached.Result, state: rep.Cached.State}
+	case fastpath.ClaimMismatch:
+		return fast{answered: true, final: true, err: fmt.Errorf("claim: %w (cached result)", ErrMismatch)}
+	case fastpath.ClaimBusy:
+		if !rep.SameRequest {
+			// A lease for another payload: a mismatch, or a lease left by a
+			// request that never reached the durable store. Only the store
+			// can tell; ask it, proposing no generation.
+			return fast{}
+		}
+		return fast{answered: true, final: true, kind: InProgress, retry: rep.PTTL}
+	}
+	return fast{}
+}
+
+// dropRedisLease gives back a Redis lease that the durable store did not
+// confirm, so it blocks no one. release.lua matches the owner only, so a
+// lease whose generation we never learned (a lost reply) is dropped too.
+func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, t *target, p storeapi.ClaimParams) {
+	if !f.mayHoldRedisLease() {
+		return
+	}
+	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
+	_, err := c.scripts.ReleaseKeys(context.WithoutCancel(ctx), t.keys, tok)
+	c.tr.event(ctx, eventRedisRelease, err)
+	if err != nil {
+		c.debug("oncekey: redis release failed", t.ref, err)
+	}
+}
+
+// refill caches a finished record in Redis (which had lost it) for no longer
+// than the record's remaining retention, and drops our Redis lease if we
+// took one. read is when the statement that read rec was sent, or earlier
+// (the claims pass the time their claim was sent, before Redis was asked):
+// rec.ExpiresIn was measured by the database after it, so ExpiresIn minus
+// the time since read, on the monotonic clock, is no more than what is
+// left of the record however slow the round trips were (see cacheTTL).
+func (c *Claimer[TTx]) refill(ctx context.Context, f fast, t *target, p storeapi.ClaimParams, rec *durable.Record, read time.Time) {
+	if c.scripts == nil {
+		return
+	}
+	ttl := c.cacheTTL(rec.ExpiresIn, read)
+	if ttl <= 0 {
+		c.dropRedisLease(ctx, f, t, p)
+		return
+	}
+	// The cached copy carries the record's durable generation; with our
+	// owner, complete.lua also drops the Redis lease we took, if any.
+	tok := fence.Token{Generation: rec.Token.Generation}
+	if f.mayHoldRedisLease() {
+		tok.Owner = p.Owner
+	}
+	_, err := c.scripts.CompleteKeys(context.WithoutCancel(ctx), t.keys, tok, rec.Fingerprint, rec.State, *rec.Result, ttl)
+	c.tr.event(ctx, eventRedisCache, err)
+	if err != nil {
+		c.debug("oncekey: redis refill failed", t.ref, err)
+	}
+}
+
+// cacheTTL returns how long Redis may keep a copy of a record that had
+// remaining lifetime left when measured by the database, no earlier than
+// from. Redis applies a TTL when the script runs, which is after it is sent:
+// the per-call timeout bounds that delay for a call that succeeds, so it is
+// taken off too. (A call that times out may still run on a server that
+// stalled past the timeout; that copy could outlive the record by the
+// stall. Nothing the client sends can bound it.)
+func (c *Claimer[TTx]) cacheTTL(remaining time.Duration, from time.Time) time.Duration {
+	return remaining - time.Since(from) - c.redisTimeout
+}
+
+// cacheResult publishes a committed result to Redis, for no longer than the
+// record's retention measured from when the claim was sent (which is before
+// the database set expires_at, so the cache never outlives the record; a
+// finish that moves expires_at later only makes this more conservative).
+func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
+	if c.scripts == nil {
+		return
+	}
+	ttl := c.cacheTTL(retention, sent)
+	if ttl <= 0 {
+		if _, err := c.scripts.ReleaseKeys(context.WithoutCancel(ctx), keys, tok); err != nil {
+			c.debug("oncekey: redis release failed", ref, err)
+		}
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	_, err := c.scripts.CompleteKeys(ctx, keys, tok, fp, state, res, ttl)
+	c.tr.event(ctx, eventRedisCache, err)
+	if err != nil {
+		// The result is durable, but a Redis lease left behind would answer
+		// duplicates "in progress" until it expires: try once more to drop it.
+		c.debug("oncekey: redis complete failed; the result is durable and replays from the store", ref, err)
+		if _, err := c.scripts.ReleaseKeys(ctx, keys, tok); err != nil {
+			c.debug("oncekey: redis release after a failed complete failed too; duplicates see in-progress until the Redis lease expires", ref, err)
+		}
+	}
+}
+
+// debug logs a failed Redis step of the operation ref at debug level,
+// building the line's arguments only when that level is on.
+func (c *Claimer[TTx]) debug(msg string, ref durable.Ref, err error) {
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.log.Debug(msg, "op", ref, "err", err)
+	}
+}
+
+// redisResult names how claim.lua answered, or why it did not.
+func redisResult(s fastpath.ClaimStatus, err error) string {
+	switch {
+	case errors.Is(err, fastpath.ErrBreakerOpen):
+		return "breaker_open"
+	case err != nil:
+		return "error"
+	case s == fastpath.ClaimAcquired:
+		return "acquired"
+	case s == fastpath.ClaimCached:
+		return "cached"
+	case s == fastpath.ClaimMismatch:
+		return "mismatch"
+	case s == fastpath.ClaimBusy:
+		return "busy"
+	}
+	return "unknown"
+}
