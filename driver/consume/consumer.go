@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
@@ -94,20 +95,15 @@ func (c *Consumer[TTx, M]) Run(ctx context.Context, m M,
 	msg := c.message(m)
 	stop := func() {}
 	if c.broker.Running != nil {
-		stop = c.broker.Running(m)
+		// Once: stopped before m is settled, and by the defer if fn
+		// called runtime.Goexit (Run recovers panics), so Running's
+		// goroutine never outlives this one.
+		stop = sync.OnceFunc(c.broker.Running(m))
 	}
-	stopped := false
-	defer func() {
-		// fn called runtime.Goexit (Run recovers panics): Running's
-		// goroutine must not outlive this one.
-		if !stopped {
-			stop()
-		}
-	}()
+	defer stop()
 	d := Run(ctx, c.c, msg, c.cfg.Delays, c.cfg.Log, func(ctx context.Context, op claim.Op) (durable.Result, error) {
 		return fn(ctx, m, op)
 	})
-	stopped = true
 	stop()
 	return c.settle(ctx, m, msg, d)
 }

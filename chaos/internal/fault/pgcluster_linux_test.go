@@ -35,7 +35,7 @@ func TestSysvKey(t *testing.T) {
 // killed) and checks that no process is left on its shared memory and that
 // it starts again, three times.
 func TestCluster_CrashLeavesNothingAttached(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() && !testenv.CI() {
 		t.Skip("starts a PostgreSQL cluster")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -104,7 +104,7 @@ func TestCluster_CrashLeavesNothingAttached(t *testing.T) {
 // refused with "pre-existing shared memory block is still in use". Here an
 // outside process attaches it; Crash must find it by its mapping.
 func TestCluster_CrashKillsWhatStillHoldsTheSharedMemory(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() && !testenv.CI() {
 		t.Skip("starts a PostgreSQL cluster")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
