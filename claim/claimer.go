@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/oncekey/oncekey/driver/storeapi"
+	"github.com/oncekey/oncekey/claim/internal/adapter"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/internal/adapter"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/internal/fastpath"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/oncekey/oncekey/driver/txmark"
+	"github.com/oncekey/oncekey/durable/driver/txmark"
 	"github.com/oncekey/oncekey/fence"
 )
 
@@ -128,13 +128,13 @@ type Stats struct {
 //
 // The claim protocol the Claimer drives (claim, complete, fail, renew,
 // release, adopt, transactions) is not part of this interface: it is
-// package driver/storeapi, the unstable seam between this module and the
+// package durable/driver/storeapi, the unstable seam between this module and the
 // stores of this repository (durable/postgres here, durable/sqlite in a
 // module of its own), so it can still change (see the package
 // documentation). Every store of this repository implements it.
 //
 // Only the stores of this repository implement Store (the embedded
-// interface, driver/txmark's, has an unexported method, which also ties a
+// interface, durable/driver/txmark's, has an unexported method, which also ties a
 // store to its TTx).
 //
 // Every method bounds its round trip by ctx. Errors: [ErrInvalidScope] for

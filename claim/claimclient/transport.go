@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncekey/oncekey/driver/wire"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 	"github.com/oncekey/oncekey/internal/httptoken"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/driver/wire"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 )
 
 // fakeClock is the injected clock and sleep: Sleep records each duration

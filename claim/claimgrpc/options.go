@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 )
 
 // Option configures [UnaryServerInterceptor]. An option given a bad value

@@ -1,7 +1,7 @@
 package claimgrpc
 
 import (
-	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 )
 
 // settlementFor decides what becomes of a handler's answer: a reply is

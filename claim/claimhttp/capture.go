@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 )
 
 // resultVersion is the version of the stored representation written by this

@@ -3,7 +3,7 @@ package claimhttp
 import (
 	"context"
 
-	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/fence"
 )
 

@@ -11,11 +11,11 @@ import (
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/driver"
-	"github.com/oncekey/oncekey/driver/problem"
-	"github.com/oncekey/oncekey/driver/settle"
-	"github.com/oncekey/oncekey/driver/wire"
+	"github.com/oncekey/oncekey/claim/driver"
+	"github.com/oncekey/oncekey/claim/driver/problem"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 )
 
 // Middleware returns net/http middleware that makes the guarded requests

@@ -11,7 +11,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/driver/problem"
+	"github.com/oncekey/oncekey/claim/driver/problem"
 	"github.com/oncekey/oncekey/durable"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/driver/settle"
-	"github.com/oncekey/oncekey/driver/wire"
+	"github.com/oncekey/oncekey/claim/driver/settle"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 	"github.com/oncekey/oncekey/internal/httptoken"
 )
 

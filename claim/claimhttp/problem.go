@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/oncekey/oncekey/driver/problem"
+	"github.com/oncekey/oncekey/claim/driver/problem"
 )
 
 // problemNotFound is the problem type of an unknown operation (the

@@ -9,8 +9,8 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
-	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 )
 
 // resolveUncertain makes one uncertain operation per result (a handler

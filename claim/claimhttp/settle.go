@@ -1,7 +1,7 @@
 package claimhttp
 
 import (
-	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 )
 
 // settlementFor decides what becomes of a workflow handler's response: every

@@ -97,7 +97,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/driver/consume"
+	"github.com/oncekey/oncekey/claim/driver/consume"
 	"github.com/oncekey/oncekey/durable"
 )
 

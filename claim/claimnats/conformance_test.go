@@ -11,7 +11,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimnats"
-	"github.com/oncekey/oncekey/driver/consume"
+	"github.com/oncekey/oncekey/claim/driver/consume"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/testkit/consumetest"
 	"github.com/oncekey/oncekey/testkit/entrytest"

@@ -88,9 +88,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/driver"
-	"github.com/oncekey/oncekey/driver/consume"
-	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/claim/driver"
+	"github.com/oncekey/oncekey/claim/driver/consume"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 )

@@ -18,8 +18,8 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 	"github.com/oncekey/oncekey/testkit/entrytest"
 	"github.com/oncekey/oncekey/testkit/settletest"
 )

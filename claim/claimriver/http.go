@@ -15,9 +15,9 @@ import (
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/driver"
-	"github.com/oncekey/oncekey/driver/wire"
+	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 )
 
 // Handler returns the HTTP front of async mode for operation (for example

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	problems "github.com/oncekey/oncekey/driver/problem"
+	problems "github.com/oncekey/oncekey/claim/driver/problem"
 )
 
 // The problem vocabulary is claimhttp's, written by the same code

@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncekey/oncekey/driver/headers"
-	"github.com/oncekey/oncekey/driver/storeapi"
-	"github.com/oncekey/oncekey/driver/txmark"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/headers"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
+	"github.com/oncekey/oncekey/durable/driver/txmark"
 	"github.com/oncekey/oncekey/fence"
 )
 

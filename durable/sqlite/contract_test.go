@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/oncekey/oncekey/driver/storeapi"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/sqlite"
 	"github.com/oncekey/oncekey/testkit/storetest"
 )

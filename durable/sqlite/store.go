@@ -16,9 +16,9 @@ import (
 
 	_ "github.com/ncruces/go-sqlite3/driver" // registers the "sqlite3" database/sql driver
 
-	"github.com/oncekey/oncekey/driver/storeapi"
-	"github.com/oncekey/oncekey/driver/txmark"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
+	"github.com/oncekey/oncekey/durable/driver/txmark"
 )
 
 // Defaults of the options.

@@ -1,5 +1,5 @@
 // Package settlemode is the process-wide switch of the settlement engine's
-// broken modes (driver/settle), for negative controls only: the
+// broken modes (claim/driver/settle), for negative controls only: the
 // engine's own tests, the entry-point conformance suite and the chaos
 // runner's -negative. It lives outside claim's tree so that every module
 // of the repository (the chaos runner's too) can import it.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/driver/consume"
+	"github.com/oncekey/oncekey/claim/driver/consume"
 )
 
 // DeadLetters records the calls of a WithDeadLetter callback. Safe for

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/driver/consume"
+	"github.com/oncekey/oncekey/claim/driver/consume"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/lua"
 	"github.com/oncekey/oncekey/testkit/pgproxy"

@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/driver/consume"
-	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/claim/driver/consume"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )

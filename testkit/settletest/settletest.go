@@ -8,7 +8,7 @@ package settletest
 import (
 	"testing"
 
-	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/testkit/entrytest"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 
-	"github.com/oncekey/oncekey/driver/storeapi"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
 )
 
 // Harness is what a backend gives the suite.

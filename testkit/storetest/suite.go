@@ -3,7 +3,7 @@ package storetest
 import (
 	"testing"
 
-	"github.com/oncekey/oncekey/driver/storeapi"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
 )
 
 // Run runs the contract suite against the backend h describes. Every

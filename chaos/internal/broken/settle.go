@@ -3,7 +3,7 @@ package broken
 import "github.com/oncekey/oncekey/internal/settlemode"
 
 // The broken settlements: the modes of the library's settlement engine
-// (driver/settle, broken.go), which every entry point (claimhttp,
+// (claim/driver/settle, broken.go), which every entry point (claimhttp,
 // claimgrpc, the message consumers, claimriver) settles its started work
 // through. Under them the store is the real one; the engine is broken for
 // the whole process while the scenario runs ([BreakSettlement]).

@@ -5,7 +5,7 @@
 // modules are released separately: a user upgrading one and not the other
 // would build against internal code of another version. What the modules
 // share goes through the documented, unstable driver and testkit packages
-// (see driver's package documentation and RELEASING.md).
+// (see claim/driver's package documentation and RELEASING.md).
 //
 // The tool modules (chaos, bench, examples, cmd/oncekey) are not imported
 // by anyone and are built from this repository at one commit; they may use
@@ -54,7 +54,7 @@ func main() {
 		fmt.Println(b)
 	}
 	if len(bad) > 0 {
-		fmt.Printf("seams: %d imports of another module's internal packages; share through driver or testkit instead\n", len(bad))
+		fmt.Printf("seams: %d imports of another module's internal packages; share through claim/driver, durable/driver or testkit instead\n", len(bad))
 		os.Exit(1)
 	}
 	fmt.Printf("seams: no released module imports another module's internal packages (%d modules checked)\n", len(imports))

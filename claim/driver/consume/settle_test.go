@@ -12,10 +12,10 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/driver/consume"
-	"github.com/oncekey/oncekey/driver/settle"
-	"github.com/oncekey/oncekey/driver/storeapi"
+	"github.com/oncekey/oncekey/claim/driver/consume"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/testkit/testenv"

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/internal/adapter"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/internal/adapter"
 )
 
 // Lease returns the lease of c's claims (claim.WithLease).

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/driver/wire"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 )
 
 // NotFound is the problem type of an unknown operation (the

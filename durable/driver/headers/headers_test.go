@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/oncekey/oncekey/driver/headers"
+	"github.com/oncekey/oncekey/durable/driver/headers"
 )
 
 func TestEncode_RoundTripsEveryByte(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package consume holds what the message-consumer adapters (claim/claimnats,
 // claim/claimamqp) share: how a message becomes a claim request (identity,
 // fingerprint), how the claim and the handler run (workflow mode through
-// the one settlement engine, driver/settle), which broker action
+// the one settlement engine, claim/driver/settle), which broker action
 // each outcome calls for, and how a message given up is reported (Drops).
 // Consumer puts these together; the adapters only configure it (Config)
 // and tell it their broker (Broker): a message's payload and delivery
@@ -22,8 +22,8 @@ import (
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/driver"
-	"github.com/oncekey/oncekey/driver/settle"
+	"github.com/oncekey/oncekey/claim/driver"
+	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -174,7 +174,7 @@ func doRecovering[TTx any](ctx context.Context, c *claim.Claimer[TTx], req claim
 }
 
 // Run runs fn once per message identity in workflow mode: Claim, then fn
-// under the one settlement engine of started work (driver/settle),
+// under the one settlement engine of started work (claim/driver/settle),
 // which renews the lease detached from ctx and records fn's answer: Complete
 // (nil error), Fail (an error made by claim.Reject), Release (fn's error
 // wraps ErrNothingHappened, the application's word) or MarkUncertain (any

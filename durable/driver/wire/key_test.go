@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncekey/oncekey/driver/wire"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/wire"
 )
 
 func TestParseKey(t *testing.T) {
