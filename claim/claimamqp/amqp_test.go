@@ -83,6 +83,16 @@ func (e *env) dial() (*amqp.Connection, *amqp.Channel) {
 	return conn, ch
 }
 
+// deliveries consumes the test's queue on ch, acknowledging manually.
+func (e *env) deliveries(ch *amqp.Channel) <-chan amqp.Delivery {
+	e.t.Helper()
+	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ds
+}
+
 func (e *env) publish(id, body string) {
 	e.t.Helper()
 	if err := e.ch.PublishWithContext(context.Background(), "", e.queue, false, false, amqp.Publishing{
@@ -113,10 +123,7 @@ func (e *env) consume(cons *claimamqp.Consumer[pgx.Tx], finals *atomic.Int32,
 	if err := ch.Qos(20, 0, false); err != nil {
 		e.t.Fatal(err)
 	}
-	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	ds := e.deliveries(ch)
 	go func() {
 		for d := range ds {
 			a, _ := cons.Do(context.Background(), d, fn)
@@ -144,10 +151,7 @@ func TestDo_DuplicatesAndKilledConsumer_OneEffect(t *testing.T) {
 	e := newEnv(t)
 	cons := newConsumer(t, e)
 	connA, chA := e.dial()
-	ds, err := chA.Consume(e.queue, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.deliveries(chA)
 	killCtx, kill := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	go func() {
@@ -191,10 +195,7 @@ func TestNegativeControl_WithoutAdapter_DuplicateEffects(t *testing.T) {
 		e.publish("charge-1", `{"amount":100}`)
 	}
 	_, ch := e.dial()
-	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.deliveries(ch)
 	for range 3 {
 		d := <-ds
 		if _, err := e.schema.Pool.Exec(context.Background(), `INSERT INTO effects (op_id, msg) VALUES ('', $1)`, d.MessageId); err != nil {
@@ -277,10 +278,7 @@ func TestRun_UncertainHeldAndRequeued(t *testing.T) {
 	cons := newConsumer(t, e, claimamqp.WithUncertainDelay(200*time.Millisecond))
 	e.publish("charge-u", `{"amount":1}`)
 	_, ch := e.dial()
-	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.deliveries(ch)
 	var runs int
 	fn := func(context.Context, *amqp.Delivery, claim.Op) (durable.Result, error) {
 		runs++

@@ -232,10 +232,7 @@ const DefaultDeliveryLimit = 20
 
 // New returns a Consumer of queue claiming with c.
 func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consumer[TTx], error) {
-	if c == nil {
-		return nil, fmt.Errorf("%w: nil Claimer", ErrConfig)
-	}
-	if queue == "" {
+	if queue == "" && c != nil { // a nil Claimer is reported first, by consume.New
 		return nil, fmt.Errorf("%w: empty queue name", ErrConfig)
 	}
 	cfg := config{consume.NewConfig(
@@ -243,10 +240,7 @@ func New[TTx any](c *claim.Claimer[TTx], queue string, opts ...Option) (*Consume
 		func(*amqp.Delivery) string { return queue },
 		func(*amqp.Delivery) string { return "default" })}
 	cfg.Limit = DefaultDeliveryLimit
-	if err := consume.Configure(ErrConfig, &cfg, opts); err != nil {
-		return nil, err
-	}
-	cc, err := consume.NewConsumer(c, cfg.Config, broker)
+	cc, err := consume.New(ErrConfig, c, &cfg, &cfg.Config, opts, broker)
 	if err != nil {
 		return nil, err
 	}

@@ -74,10 +74,7 @@ func (amqpDriver) Start(suite entrytest.Env) entrytest.Adapter {
 	if err := ch.Qos(50, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.deliveries(ch)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	done := make(chan struct{})

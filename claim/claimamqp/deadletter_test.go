@@ -40,10 +40,7 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	e.publish("", consumetest.NoIDPayload)
 	var runs atomic.Int32
 	_, ch := e.dial()
-	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := e.deliveries(ch)
 	for range 3 {
 		d := <-ds
 		a, err := cons.Do(context.Background(), d, func(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {

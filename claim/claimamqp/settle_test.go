@@ -49,10 +49,7 @@ func (e *env) consumeRun(c *claim.Claimer[pgx.Tx], s consumetest.Settings, work 
 		e.t.Fatal(err)
 	}
 	_, ch := e.dial()
-	ds, err := ch.Consume(e.queue, "", false, false, false, false, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	ds := e.deliveries(ch)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -2,13 +2,11 @@ package claimgrpc_test
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -79,25 +77,7 @@ func (grpcDriver) Start(env entrytest.Env) entrytest.Adapter {
 	// production server's recovery interceptor does, outside the guard.
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recoverPanics, authenticate, guard))
 	srv.RegisterService(&ordersDesc, conformanceService{env: env})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return &grpcAdapter{cc: cc}
+	return &grpcAdapter{cc: dial(t, serve(t, srv))}
 }
 
 // Encode is what an operator or a Reconciler stores to resolve a call of

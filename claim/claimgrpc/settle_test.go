@@ -3,39 +3,17 @@ package claimgrpc_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimgrpc"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/driver/storeapi"
-	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/testkit/settletest"
 )
-
-// flaky is a store whose completions can be made to fail as unreachable,
-// as a PostgreSQL that refuses connections would.
-type flaky struct {
-	storeapi.Store[pgx.Tx]
-	down      atomic.Bool
-	completes atomic.Int64
-}
-
-var errDown = fmt.Errorf("%w: injected outage", durable.ErrUnavailable)
-
-func (s *flaky) Complete(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	s.completes.Add(1)
-	if s.down.Load() {
-		return errDown
-	}
-	return s.Store.Complete(ctx, tx, ref, tok, res)
-}
 
 // A completion that cannot be written (the store went down after the
 // handler's effect) neither releases the key nor answers "not processed":
@@ -44,17 +22,14 @@ func (s *flaky) Complete(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fe
 // in the background; the retry replays it. One effect.
 func TestInterceptor_LostCompletionIsRecordedLater(t *testing.T) {
 	t.Parallel()
-	fl := &flaky{}
+	fl := &settletest.Flaky{Finishing: settletest.Complete} // the completions fail while down
 	f := setup(t, config{
 		redis:   true,
 		claim:   []claim.Option{claim.WithLease(5 * time.Second)},
 		options: []claimgrpc.Option{claimgrpc.WithFinishTimeout(100 * time.Millisecond)},
-		wrap: func(s storeapi.Store[pgx.Tx]) storeapi.Store[pgx.Tx] {
-			fl.Store = s
-			return fl
-		},
+		wrap:    fl.Wrap,
 	})
-	hook := func(context.Context, *structpb.Struct) { fl.down.Store(true) }
+	hook := func(context.Context, *structpb.Struct) { fl.FinishDown.Store(true) }
 	f.onRun.Store(&hook)
 	in := map[string]any{"item": "tea"}
 	_, st, _ := f.call(t.Context(), f.conn, "acme", "k", in)
@@ -66,7 +41,7 @@ func TestInterceptor_LostCompletionIsRecordedLater(t *testing.T) {
 		t.Fatalf("retry while the store is down: %v, reason %q", st, r)
 	}
 	f.onRun.Store(nil)
-	fl.down.Store(false)
+	fl.FinishDown.Store(false)
 	for {
 		reply, st, hdr := f.call(t.Context(), f.conn, "acme", "k", in)
 		if r, _, _ := reason(st); st.Code() == codes.Aborted && r == claimgrpc.ReasonInProgress {
@@ -78,25 +53,9 @@ func TestInterceptor_LostCompletionIsRecordedLater(t *testing.T) {
 		}
 		break
 	}
-	if f.effects("tea") != 1 || f.runs.Load() != 1 || fl.completes.Load() < 2 {
-		t.Fatalf("%d effects, %d runs, %d completion attempts", f.effects("tea"), f.runs.Load(), fl.completes.Load())
+	if f.effects("tea") != 1 || f.runs.Load() != 1 || fl.Finishes.Load() < 2 {
+		t.Fatalf("%d effects, %d runs, %d completion attempts", f.effects("tea"), f.runs.Load(), fl.Finishes.Load())
 	}
-}
-
-// renewDown is a store whose renewals fail as unreachable while down is
-// set.
-type renewDown struct {
-	storeapi.Store[pgx.Tx]
-	down   atomic.Bool
-	renews atomic.Int64
-}
-
-func (s *renewDown) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
-	s.renews.Add(1)
-	if s.down.Load() {
-		return errDown
-	}
-	return s.Store.Renew(ctx, ref, tok, lease)
 }
 
 // A handler whose lease could not be renewed is stopped (its context ends
@@ -105,20 +64,17 @@ func (s *renewDown) Renew(ctx context.Context, ref durable.Ref, tok fence.Token,
 // replay, and nothing runs again.
 func TestInterceptor_InterruptedHandlerIsUncertain(t *testing.T) {
 	t.Parallel()
-	rd := &renewDown{}
+	rd := &settletest.Flaky{} // the renewals fail while down
 	f := setup(t, config{
 		claim: []claim.Option{claim.WithLease(600 * time.Millisecond)},
-		wrap: func(s storeapi.Store[pgx.Tx]) storeapi.Store[pgx.Tx] {
-			rd.Store = s
-			return rd
-		},
+		wrap:  rd.Wrap,
 	})
 	cause := make(chan error, 1)
 	hook := func(ctx context.Context, _ *structpb.Struct) {
-		rd.down.Store(true)
+		rd.RenewDown.Store(true)
 		<-ctx.Done() // KeepAlive gives up before the lease ends
 		cause <- context.Cause(ctx)
-		rd.down.Store(false)
+		rd.RenewDown.Store(false)
 	}
 	f.onRun.Store(&hook)
 	in := map[string]any{"item": "clock"}

@@ -25,6 +25,7 @@ import (
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/settletest"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -122,25 +123,15 @@ type config struct {
 
 func setup(t testing.TB, cfg config) *fixture {
 	t.Helper()
-	ctx := t.Context()
-	s := testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, s.Pool, postgres.WithSchema(s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(s.Pool, postgres.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Pool.Exec(ctx, `CREATE TABLE `+s.Name+`.orders (id bigserial PRIMARY KEY, tenant text NOT NULL, item text NOT NULL, op text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	s, st := settletest.Store(t, settletest.Orders)
 	f := &fixture{t: t, schema: s, store: st}
 	opts := cfg.claim
 	if cfg.redis {
 		rdb, prefix := testenv.Redis(t)
 		opts = append(opts, claim.WithRedis(rdb, lua.Options{Prefix: prefix, Timeout: time.Second}))
 	}
-	cs := st
+	var cs durable.Store[pgx.Tx] = st
+	var err error
 	if cfg.closed {
 		down := testenv.Postgres(t) // a pool of its own, closed before use
 		down.Pool.Close()
@@ -149,7 +140,7 @@ func setup(t testing.TB, cfg config) *fixture {
 		}
 	}
 	if cfg.wrap != nil {
-		cs = cfg.wrap(st.(storeapi.Store[pgx.Tx]))
+		cs = cfg.wrap(st)
 	}
 	if f.c, err = claim.New(cs, opts...); err != nil {
 		t.Fatal(err)
@@ -167,11 +158,19 @@ func setup(t testing.TB, cfg config) *fixture {
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
 	srv.RegisterService(&ordersDesc, f)
+	f.addr = serve(t, srv)
+	f.conn = f.dial(cfg.client...)
+	return f
+}
+
+// serve serves srv on a loopback listener until the test ends, and
+// returns its address.
+func serve(t testing.TB, srv *grpc.Server) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.addr = lis.Addr().String()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -181,19 +180,24 @@ func setup(t testing.TB, cfg config) *fixture {
 		srv.Stop()
 		<-done
 	})
-	f.conn = f.dial(cfg.client...)
-	return f
+	return lis.Addr().String()
+}
+
+// dial returns a client connection to addr, closed when the test ends.
+func dial(t testing.TB, addr string, interceptors ...grpc.UnaryClientInterceptor) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithChainUnaryInterceptor(interceptors...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
 }
 
 // dial returns a client connection to the fixture's server.
 func (f *fixture) dial(interceptors ...grpc.UnaryClientInterceptor) *grpc.ClientConn {
 	f.t.Helper()
-	cc, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithChainUnaryInterceptor(interceptors...))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.t.Cleanup(func() { _ = cc.Close() })
-	return cc
+	return dial(f.t, f.addr, interceptors...)
 }
 
 // create is the guarded handler. Fields of in: "item" (required), "code"

@@ -1,7 +1,6 @@
 package claimhttp_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/driver/wire"
 	"github.com/oncekey/oncekey/testkit/entrytest"
 	"github.com/oncekey/oncekey/testkit/settletest"
 )
@@ -98,25 +96,9 @@ type httpAdapter struct {
 }
 
 func (a *httpAdapter) Send(ctx context.Context, key string, payload []byte) entrytest.Answer {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url, bytes.NewReader(payload))
+	res, body, err := entrytest.Post(ctx, a.client, a.url, key, payload, http.Header{"Authorization": {"Bearer t1"}})
 	if err != nil {
 		return entrytest.Answer{Outcome: entrytest.Error, Detail: err.Error()}
-	}
-	q, err := wire.FormatKey(key)
-	if err != nil {
-		return entrytest.Answer{Outcome: entrytest.Error, Detail: err.Error()}
-	}
-	req.Header.Set("Idempotency-Key", q)
-	req.Header.Set("Authorization", "Bearer t1")
-	req.Header.Set("Content-Type", "application/json")
-	res, err := a.client.Do(req)
-	if err != nil {
-		return entrytest.Answer{Outcome: entrytest.Error, Detail: err.Error()}
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		return entrytest.Answer{Outcome: entrytest.Error, Detail: "read the body: " + err.Error()}
 	}
 	detail := strconv.Itoa(res.StatusCode)
 	if res.Header.Get("Content-Type") == problemContentType {

@@ -23,9 +23,9 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/driver/wire"
-	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/settletest"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -83,19 +83,8 @@ type config struct {
 
 func setup(t testing.TB, cfg config) *fixture {
 	t.Helper()
-	ctx := t.Context()
-	s := testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, s.Pool, postgres.WithSchema(s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(s.Pool, postgres.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Pool.Exec(ctx, `CREATE TABLE `+s.Name+`.orders (id bigserial PRIMARY KEY, tenant text NOT NULL, item text NOT NULL, op text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, schema: s, store: st.(storeapi.Store[pgx.Tx]), tx: cfg.tx}
+	s, st := settletest.Store(t, settletest.Orders)
+	f := &fixture{t: t, schema: s, store: st, tx: cfg.tx}
 	opts := cfg.claim
 	if cfg.redis {
 		f.rdb, f.prefix = testenv.Redis(t)
@@ -103,8 +92,9 @@ func setup(t testing.TB, cfg config) *fixture {
 	}
 	var cs durable.Store[pgx.Tx] = st
 	if cfg.wrap != nil {
-		cs = cfg.wrap(st.(storeapi.Store[pgx.Tx]))
+		cs = cfg.wrap(st)
 	}
+	var err error
 	f.c, err = claim.New[pgx.Tx](cs, opts...)
 	if err != nil {
 		t.Fatal(err)

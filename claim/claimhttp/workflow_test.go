@@ -9,14 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/driver/storeapi"
-	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/testkit/settletest"
 )
 
 // The tests in this file force the paths on which the first cut of the
@@ -24,67 +21,17 @@ import (
 // the middleware released the key on its own. Each asserts one effect (one
 // order row) and that every retry replays or waits.
 
-// flaky is a store whose writes can be made to fail as unreachable for a
-// while, as a PostgreSQL that refuses connections would.
-type flaky struct {
-	storeapi.Store[pgx.Tx]
-	renewDown  atomic.Bool
-	finishDown atomic.Bool // Complete, Fail and MarkUncertain
-	renews     atomic.Int64
-	finishes   atomic.Int64
-}
-
-var errDown = fmt.Errorf("%w: injected outage", durable.ErrUnavailable)
-
-func (s *flaky) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
-	s.renews.Add(1)
-	if s.renewDown.Load() {
-		return errDown
-	}
-	return s.Store.Renew(ctx, ref, tok, lease)
-}
-
-func (s *flaky) Complete(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	if tx != nil { // inside the caller's transaction: not injected
-		return s.Store.Complete(ctx, tx, ref, tok, res)
-	}
-	s.finishes.Add(1)
-	if s.finishDown.Load() {
-		return errDown
-	}
-	return s.Store.Complete(ctx, nil, ref, tok, res)
-}
-
-func (s *flaky) Fail(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	if tx != nil { // inside the caller's transaction: not injected
-		return s.Store.Fail(ctx, tx, ref, tok, res)
-	}
-	s.finishes.Add(1)
-	if s.finishDown.Load() {
-		return errDown
-	}
-	return s.Store.Fail(ctx, nil, ref, tok, res)
-}
-
-func (s *flaky) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
-	s.finishes.Add(1)
-	if s.finishDown.Load() {
-		return errDown
-	}
-	return s.Store.MarkUncertain(ctx, ref, tok)
-}
-
-func setupFlaky(t *testing.T, withRedis bool, lease time.Duration, opts ...claimhttp.Option) (*fixture, *flaky) {
+// setupFlaky is setup with a store whose writes fail as unreachable for
+// a while: renewals while RenewDown, and Complete, Fail and MarkUncertain
+// while FinishDown (not inside the caller's transaction).
+func setupFlaky(t *testing.T, withRedis bool, lease time.Duration, opts ...claimhttp.Option) (*fixture, *settletest.Flaky) {
 	t.Helper()
-	fl := &flaky{}
+	fl := &settletest.Flaky{Finishing: settletest.Complete | settletest.Fail | settletest.MarkUncertain, OutsideTx: true}
 	f := setup(t, config{
 		redis:   withRedis,
 		claim:   []claim.Option{claim.WithLease(lease)},
 		options: opts,
-		wrap: func(s storeapi.Store[pgx.Tx]) storeapi.Store[pgx.Tx] {
-			fl.Store = s
-			return fl
-		},
+		wrap:    fl.Wrap,
 	})
 	return f, fl
 }
@@ -138,9 +85,9 @@ func TestWorkflow_RenewalsFailWhileTheHandlerWorks(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				f, fl := setupFlaky(t, withRedis, lease)
 				outage := func(*http.Request) {
-					fl.renewDown.Store(true)
+					fl.RenewDown.Store(true)
 					time.Sleep(lease * 2) // longer than the lease, unrenewed
-					fl.renewDown.Store(false)
+					fl.RenewDown.Store(false)
 				}
 				f.afterEffect(outage)
 				f.hook(func(n int64, r *http.Request) {
@@ -154,7 +101,7 @@ func TestWorkflow_RenewalsFailWhileTheHandlerWorks(t *testing.T) {
 				if w.Code != tc.status {
 					t.Fatalf("first = %d %s, want %d", w.Code, w.Body, tc.status)
 				}
-				if fl.renews.Load() == 0 {
+				if fl.Renews.Load() == 0 {
 					t.Fatal("no renewal was attempted: the outage was not exercised")
 				}
 				wantOneEffect(t, f, tenant, "k-renew", tc.body, tc.state)
@@ -194,8 +141,8 @@ func TestWorkflow_ClientDisconnectDoesNotStopTheWork(t *testing.T) {
 		if got := handlerCtxErr.Load(); got != "<nil>" {
 			t.Fatalf("the handler's context ended with %v after the client left", got)
 		}
-		if fl.renews.Load() < 2 {
-			t.Fatalf("renewals = %d, want the lease kept alive", fl.renews.Load())
+		if fl.Renews.Load() < 2 {
+			t.Fatalf("renewals = %d, want the lease kept alive", fl.Renews.Load())
 		}
 		wantOneEffect(t, f, tenant, "k-gone", `{"item":"book"}`, durable.Completed)
 	})
@@ -235,15 +182,15 @@ func TestWorkflow_CompletionFailsForAMoment(t *testing.T) {
 		f, fl := setupFlaky(t, withRedis, 5*time.Second, claimhttp.WithFinishTimeout(10*time.Second))
 		tenant := t.Name()
 		f.afterEffect(func(*http.Request) {
-			fl.finishDown.Store(true)
-			time.AfterFunc(time.Second, func() { fl.finishDown.Store(false) })
+			fl.FinishDown.Store(true)
+			time.AfterFunc(time.Second, func() { fl.FinishDown.Store(false) })
 		})
 		w := f.post(tenant, "k-blip", `{"item":"book"}`)
 		if w.Code != http.StatusCreated {
 			t.Fatalf("first = %d %s", w.Code, w.Body)
 		}
-		if fl.finishes.Load() < 2 {
-			t.Fatalf("finishes = %d: the outage was not exercised", fl.finishes.Load())
+		if fl.Finishes.Load() < 2 {
+			t.Fatalf("finishes = %d: the outage was not exercised", fl.Finishes.Load())
 		}
 		f.onEffect.Store(nil)
 		wantOneEffect(t, f, tenant, "k-blip", `{"item":"book"}`, durable.Completed)
@@ -259,7 +206,7 @@ func TestWorkflow_CompletionOutageLongerThanFinishTimeout(t *testing.T) {
 	redisModes(t, func(t *testing.T, withRedis bool) {
 		f, fl := setupFlaky(t, withRedis, 5*time.Second, claimhttp.WithFinishTimeout(200*time.Millisecond))
 		tenant := t.Name()
-		f.afterEffect(func(*http.Request) { fl.finishDown.Store(true) })
+		f.afterEffect(func(*http.Request) { fl.FinishDown.Store(true) })
 		w := f.post(tenant, "k-long", `{"item":"book"}`)
 		p := wantProblem(t, w, http.StatusAccepted, claimclient.ProblemInProgress, "k-long")
 		if w.Header().Get("Location") != "/operations/"+p.OperationID {
@@ -271,7 +218,7 @@ func TestWorkflow_CompletionOutageLongerThanFinishTimeout(t *testing.T) {
 		if f.runs.Load() != runs {
 			t.Fatal("a retry ran during the outage")
 		}
-		fl.finishDown.Store(false)
+		fl.FinishDown.Store(false)
 		// The record turns completed at the background write's commit; the
 		// write then caches the result in Redis, and until it has, Redis
 		// still answers a retry "in progress". Wait for both.

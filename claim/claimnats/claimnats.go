@@ -87,7 +87,6 @@ package claimnats
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -222,17 +221,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // New returns a Consumer claiming with c.
 func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error) {
-	if c == nil {
-		return nil, fmt.Errorf("%w: nil Claimer", ErrConfig)
-	}
 	cfg := config{consume.NewConfig(
 		func(m jetstream.Msg) string { return m.Headers().Get(nats.MsgIdHdr) },
 		jetstream.Msg.Subject,
 		func(jetstream.Msg) string { return "default" })}
-	if err := consume.Configure(ErrConfig, &cfg, opts); err != nil {
-		return nil, err
-	}
-	cc, err := consume.NewConsumer(c, cfg.Config, broker)
+	cc, err := consume.New(ErrConfig, c, &cfg, &cfg.Config, opts, broker)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -50,14 +49,8 @@ func TestAsync_EndToEnd(t *testing.T) {
 		return e.deploy(ctx, job)
 	})
 	cl := e.client(true)
-	h, err := e.runner.Handler(cl, "POST /deploys", tenantOf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops, err := claimhttp.Operations(e.c, tenantOf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := e.handler(cl)
+	ops := e.operations()
 	const body = `{"service":"api","version":"1.2.3"}`
 	first := post(h, "acme", "dep-1", body)
 	loc := first.Header().Get("Location")
@@ -108,10 +101,7 @@ func TestAsync_ConcurrentBurstIsOneJob(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 5*time.Second)
 	cl := e.client(false) // inserts only: nothing works the job
-	h, err := e.runner.Handler(cl, "POST /deploys", tenantOf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := e.handler(cl)
 	const n = 20
 	locs := make([]string, n)
 	codes := make([]int, n)
@@ -234,14 +224,8 @@ func TestAsync_InvalidTenant(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 2*time.Second)
 	cl := e.client(false)
-	h, err := e.runner.Handler(cl, "POST /deploys", tenantOf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops, err := claimhttp.Operations(e.c, tenantOf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := e.handler(cl)
+	ops := e.operations()
 	const body = `{"service":"api","version":"1.2.3"}`
 	first := post(h, "acme", "dep-bad-tenant", body)
 	loc := first.Header().Get("Location")
@@ -284,10 +268,7 @@ func TestAsync_ForeignFormatIsNotReplayedAsSuccess(t *testing.T) {
 		return durable.Result{StatusCode: 0, Body: []byte{0x0a, 0x02, 'o', 'k'}, Version: 1001}, nil
 	})
 	cl := e.client(true)
-	h, err := e.runner.Handler(cl, "POST /deploys", tenantOf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := e.handler(cl)
 	const body = `{"service":"api","version":"1"}`
 	first := post(h, "acme", "dep-grpc", body)
 	if first.Code != http.StatusAccepted {

@@ -1,11 +1,9 @@
 package claimriver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -19,7 +17,6 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/driver/wire"
 	"github.com/oncekey/oncekey/testkit/entrytest"
 	"github.com/oncekey/oncekey/testkit/settletest"
 )
@@ -131,24 +128,9 @@ type riverAdapter struct {
 }
 
 func (a *riverAdapter) Send(ctx context.Context, key string, payload []byte) entrytest.Answer {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url, bytes.NewReader(payload))
+	res, body, err := entrytest.Post(ctx, a.client, a.url, key, payload, nil)
 	if err != nil {
 		return entrytest.Answer{Outcome: entrytest.Error, Detail: err.Error()}
-	}
-	q, err := wire.FormatKey(key)
-	if err != nil {
-		return entrytest.Answer{Outcome: entrytest.Error, Detail: err.Error()}
-	}
-	req.Header.Set("Idempotency-Key", q)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := a.client.Do(req)
-	if err != nil {
-		return entrytest.Answer{Outcome: entrytest.Error, Detail: err.Error()}
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		return entrytest.Answer{Outcome: entrytest.Error, Detail: "read the body: " + err.Error()}
 	}
 	detail := strconv.Itoa(res.StatusCode)
 	if res.Header.Get(claimclient.HeaderReplayed) == "true" {

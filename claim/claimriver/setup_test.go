@@ -15,9 +15,11 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/testkit/pgproxy"
+	"github.com/oncekey/oncekey/testkit/settletest"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -44,22 +46,12 @@ func setup(t *testing.T, lease time.Duration, opts ...Option) *env {
 func setupVia(t *testing.T, lease time.Duration, proxy *pgproxy.Cutter, opts ...Option) *env {
 	t.Helper()
 	ctx := t.Context()
-	s := testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, s.Pool, postgres.WithSchema(s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(s.Pool, postgres.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := settletest.Store(t, "effects (op text PRIMARY KEY, attempt int NOT NULL)")
 	m, err := rivermigrate.New(riverpgxv5.New(s.Pool), &rivermigrate.Config{Schema: s.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Pool.Exec(ctx, `CREATE TABLE `+s.Name+`.effects (op text PRIMARY KEY, attempt int NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	c, err := claim.New[pgx.Tx](st, claim.WithLease(lease))
@@ -147,6 +139,28 @@ func (e *env) jobs() int {
 func (e *env) client(start bool) *river.Client[pgx.Tx] {
 	e.t.Helper()
 	return e.clientWith(start, nil)
+}
+
+// handler returns the runner's Handler of "POST /deploys" (tenant from
+// X-Tenant), inserting its jobs through cl.
+func (e *env) handler(cl *river.Client[pgx.Tx]) http.Handler {
+	e.t.Helper()
+	h, err := e.runner.Handler(cl, "POST /deploys", tenantOf)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return h
+}
+
+// operations returns the operation resource (claimhttp.Operations) of
+// the env's Claimer.
+func (e *env) operations() http.Handler {
+	e.t.Helper()
+	ops, err := claimhttp.Operations(e.c, tenantOf)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ops
 }
 
 // clientWith is client with tune applied to River's configuration first.

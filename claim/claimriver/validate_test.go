@@ -66,10 +66,7 @@ func TestHandler_ValidateRefusesBeforeTheClaim(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 2*time.Second, WithValidate(validDeploy))
 	cl := e.client(true)
-	h, err := e.runner.Handler(cl, "POST /deploys", tenantOf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := e.handler(cl)
 	w := post(h, "acme", "dep-v", `{"service":"api"}`)
 	if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != "application/problem+json" ||
 		w.Header().Get("Cache-Control") != "no-store" || w.Header().Get(claimclient.HeaderRetention) != "86400" {

@@ -113,6 +113,23 @@ func (w *world) settled(key string, want ...durable.State) {
 	}
 }
 
+// replaysOnce is how most windows end: the retries of key (payload p)
+// get a final answer; the work ran exactly once and completed; every
+// answer that carries a result, those given before (earlier) and the
+// retries', carries its result; the last retry replays it; the record is
+// completed.
+func (w *world) replaysOnce(k string, p payload, earlier ...Answer) {
+	as := w.settle(k, p, w.holdBound())
+	r, ok := w.once(k)
+	if !ok {
+		return
+	}
+	w.completed(k, r)
+	w.answersMatch(k, append(earlier[:len(earlier):len(earlier)], as...), w.expected(r))
+	w.lastIs(k, as, Replayed)
+	w.settled(k, durable.Completed)
+}
+
 // sendAsync sends in the background.
 func (w *world) sendAsync(ctx context.Context, key string, p payload) <-chan Answer {
 	ch := make(chan Answer, 1)
@@ -132,15 +149,7 @@ func outageShort(w *world) {
 	p := payload{Key: k, Do: "ok", CutMs: 300}
 	first := w.send(k, p)
 	w.waitReturned(k, 10*time.Second)
-	as := w.settle(k, p, w.holdBound())
-	r, ok := w.once(k)
-	if !ok {
-		return
-	}
-	w.completed(k, r)
-	w.answersMatch(k, append([]Answer{first}, as...), w.expected(r))
-	w.lastIs(k, as, Replayed)
-	w.settled(k, durable.Completed)
+	w.replaysOnce(k, p, first)
 }
 
 // The store goes down for longer than the lease as the work ends. The
@@ -208,15 +217,7 @@ func renewalsFail(w *world) {
 	p := payload{Key: k, Do: "ok", CutMs: 1500, WorkMs: 2000}
 	first := w.send(k, p)
 	w.waitReturned(k, 10*time.Second)
-	as := w.settle(k, p, w.holdBound())
-	r, ok := w.once(k)
-	if !ok {
-		return
-	}
-	w.completed(k, r)
-	w.answersMatch(k, append([]Answer{first}, as...), w.expected(r))
-	w.lastIs(k, as, Replayed)
-	w.settled(k, durable.Completed)
+	w.replaysOnce(k, p, first)
 }
 
 // The handler panics after its effect: the record is uncertain, retries
@@ -271,15 +272,7 @@ func callerGone(w *world) {
 		w.violate(k, "the caller got %s (%s): it was not gone mid-work, the window forced nothing", first.Outcome, first.Detail)
 	}
 	w.waitReturned(k, 10*time.Second)
-	as := w.settle(k, p, w.holdBound())
-	r, ok := w.once(k)
-	if !ok {
-		return
-	}
-	w.completed(k, r)
-	w.answersMatch(k, append([]Answer{first}, as...), w.expected(r))
-	w.lastIs(k, as, Replayed)
-	w.settled(k, durable.Completed)
+	w.replaysOnce(k, p, first)
 }
 
 // A result four times the adapter's limit: stored by the adapter's rule
@@ -293,15 +286,7 @@ func oversized(w *world) {
 	p := payload{Key: k, Do: "ok", Size: 4 * w.caps.MaxResult}
 	first := w.send(k, p)
 	w.waitReturned(k, 10*time.Second)
-	as := w.settle(k, p, w.holdBound())
-	r, ok := w.once(k)
-	if !ok {
-		return
-	}
-	w.completed(k, r)
-	w.answersMatch(k, append([]Answer{first}, as...), w.expected(r))
-	w.lastIs(k, as, Replayed)
-	w.settled(k, durable.Completed)
+	w.replaysOnce(k, p, first)
 }
 
 // Duplicates arrive (a retry, a redelivery) while the work runs: they are
@@ -330,20 +315,12 @@ func duplicate(w *world) {
 	}
 	wg.Wait()
 	first := <-firstCh
-	as := w.settle(k, p, w.holdBound())
-	r, ok := w.once(k)
-	if !ok {
-		return
-	}
-	w.completed(k, r)
 	for _, d := range dups {
 		if d.Outcome == Executed {
 			w.violate(k, "a duplicate during the work was executed")
 		}
 	}
-	w.answersMatch(k, append(append([]Answer{first}, dups...), as...), w.expected(r))
-	w.lastIs(k, as, Replayed)
-	w.settled(k, durable.Completed)
+	w.replaysOnce(k, p, append([]Answer{first}, dups...)...)
 }
 
 // The same key with another payload is refused and never runs; the
@@ -441,13 +418,5 @@ func longWork(w *world) {
 	p := payload{Key: k, Do: "ok", WorkMs: int(d / time.Millisecond)}
 	first := w.send(k, p)
 	w.waitReturned(k, d+10*time.Second)
-	as := w.settle(k, p, w.holdBound())
-	r, ok := w.once(k)
-	if !ok {
-		return
-	}
-	w.completed(k, r)
-	w.answersMatch(k, append([]Answer{first}, as...), w.expected(r))
-	w.lastIs(k, as, Replayed)
-	w.settled(k, durable.Completed)
+	w.replaysOnce(k, p, first)
 }

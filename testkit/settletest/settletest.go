@@ -1,5 +1,7 @@
 // Package settletest holds the negative controls of the settlement engine
-// that every entry point's conformance test runs.
+// that every entry point's conformance test runs, and the fixtures of the
+// settlement tests: a migrated PostgreSQL store (Store) and a store whose
+// lease writes fail on demand (Flaky).
 //
 // It is part of oncekey's unstable module seam (package testkit): not for
 // applications, no compatibility promise between versions.

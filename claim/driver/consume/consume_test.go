@@ -15,21 +15,13 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/driver/consume"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/testkit/testenv"
+	"github.com/oncekey/oncekey/testkit/settletest"
 )
 
 func newClaimer(t *testing.T) *claim.Claimer[pgx.Tx] {
 	t.Helper()
-	sch := testenv.Postgres(t)
-	if err := postgres.Migrate(t.Context(), sch.Pool); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(sch.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := claim.New(st, claim.WithLease(2*time.Second))
+	_, st := settletest.Store(t)
+	c, err := claim.New[pgx.Tx](st, claim.WithLease(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

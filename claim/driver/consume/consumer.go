@@ -45,10 +45,10 @@ type Consumer[TTx, M any] struct {
 	drops  *Drops
 }
 
-// Configure applies the adapter's options to cfg (its config, which
+// configure applies the adapter's options to cfg (its config, which
 // embeds a Config), wrapping a nil option and each option's error in
 // errConfig, the adapter's ErrConfig.
-func Configure[C any, O ~func(*C) error](errConfig error, cfg *C, opts []O) error {
+func configure[C any, O ~func(*C) error](errConfig error, cfg *C, opts []O) error {
 	for _, o := range opts {
 		if o == nil {
 			return fmt.Errorf("%w: nil Option", errConfig)
@@ -60,9 +60,23 @@ func Configure[C any, O ~func(*C) error](errConfig error, cfg *C, opts []O) erro
 	return nil
 }
 
-// NewConsumer returns the Consumer claiming with c (not nil: the adapter
-// checks it), configured with cfg (its options applied) for broker b.
-func NewConsumer[TTx, M any](c *claim.Claimer[TTx], cfg Config[M], b Broker[M]) (*Consumer[TTx, M], error) {
+// New is the shared part of an adapter's New: it checks c, applies opts to cfg (the adapter's config, its defaults set; base is
+// the Config it embeds) as configure does, and returns the Consumer
+// claiming with c for broker b. Every error but the metrics' matches
+// errConfig, the adapter's ErrConfig.
+func New[TTx, M, C any, O ~func(*C) error](errConfig error, c *claim.Claimer[TTx], cfg *C, base *Config[M], opts []O, b Broker[M]) (*Consumer[TTx, M], error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil Claimer", errConfig)
+	}
+	if err := configure(errConfig, cfg, opts); err != nil {
+		return nil, err
+	}
+	return newConsumer(c, *base, b)
+}
+
+// newConsumer returns the Consumer claiming with c (not nil), configured
+// with cfg (its options applied) for broker b.
+func newConsumer[TTx, M any](c *claim.Claimer[TTx], cfg Config[M], b Broker[M]) (*Consumer[TTx, M], error) {
 	drops, err := NewDrops(b.Name, cfg.Meter, cfg.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("%s: metrics: %w", b.Name, err)

@@ -3,7 +3,6 @@ package consume_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,48 +14,16 @@ import (
 	"github.com/oncekey/oncekey/claim/driver/consume"
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/driver/storeapi"
-	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/testkit/testenv"
+	"github.com/oncekey/oncekey/testkit/settletest"
 )
 
-// downStore is a PostgreSQL store whose Complete and Renew fail as
-// unreachable while down is set; completes counts the Complete calls.
-type downStore struct {
-	storeapi.Store[pgx.Tx]
-	down      atomic.Bool
-	completes atomic.Int32
-}
-
-var errDown = fmt.Errorf("%w: injected outage", durable.ErrUnavailable)
-
-func (s *downStore) Complete(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	s.completes.Add(1)
-	if s.down.Load() {
-		return errDown
-	}
-	return s.Store.Complete(ctx, tx, ref, tok, res)
-}
-
-func (s *downStore) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
-	if s.down.Load() {
-		return errDown
-	}
-	return s.Store.Renew(ctx, ref, tok, lease)
-}
-
-func newDownClaimer(t *testing.T, lease time.Duration) (*claim.Claimer[pgx.Tx], *downStore) {
+// newDownClaimer returns a Claimer with lease whose store's completions
+// and renewals fail as unreachable while it is down (SetDown);
+// Finishes counts the Complete calls.
+func newDownClaimer(t *testing.T, lease time.Duration) (*claim.Claimer[pgx.Tx], *settletest.Flaky) {
 	t.Helper()
-	sch := testenv.Postgres(t)
-	if err := postgres.Migrate(t.Context(), sch.Pool, postgres.WithSchema(sch.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(sch.Pool, postgres.WithSchema(sch.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds := &downStore{Store: st.(storeapi.Store[pgx.Tx])}
+	_, st := settletest.Store(t)
+	ds := &settletest.Flaky{Store: st, Finishing: settletest.Complete}
 	c, err := claim.New[pgx.Tx](ds, claim.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
@@ -71,16 +38,16 @@ func newDownClaimer(t *testing.T, lease time.Duration) (*claim.Claimer[pgx.Tx], 
 func TestRun_OutageLongerThanLease_RetryAfterLeaseRanOut(t *testing.T) {
 	c, ds := newDownClaimer(t, time.Second)
 	d := consume.Run(t.Context(), c, msg("m", `1`), consume.DefaultDelays, quiet, func(context.Context, claim.Op) (durable.Result, error) {
-		ds.down.Store(true)
+		ds.SetDown(true)
 		return durable.Result{Body: []byte("x")}, nil
 	})
 	if d.Action != consume.Retry || !errors.Is(d.Err, settle.ErrLeaseRanOut) {
 		t.Fatalf("got %+v, want Retry with ErrLeaseRanOut", d)
 	}
-	if n := ds.completes.Load(); n < 2 {
+	if n := ds.Finishes.Load(); n < 2 {
 		t.Fatalf("%d completion attempts, want retries while the lease lasted", n)
 	}
-	ds.down.Store(false)
+	ds.SetDown(false)
 	// The redelivery: in progress until the lease ends by the database's
 	// clock, then taken over (the record decides, as after a crash).
 	var runs atomic.Int32
@@ -107,14 +74,14 @@ func TestRun_OutageLongerThanLease_RetryAfterLeaseRanOut(t *testing.T) {
 func TestRun_ShortOutageAtCompletion_Ack(t *testing.T) {
 	c, ds := newDownClaimer(t, 2*time.Second)
 	d := consume.Run(t.Context(), c, msg("m", `1`), consume.DefaultDelays, quiet, func(context.Context, claim.Op) (durable.Result, error) {
-		ds.down.Store(true)
-		time.AfterFunc(200*time.Millisecond, func() { ds.down.Store(false) })
+		ds.SetDown(true)
+		time.AfterFunc(200*time.Millisecond, func() { ds.SetDown(false) })
 		return durable.Result{Body: []byte("x")}, nil
 	})
 	if d.Action != consume.Ack || d.Kind != claim.Executed {
 		t.Fatalf("got %+v, want Ack", d)
 	}
-	if n := ds.completes.Load(); n < 2 {
+	if n := ds.Finishes.Load(); n < 2 {
 		t.Fatalf("%d completion attempts, want the first to have failed", n)
 	}
 }

@@ -14,88 +14,23 @@ import (
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
-	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/fence"
-	"github.com/oncekey/oncekey/testkit/testenv"
+	"github.com/oncekey/oncekey/testkit/settletest"
 )
-
-// flaky is a PostgreSQL store whose lease writes can be made to fail as
-// unreachable, as a database that refuses connections would.
-type flaky struct {
-	storeapi.Store[pgx.Tx]
-	down     atomic.Bool // Complete, Fail, MarkUncertain, Release, Renew
-	finishes atomic.Int64
-}
-
-var errDown = fmt.Errorf("%w: injected outage", durable.ErrUnavailable)
-
-func (s *flaky) gate() error {
-	if s.down.Load() {
-		return errDown
-	}
-	return nil
-}
-
-func (s *flaky) Renew(ctx context.Context, ref durable.Ref, tok fence.Token, lease time.Duration) error {
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.Renew(ctx, ref, tok, lease)
-}
-
-func (s *flaky) Complete(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	s.finishes.Add(1)
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.Complete(ctx, tx, ref, tok, res)
-}
-
-func (s *flaky) Fail(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token, res durable.Result) error {
-	s.finishes.Add(1)
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.Fail(ctx, tx, ref, tok, res)
-}
-
-func (s *flaky) MarkUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error {
-	s.finishes.Add(1)
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.MarkUncertain(ctx, ref, tok)
-}
-
-func (s *flaky) Release(ctx context.Context, tx pgx.Tx, ref durable.Ref, tok fence.Token) error {
-	s.finishes.Add(1)
-	if err := s.gate(); err != nil {
-		return err
-	}
-	return s.Store.Release(ctx, tx, ref, tok)
-}
 
 type fixture struct {
 	t     *testing.T
 	store storeapi.Store[pgx.Tx]
-	fl    *flaky
+	fl    *settletest.Flaky // the Claimer's store: every lease write fails while down (SetDown)
 	c     *claim.Claimer[pgx.Tx]
 	n     atomic.Int64
 }
 
 func setup(t *testing.T, lease time.Duration) *fixture {
 	t.Helper()
-	ctx := t.Context()
-	s := testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, s.Pool, postgres.WithSchema(s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(s.Pool, postgres.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, store: st.(storeapi.Store[pgx.Tx])}
-	f.fl = &flaky{Store: f.store}
+	_, st := settletest.Store(t)
+	f := &fixture{t: t, store: st}
+	f.fl = &settletest.Flaky{Store: f.store, Finishing: settletest.AllFinishing}
+	var err error
 	f.c, err = claim.New[pgx.Tx](f.fl, claim.WithLease(lease))
 	if err != nil {
 		t.Fatal(err)
@@ -138,10 +73,10 @@ func outageAtCompletion(f *fixture, e *settle.Engine) (settle.Report, durable.Sc
 	l, sc := f.claim()
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		f.fl.down.Store(false)
+		f.fl.SetDown(false)
 	}()
 	rep := e.Run(context.Background(), l, settle.NewOp(l), func(context.Context) settle.Settlement {
-		f.fl.down.Store(true)
+		f.fl.SetDown(true)
 		return settle.Settlement{Kind: settle.Complete, Result: done}
 	})
 	return rep, sc
@@ -161,8 +96,8 @@ func TestRun_OutageAtCompletionIsRetriedWithinTheLease(t *testing.T) {
 	if got := f.state(sc); got != durable.Completed {
 		t.Fatalf("state = %s; want completed", got)
 	}
-	if f.fl.finishes.Load() < 2 {
-		t.Fatalf("finishing writes = %d; the outage was not exercised", f.fl.finishes.Load())
+	if f.fl.Finishes.Load() < 2 {
+		t.Fatalf("finishing writes = %d; the outage was not exercised", f.fl.Finishes.Load())
 	}
 
 	t.Run("NegativeControl/OneAttempt", func(t *testing.T) {
@@ -199,10 +134,10 @@ func TestRun_LeaseRanOut(t *testing.T) {
 	e := &settle.Engine{Name: "test"}
 	l, sc := f.claim()
 	rep := e.Run(context.Background(), l, settle.NewOp(l), func(context.Context) settle.Settlement {
-		f.fl.down.Store(true)
+		f.fl.SetDown(true)
 		return settle.Settlement{Kind: settle.Complete, Result: done}
 	})
-	f.fl.down.Store(false)
+	f.fl.SetDown(false)
 	if !errors.Is(rep.Err, settle.ErrLeaseRanOut) {
 		t.Fatalf("report = %+v; want ErrLeaseRanOut", rep)
 	}
