@@ -110,6 +110,68 @@
 //   - A transaction the caller began runs with its session's settings: begin
 //     it on a configured pool. A claim.Claimer (with a logger) warns once
 //     when the pool's sessions have neither timeout.
+//   - Behind PgBouncer in transaction mode ConfigurePool cannot work (see
+//     "PgBouncer"): set both per role or database instead.
+//
+// # PgBouncer
+//
+// The store works behind PgBouncer in transaction pooling mode (tested
+// with 1.18: the contract suite and the claim flows run through it), where
+// each transaction, and each statement outside one, may run on another
+// server session. Nothing of the store depends on a session outliving a
+// transaction: a claim or a fenced write is one statement, its own
+// lock_timeout travels in the same implicit transaction
+// (set_config(..., true)), the store's transactions set both timeouts with
+// SET LOCAL, and [Migrate] holds a transaction-scoped advisory lock
+// (pg_advisory_xact_lock) in its one transaction, so it runs through the
+// pooler as well as on a direct connection. What the pool must be:
+//
+//   - a query exec mode without named prepared statements, set before
+//     pgxpool.NewWithConfig: cfg.ConnConfig.DefaultQueryExecMode =
+//     pgx.QueryExecModeExec (or default_query_exec_mode=exec in the
+//     connection string); QueryExecModeCacheDescribe, DescribeExec and
+//     SimpleProtocol work too. pgx's default, cache_statement, prepares
+//     named statements that stay on the server session, not the client:
+//     another client then fails with "prepared statement ... already
+//     exists" (42P05) or "does not exist" (26000). PgBouncer 1.21 or later
+//     with max_prepared_statements, or pool_mode = session, keeps them.
+//   - no startup parameters: do not call [ConfigurePool], and put no
+//     search_path, lock_timeout or options in the connection string.
+//     PgBouncer refuses a parameter it does not know (the connection fails),
+//     or, listed in ignore_startup_parameters, drops it. Name the schema
+//     with [WithSchema]; set lock_timeout and
+//     idle_in_transaction_session_timeout per role or database (ALTER ROLE
+//     ... SET, ALTER DATABASE ... SET), so that every server session has
+//     them, transactions the caller begins included (DoTx, claimriver): the
+//     store bounds its own statements and transactions either way.
+//   - durability settings on the server side: synchronous_commit and the
+//     others are read from the server session that serves the statement,
+//     so set them in postgresql.conf, per role or database, or in
+//     PgBouncer's connect_query, never with a session-level SET through
+//     the pooler (it stays on whichever server session ran it).
+//
+// So, through PgBouncer:
+//
+//	cfg, _ := pgxpool.ParseConfig(os.Getenv("PGBOUNCER_URL")) // no parameters
+//	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+//	pool, _ := pgxpool.NewWithConfig(ctx, cfg)
+//	_ = postgres.Migrate(ctx, pool, postgres.WithSchema("app"))
+//	if err := postgres.CheckDurability(ctx, pool); err != nil { /* refuse to start */ }
+//	store, _ := postgres.New(pool, postgres.WithSchema("app"), postgres.WithKeySecret(secret))
+//
+// The store refuses what cannot work, rather than running without a
+// guarantee: [CheckDurability] (call it at start-up) returns an error
+// matching [ErrConfig], naming PgBouncer and the fix, for named prepared
+// statements that do not stay with the client (it recognizes a pooler by
+// the backend pid it shows, which is not its server session's, and then
+// tries a named statement from a second connection) and for ConfigurePool's
+// timeouts refused or dropped by the pooler. Every operation translates the
+// same failures (42P05 or 26000 on a statement pgx named, a startup
+// parameter refused) to an error matching [ErrConfig], not
+// [durable.ErrUnavailable]: retrying does not help. When the timeouts the
+// pool sends as startup parameters are not in its sessions, the store also
+// stops relying on them once it has read a session (Stats, or a
+// claim.Claimer's settings read) and bounds its own statements again.
 //
 // # Errors
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,7 +17,12 @@ import (
 
 var (
 	// ErrConfig is returned by [New], [Migrate] and [ConfigurePool] for an
-	// invalid option or argument; the message names it.
+	// invalid option or argument; the message names it. It is also matched
+	// by the error of [CheckDurability], and of any operation, when the
+	// pool cannot work behind the connection pooler in front of the
+	// database (PgBouncer in transaction pooling mode): its message names
+	// what does not work and what to change (see the package
+	// documentation, "PgBouncer"). Retrying does not help.
 	ErrConfig = errors.New("durable/postgres: invalid configuration")
 
 	// ErrNotMigrated is matched by the error of a store's operation when the
@@ -65,6 +71,64 @@ func (e *partitionMismatchError) Error() string {
 }
 
 func (e *partitionMismatchError) Unwrap() error { return ErrConfig }
+
+// poolerError reports a pool that cannot work behind the connection pooler
+// in front of the database, PgBouncer in transaction pooling mode above
+// all: it hands a server session to another client after each
+// transaction, so nothing a client leaves in a session (named prepared
+// statements, settings) stays with it. It matches [ErrConfig], and cause
+// (the server's or the pooler's error, when there is one).
+type poolerError struct {
+	problem string // what does not work, and what to change
+	cause   error
+}
+
+func (e *poolerError) Error() string {
+	msg := fmt.Sprintf("%v: behind a connection pooler in transaction mode (PgBouncer pool_mode = transaction): %s", ErrConfig, e.problem)
+	if e.cause != nil {
+		msg += " (" + e.cause.Error() + ")"
+	}
+	return msg
+}
+
+func (e *poolerError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrConfig}
+	}
+	return []error{ErrConfig, e.cause}
+}
+
+// What a poolerError says for each problem.
+const (
+	namedStatementsProblem = "named prepared statements (pgx's default query exec mode, cache_statement) do not stay with the client's connection between transactions" +
+		" (or a statement discarded them: DISCARD ALL, DEALLOCATE); set a query exec mode without named statements before pgxpool.NewWithConfig:" +
+		" cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec (or QueryExecModeCacheDescribe), or default_query_exec_mode=exec in the connection string;" +
+		" or run PgBouncer 1.21 or later with max_prepared_statements, or pool_mode = session"
+	startupRefusedProblem = "the pooler refuses a startup parameter of the pool's connections (ConfigurePool's timeouts, or a parameter of the connection string such as search_path);" +
+		" behind PgBouncer in transaction mode do not call ConfigurePool and give the connection string no parameters: set lock_timeout and" +
+		" idle_in_transaction_session_timeout per role or database (ALTER ROLE ... SET), name the schema with WithSchema; the store bounds its own statements and transactions"
+	startupDroppedProblem = "the pool's startup parameters %s never reach the server sessions (the pooler drops them: PgBouncer's ignore_startup_parameters)," +
+		" so statements would wait for row locks, and transactions stay idle, without bound; do not call ConfigurePool behind PgBouncer and set them per role or" +
+		" database (ALTER ROLE ... SET) instead: the store then bounds its own statements and transactions"
+)
+
+// poolerCause returns the poolerError err shows, or nil: a named prepared
+// statement that another client's session already has (42P05) or that
+// the session does not have (26000), which only pgx's statement cache
+// names (the store names none), and a startup parameter PgBouncer refuses.
+func poolerCause(err error) *poolerError {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil
+	}
+	switch {
+	case (pgErr.Code == "42P05" || pgErr.Code == "26000") && strings.Contains(pgErr.Message, "prepared statement"):
+		return &poolerError{problem: namedStatementsProblem, cause: err}
+	case pgErr.Code == "08P01" && strings.Contains(pgErr.Message, "unsupported startup parameter"):
+		return &poolerError{problem: startupRefusedProblem, cause: err}
+	}
+	return nil
+}
 
 // SQLSTATEs that mean "the store cannot serve this now; retry", reported as
 // durable.ErrUnavailable. Each is a definite failure: the statement did not
@@ -140,6 +204,8 @@ func translate(op string, err error) error {
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("durable/postgres: %s: %w", op, durable.ErrNotFound)
+	case poolerCause(err) != nil:
+		return fmt.Errorf("durable/postgres: %s: %w", op, poolerCause(err))
 	case isUnavailable(err):
 		return unavailable(op, err)
 	case isNotMigrated(err):

@@ -50,6 +50,14 @@ func Migrations() fs.FS {
 // table hash-partitioned, and returns a an error matching [ErrConfig] for a
 // table that exists with another partitioning. It returns an error
 // wrapping [ErrConfig] for a nil pool or an invalid option.
+//
+// It holds no session state: the lock is released with its transaction, and
+// the schema is set with SET LOCAL. So it needs no direct connection and
+// runs through PgBouncer in transaction pooling mode as well, on a pool set
+// up as the package documentation says ("PgBouncer"); on one that is not
+// (pgx's default named prepared statements, ConfigurePool's startup
+// parameters) it fails with an error matching [ErrConfig] that says what
+// to change, having changed nothing.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	if pool == nil {
 		return fmt.Errorf("%w: Migrate: nil pool", ErrConfig)

@@ -168,6 +168,14 @@ func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(),
 // [New] detects a pool configured this way (lock_timeout present in its
 // runtime parameters) and then sends each statement as it is; otherwise it
 // bounds its own lock waits per statement (see the package documentation).
+//
+// Do not call it for a pool behind PgBouncer in transaction mode: startup
+// parameters do not survive a pooler that hands server sessions from client
+// to client. PgBouncer refuses them (every connection fails, with an error
+// matching [ErrConfig]) or, listed in its ignore_startup_parameters, drops
+// them ([CheckDurability] reports it). Set the two timeouts per role or
+// database there (ALTER ROLE ... SET); see the package documentation,
+// "PgBouncer".
 func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 	if cfg == nil || cfg.ConnConfig == nil {
 		return fmt.Errorf("%w: ConfigurePool: nil config", ErrConfig)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,7 +35,9 @@ type store struct {
 	lockMs              string
 	// sessionOK: the pool's sessions carry lock_timeout (ConfigurePool or
 	// the connection string), so statements need no per-statement bound.
-	sessionOK bool
+	// Cleared when a session of the pool turns out not to have it (a
+	// pooler dropped the startup parameter; see noteSession).
+	sessionOK atomic.Bool
 	beginSQL  string
 }
 
@@ -49,7 +52,9 @@ type store struct {
 // lock_timeout (set_config(..., true) in the same round trip, scoped to that
 // statement's implicit transaction), and its InTx sets both timeouts at
 // BEGIN. It returns an error wrapping [ErrConfig] for a nil pool or an
-// invalid option.
+// invalid option. Behind PgBouncer in transaction mode, see the package
+// documentation ("PgBouncer") for the pool it needs; [CheckDurability]
+// refuses one that cannot work there.
 func New(pool *pgxpool.Pool, opts ...Option) (durable.Store[pgx.Tx], error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: New: nil pool", ErrConfig)
@@ -63,15 +68,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (durable.Store[pgx.Tx], error) {
 		table = c.schema + "." + c.table
 	}
 	_, sessionOK := pool.Config().ConnConfig.RuntimeParams[paramLockTimeout]
-	return &store{
-		pool:      pool,
-		cfg:       c,
-		q:         buildQueries(table),
-		lockMs:    millis(c.lockTimeout),
-		sessionOK: sessionOK,
+	s := &store{
+		pool:   pool,
+		cfg:    c,
+		q:      buildQueries(table),
+		lockMs: millis(c.lockTimeout),
 		beginSQL: "begin isolation level read committed; set local lock_timeout = " + millis(c.lockTimeout) +
 			"; set local idle_in_transaction_session_timeout = " + millis(c.idleInTx),
-	}, nil
+	}
+	s.sessionOK.Store(sessionOK)
+	return s, nil
 }
 
 // Ref returns the stored identity of sc: its key hashed with SHA-256, or
@@ -109,7 +115,7 @@ func (s *store) onPool(q querier) bool {
 
 // bounded reports whether a statement on q must carry its own lock_timeout:
 // only on the pool, and only when its sessions do not.
-func (s *store) bounded(q querier) bool { return !s.sessionOK && s.onPool(q) }
+func (s *store) bounded(q querier) bool { return !s.sessionOK.Load() && s.onPool(q) }
 
 // queryRow runs a one-row statement that may wait for a row lock.
 func (s *store) queryRow(ctx context.Context, q querier, sql string, args []any, dest ...any) error {
@@ -397,7 +403,7 @@ func (s *store) Stats(ctx context.Context) (durable.Stats, error) {
 			return durable.Stats{}, translate("stats", err)
 		}
 	}
-	dur, err := durability(ctx, s.pool)
+	dur, err := s.Durability(ctx)
 	if err != nil {
 		return durable.Stats{}, err
 	}
@@ -486,8 +492,12 @@ func commitRefused(err error) bool {
 
 // encodeResult returns the stored forms of res: its headers byte for byte
 // (bin, nil when there are none), their lossy jsonb copy (jsonHeaders, for an
-// instance of the previous version), and its body (never nil).
-func encodeResult(res durable.Result) (bin, jsonHeaders, body []byte, err error) {
+// instance of the previous version; nil when there are none), and its body
+// (never nil). jsonHeaders is JSON text, not bytes: in the query exec modes
+// without a statement description (exec, simple_protocol, which a pool
+// behind PgBouncer in transaction mode uses) pgx encodes a []byte as bytea,
+// which is not JSON.
+func encodeResult(res durable.Result) (bin []byte, jsonHeaders *string, body []byte, err error) {
 	if res.StatusCode < math.MinInt32 || res.StatusCode > math.MaxInt32 {
 		return nil, nil, nil, storeapi.Invalid("status_code", "out of range")
 	}
@@ -495,9 +505,12 @@ func encodeResult(res durable.Result) (bin, jsonHeaders, body []byte, err error)
 		return nil, nil, nil, storeapi.Invalid("version", "out of range")
 	}
 	if len(res.Headers) > 0 {
-		if jsonHeaders, err = json.Marshal(res.Headers); err != nil {
+		j, err := json.Marshal(res.Headers)
+		if err != nil {
 			return nil, nil, nil, storeapi.Invalid("headers", err.Error())
 		}
+		js := string(j)
+		jsonHeaders = &js
 	}
 	body = res.Body
 	if body == nil {
