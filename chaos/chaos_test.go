@@ -98,14 +98,7 @@ func runScenarios(t *testing.T, cfg chaos.Config, want int) {
 	}
 	for _, r := range rep.Results {
 		t.Run(r.Scenario, func(t *testing.T) {
-			switch {
-			case r.Skipped != "" && testenv.CI():
-				t.Fatalf("skipped under CI=true: %s", r.Skipped)
-			case r.Skipped != "":
-				t.Skip(r.Skipped)
-			case r.Error != "":
-				t.Fatalf("did not run to the end: %s", r.Error)
-			}
+			ranToEnd(t, r)
 			for _, v := range r.Violations {
 				t.Errorf("violation: %s", v)
 			}
@@ -117,6 +110,20 @@ func runScenarios(t *testing.T, cfg chaos.Config, want int) {
 			}
 			t.Logf("lease %v; faults %v; observed %v", cfg.Lease, r.Faults, r.Observed)
 		})
+	}
+}
+
+// ranToEnd skips the test for a scenario that was skipped (it fails it
+// under CI=true) and fails it for one that did not run to the end.
+func ranToEnd(t *testing.T, r chaos.Result) {
+	t.Helper()
+	switch {
+	case r.Skipped != "" && testenv.CI():
+		t.Fatalf("skipped under CI=true: %s", r.Skipped)
+	case r.Skipped != "":
+		t.Skip(r.Skipped)
+	case r.Error != "":
+		t.Fatalf("did not run to the end: %s", r.Error)
 	}
 }
 
@@ -178,7 +185,7 @@ func TestRun_Config(t *testing.T) {
 // to lose acknowledged commits: the checker must report violations, and
 // their faults must have fired. They are not part of TestScenarios.
 func TestPostgresHazards(t *testing.T) {
-	for _, name := range []string{"pg-crash-async-commit", "pg-failover-async"} {
+	for _, name := range []string{"pg-crash-async-commit", "pg-failover-async", "patroni-async-failover"} {
 		t.Run(name, func(t *testing.T) {
 			rep, err := chaos.Run(t.Context(), config(t, name))
 			if err != nil {
@@ -188,14 +195,8 @@ func TestPostgresHazards(t *testing.T) {
 				t.Fatalf("%d results, want 1", len(rep.Results))
 			}
 			r := rep.Results[0]
-			switch {
-			case r.Skipped != "" && testenv.CI():
-				t.Fatalf("skipped under CI=true: %s", r.Skipped)
-			case r.Skipped != "":
-				t.Skip(r.Skipped)
-			case r.Error != "":
-				t.Fatalf("error: %s", r.Error)
-			case len(r.Violations) == 0:
+			ranToEnd(t, r)
+			if len(r.Violations) == 0 {
 				t.Fatalf("%s: no violation reported: the hazard was not caught (faults %v)", name, r.Faults)
 			}
 			for _, v := range r.Violations[:min(5, len(r.Violations))] {

@@ -54,7 +54,11 @@
 // asynchronous standby) run only when named and must be caught. Last,
 // the stores as production runs them: Redis behind three sentinels with
 // its primary killed (redis-sentinel), and both stores over TLS verified
-// against a CA made at run time, a wrong CA refused (tls).
+// against a CA made at run time, a wrong CA refused (tls); then a
+// three-node Patroni cluster with synchronous_mode (etcd as its DCS): the
+// leader killed (patroni-kill-leader), cut off from etcd
+// (patroni-dcs-partition) and switched over (patroni-switchover); the
+// hazard patroni-async-failover, without synchronous_mode, must be caught.
 //
 // Each scenario runs Iterations logical operations, each retried at once by
 // Clients clients (each with a Claimer and a Redis client of its own, like

@@ -168,7 +168,7 @@ func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 // Redis client of its own from newRedis (nil: no Redis), and a verifier on
 // the user's Redis.
 func (e *env) standard(ctx context.Context, st storeapi.Store[pgxTx], newRedis func(client int) redis.Scripter, co claimerOpts) (*workload, error) {
-	w := &workload{timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
+	w := e.newWorkload()
 	for c := 0; c < e.cfg.Clients; c++ {
 		o := co
 		o.store = st

@@ -209,6 +209,12 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 			return res
 		}
 	}
+	if s.needs != nil {
+		if err := s.needs(); err != nil {
+			res.Skipped = err.Error()
+			return res
+		}
+	}
 	e, err := r.newEnv(ctx, s)
 	if err != nil {
 		res.Error = err.Error()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -82,10 +81,6 @@ func (e *env) planned(o *op, kind string, p float64, always ...int) bool {
 }
 
 func setupConcurrent(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
 	px, err := fault.NewProxy(e.redisOpt.Addr)
 	if err != nil {
 		return nil, err
@@ -95,7 +90,7 @@ func setupConcurrent(ctx context.Context, e *env) (*workload, error) {
 	// configured: their duplicates meet the others at the row lock. The
 	// others reach Redis through a proxy that sometimes adds latency,
 	// widening the window between the Redis claim and the durable one.
-	w, err := e.standard(ctx, st, func(c int) redis.Scripter {
+	w, _, err := e.standardOn(ctx, storeOpts{}, func(c int) redis.Scripter {
 		if c%2 == 1 {
 			return nil
 		}
@@ -109,13 +104,7 @@ func setupConcurrent(ctx context.Context, e *env) (*workload, error) {
 		e.fault("concurrent-burst")
 		if e.planned(o, "latency", 0.05, 1) {
 			e.bg(func() {
-				undo, err := px.Latency(e.cfg.Lease/10, e.cfg.Lease/20)
-				if err != nil {
-					return
-				}
-				e.fault("redis-latency")
-				sleep(ctx, e.cfg.Lease)
-				undo()
+				e.hold(ctx, "redis-latency", e.cfg.Lease, func() (func(), error) { return px.Latency(e.cfg.Lease/10, e.cfg.Lease/20) })
 			})
 		}
 	}
@@ -123,98 +112,70 @@ func setupConcurrent(ctx context.Context, e *env) (*workload, error) {
 }
 
 func setupMismatch(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w.startOp = func(_ context.Context, o *op) { e.planned(o, "mismatch", 0.6, 0) }
-	w.fingerprint = func(o *op, c int) string {
-		epoch, fp, _ := o.get()
-		if c == 1 && o.planned("mismatch") {
-			if o.take("mismatch") {
-				e.fault("different-payload")
+	return e.plainWith(ctx, func(w *workload) {
+		w.startOp = func(_ context.Context, o *op) { e.planned(o, "mismatch", 0.6, 0) }
+		w.fingerprint = func(o *op, c int) string {
+			epoch, fp, _ := o.get()
+			if c == 1 && o.planned("mismatch") {
+				if o.take("mismatch") {
+					e.fault("different-payload")
+				}
+				return fingerprintOf(o.key, epoch, "other payload")
 			}
-			return fingerprintOf(o.key, epoch, "other payload")
+			return fp
 		}
-		return fp
-	}
-	return w, nil
+	})
 }
 
 func setupLostResponse(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w.startOp = func(_ context.Context, o *op) { e.planned(o, "drop", 0.7, 0) }
-	w.dropAck = func(o *op, _ int) bool { return o.take("drop") }
-	return w, nil
+	return e.plainWith(ctx, func(w *workload) {
+		w.startOp = func(_ context.Context, o *op) { e.planned(o, "drop", 0.7, 0) }
+		w.dropAck = func(o *op, _ int) bool { return o.take("drop") }
+	})
 }
 
 func setupCrash(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w.startOp = func(_ context.Context, o *op) {
-		if !e.planned(o, "crash", 0.5, 0) {
-			e.planned(o, "transient", 0.4, 1)
+	return e.plainWith(ctx, func(w *workload) {
+		w.startOp = func(_ context.Context, o *op) {
+			if !e.planned(o, "crash", 0.5, 0) {
+				e.planned(o, "transient", 0.4, 1)
+			}
 		}
-	}
-	w.afterEffect = func(_ context.Context, a *attempt) error {
-		switch {
-		case a.o.take("crash"):
-			// The process dies with the effect written but not committed:
-			// the transaction is rolled back for certain.
-			e.fault("crash-before-commit")
-			a.rolledBack = true
-			panic(errCrash)
-		case a.o.take("transient"):
-			e.fault("transient-error")
-			a.rolledBack = true
-			return errInjected
+		w.afterEffect = func(_ context.Context, a *attempt) error {
+			switch {
+			case a.o.take("crash"):
+				// The process dies with the effect written but not committed:
+				// the transaction is rolled back for certain.
+				e.fault("crash-before-commit")
+				a.rolledBack = true
+				panic(errCrash)
+			case a.o.take("transient"):
+				e.fault("transient-error")
+				a.rolledBack = true
+				return errInjected
+			}
+			return nil
 		}
-		return nil
-	}
-	return w, nil
+	})
 }
 
 func setupClientTimeout(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w.startOp = func(_ context.Context, o *op) { e.planned(o, "slow", 0.6, 0) }
-	w.inTx = func(_ context.Context, a *attempt) error {
-		if a.o.take("slow") {
-			// Slow, but well inside the lease: the server finishes.
-			time.Sleep(e.cfg.Lease / 2)
+	return e.plainWith(ctx, func(w *workload) {
+		w.startOp = func(_ context.Context, o *op) { e.planned(o, "slow", 0.6, 0) }
+		w.inTx = func(_ context.Context, a *attempt) error {
+			if a.o.take("slow") {
+				// Slow, but well inside the lease: the server finishes.
+				time.Sleep(e.cfg.Lease / 2)
+			}
+			return nil
 		}
-		return nil
-	}
-	w.clientTimeout = func(o *op, _, n int) time.Duration {
-		if n == 0 && o.planned("slow") {
-			return e.cfg.Lease / 6
+		w.clientTimeout = func(o *op, _, n int) time.Duration {
+			if n == 0 && o.planned("slow") {
+				return e.cfg.Lease / 6
+			}
+			return 0
 		}
-		return 0
-	}
-	return w, nil
+	})
 }
 
 // pauseFor is how long a paused worker stops: well past its lease.
@@ -226,12 +187,8 @@ func setupStaleOwner(ctx context.Context, e *env) (*workload, error) {
 		return nil, err
 	}
 	// The takeovers must come after the paused owner's lease ran out.
-	w, err := e.standard(ctx, e.watchLeases(st, newLeaseFloors()), e.userRedis, claimerOpts{})
+	w, err := e.flowsOn(ctx, e.watchLeases(st, newLeaseFloors()), nil)
 	if err != nil {
-		return nil, err
-	}
-	w.modeOf = flowAll
-	if err := e.withDownstream(w, nil); err != nil {
 		return nil, err
 	}
 	e.expectFaults("paused-past-lease", "taken-over-during-pause")
@@ -241,13 +198,8 @@ func setupStaleOwner(ctx context.Context, e *env) (*workload, error) {
 	// the completion it then sends, after another owner took over, is the
 	// one the fence must reject.
 	w.beforeComplete = func(ctx context.Context, a *attempt) {
-		if a.o.take("pause") {
-			a.stopKeepAlive()
-			e.fault("paused-past-lease")
-			fault.Pause(e.pauseFor(), nil)
-			if e.awaitTakeover(ctx, a.o, a.tok, 8*e.cfg.Lease) {
-				e.fault("taken-over-during-pause")
-			}
+		if e.pauseBeforeComplete(a, "pause", "paused-past-lease") && e.awaitTakeover(ctx, a.o, a.tok, 8*e.cfg.Lease) {
+			e.fault("taken-over-during-pause")
 		}
 	}
 	return w, nil
@@ -272,17 +224,7 @@ func (e *env) awaitTakeover(ctx context.Context, o *op, tok fence.Token, d time.
 }
 
 func setupUncertain(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w.modeOf = flowAll
-	w.downstreamTimeout = e.cfg.Lease / 2
-	err = e.withDownstream(w, func(o *op, n int) (fault.Behavior, time.Duration) {
+	w, err := e.flows(ctx, func(o *op, n int) (fault.Behavior, time.Duration) {
 		switch {
 		case n == 0 && o.planned("timeout"):
 			return fault.TimeoutAfter, 0
@@ -294,43 +236,24 @@ func setupUncertain(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
+	w.downstreamTimeout = e.cfg.Lease / 2
 	w.startOp = func(_ context.Context, o *op) {
 		if !e.planned(o, "timeout", 0.5, 0) {
 			e.planned(o, "fail", 0.3, 1)
 		}
 	}
 	d := w.downstream
-	var passStart time.Duration
-	rc, err := claim.NewReconciler(w.verifier, e.resolveByDownstream(d, &passStart, nil), claim.WithStaleAfter(2*e.cfg.Lease)) // it adopts for the claimer's lease, e.cfg.Lease
+	rc, err := e.newReconciling(w.verifier, d)
 	if err != nil {
 		return nil, err
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	var stopOnce sync.Once
-	halt := func() {
-		stopOnce.Do(func() { close(stop) })
-		<-done
-	}
 	w.run = func(ctx context.Context, e *env, ops []*op) error {
-		go func() {
-			defer close(done)
-			for {
-				passStart = e.rec.Now()
-				rep, _ := rc.RunOnce(ctx)
-				e.counter(e.obs, "reconciler-completed").Add(int64(rep.Resolved))
-				select {
-				case <-stop:
-					return
-				case <-time.After(e.cfg.Lease / 2):
-				}
-			}
-		}()
-		e.onClose(halt)
+		rc.loop(ctx)
 		return e.runOps(ctx, w, ops)
 	}
 	// The reconciler keeps running through the verification pass.
 	w.after = func(context.Context, *env, []*op) error {
-		halt()
+		rc.halt()
 		s := d.Stats()
 		e.faultN("downstream-timeout-after-work", int64(s.Timeouts))
 		e.faultN("downstream-failure", int64(s.Failures))
@@ -373,23 +296,14 @@ func sweepWhenSweepable(ctx context.Context, e *env, st storeapi.Store[pgxTx], r
 	if err != nil {
 		return err
 	}
-	for {
-		n, err := st.Sweep(ctx, 100)
-		if err != nil {
-			return err
-		}
-		res.n += n
-		if n == 0 {
-			break
-		}
-	}
-	after, err := rs.Read(ctx, e.admin)
+	n, err := sweepAll(ctx, st)
+	res.n += n
 	if err != nil {
 		return err
 	}
-	present := map[string]bool{}
-	for _, r := range after {
-		present[r.Key] = true
+	present, err := e.presentKeys(ctx, rs)
+	if err != nil {
+		return err
 	}
 	for _, r := range recs {
 		if r.Sweepable && (r.State == "completed" || r.State == "failed") && present[r.Key] {
@@ -399,18 +313,43 @@ func sweepWhenSweepable(ctx context.Context, e *env, st storeapi.Store[pgxTx], r
 	return nil
 }
 
+// sweepAll sweeps st, a hundred records a call, until a call deletes none,
+// and returns how many records it deleted (until the error, on one).
+func sweepAll(ctx context.Context, st storeapi.Store[pgxTx]) (int, error) {
+	total := 0
+	for {
+		n, err := st.Sweep(ctx, 100)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n == 0 {
+			return total, nil
+		}
+	}
+}
+
+// presentKeys reads the scenario's records from rs and returns their keys.
+func (e *env) presentKeys(ctx context.Context, rs history.Records) (map[string]bool, error) {
+	recs, err := rs.Read(ctx, e.admin)
+	if err != nil {
+		return nil, err
+	}
+	present := map[string]bool{}
+	for _, r := range recs {
+		present[r.Key] = true
+	}
+	return present, nil
+}
+
 // sweepWaitBound bounds how long the retention scenario waits for its
 // finished records to become sweepable (two minutes past their
 // generation by the database clock; see durable's package documentation).
 const sweepWaitBound = 150 * time.Second
 
 func setupRetention(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
 	retention := 4 * e.cfg.Lease
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{retention: retention})
+	w, st, err := e.standardOn(ctx, storeOpts{}, e.userRedis, claimerOpts{retention: retention})
 	if err != nil {
 		return nil, err
 	}
@@ -511,25 +450,14 @@ func setupRetention(ctx context.Context, e *env) (*workload, error) {
 		if err != nil {
 			return err
 		}
-		total := 0
-		for {
-			n, err := st.Sweep(ctx, 100)
-			if err != nil {
-				return err
-			}
-			total += n
-			if n == 0 {
-				break
-			}
-		}
-		e.faultN("swept-records", int64(total+sweptEarly.n))
-		after, err := rs.Read(ctx, e.admin)
+		total, err := sweepAll(ctx, st)
 		if err != nil {
 			return err
 		}
-		present := map[string]bool{}
-		for _, r := range after {
-			present[r.Key] = true
+		e.faultN("swept-records", int64(total+sweptEarly.n))
+		present, err := e.presentKeys(ctx, rs)
+		if err != nil {
+			return err
 		}
 		var left []string
 		for _, k := range found {
@@ -556,68 +484,45 @@ func setupRetention(ctx context.Context, e *env) (*workload, error) {
 }
 
 func setupResourceChanged(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w.run = func(ctx context.Context, e *env, ops []*op) error {
-		if err := e.runOps(ctx, w, ops); err != nil {
-			return err
-		}
-		for _, o := range ops {
-			var q string
-			switch {
-			case o.i == 0 || (o.i > 1 && e.sched.chance(0.3, "delete", o.i)):
-				q = `DELETE FROM ` + e.tables.Resources() + ` WHERE scenario = $1 AND key = $2`
-				e.fault("resource-deleted")
-			case o.i == 1 || e.sched.chance(0.5, "change", o.i):
-				q = `UPDATE ` + e.tables.Resources() + ` SET data = 'changed after the fact' WHERE scenario = $1 AND key = $2`
-				e.fault("resource-changed")
-			default:
-				continue
-			}
-			if _, err := e.admin.Exec(ctx, q, e.name, o.key); err != nil {
+	return e.plainWith(ctx, func(w *workload) {
+		w.run = func(ctx context.Context, e *env, ops []*op) error {
+			if err := e.runOps(ctx, w, ops); err != nil {
 				return err
 			}
+			for _, o := range ops {
+				var q string
+				switch {
+				case o.i == 0 || (o.i > 1 && e.sched.chance(0.3, "delete", o.i)):
+					q = `DELETE FROM ` + e.tables.Resources() + ` WHERE scenario = $1 AND key = $2`
+					e.fault("resource-deleted")
+				case o.i == 1 || e.sched.chance(0.5, "change", o.i):
+					q = `UPDATE ` + e.tables.Resources() + ` SET data = 'changed after the fact' WHERE scenario = $1 AND key = $2`
+					e.fault("resource-changed")
+				default:
+					continue
+				}
+				if _, err := e.admin.Exec(ctx, q, e.name, o.key); err != nil {
+					return err
+				}
+			}
+			// Every client asks again: each must get the stored result back.
+			return e.runOps(ctx, w, ops)
 		}
-		// Every client asks again: each must get the stored result back.
-		return e.runOps(ctx, w, ops)
-	}
-	return w, nil
+	})
 }
 
 func setupIncident(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w.modeOf = flowAll
-	err = e.withDownstream(w, func(o *op, n int) (fault.Behavior, time.Duration) {
-		switch {
-		case n < o.getInt("failures"):
-			return fault.FailBefore, 0
-		case o.planned("slow"):
+	w, err := e.flows(ctx, failuresFirst(func(o *op, _ int) (fault.Behavior, time.Duration) {
+		if o.planned("slow") {
 			return fault.Slow, e.cfg.Lease / 4
 		}
 		return fault.Succeed, 0
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
 	w.startOp = func(_ context.Context, o *op) {
-		k := 3
-		if o.i > 0 {
-			k = e.sched.intn(4, "failures", o.i)
-		}
-		o.setInt("failures", k)
+		e.planFailures(o, 4)
 		e.planned(o, "slow", 0.3, 1)
 	}
 	w.run = func(ctx context.Context, e *env, ops []*op) error {
@@ -644,30 +549,22 @@ func setupIncident(ctx context.Context, e *env) (*workload, error) {
 	return w, nil
 }
 
-// resolveByDownstream is a reconciler's resolve function that asks the
-// downstream what became of an operation: applied → completed with the
-// downstream's answer, unknown there (404) → left for a later pass. Each
-// adoption and completion goes into the history; *passStart is when the
-// current pass began.
-func (e *env) resolveByDownstream(d *fault.Downstream, passStart *time.Duration, encode func([]byte) durable.Result) func(context.Context, durable.Record) (claim.Resolution, error) {
-	return e.resolveByDownstreamOf(func(*op) *fault.Downstream { return d }, passStart, encode)
-}
-
-// resolveByDownstreamOf is resolveByDownstream asking, for each operation,
-// the downstream pick returns.
+// resolveByDownstreamOf is a reconciler's resolve function that asks the
+// downstream (for each operation, the one pick returns) what became of an
+// operation: applied → completed with the downstream's answer, stored as
+// encode(body) (nil: the HTTP shape, resultOf), unknown there (404) → left
+// for a later pass. Each adoption and completion goes into the history;
+// *passStart is when the current pass began.
 func (e *env) resolveByDownstreamOf(pick func(o *op) *fault.Downstream, passStart *time.Duration, encode func([]byte) durable.Result) func(context.Context, durable.Record) (claim.Resolution, error) {
 	if encode == nil {
 		encode = func(body []byte) durable.Result { return resultOf(200, body) }
 	}
-	const reconcilerClient = 1000
 	return func(ctx context.Context, p durable.Record) (claim.Resolution, error) {
 		o := e.ops[p.Ref.OperationID()]
 		if o == nil {
 			return claim.Unresolved(), nil
 		}
-		epoch, fp, _ := o.get()
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: p.Token,
-			Fingerprint: fp, Start: *passStart, End: e.rec.Now()})
+		epoch, fp := e.recordAdoption(o, p.Token, *passStart)
 		id, err := fault.LookupDownstream(ctx, e.httpc, pick(o).URL(), p.Ref.OperationID())
 		var de *fault.DownstreamError
 		if errors.As(err, &de) && de.Status == 404 {
@@ -678,10 +575,7 @@ func (e *env) resolveByDownstreamOf(pick func(o *op) *fault.Downstream, passStar
 			return claim.Unresolved(), err
 		}
 		res := encode(flowBody(o.key, epoch, id))
-		now := e.rec.Now()
-		// The reconciler's Complete is not observed: an open end.
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
-			Token: p.Token, Fingerprint: fp, Body: history.Hash(res.Body), Status: res.StatusCode, Start: now, End: now})
+		e.recordReconciled(o, epoch, fp, p.Token, res)
 		return claim.Resolved(durable.Completed, res), nil
 	}
 }

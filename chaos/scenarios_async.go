@@ -318,8 +318,8 @@ func setupAsyncRiver(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &workload{claimers: []*claim.Claimer[pgxTx]{c}, verifier: verifier, modeOf: flowAll,
-		timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
+	w := e.newWorkload()
+	w.claimers, w.verifier, w.modeOf = []*claim.Claimer[pgxTx]{c}, verifier, flowAll
 	if err := e.withDownstream(w, nil); err != nil {
 		return nil, err
 	}

@@ -284,14 +284,10 @@ var errClientGone = errors.New("chaos: the client disconnected")
 // newEdge builds an edge world; mw are further options of its middleware.
 func (e *env) newEdge(ctx context.Context, mw ...claimhttp.Option) (*edge, error) {
 	var st *faultyStore
-	base, err := e.store(storeOpts{seam: func(s storeapi.Store[pgxTx]) storeapi.Store[pgxTx] {
+	w, base, err := e.standardOn(ctx, storeOpts{seam: func(s storeapi.Store[pgxTx]) storeapi.Store[pgxTx] {
 		st = newFaultyStore(e, s)
 		return st
-	}})
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.standard(ctx, base, e.userRedis, claimerOpts{})
+	}}, e.userRedis, claimerOpts{})
 	if err != nil {
 		return nil, err
 	}
@@ -428,18 +424,13 @@ func answer(w http.ResponseWriter, sr *serverRec, status int, body []byte) {
 func (x *edge) handle(w http.ResponseWriter, r *http.Request) {
 	s, e := x.s, x.e
 	ctx := r.Context()
-	sr, _ := ctx.Value(recKey{}).(*serverRec)
-	o := s.op(r)
-	if sr == nil || o == nil {
-		http.Error(w, "unknown operation", http.StatusBadRequest)
+	o, sr, ok := s.request(w, r)
+	if !ok {
 		return
 	}
-	tok, _ := claimhttp.Token(ctx)
-	epoch, fp, _ := o.get()
-	sr.tok = tok
-	// The handler runs only under a durable claim: record it.
-	e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: 2000, Kind: history.Acquire, Token: tok, Fingerprint: fp,
-		Start: sr.start, End: e.rec.Now()})
+	s.recordClaimed(o, sr)
+	tok := sr.tok
+	epoch, _, _ := o.get()
 	x.mu.Lock()
 	if _, ok := x.gens[o]; !ok {
 		x.gens[o] = tok.Generation
@@ -625,8 +616,17 @@ func (e *env) newReconciling(c *claim.Claimer[pgxTx], d *fault.Downstream) (*rec
 // (pick), storing encode(body) (nil: the HTTP shape, resultOf), and
 // adopting processing records only once stale for stale.
 func (e *env) newReconcilingAs(c *claim.Claimer[pgxTx], pick func(o *op) *fault.Downstream, encode func([]byte) durable.Result, stale time.Duration) (*reconciling, error) {
+	return e.newReconcilingBy(c, func(passStart *time.Duration) func(context.Context, durable.Record) (claim.Resolution, error) {
+		return e.resolveByDownstreamOf(pick, passStart, encode)
+	}, stale)
+}
+
+// newReconcilingBy is a reconciling whose Reconciler resolves with
+// resolve(passStart), passStart being when the current pass began, and
+// adopts processing records only once stale for stale.
+func (e *env) newReconcilingBy(c *claim.Claimer[pgxTx], resolve func(passStart *time.Duration) func(context.Context, durable.Record) (claim.Resolution, error), stale time.Duration) (*reconciling, error) {
 	r := &reconciling{e: e, stop: make(chan struct{}), done: make(chan struct{})}
-	rc, err := claim.NewReconciler(c, e.resolveByDownstreamOf(pick, &r.passStart, encode), claim.WithStaleAfter(stale))
+	rc, err := claim.NewReconciler(c, resolve(&r.passStart), claim.WithStaleAfter(stale))
 	if err != nil {
 		return nil, err
 	}
@@ -840,10 +840,6 @@ func setupHTTPFinishLong(ctx context.Context, e *env) (*workload, error) {
 // retention: the finish gives the record a full retention from then, so
 // every retry afterwards replays, nothing runs again.
 func setupReconcileAfterRetention(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
-	if err != nil {
-		return nil, err
-	}
 	// The retention (a record's, set when it is claimed) must outlast
 	// what follows the Reconciler's finish: every client's replay, then
 	// the verification pass. Those grow with the operations, so it does
@@ -851,23 +847,17 @@ func setupReconcileAfterRetention(ctx context.Context, e *env) (*workload, error
 	// record past its retention rightly starts a new operation, which
 	// the checker would count as a second effect.
 	retention := 6*e.cfg.Lease + time.Duration(e.cfg.Iterations)*40*time.Millisecond
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{retention: retention})
+	w, err := e.rawFlows(ctx, claimerOpts{retention: retention}, func(_ *op, n int) (fault.Behavior, time.Duration) {
+		if n == 0 {
+			return fault.TimeoutAfter, 0
+		}
+		return fault.Succeed, 0
+	})
 	if err != nil {
 		return nil, err
 	}
-	w.modeOf = flowAll
 	w.downstreamTimeout = e.cfg.Lease / 2
-	d, err := e.rawDownstream(func(o *op, epoch int, id string) []byte { return flowBody(o.key, epoch, id) },
-		func(_ *op, n int) (fault.Behavior, time.Duration) {
-			if n == 0 {
-				return fault.TimeoutAfter, 0
-			}
-			return fault.Succeed, 0
-		})
-	if err != nil {
-		return nil, err
-	}
-	w.downstream = d
+	d := w.downstream
 	rc, err := e.newReconciling(w.verifier, d)
 	if err != nil {
 		return nil, err

@@ -237,30 +237,40 @@ func (t *teeWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (t *teeWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
+// request starts a business handler behind the middleware: the request's
+// operation and its server record, given the claim's token; a request the
+// service does not know is answered 400, and ok is false.
+func (s *service) request(w http.ResponseWriter, r *http.Request) (o *op, sr *serverRec, ok bool) {
+	sr, _ = r.Context().Value(recKey{}).(*serverRec)
+	o = s.op(r)
+	if sr == nil || o == nil {
+		http.Error(w, "unknown operation", http.StatusBadRequest)
+		return nil, nil, false
+	}
+	sr.tok, _ = claimhttp.Token(r.Context())
+	return o, sr, true
+}
+
+// recordClaimed adds to the history the durable claim a workflow handler
+// runs under (it runs only under one).
+func (s *service) recordClaimed(o *op, sr *serverRec) {
+	epoch, fp, _ := o.get()
+	s.e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: 2000, Kind: history.Acquire, Token: sr.tok, Fingerprint: fp,
+		Start: sr.start, End: s.e.rec.Now()})
+}
+
 // handle is the business handler behind the middleware.
 func (s *service) handle(w http.ResponseWriter, r *http.Request) {
 	e := s.e
 	ctx := r.Context()
-	sr, _ := ctx.Value(recKey{}).(*serverRec)
-	o := s.op(r)
-	if sr == nil || o == nil {
-		http.Error(w, "unknown operation", http.StatusBadRequest)
+	o, sr, ok := s.request(w, r)
+	if !ok {
 		return
 	}
-	tok, _ := claimhttp.Token(ctx)
+	tok := sr.tok
 	epoch, _, reject := o.get()
-	sr.tok = tok
-	answer := func(status int, body []byte) {
-		sr.ran, sr.status, sr.body = true, status, body
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = w.Write(body)
-	}
 	if s.flow {
-		// The handler runs only under a durable claim: record it.
-		_, fp, _ := o.get()
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: 2000, Kind: history.Acquire, Token: tok, Fingerprint: fp,
-			Start: sr.start, End: e.rec.Now()})
+		s.recordClaimed(o, sr)
 		dctx, cancel := context.WithTimeout(ctx, s.dTime)
 		id, err := fault.CallDownstream(dctx, e.httpc, s.d.URL(), claimhttp.OperationID(ctx), tok)
 		cancel()
@@ -270,14 +280,14 @@ func (s *service) handle(w http.ResponseWriter, r *http.Request) {
 			// The downstream refused before acting: nothing happened, and
 			// only the handler can say so (the workflow rule).
 			_ = claimhttp.ReleaseKey(ctx)
-			answer(http.StatusServiceUnavailable, []byte(`{"error":"downstream unavailable"}`))
+			answer(w, sr, http.StatusServiceUnavailable, []byte(`{"error":"downstream unavailable"}`))
 		case errors.As(err, &de):
-			answer(http.StatusServiceUnavailable, []byte(`{"error":"downstream unavailable"}`))
+			answer(w, sr, http.StatusServiceUnavailable, []byte(`{"error":"downstream unavailable"}`))
 		case err != nil:
 			_ = claimhttp.MarkUncertain(ctx)
-			answer(http.StatusAccepted, []byte(`{"uncertain":true}`))
+			answer(w, sr, http.StatusAccepted, []byte(`{"uncertain":true}`))
 		default:
-			answer(http.StatusOK, flowBody(o.key, epoch, id))
+			answer(w, sr, http.StatusOK, flowBody(o.key, epoch, id))
 		}
 		return
 	}
@@ -287,16 +297,16 @@ func (s *service) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if reject {
-		answer(http.StatusPaymentRequired, doBody(o.key, epoch, tok, true))
+		answer(w, sr, http.StatusPaymentRequired, doBody(o.key, epoch, tok, true))
 		return
 	}
 	body := doBody(o.key, epoch, tok, false)
 	if _, err := e.tables.InsertEffect(ctx, tx, e.name, history.Effect{Key: o.key, Epoch: epoch, Owner: tok.Owner,
 		Generation: tok.Generation, Body: history.Hash(body), Via: "http"}); err != nil {
-		answer(http.StatusServiceUnavailable, []byte(`{"error":"database"}`))
+		answer(w, sr, http.StatusServiceUnavailable, []byte(`{"error":"database"}`))
 		return
 	}
-	answer(http.StatusCreated, body)
+	answer(w, sr, http.StatusCreated, body)
 }
 
 // httpAttempt is one request of client c through its retrying Transport.
@@ -350,16 +360,12 @@ func (s *service) attempt(ctx context.Context, w *workload, o *op, c int) bool {
 
 // httpWorkload runs every client through the service.
 func (e *env) httpWorkload(ctx context.Context, flow bool, plan func(o *op, n int) (fault.Behavior, time.Duration)) (*workload, *service, error) {
-	st, err := e.store(storeOpts{})
+	w, st, err := e.standardOn(ctx, storeOpts{}, e.userRedis, claimerOpts{})
 	if err != nil {
 		return nil, nil, err
 	}
 	// Duplicates wait for the first request instead of answering 409 at
 	// once: the transport would wait out a Retry-After of at least 1s.
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
-	if err != nil {
-		return nil, nil, err
-	}
 	server, err := e.claimer(claimerOpts{store: st, redis: e.redisUser("", nil), policy: claim.WithWait(2 * e.cfg.Lease)})
 	if err != nil {
 		return nil, nil, err
@@ -390,22 +396,11 @@ func setupHTTPLostResponse(ctx context.Context, e *env) (*workload, error) {
 }
 
 func setupHTTPIncident(ctx context.Context, e *env) (*workload, error) {
-	w, s, err := e.httpWorkload(ctx, true, func(o *op, n int) (fault.Behavior, time.Duration) {
-		if n < o.getInt("failures") {
-			return fault.FailBefore, 0
-		}
-		return fault.Succeed, 0
-	})
+	w, s, err := e.httpWorkload(ctx, true, failuresFirst(nil))
 	if err != nil {
 		return nil, err
 	}
-	w.startOp = func(_ context.Context, o *op) {
-		k := 3
-		if o.i > 0 {
-			k = e.sched.intn(5, "failures", o.i)
-		}
-		o.setInt("failures", k)
-	}
+	w.startOp = func(_ context.Context, o *op) { e.planFailures(o, 5) }
 	w.after = func(context.Context, *env, []*op) error {
 		e.faultN("downstream-503", int64(w.downstream.Stats().Failures))
 		return nil

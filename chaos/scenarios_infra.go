@@ -29,22 +29,11 @@ func (e *env) mixedWith(ctx context.Context, st storeOpts, newRedis func(int) re
 	if err != nil {
 		return nil, err
 	}
-	w, err := e.standard(ctx, s, newRedis, co)
-	if err != nil {
-		return nil, err
-	}
-	w.modeOf = flowOdd
-	w.rejectRate = 0.1
-	return w, e.withDownstream(w, nil)
+	return e.mixedOn(ctx, s, newRedis, co)
 }
 
 func setupRedisRestart(ctx context.Context, e *env) (*workload, error) {
-	srv, err := redisproc.New(redisproc.Options{})
-	if err != nil {
-		return nil, err
-	}
-	e.onClose(srv.Close)
-	w, err := e.mixed(ctx, storeOpts{}, func(int) redis.Scripter { return e.redisOwn(srv.Addr(), nil) })
+	w, srv, err := mixedBehind(ctx, e, e.redisOwn, func() (*redisproc.Server, error) { return redisproc.New(redisproc.Options{}) })
 	if err != nil {
 		return nil, err
 	}
@@ -66,12 +55,7 @@ func setupFailover(ctx context.Context, e *env) (*workload, error) {
 		return nil, err
 	}
 	e.onClose(pair.Close)
-	px, err := fault.NewProxy(pair.Primary().Addr())
-	if err != nil {
-		return nil, err
-	}
-	e.onClose(px.Close)
-	w, err := e.mixed(ctx, storeOpts{}, func(int) redis.Scripter { return e.redisOwn(px.Addr(), nil) })
+	w, px, err := mixedBehind(ctx, e, e.redisOwn, func() (*fault.Proxy, error) { return fault.NewProxy(pair.Primary().Addr()) })
 	if err != nil {
 		return nil, err
 	}
@@ -152,12 +136,7 @@ func setupSplitBrain(ctx context.Context, e *env) (*workload, error) {
 }
 
 func setupRedisDown(ctx context.Context, e *env) (*workload, error) {
-	px, err := fault.NewProxy(e.redisOpt.Addr)
-	if err != nil {
-		return nil, err
-	}
-	e.onClose(px.Close)
-	w, err := e.mixed(ctx, storeOpts{}, func(int) redis.Scripter { return e.redisUser(px.Addr(), nil) })
+	w, px, err := mixedBehind(ctx, e, e.redisUser, func() (*fault.Proxy, error) { return fault.NewProxy(e.redisOpt.Addr) })
 	if err != nil {
 		return nil, err
 	}
@@ -177,25 +156,13 @@ func setupRedisDown(ctx context.Context, e *env) (*workload, error) {
 		e.bg(func() {
 			switch kind {
 			case "blackhole":
-				undo, err := px.Blackhole()
-				if err != nil {
-					return
-				}
-				e.fault("redis-blackholed")
-				sleep(ctx, 2*e.cfg.Lease)
-				undo()
+				e.hold(ctx, "redis-blackholed", 2*e.cfg.Lease, px.Blackhole)
 			case "cut-all":
 				if px.CutAll() == nil {
 					e.fault("redis-connections-cut")
 				}
 			case "cut-after-bytes":
-				undo, err := px.CutAfter(n)
-				if err != nil {
-					return
-				}
-				e.fault("redis-replies-cut-after-bytes")
-				sleep(ctx, e.cfg.Lease)
-				undo()
+				e.hold(ctx, "redis-replies-cut-after-bytes", e.cfg.Lease, func() (func(), error) { return px.CutAfter(n) })
 			}
 		})
 	}
@@ -203,12 +170,9 @@ func setupRedisDown(ctx context.Context, e *env) (*workload, error) {
 }
 
 func setupEviction(ctx context.Context, e *env) (*workload, error) {
-	srv, err := redisproc.New(redisproc.Options{Args: []string{"--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"}})
-	if err != nil {
-		return nil, err
-	}
-	e.onClose(srv.Close)
-	w, err := e.mixed(ctx, storeOpts{}, func(int) redis.Scripter { return e.redisOwn(srv.Addr(), nil) })
+	w, srv, err := mixedBehind(ctx, e, e.redisOwn, func() (*redisproc.Server, error) {
+		return redisproc.New(redisproc.Options{Args: []string{"--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"}})
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -286,13 +250,7 @@ func setupDBKill(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.startOp = func(_ context.Context, o *op) {
-		if o.i%2 == 0 {
-			e.planned(o, "kill-in-tx", 0.5, 0)
-		} else {
-			e.planned(o, "kill-pool", 0.3, 1)
-		}
-	}
+	w.startOp = e.planDoFlow("kill-in-tx", 0.5, "kill-pool", 0.3)
 	w.afterEffect = func(ctx context.Context, a *attempt) error {
 		if !a.o.take("kill-in-tx") {
 			return nil
@@ -338,13 +296,8 @@ func setupCommitCut(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
+	w, err := e.mixedOn(ctx, st, e.userRedis, claimerOpts{})
 	if err != nil {
-		return nil, err
-	}
-	w.modeOf = flowOdd
-	w.rejectRate = 0.1
-	if err := e.withDownstream(w, nil); err != nil {
 		return nil, err
 	}
 	w.startOp = func(_ context.Context, o *op) {
@@ -371,13 +324,7 @@ func setupPausedOwner(ctx context.Context, e *env) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.startOp = func(_ context.Context, o *op) {
-		if o.i%2 == 0 {
-			e.planned(o, "pause-in-tx", 0.5, 0)
-		} else {
-			e.planned(o, "pause-before-complete", 0.6, 1)
-		}
-	}
+	w.startOp = e.planDoFlow("pause-in-tx", 0.5, "pause-before-complete", 0.6)
 	w.afterEffect = func(_ context.Context, a *attempt) error {
 		if a.o.take("pause-in-tx") {
 			e.fault("paused-in-transaction")
@@ -386,11 +333,7 @@ func setupPausedOwner(ctx context.Context, e *env) (*workload, error) {
 		return nil
 	}
 	w.beforeComplete = func(_ context.Context, a *attempt) {
-		if a.o.take("pause-before-complete") {
-			a.stopKeepAlive()
-			e.fault("paused-before-complete")
-			fault.Pause(e.pauseFor(), nil)
-		}
+		e.pauseBeforeComplete(a, "pause-before-complete", "paused-before-complete")
 	}
 	return w, nil
 }
@@ -412,7 +355,7 @@ func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
 	st = e.watchLeases(st, floors)
 	direct := e.redisUser("", nil)
 	var clocks []*fault.SkewedClock
-	w := &workload{timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
+	w := e.newWorkload()
 	for c := 0; c < e.cfg.Clients; c++ {
 		hours := time.Duration(1+e.sched.intn(48, "skew-hours", c)) * time.Hour
 		if e.sched.chance(0.5, "skew-behind", c) {
@@ -437,9 +380,7 @@ func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
 		return nil, err
 	}
 	w.verifier = v
-	w.modeOf = flowOdd
-	w.rejectRate = 0.1
-	if err := e.withDownstream(w, nil); err != nil {
+	if err := e.mix(w); err != nil {
 		return nil, err
 	}
 	vanish := func(ctx context.Context, a *attempt) {
@@ -461,15 +402,7 @@ func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
 		// The first is planned late, once the first leases were made
 		// to vanish.
 		if o.i > e.cfg.Parallel && e.planned(o, "outage", 0.04, e.cfg.Parallel+1, e.cfg.Iterations-1) {
-			e.bg(func() {
-				undo, err := px.Blackhole()
-				if err != nil {
-					return
-				}
-				e.fault("redis-blackholed")
-				sleep(ctx, 2*e.cfg.Lease)
-				undo()
-			})
+			e.bg(func() { e.hold(ctx, "redis-blackholed", 2*e.cfg.Lease, px.Blackhole) })
 		}
 	}
 	w.inTx = func(ctx context.Context, a *attempt) error { vanish(ctx, a); return nil }
@@ -484,13 +417,7 @@ func setupClockSkew(ctx context.Context, e *env) (*workload, error) {
 			time.Sleep(e.cfg.Lease * 3 / 2)
 		}
 	}
-	w.beforeComplete = func(_ context.Context, a *attempt) {
-		if a.o.take("pause") {
-			a.stopKeepAlive()
-			e.fault("paused-past-lease")
-			fault.Pause(e.pauseFor(), nil)
-		}
-	}
+	w.beforeComplete = func(_ context.Context, a *attempt) { e.pauseBeforeComplete(a, "pause", "paused-past-lease") }
 	w.after = func(context.Context, *env, []*op) error {
 		var reads int64
 		for _, c := range clocks {

@@ -28,21 +28,22 @@ import (
 // that the checker sees it. They run only when named (Config.Scenarios,
 // -scenario); a run of every scenario leaves them out, since they must fail.
 func hazards() []scenario {
-	return []scenario{
+	return append([]scenario{
 		{name: "pg-failover-async", forces: "negative control: PostgreSQL primary with an asynchronous streaming standby; the standby's streaming is cut, the primary is SIGKILLed, the standby promoted: acknowledged commits vanish (must be caught)", ownPostgres: true, setup: pgFailover(false)},
 		{name: "pg-crash-async-commit", forces: "negative control: PostgreSQL with synchronous_commit=off SIGKILLed mid-load and restarted: acknowledged commits vanish (must be caught)", ownPostgres: true, setup: pgCrash("off")},
-	}
+	}, patroniHazards()...)
 }
 
 // pgRegistry lists the scenarios on throwaway PostgreSQL clusters.
 func pgRegistry() []scenario {
-	return []scenario{
+	return append([]scenario{
 		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on); the standby's streaming is cut, the primary is SIGKILLed, the standby promoted; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, setup: pgFailover(true)},
 		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between one client and PostgreSQL, inside a Do transaction before its commit or between a workflow's effect and its finish, where it lasts until another client, which still reaches the database, has taken the operation over", setup: setupPGNetwork},
 		{name: "redis-sentinel", forces: "Redis behind three sentinels, the library on go-redis failover clients; the primary SIGKILLed mid-load, the next operations sent into the outage, the replica promoted; the breakers must open, no call may fail, and the claim path must come back on the new primary", ownRedis: true, setup: setupSentinel},
 		{name: "tls", forces: "both stores over TLS verified against a CA made at run time (PostgreSQL ssl=on with sslmode=verify-full, redis-server --tls-port with go-redis TLSConfig); clients trusting another CA are refused", ownRedis: true, ownPostgres: true, setup: setupTLS},
 		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, setup: pgCrash("on")},
-	}
+		{name: "pgbouncer", forces: "every client through PgBouncer 1.18 in transaction pooling mode (query exec mode exec); its server connections terminated mid-transaction and the bouncer SIGKILLed and restarted on the same port, mid-load", needs: pgbouncerInstalled, setup: setupPgBouncer},
+	}, patroniRegistry()...)
 }
 
 // onCluster moves the scenario onto a throwaway cluster: its history
@@ -169,16 +170,8 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 		if err := e.onCluster(ctx, url); err != nil {
 			return nil, err
 		}
-		// The durability check sees the standby, and whether it is synchronous.
-		var derr error
-		for range 100 {
-			if derr = postgres.CheckDurability(ctx, e.pool); (derr == nil) == sync {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if (derr == nil) != sync {
-			return nil, fmt.Errorf("%w: CheckDurability with sync=%v: %v", ErrSetup, sync, derr)
+		if err := e.seesStandby(ctx, sync); err != nil {
+			return nil, err
 		}
 		w, err := e.mixed(ctx, storeOpts{}, nil)
 		if err != nil {
@@ -236,6 +229,21 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 	}
 }
 
+// seesStandby checks that the durability check sees the cluster's
+// standby and whether it is synchronous: nothing to report with one
+// (sync), ErrNotDurable without. A standby just started may take a moment
+// to be listed.
+func (e *env) seesStandby(ctx context.Context, sync bool) error {
+	var derr error
+	for range 100 {
+		if derr = postgres.CheckDurability(ctx, e.pool); (derr == nil) == sync {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%w: CheckDurability with a synchronous standby %v: %v", ErrSetup, sync, derr)
+}
+
 // waitAcks waits until n operations were acknowledged to a client by an
 // execution that started after since, or until bound.
 func waitAcks(ctx context.Context, e *env, since time.Duration, n int, bound time.Duration) {
@@ -273,7 +281,7 @@ func setupPGNetwork(ctx context.Context, e *env) (*workload, error) {
 		return nil, fmt.Errorf("%w: pg-network needs PostgreSQL over TCP, not a unix socket", ErrSetup)
 	}
 	target := net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port)))
-	w := &workload{timeout: 4*e.cfg.Lease + 2*time.Second, downstreamTimeout: 2 * e.cfg.Lease}
+	w := e.newWorkload()
 	pxs := make([]*fault.Proxy, e.cfg.Clients)
 	for c := range pxs {
 		px, err := fault.NewProxy(target)
@@ -305,9 +313,7 @@ func setupPGNetwork(ctx context.Context, e *env) (*workload, error) {
 	if w.verifier, err = e.claimer(claimerOpts{store: vst, redis: e.redisUser("", nil)}); err != nil {
 		return nil, err
 	}
-	w.modeOf = flowOdd
-	w.rejectRate = 0.1
-	if err := e.withDownstream(w, nil); err != nil {
+	if err := e.mix(w); err != nil {
 		return nil, err
 	}
 	// One fault at a time on each client's proxy; an attempt whose proxy

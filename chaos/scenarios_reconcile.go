@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/chaos/internal/fault"
-	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 )
@@ -21,51 +20,36 @@ import (
 // outcomes from the downstream, the next passes complete the records, and
 // every retry replays.
 func setupReconcileUnresolved(ctx context.Context, e *env) (*workload, error) {
-	st, err := e.store(storeOpts{})
+	w, err := e.rawFlows(ctx, claimerOpts{}, nil)
 	if err != nil {
 		return nil, err
 	}
-	w, err := e.standard(ctx, st, e.userRedis, claimerOpts{})
-	if err != nil {
-		return nil, err
-	}
-	w.modeOf = flowAll
-	d, err := e.rawDownstream(func(o *op, epoch int, id string) []byte { return flowBody(o.key, epoch, id) },
-		func(*op, int) (fault.Behavior, time.Duration) { return fault.Succeed, 0 })
-	if err != nil {
-		return nil, err
-	}
-	w.downstream = d
+	d := w.downstream
 
 	// The resolver: Unresolved until the application can tell
 	// (known), then the downstream's account. Each adoption and
 	// completion goes into the history.
 	var known atomic.Bool
-	r := &reconciling{e: e, stop: make(chan struct{}), done: make(chan struct{})}
-	const reconcilerClient = 1000
-	r.rc, err = claim.NewReconciler(w.verifier, func(ctx context.Context, rec durable.Record) (claim.Resolution, error) {
-		o := e.ops[rec.Ref.OperationID()]
-		if o == nil {
-			return claim.Unresolved(), nil
+	r, err := e.newReconcilingBy(w.verifier, func(passStart *time.Duration) func(context.Context, durable.Record) (claim.Resolution, error) {
+		return func(ctx context.Context, rec durable.Record) (claim.Resolution, error) {
+			o := e.ops[rec.Ref.OperationID()]
+			if o == nil {
+				return claim.Unresolved(), nil
+			}
+			epoch, fp := e.recordAdoption(o, rec.Token, *passStart)
+			if !known.Load() {
+				e.fault("reconciled-unresolved")
+				return claim.Unresolved(), nil
+			}
+			id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), rec.Ref.OperationID())
+			if err != nil {
+				return claim.Unresolved(), err // every worker's effect applied: a 404 is an error here
+			}
+			res := resultOf(200, flowBody(o.key, epoch, id))
+			e.recordReconciled(o, epoch, fp, rec.Token, res)
+			return claim.Resolved(durable.Completed, res), nil
 		}
-		epoch, fp, _ := o.get()
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Adopt, Token: rec.Token,
-			Fingerprint: fp, Start: r.passStart, End: e.rec.Now()})
-		if !known.Load() {
-			e.fault("reconciled-unresolved")
-			return claim.Unresolved(), nil
-		}
-		id, err := fault.LookupDownstream(ctx, e.httpc, d.URL(), rec.Ref.OperationID())
-		if err != nil {
-			return claim.Unresolved(), err // every worker's effect applied: a 404 is an error here
-		}
-		body := flowBody(o.key, epoch, id)
-		now := e.rec.Now()
-		// The Reconciler's Complete is not observed: an open end.
-		e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: reconcilerClient, Kind: history.Complete, Ambiguous: true,
-			Token: rec.Token, Fingerprint: fp, Body: history.Hash(body), Status: 200, Start: now, End: now})
-		return claim.Resolved(durable.Completed, resultOf(200, body)), nil
-	}, claim.WithStaleAfter(0))
+	}, 0)
 	if err != nil {
 		return nil, err
 	}

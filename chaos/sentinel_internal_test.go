@@ -14,8 +14,8 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/settletest"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -45,14 +45,7 @@ func TestBreakers_Verdict(t *testing.T) {
 // own log line: a Claimer whose Redis refuses every connection opens its
 // breaker, and the handler records it (and passes records on).
 func TestBreakerHandler_HearsTheLibrary(t *testing.T) {
-	s := testenv.Postgres(t)
-	if err := postgres.Migrate(t.Context(), s.Pool, postgres.WithSchema(s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(s.Pool, postgres.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := settletest.Store(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

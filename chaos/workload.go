@@ -25,7 +25,11 @@ type scenario struct {
 	ownRedis bool
 	// ownPostgres: it starts PostgreSQL clusters of its own (initdb, pg_ctl).
 	ownPostgres bool
-	setup       func(ctx context.Context, e *env) (*workload, error)
+	// needs, when set, says what the scenario needs installed besides
+	// PostgreSQL's binaries (patroni and etcd, pgbouncer): an error skips
+	// it (and fails it under CI=true, see TestScenarios).
+	needs func() error
+	setup func(ctx context.Context, e *env) (*workload, error)
 }
 
 // mode is how an operation runs.

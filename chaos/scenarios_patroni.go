@@ -1,0 +1,212 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/oncekey/oncekey/chaos/internal/fault"
+)
+
+// patroniRegistry lists the scenarios on a three-node PostgreSQL cluster
+// managed by Patroni with an etcd DCS, reached the way the README
+// recommends: a multi-host connection string with
+// target_session_attrs=read-write.
+func patroniRegistry() []scenario {
+	return []scenario{
+		{name: "patroni-kill-leader", forces: "Patroni, synchronous_mode: the replicas' WAL receivers frozen, the leader (Patroni and PostgreSQL) SIGKILLed mid-load, Patroni promotes the synchronous standby; the old leader rejoins as a replica", ownPostgres: true, needs: fault.PatroniInstalled, setup: setupPatroniKill(true)},
+		{name: "patroni-dcs-partition", forces: "Patroni, synchronous_mode: the leader cut off from etcd mid-load; it demotes itself before its lock expires and another node takes the lock: never two primaries; the old leader rejoins", ownPostgres: true, needs: fault.PatroniInstalled, setup: setupPatroniPartition},
+		{name: "patroni-switchover", forces: "Patroni, synchronous_mode: a switchover to another node under load, as for maintenance", ownPostgres: true, needs: fault.PatroniInstalled, setup: setupPatroniSwitchover},
+	}
+}
+
+// patroniHazards are the negative controls on Patroni, run only when named.
+func patroniHazards() []scenario {
+	return []scenario{
+		{name: "patroni-async-failover", forces: "negative control: Patroni without synchronous_mode; the replicas' WAL receivers frozen, commits acknowledged on the leader alone, the leader SIGKILLed, a replica promoted: acknowledged commits vanish (must be caught)", ownPostgres: true, needs: fault.PatroniInstalled, setup: setupPatroniKill(false)},
+	}
+}
+
+// onPatroni starts a three-node Patroni cluster and moves the scenario
+// onto it (see onCluster), with a watch that counts the moments two nodes
+// said they were primary.
+func (e *env) onPatroni(ctx context.Context, sync bool) (*fault.Patroni, error) {
+	p, err := fault.NewPatroni(ctx, 3, sync)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	e.onClose(p.Close)
+	if err := e.onCluster(ctx, p.URL()); err != nil {
+		return nil, err
+	}
+	// Patroni sets synchronous_standby_names in synchronous_mode.
+	if err := e.seesStandby(ctx, sync); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	e.onClose(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for wctx.Err() == nil {
+			if ps := p.Primaries(); len(ps) > 1 {
+				e.observe("two-primaries-reported")
+			}
+			sleep(wctx, 100*time.Millisecond)
+		}
+	}()
+	return p, nil
+}
+
+// patroniAt runs the workload of a Patroni scenario: at the halfway mark
+// it runs fault in the background; the operations after the mark start
+// only once fault says the window is open (ready), so they land in it.
+func (e *env) patroniAt(ctx context.Context, fault func(ctx context.Context, ready func())) (*workload, error) {
+	w, err := e.mixed(ctx, storeOpts{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	at := e.cfg.Iterations / 2
+	open := make(chan struct{})
+	w.startOp = func(ctx context.Context, o *op) {
+		if o.i > at {
+			select {
+			case <-open:
+			case <-ctx.Done():
+			}
+			return
+		}
+		if o.i == at {
+			e.bg(func() {
+				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+				defer cancel()
+				fault(fctx, func() { close(open) })
+			})
+		}
+	}
+	return w, nil
+}
+
+// rejoin restarts node i after it was killed or cut off and waits until
+// the cluster is whole again.
+func (e *env) rejoin(ctx context.Context, p *fault.Patroni, restart bool, i int) {
+	if restart {
+		if err := p.Restart(i); err != nil {
+			e.violation("setup", "", "restart node%d: %v", i+1, err)
+			return
+		}
+	}
+	if err := p.WaitHealthy(ctx, 3*time.Minute); err != nil {
+		e.violation("setup", "", "%v", err)
+		return
+	}
+	e.fault("old-leader-rejoined")
+}
+
+// setupPatroniKill freezes the replicas' WAL receivers, lets operations
+// commit for a few leases, SIGKILLs the leader, thaws the receivers and
+// lets Patroni fail over. In synchronous_mode the leader's commits waited
+// for the synchronous standby, so none was acknowledged in the window and
+// the promoted standby has every acknowledged one; without it (sync
+// false, the negative control) the leader acknowledged commits no replica
+// received, and the promoted replica lacks them.
+func setupPatroniKill(sync bool) func(ctx context.Context, e *env) (*workload, error) {
+	return func(ctx context.Context, e *env) (*workload, error) {
+		p, err := e.onPatroni(ctx, sync)
+		if err != nil {
+			return nil, err
+		}
+		e.expectFaults("replication-frozen", "leader-killed", "new-leader-promoted", "old-leader-rejoined")
+		return e.patroniAt(ctx, func(ctx context.Context, ready func()) {
+			thaw, err := p.FreezeReplication()
+			since := e.rec.Now()
+			ready()
+			if err != nil {
+				e.violation("setup", "", "%v", err)
+				return
+			}
+			e.fault("replication-frozen")
+			time.Sleep(3 * e.cfg.Lease)
+			if !sync {
+				waitAcks(ctx, e, since, 2, 20*time.Second)
+			}
+			old := p.Leader()
+			if old < 0 {
+				thaw()
+				e.violation("setup", "", "no leader to kill")
+				return
+			}
+			err = p.Kill(old)
+			thaw()
+			if err != nil {
+				e.violation("setup", "", "kill node%d: %v", old+1, err)
+				return
+			}
+			e.fault("leader-killed")
+			if _, err := p.WaitLeader(ctx, 6*fault.PatroniTTL, old); err != nil {
+				e.violation("setup", "", "%v", err)
+				return
+			}
+			e.fault("new-leader-promoted")
+			e.rejoin(ctx, p, true, old)
+		})
+	}
+}
+
+// setupPatroniPartition cuts the leader off from etcd. Patroni's leader
+// cannot renew its lock, demotes itself after retry_timeout, before the
+// lock's ttl runs out and another node may take it: the engine prevents
+// split brain, and the checker sees whether any acknowledged result was
+// lost or any operation ran twice.
+func setupPatroniPartition(ctx context.Context, e *env) (*workload, error) {
+	p, err := e.onPatroni(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	e.expectFaults("leader-cut-from-dcs", "new-leader-promoted", "old-leader-rejoined")
+	return e.patroniAt(ctx, func(ctx context.Context, ready func()) {
+		old := p.Leader()
+		if old < 0 {
+			ready()
+			e.violation("setup", "", "no leader to cut off")
+			return
+		}
+		heal, err := p.CutFromDCS(old)
+		ready()
+		if err != nil {
+			e.violation("setup", "", "%v", err)
+			return
+		}
+		e.fault("leader-cut-from-dcs")
+		_, err = p.WaitLeader(ctx, 6*fault.PatroniTTL, old)
+		heal()
+		if err != nil {
+			e.violation("setup", "", "%v", err)
+			return
+		}
+		e.fault("new-leader-promoted")
+		e.rejoin(ctx, p, false, old)
+	})
+}
+
+// setupPatroniSwitchover moves the leadership under load, the way an
+// operator does before maintenance.
+func setupPatroniSwitchover(ctx context.Context, e *env) (*workload, error) {
+	p, err := e.onPatroni(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	e.expectFaults("switchover")
+	return e.patroniAt(ctx, func(ctx context.Context, ready func()) {
+		ready()
+		time.Sleep(e.cfg.Lease)
+		if _, err := p.Switchover(ctx); err != nil {
+			e.violation("setup", "", "%v", err)
+			return
+		}
+		e.fault("switchover")
+		if err := p.WaitHealthy(ctx, 3*time.Minute); err != nil {
+			e.violation("setup", "", "%v", err)
+		}
+	})
+}

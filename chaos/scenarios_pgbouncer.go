@@ -1,0 +1,88 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/testkit/pgbouncer"
+)
+
+// pgbouncerInstalled is the scenario's requirement: a pgbouncer binary.
+func pgbouncerInstalled() error {
+	_, err := pgbouncer.Binary()
+	return err
+}
+
+// setupPgBouncer runs every client's store through one PgBouncer in
+// transaction pooling mode in front of the suite's PostgreSQL, on pools set
+// up as durable/postgres documents for it (query exec mode exec, no
+// startup parameters but application_name). Mid-load, the bouncer's
+// server connections are terminated (in the middle of transactions and
+// commits) and the bouncer itself is SIGKILLed and restarted on the same
+// port, every client connection dropping with it.
+func setupPgBouncer(ctx context.Context, e *env) (*workload, error) {
+	b, err := pgbouncer.New(pgbouncer.Options{Target: e.cfg.PostgresURL, PoolSize: 20})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	e.onClose(b.Close)
+	pcfg, err := pgxpool.ParseConfig(e.cfg.PostgresURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	pcfg.ConnConfig.Host, pcfg.ConnConfig.Port = "127.0.0.1", uint16(b.Port())
+	pcfg.ConnConfig.TLSConfig, pcfg.ConnConfig.Fallbacks = nil, nil
+	pcfg.ConnConfig.Database = b.Database()
+	pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pcfg.ConnConfig.RuntimeParams = map[string]string{"application_name": e.app}
+	pcfg.MaxConns = int32(e.cfg.Parallel*e.cfg.Clients + 6)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(pctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pool through pgbouncer: %w", ErrSetup, err)
+	}
+	e.onClose(pool.Close)
+	// The durability check works through the pooler and finds nothing to
+	// report on a pool set up for it.
+	if err := postgres.CheckDurability(pctx, pool); err != nil {
+		return nil, fmt.Errorf("%w: CheckDurability through pgbouncer: %w\n%s", ErrSetup, err, b.Log())
+	}
+	e.pool = pool
+	w, err := e.mixed(ctx, storeOpts{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	e.expectFaults("pgbouncer-server-connections-terminated", "pgbouncer-restarted")
+	every := max(e.cfg.Iterations/5, 4)
+	w.startOp = func(ctx context.Context, o *op) {
+		switch o.i % every {
+		case every / 2:
+			e.bg(func() {
+				time.Sleep(e.cfg.Lease / 3)
+				n, err := fault.TerminateApp(context.WithoutCancel(ctx), e.admin, e.app)
+				if err != nil {
+					e.violation("setup", "", "%v", err)
+					return
+				}
+				e.faultN("pgbouncer-server-connections-terminated", int64(n))
+			})
+		case every - 1:
+			e.bg(func() {
+				time.Sleep(e.cfg.Lease / 3)
+				if err := b.Restart(); err != nil {
+					e.violation("setup", "", "%v", err)
+					return
+				}
+				e.fault("pgbouncer-restarted")
+			})
+		}
+	}
+	return w, nil
+}
