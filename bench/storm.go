@@ -3,12 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/lua"
 )
 
 // keyBook tracks the keys a storm variant issued and, for the library, how
@@ -117,8 +124,9 @@ func stormWorkload(e *env, f *floors) *workload {
 	w := &workload{
 		name: "storm",
 		about: fmt.Sprintf("up to %d keys × %d duplicates, %d workers taking requests in order (Do, FailFast); "+
-			"floors: bare EVALSHA of claim.lua, and the library with Redis off, claiming first (the default) and with WithWriteAtCommit",
-			e.cfg.keys, e.cfg.dups, e.cfg.concurrency),
+			"floors: bare EVALSHA of claim.lua, and the library with Redis off, claiming first (the default) and with WithWriteAtCommit; "+
+			"then %d bursts of %d keys × %d duplicates released together on a pool of %d, the library with default lua.Options against the bare EVALSHA",
+			e.cfg.keys, e.cfg.dups, e.cfg.concurrency, burstOf(e.cfg).trials, burstOf(e.cfg).keys, burstOf(e.cfg).dups, burstPool),
 		variants: []*variant{
 			{name: "library", vs: "floor-evalsha", target: 0.85, op: stormDo(lib, e.withRedis), after: lib.after},
 			{name: "library-no-redis", vs: "library-at-commit-no-redis", op: stormDo(noRedis, e.noRedis), after: noRedis.after},
@@ -174,10 +182,198 @@ func stormWorkload(e *env, f *floors) *workload {
 				out = append(out, ex)
 			}
 		}
+		burst, err := measureBurst(ctx, e, f)
+		if err != nil {
+			return nil, fmt.Errorf("storm: burst: %w", err)
+		}
+		out = append(out, burst...)
 		out = append(out, extra{Name: "keys per variant (timed rounds)", Value: float64(lib.keysTimed.Load()),
 			Note: fmt.Sprintf("library %d, library-no-redis %d, library-at-commit-no-redis %d, floor-evalsha %d", lib.keysTimed.Load(),
 				noRedis.keysTimed.Load(), atCommitNoRedis.keysTimed.Load(), floor.keysTimed.Load())})
 		return out, nil
 	}
 	return w
+}
+
+// The burst: the storm's duplicates released together rather than taken
+// in order by a few workers, on a client whose pool is far smaller than the
+// requests in flight, so that most calls queue for a connection. The
+// library runs with default lua.Options (only Prefix set), whatever
+// -redis-timeout says: it measures what the defaults do under queueing.
+const burstPool = 20
+
+// burstSize is the size of the burst: 3 bursts of each side, alternating,
+// of 200 keys × 50 duplicates; -smoke, which checks correctness only, sends
+// one of 40 × 10.
+type burstSize struct{ trials, keys, dups int }
+
+func burstOf(cfg config) burstSize {
+	if cfg.smoke {
+		return burstSize{trials: 1, keys: 40, dups: 10}
+	}
+	return burstSize{trials: 3, keys: 200, dups: 50}
+}
+
+// burstSide accumulates one side of the burst over its trials.
+type burstSide struct {
+	h        hist
+	n        int64
+	errs     int64
+	firstErr error
+	elapsed  time.Duration
+	outcomes [numOutcomes]int64
+}
+
+// fire releases n requests at once, each on its own goroutine, and waits
+// for all of them.
+func (s *burstSide) fire(ctx context.Context, n int64, op func(ctx context.Context, i int64) (outcome, error)) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		start = make(chan struct{})
+	)
+	runtime.GC()
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			t0 := time.Now()
+			o, err := op(ctx, i)
+			lat := time.Since(t0)
+			mu.Lock()
+			defer mu.Unlock()
+			s.h.record(lat)
+			s.n++
+			if err != nil {
+				s.errs++
+				if s.firstErr == nil {
+					s.firstErr = err
+				}
+				return
+			}
+			s.outcomes[o]++
+		})
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	s.elapsed += time.Since(t0)
+}
+
+func (s *burstSide) rate() float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return float64(s.n) / s.elapsed.Seconds()
+}
+
+// burstEvalsha is floor-evalsha on client c.
+func burstEvalsha(ctx context.Context, c *redis.Client, f *floors, key string) (outcome, error) {
+	k := fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil))
+	v, err := c.EvalSha(ctx, f.sha, []string{k.Lease, k.Gen, k.Result},
+		fingerprint, uuid.New().String(), leaseMs, retentionMs).Slice()
+	if err != nil {
+		return oOther, err
+	}
+	if len(v) > 0 {
+		switch v[0] {
+		case "acquired":
+			return oAcquired, nil
+		case "busy":
+			return oBusy, nil
+		case "cached":
+			return oCached, nil
+		}
+	}
+	return oOther, fmt.Errorf("%w: claim.lua answered %v", ErrUnexpected, v)
+}
+
+// measureBurst runs bursts (burstOf) of keys × duplicates requests
+// through the library (Do, default lua.Options) and as many of the bare
+// EVALSHA, alternating, each side on a client of its own with a pool of
+// burstPool connections, and reports the library's throughput ratio to
+// the floor, its breaker openings and whether each key executed once.
+func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
+	newClient := func() (*redis.Client, error) {
+		ropt, err := redis.ParseURL(e.cfg.redis)
+		if err != nil {
+			return nil, err
+		}
+		ropt.PoolSize = burstPool
+		ropt.ContextTimeoutEnabled = true
+		return redis.NewClient(ropt), nil
+	}
+	libClient, err := newClient()
+	if err != nil {
+		return nil, err
+	}
+	defer libClient.Close()
+	floorClient, err := newClient()
+	if err != nil {
+		return nil, err
+	}
+	defer floorClient.Close()
+	var opens atomic.Int64
+	rc := fastpath.WithHooks(libClient, fastpath.Hooks{OnStateChange: func(s fastpath.BreakerState) {
+		if s == fastpath.BreakerOpen {
+			opens.Add(1)
+		}
+	}})
+	c, err := claim.New[pgx.Tx](e.store, claim.WithLease(benchLease), claim.WithRetention(benchRetention),
+		claim.WithRedis(rc, lua.Options{Prefix: e.prefix}))
+	if err != nil {
+		return nil, err
+	}
+	size := burstOf(e.cfg)
+	book := &keyBook{e: e, variant: "burst-library", dups: int64(size.dups), perRound: int64(size.keys)}
+	do := stormDo(book, c)
+	var lib, floor burstSide
+	n, dups := int64(size.keys*size.dups), int64(size.dups)
+	var claims int64
+	for t := range size.trials {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r := &round{n: t, prefix: "burst-floor-" + randName("") + "-"}
+		floor.fire(ctx, n, func(ctx context.Context, i int64) (outcome, error) {
+			return burstEvalsha(ctx, floorClient, f, r.key(i/dups))
+		})
+		r = &round{n: t, prefix: "burst-lib-" + randName("") + "-"}
+		before := e.counts()
+		lib.fire(ctx, n, func(ctx context.Context, i int64) (outcome, error) { return do(ctx, r, i) })
+		claims += e.counts().claims - before.claims
+		if err := book.after(ctx, r, n); err != nil {
+			return nil, err
+		}
+	}
+	if floor.errs > 0 {
+		return nil, fmt.Errorf("floor-evalsha: %d of %d failed, first: %w", floor.errs, floor.n, floor.firstErr)
+	}
+	most, twice, never, err := book.check(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ratio := 0.0
+	if fr := floor.rate(); fr > 0 {
+		ratio = lib.rate() / fr
+	}
+	keys := book.keysAll.Load()
+	out := []extra{
+		{Name: "burst: library / floor-evalsha (released together, default lua.Options)", Value: ratio,
+			Target: ">= 0.85", Meets: boolp(ratio >= 0.85),
+			Note: fmt.Sprintf("%d bursts each of %d keys × %d duplicates on a pool of %d: library %.0f/s p50 %s p99 %s "+
+				"(%d executed, %d replayed from redis, %d from the db, %d in progress, %d failed); floor-evalsha %.0f/s p50 %s p99 %s",
+				size.trials, size.keys, size.dups, burstPool,
+				lib.rate(), fmtDur(lib.h.quantile(0.5)), fmtDur(lib.h.quantile(0.99)),
+				lib.outcomes[oExecuted], lib.outcomes[oReplayRedis], lib.outcomes[oReplayDB], lib.outcomes[oInProgress], lib.errs,
+				floor.rate(), fmtDur(floor.h.quantile(0.5)), fmtDur(floor.h.quantile(0.99)))},
+		{Name: "burst: breaker openings", Value: float64(opens.Load()), Target: "== 0", Meets: boolp(opens.Load() == 0),
+			Note: fmt.Sprintf("%d durable claims for %d keys", claims, keys)},
+		{Name: "burst: most executions of one key", Value: float64(most), Target: "== 1", Check: true,
+			Failed: twice > 0 || most != 1 || never > 0,
+			Note:   fmt.Sprintf("%d keys, %d executed twice or more, %d never; fn ran %d times", keys, twice, never, book.runs.Load())},
+	}
+	if lib.errs > 0 {
+		out[0].Note += fmt.Sprintf("; first library error: %v", lib.firstErr)
+	}
+	return out, nil
 }

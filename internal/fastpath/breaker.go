@@ -74,6 +74,10 @@ type Breaker struct {
 	mu       sync.Mutex
 	openedAt time.Time
 	probing  bool
+	// trip is closed when the breaker opens from closed, and replaced by
+	// a new one when it closes again: a call waiting for its turn on the
+	// client's pool stops waiting when it is closed (see [Breaker.tripped]).
+	trip chan struct{}
 }
 
 // NewBreaker returns a closed breaker. Zero options take their defaults.
@@ -81,7 +85,7 @@ type Breaker struct {
 // state, while the breaker's lock is held: it must be quick and must not
 // call the breaker.
 func NewBreaker(opts BreakerOptions, onChange func(BreakerState)) *Breaker {
-	b := &Breaker{failures: opts.Failures, coolDown: opts.CoolDown, now: opts.Now, onChange: onChange}
+	b := &Breaker{failures: opts.Failures, coolDown: opts.CoolDown, now: opts.Now, onChange: onChange, trip: make(chan struct{})}
 	if b.failures <= 0 {
 		b.failures = DefaultBreakerFailures
 	}
@@ -170,6 +174,15 @@ func (b *Breaker) Abandon(probe bool) {
 	}
 }
 
+// tripped returns a channel that is closed once the breaker opens: already
+// closed when the breaker is not closed now. A call admitted while the
+// breaker was closed and still waiting to be sent gives up when it closes.
+func (b *Breaker) tripped() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.trip
+}
+
 func (b *Breaker) open() {
 	b.openedAt = b.now()
 	b.fails.Store(0)
@@ -177,8 +190,15 @@ func (b *Breaker) open() {
 }
 
 func (b *Breaker) set(s BreakerState) {
-	if b.State() == s {
+	from := b.State()
+	if from == s {
 		return
+	}
+	switch {
+	case from == BreakerClosed:
+		close(b.trip)
+	case s == BreakerClosed:
+		b.trip = make(chan struct{})
 	}
 	b.state.Store(int32(s))
 	if b.onChange != nil {

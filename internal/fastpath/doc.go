@@ -8,7 +8,8 @@
 // in each .lua file's header; what users configure, the key layout and the
 // client settings are in package lua's documentation. This package adds
 // what only Go sees: argument checks ([ErrInvalidArgument], no call made),
-// the per-call timeout, the breaker, and decoding of the replies
+// the per-call timeout (which starts once the call has its turn on the
+// client's pool: see [New]), the breaker, and decoding of the replies
 // ([ErrCorrupt]). Every Redis failure matches [ErrUnavailable], which
 // matches durable.ErrUnavailable: the caller then goes to the durable store
 // alone, with proposed generation 0.
@@ -20,7 +21,9 @@
 // which calls return [ErrBreakerOpen] at once with no Redis call; then one
 // probe call is let through (half-open), whose success closes it and whose
 // failure opens it again. A call the caller's own context ended, a bad
-// argument or a corrupt reply does not count as a failure.
+// argument, a corrupt reply or a wait for a connection does not count as a
+// failure; a call still waiting for a connection when the breaker opens
+// returns [ErrBreakerOpen] unsent.
 // [Scripts.Breaker] and [Options.OnStateChange] report the state for
 // metrics.
 //

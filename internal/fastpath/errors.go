@@ -17,8 +17,8 @@ func (unavailable) Unwrap() error { return durable.ErrUnavailable }
 
 var (
 	// ErrUnavailable is returned when Redis could not be used for a call:
-	// the breaker is open, the call failed or timed out, or the reply made
-	// no sense. It matches [durable.ErrUnavailable]. The claim layer then
+	// the breaker is open, the call failed or timed out, it waited for a
+	// connection past the client's PoolTimeout, or the reply made no sense. It matches [durable.ErrUnavailable]. The claim layer then
 	// goes to the durable store alone. A script that timed out may still
 	// have run on the server; every script is safe to run again (see each
 	// script's header in package lua).

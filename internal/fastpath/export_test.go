@@ -14,3 +14,7 @@ func ClaimSource() string {
 // SetDirect forces whether calls run on the caller's goroutine, for the
 // overhead benchmark's canned client.
 func SetDirect(s *Scripts, direct bool) { s.direct = direct }
+
+// CountPoolWait removes s's pool gate: a call then waits for a connection
+// inside its per-call timeout, as before the gate. For negative controls.
+func CountPoolWait(s *Scripts) { s.turns = nil }

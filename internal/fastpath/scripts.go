@@ -60,8 +60,9 @@ type Options struct {
 	// Prefix starts every key name. Defaults to [DefaultPrefix]. It must
 	// not contain '{' or '}', which would change the hash tag.
 	Prefix string
-	// Timeout bounds each call, Redis's retries included. Defaults to
-	// [DefaultTimeout].
+	// Timeout bounds each call, Redis's retries included, from when the
+	// call has its turn on the client's connection pool: the wait for that
+	// turn is not part of it (see [New]). Defaults to [DefaultTimeout].
 	Timeout time.Duration
 	// MaxCachedBody is the largest body cached in Redis, in bytes.
 	// Defaults to [DefaultMaxCachedBody]; negative caches no result at all.
@@ -140,6 +141,15 @@ type Scripts struct {
 	// (ContextTimeoutEnabled); otherwise each call runs on its own
 	// goroutine so the wrapper can return at the deadline anyway.
 	direct bool
+	// turns, for a *redis.Client, holds one token per call in the client
+	// (sent or waiting for a connection), at most the turns of its pool:
+	// a call waits here, before its per-call timeout starts, instead of in
+	// the pool, where the timeout would run out while it queues. nil for
+	// other clients: their calls queue in the pool, on the timeout's time.
+	turns chan struct{}
+	// poolTimeout bounds the wait for a turn, as the client's PoolTimeout
+	// bounds the wait for a connection.
+	poolTimeout time.Duration
 	// proc is c when it is a go-redis client, whose Process takes a
 	// command built here in one allocation (see call); nil for any other
 	// Scripter, which is called through redis.Script.Run.
@@ -159,6 +169,19 @@ type Scripts struct {
 // wrapper returns at the deadline while that goroutine waits out the
 // client's ReadTimeout. See package lua's documentation for retry settings.
 // Hooks attached to c with [WithHooks] are applied to opts.
+//
+// Queueing for a connection is not Redis failing. With a *redis.Client
+// (a Sentinel failover client is one), at most as many calls as its pool
+// has turns (PoolSize, or MaxActiveConns when lower) are in the client at
+// once; a call beyond them waits for a turn first, and its per-call
+// timeout starts once it has one. That wait is bounded by ctx and by the
+// client's PoolTimeout, and a call still waiting when the breaker opens
+// returns [ErrBreakerOpen] without being sent; running out of either is
+// not a breaker failure. Commands the application sends on the same client
+// are not counted: a call may still wait for a connection they hold, on
+// its timeout's time. Cluster and Ring clients, whose pools are per node,
+// and other Scripters are not gated: a wait in their pools counts as
+// before.
 func New(c redis.Scripter, opts Options) (*Scripts, error) {
 	c, opts = unhook(c, opts)
 	if c == nil {
@@ -175,6 +198,14 @@ func New(c redis.Scripter, opts Options) (*Scripts, error) {
 	switch c := c.(type) {
 	case *redis.Client:
 		s.proc = c
+		o := c.Options() // as the client normalized them: PoolSize and PoolTimeout are set
+		n := o.PoolSize
+		if o.MaxActiveConns > 0 && o.MaxActiveConns < n {
+			n = o.MaxActiveConns
+		}
+		if n > 0 && o.PoolTimeout > 0 {
+			s.turns, s.poolTimeout = make(chan struct{}, n), o.PoolTimeout
+		}
 	case *redis.ClusterClient:
 		s.proc = c
 	case *redis.Ring:
@@ -275,6 +306,10 @@ type call struct {
 	ni    int
 	gen   uint64
 	owner uuidText
+	// ttl, when set, points at the argument that is a TTL in milliseconds
+	// counted from when the call was made (complete.lua's): shortened by
+	// the wait for a turn, so that the TTL still runs from then.
+	ttl *int64
 }
 
 // uuidText is a UUID's canonical text form, which go-redis sends as the
@@ -334,6 +369,17 @@ func (c *call) int(v int64) {
 	c.n++
 }
 
+// shorten takes waited off the call's TTL argument, if it has one; a TTL
+// under 1ms becomes 0, which caches nothing.
+func (c *call) shorten(waited time.Duration) {
+	if c.ttl == nil || waited <= 0 {
+		return
+	}
+	if *c.ttl -= msUp(waited); *c.ttl < 1 {
+		*c.ttl = 0
+	}
+}
+
 // keys and values return the keys and arguments as redis.Script.Run takes
 // them, by value: a Scripter that is not a go-redis client may read them.
 func (c *call) keys() []string { return c.strs[:c.nkeys] }
@@ -390,16 +436,29 @@ func (s *Scripts) admit() (probe bool, err error) {
 }
 
 // run sends one script admitted by the breaker, with the per-call timeout,
-// and records its outcome with the breaker.
+// and records its outcome with the breaker. With a pool gate, the call
+// first takes a turn (see [New]); the timeout starts after that.
 func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScript, c *call) (any, error) {
+	if s.turns != nil {
+		waited, err := s.acquire(ctx, probe)
+		if err != nil {
+			// Nothing was sent, and waiting says nothing about Redis.
+			s.breaker.Abandon(probe)
+			if errors.Is(err, ErrBreakerOpen) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %s: waiting for a connection: %w", ErrUnavailable, name, err)
+		}
+		c.shorten(waited)
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var v any
 	var err error
 	if s.direct {
-		v, err = s.send(cctx, sc, c)
+		v, err = s.sendInTurn(cctx, sc, c)
 	} else {
-		v, err = s.detached(cctx, sc, c)
+		v, err = s.detached(cctx, sc, c) // releases the turn when the client returns
 	}
 	switch {
 	case err == nil:
@@ -414,6 +473,56 @@ func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScrip
 	return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, name, err)
 }
 
+// acquire takes a turn on the client's pool for one call, and returns how
+// long it waited. The wait ends without a turn when ctx ends (ctx.Err()),
+// after the client's PoolTimeout (redis.ErrPoolTimeout), or, for a call
+// that is not the half-open probe, when the breaker opens
+// ([ErrBreakerOpen]).
+func (s *Scripts) acquire(ctx context.Context, probe bool) (time.Duration, error) {
+	select {
+	case s.turns <- struct{}{}:
+		return 0, nil
+	default:
+	}
+	start := time.Now()
+	var tripped <-chan struct{}
+	if !probe {
+		tripped = s.breaker.tripped()
+	}
+	t := time.NewTimer(s.poolTimeout)
+	defer t.Stop()
+	select {
+	case s.turns <- struct{}{}:
+	case <-tripped:
+		return 0, ErrBreakerOpen
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-t.C:
+		return 0, redis.ErrPoolTimeout
+	}
+	if !probe && s.breaker.State() != BreakerClosed {
+		// Opened while this call waited (select picks at random among
+		// ready cases).
+		s.release()
+		return 0, ErrBreakerOpen
+	}
+	return time.Since(start), nil
+}
+
+// sendInTurn is send, giving back the call's turn when it returns.
+func (s *Scripts) sendInTurn(ctx context.Context, sc *luaScript, c *call) (any, error) {
+	defer s.release()
+	return s.send(ctx, sc, c)
+}
+
+// release gives back a turn taken by acquire; it does nothing without a
+// pool gate.
+func (s *Scripts) release() {
+	if s.turns != nil {
+		<-s.turns
+	}
+}
+
 type reply struct {
 	v   any
 	err error
@@ -424,7 +533,7 @@ type reply struct {
 func (s *Scripts) detached(ctx context.Context, sc *luaScript, c *call) (any, error) {
 	ch := make(chan reply, 1)
 	go func() {
-		v, err := s.send(ctx, sc, c)
+		v, err := s.sendInTurn(ctx, sc, c) // the connection is back in the pool only now
 		ch <- reply{v, err}
 	}()
 	select {
@@ -709,6 +818,9 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 	c.str(fingerprint)
 	c.str(blob)
 	c.int(ttlMS)
+	if cache {
+		c.ttl = &c.ints[c.ni-1]
+	}
 	v, err := s.run(ctx, probe, "complete", completeScript, c)
 	if err != nil {
 		return false, err
