@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
@@ -62,27 +61,13 @@ type benchFixture struct {
 func newBenchFixture(b *testing.B, luaOpts *lua.Options) *benchFixture {
 	b.Helper()
 	s := testenv.Postgres(b)
-	cfg, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := poolConfig(b, s.URL)
 	if err := postgres.ConfigurePool(cfg); err != nil {
 		b.Fatal(err)
 	}
 	f := &benchFixture{stmts: &benchStmts{}, cmds: &benchCmds{}}
 	cfg.ConnConfig.Tracer = f.stmts
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	if err := postgres.Migrate(context.Background(), pool, postgres.WithSchema(s.Name)); err != nil {
-		b.Fatal(err)
-	}
-	st, err := postgres.New(pool, postgres.WithSchema(s.Name))
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, st := migratedStore(b, cfg, s.Name)
 	var opts []claim.Option
 	if luaOpts != nil {
 		opt := testenv.RedisOptions(b)
@@ -95,10 +80,11 @@ func newBenchFixture(b *testing.B, luaOpts *lua.Options) *benchFixture {
 		rdb.AddHook(f.cmds)
 		opts = append(opts, claim.WithRedis(rdb, lo))
 	}
-	f.c, err = claim.New[pgx.Tx](st, opts...)
+	c, err := claim.New[pgx.Tx](st, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
+	f.c = c
 	return f
 }
 

@@ -128,21 +128,43 @@ func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(cont
 	return out, nil
 }
 
-func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error) {
-	t, p, err := c.prepare(r)
+// claimStart is how a claim or a Do began: r prepared as t and p, offered
+// to Redis (its answer f) at sent.
+type claimStart struct {
+	t    target
+	p    storeapi.ClaimParams
+	f    fast
+	sent time.Time
+}
+
+// beginClaim prepares r and offers it to Redis. done reports that the claim
+// is over already (r is invalid, or Redis settled it): out and err are its
+// answer.
+func (c *Claimer[TTx]) beginClaim(ctx context.Context, r Request) (s claimStart, out Outcome, done bool, err error) {
+	s.t, s.p, err = c.prepare(r)
 	if err != nil {
-		return Outcome{}, err
+		return s, Outcome{}, true, err
 	}
 	// The lease is measured from here, on the monotonic clock; so is the
 	// age of what the durable claim reads (see refill).
-	sent := time.Now()
-	f := c.redisClaim(ctx, &t, p)
+	s.sent = time.Now()
+	s.f = c.redisClaim(ctx, &s.t, s.p)
 	if c.tr.on() {
-		c.tr.note(ctx, attrRedis.Bool(f.answered))
+		c.tr.note(ctx, attrRedis.Bool(s.f.answered))
 	}
-	if f.final {
-		return c.fastOutcome(ctx, t.opID, f)
+	if s.f.final {
+		out, err = c.fastOutcome(ctx, s.t.opID, s.f)
+		return s, out, true, err
 	}
+	return s, Outcome{}, false, nil
+}
+
+func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error) {
+	s, out, done, err := c.beginClaim(ctx, r)
+	if done {
+		return out, err
+	}
+	t, p, f, sent := s.t, s.p, s.f, s.sent
 	p.Proposed = f.proposed
 	res, err := c.durableClaim(ctx, *new(TTx), p)
 	if err != nil {

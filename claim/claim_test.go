@@ -11,12 +11,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/txmark"
-	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
@@ -169,23 +167,13 @@ func TestClaimer_StoreDownFailsClosed(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t, mode)
-			// A store whose pool points at a port nothing listens on.
-			pool, err := pgxpool.New(t.Context(), "postgres://postgres@127.0.0.1:1/test?connect_timeout=1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			down, err := postgres.New(pool, postgres.WithSchema(e.schema.Name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := e.newClaimer(down)
+			c := e.newClaimer(e.downStore())
 			ran := false
 			r := req("k-down", "v1:a")
 			if _, err := c.Claim(t.Context(), r); !errors.Is(err, claim.ErrUnavailable) {
 				t.Fatalf("Claim err = %v, want ErrUnavailable", err)
 			}
-			_, err = c.Do(t.Context(), r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+			_, err := c.Do(t.Context(), r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
 				ran = true
 				return result("x"), nil
 			})

@@ -167,18 +167,11 @@ func (c *Claimer[TTx]) endTxOnPanic(ctx context.Context, txSpan trace.Span, f fa
 }
 
 func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Context, TTx, Op) (durable.Result, error)) (out Outcome, err error) {
-	t, p, err := c.prepare(r)
-	if err != nil {
-		return Outcome{}, err
+	s, out, done, err := c.beginClaim(ctx, r)
+	if done {
+		return out, err
 	}
-	sent := time.Now()
-	f := c.redisClaim(ctx, &t, p)
-	if c.tr.on() {
-		c.tr.note(ctx, attrRedis.Bool(f.answered))
-	}
-	if f.final {
-		return c.fastOutcome(ctx, t.opID, f)
-	}
+	t, p, f, sent := s.t, s.p, s.f, s.sent
 	d := &doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
 	if c.atCommit != nil {
 		if out, done, err := c.doAtCommit(ctx, d, f); done {

@@ -49,6 +49,28 @@ func (e *env) insertOrder(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.
 	return result(`{"order":"` + op.ID + `"}`), nil
 }
 
+// insertThenFail returns a Do function that writes its order, then fails
+// with fail.
+func (e *env) insertThenFail(fail error) func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+	return func(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
+		if _, err := e.insertOrder(ctx, tx, op); err != nil {
+			return durable.Result{}, err
+		}
+		return durable.Result{}, fail
+	}
+}
+
+// retryExecutesOnce does r again (what names the retry) and fails t unless
+// it executed and its operation wrote exactly one order.
+func (e *env) retryExecutesOnce(t *testing.T, r claim.Request, what string) {
+	t.Helper()
+	out, err := e.c.Do(t.Context(), r, e.insertOrder)
+	if err != nil || out.Kind != claim.Executed {
+		t.Fatalf("%s = %v, %v; want Executed", what, out.Kind, err)
+	}
+	e.wantOrders(t, out.OperationID, 1)
+}
+
 func TestClaimer_Do(t *testing.T) {
 	t.Parallel()
 	for _, mode := range modes {
@@ -76,25 +98,15 @@ func TestClaimer_Do(t *testing.T) {
 			t.Run("TransientErrorStoresNothingAndFreesTheKey", func(t *testing.T) {
 				r := req("d-transient", "v1:a")
 				boom := errors.New("dependency down")
-				_, err := e.c.Do(t.Context(), r, func(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
-					if _, err := e.insertOrder(ctx, tx, op); err != nil {
-						return durable.Result{}, err
-					}
-					return durable.Result{}, boom
-				})
+				_, err := e.c.Do(t.Context(), r, e.insertThenFail(boom))
 				if !errors.Is(err, boom) {
 					t.Fatalf("Do err = %v, want the function's error", err)
 				}
 				if _, err := e.store.Get(t.Context(), e.ref(r)); !errors.Is(err, durable.ErrNotFound) {
 					t.Fatalf("record after rollback: %v, want ErrNotFound", err)
 				}
-				out, err := e.c.Do(t.Context(), r, e.insertOrder)
-				if err != nil || out.Kind != claim.Executed {
-					t.Fatalf("retry after transient error = %v, %v", out.Kind, err)
-				}
-				if n := e.orderCount(out.OperationID); n != 1 {
-					t.Fatalf("orders = %d, want 1 (the rolled back insert must not count)", n)
-				}
+				// The rolled back insert must not count.
+				e.retryExecutesOnce(t, r, "retry after transient error")
 			})
 
 			t.Run("RejectIsStoredAsFailedAndReplayed", func(t *testing.T) {
@@ -184,13 +196,7 @@ func TestClaimer_DoConnectionCutBeforeCommit(t *testing.T) {
 	if err == nil {
 		t.Fatal("Do succeeded although its connection was killed before COMMIT")
 	}
-	out, err := e.c.Do(t.Context(), r, e.insertOrder)
-	if err != nil || out.Kind != claim.Executed {
-		t.Fatalf("retry = %v, %v; want Executed", out.Kind, err)
-	}
-	if n := e.orderCount(out.OperationID); n != 1 {
-		t.Fatalf("orders = %d, want exactly 1", n)
-	}
+	e.retryExecutesOnce(t, r, "retry")
 }
 
 // lostAckStore commits every transaction, reports its COMMIT reply as lost,

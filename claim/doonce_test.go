@@ -36,6 +36,16 @@ type doMode struct {
 // doModes are the two: claiming first (the default) and WithWriteAtCommit.
 var doModes = []doMode{{"ClaimFirst", false}, {"WriteAtCommit", true}}
 
+// forDoModes runs test as a parallel subtest in each of doModes.
+func forDoModes(t *testing.T, test func(t *testing.T, m doMode)) {
+	for _, m := range doModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, m)
+		})
+	}
+}
+
 // opts returns the options of m, then more.
 func (m doMode) opts(more ...claim.Option) []claim.Option {
 	if m.atCommit {
@@ -98,10 +108,7 @@ func (e *env) untilInFlight(want int) func(context.Context, *atomic.Int64) {
 // connections, so that n-1 duplicates can wait in the database at once.
 func (e *env) widePool(n int32) durable.Store[pgx.Tx] {
 	e.t.Helper()
-	cfg, err := pgxpool.ParseConfig(e.schema.URL)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	cfg := poolConfig(e.t, e.schema.URL)
 	cfg.MaxConns = n
 	pool, err := pgxpool.NewWithConfig(e.t.Context(), cfg)
 	if err != nil {
@@ -134,6 +141,30 @@ func doAll(c *claim.Claimer[pgx.Tx], r claim.Request, n int, fn func(context.Con
 	close(start)
 	wg.Wait()
 	return answers
+}
+
+// doInTurn runs n Do calls of r one after the other, between (when not
+// nil) before each but the first, and returns their answers.
+func doInTurn(t *testing.T, c *claim.Claimer[pgx.Tx], r claim.Request, n int, fn func(context.Context, pgx.Tx, claim.Op) (durable.Result, error), between func()) []doAnswer {
+	answers := make([]doAnswer, n)
+	for i := range answers {
+		if i > 0 && between != nil {
+			between()
+		}
+		answers[i].out, answers[i].err = c.Do(t.Context(), r, fn)
+	}
+	return answers
+}
+
+// wantNoRun logs the runs of f for a request it must not run for (what
+// says which, and why), and fails t if claiming first it ran at all.
+func wantNoRun(t *testing.T, m doMode, f *countedFn, what string) {
+	t.Helper()
+	runs := f.runs.Load()
+	t.Logf("%s: fn ran %d times %s (business writes committed: 0)", m.name, runs, what)
+	if !m.atCommit && runs != 0 {
+		t.Fatalf("fn ran %d times %s; want 0", runs, what)
+	}
 }
 
 // wantRunOnce checks what both modes promise for answers of one operation
@@ -185,71 +216,60 @@ func concurrentDuplicates(t *testing.T, e *env, m doMode, c *claim.Claimer[pgx.T
 // the database while the first holds the key).
 func TestClaimer_DoRunsOnce_NoRedis(t *testing.T) {
 	t.Parallel()
-	for _, m := range doModes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			e := setup(t, withoutRed)
-			e.orders()
-			c := e.newClaimer(e.widePool(16), m.opts()...)
-			concurrentDuplicates(t, e, m, c, 100, 15)
-		})
-	}
+	forDoModes(t, func(t *testing.T, m doMode) {
+		e := setup(t, withoutRed)
+		e.orders()
+		c := e.newClaimer(e.widePool(16), m.opts()...)
+		concurrentDuplicates(t, e, m, c, 100, 15)
+	})
 }
 
 // Redis down: nothing listens on its address (the breaker opens after its
 // default 5 failures), 50 duplicates at once.
 func TestClaimer_DoRunsOnce_RedisDown(t *testing.T) {
 	t.Parallel()
-	for _, m := range doModes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			e := setup(t, withoutRed)
-			e.orders()
-			dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
-			t.Cleanup(func() { dead.Close() })
-			c, err := claim.New[pgx.Tx](e.widePool(16), m.opts(claim.WithRedis(dead, lua.Options{Prefix: e.schema.Name}))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			concurrentDuplicates(t, e, m, c, 50, 15)
-		})
-	}
+	forDoModes(t, func(t *testing.T, m doMode) {
+		e := setup(t, withoutRed)
+		e.orders()
+		c, err := claim.New[pgx.Tx](e.widePool(16), m.opts(claim.WithRedis(deadRedis(t), lua.Options{Prefix: e.schema.Name}))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		concurrentDuplicates(t, e, m, c, 50, 15)
+	})
 }
 
 // redisFault is how a Redis of its own fails while the first request runs
 // fn: then 20 duplicates arrive.
 func doRunsOnceWhileRedisFails(t *testing.T, fail func(t *testing.T, srv *redisproc.Server)) {
-	for _, m := range doModes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redisproc.Start(t, redisproc.Options{})
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-			t.Cleanup(func() { rdb.Close() })
-			e := setup(t, withoutRed)
-			e.orders()
-			c, err := claim.New[pgx.Tx](e.widePool(24), m.opts(claim.WithRedis(rdb, lua.Options{Prefix: e.schema.Name, Timeout: 100 * time.Millisecond}))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			const dups = 20
-			r := req("redis-fails", "v1:a")
-			f := &countedFn{e: e}
-			inFlight := e.untilInFlight(dups)
-			later := make(chan []doAnswer, 1)
-			f.hold = func(ctx context.Context, runs *atomic.Int64) {
-				// The first request got its claim through Redis; now Redis
-				// fails, and the duplicates arrive while fn runs.
-				fail(t, srv)
-				go func() { later <- doAll(c, r, dups, f.fn) }()
-				inFlight(ctx, runs)
-			}
-			first, err := c.Do(t.Context(), r, f.fn)
-			wantRunOnce(t, e, m, f, append([]doAnswer{{first, err}}, <-later...))
-			if !m.atCommit && first.Kind != claim.Executed {
-				t.Fatalf("first = %v; want Executed (it holds the claim)", first.Kind)
-			}
-		})
-	}
+	forDoModes(t, func(t *testing.T, m doMode) {
+		srv := redisproc.Start(t, redisproc.Options{})
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+		t.Cleanup(func() { rdb.Close() })
+		e := setup(t, withoutRed)
+		e.orders()
+		c, err := claim.New[pgx.Tx](e.widePool(24), m.opts(claim.WithRedis(rdb, lua.Options{Prefix: e.schema.Name, Timeout: 100 * time.Millisecond}))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const dups = 20
+		r := req("redis-fails", "v1:a")
+		f := &countedFn{e: e}
+		inFlight := e.untilInFlight(dups)
+		later := make(chan []doAnswer, 1)
+		f.hold = func(ctx context.Context, runs *atomic.Int64) {
+			// The first request got its claim through Redis; now Redis
+			// fails, and the duplicates arrive while fn runs.
+			fail(t, srv)
+			go func() { later <- doAll(c, r, dups, f.fn) }()
+			inFlight(ctx, runs)
+		}
+		first, err := c.Do(t.Context(), r, f.fn)
+		wantRunOnce(t, e, m, f, append([]doAnswer{{first, err}}, <-later...))
+		if !m.atCommit && first.Kind != claim.Executed {
+			t.Fatalf("first = %v; want Executed (it holds the claim)", first.Kind)
+		}
+	})
 }
 
 // Redis killed while the first request runs fn.
@@ -273,47 +293,28 @@ func TestClaimer_DoRunsOnce_RedisFrozen(t *testing.T) {
 // finished operation.
 func TestClaimer_DoRunsOnce_RedisEmptied(t *testing.T) {
 	t.Parallel()
-	for _, m := range doModes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			e := setup(t, withRedis, m.opts()...)
-			e.orders()
-			f := &countedFn{e: e}
-			r := req("emptied", "v1:a")
-			var answers []doAnswer
-			for i := range 6 {
-				if i > 0 {
-					e.flushRedis()
-				}
-				out, err := e.c.Do(t.Context(), r, f.fn)
-				answers = append(answers, doAnswer{out, err})
-			}
-			wantRunOnce(t, e, m, f, answers)
-		})
-	}
+	forDoModes(t, func(t *testing.T, m doMode) {
+		e := setup(t, withRedis, m.opts()...)
+		e.orders()
+		f := &countedFn{e: e}
+		r := req("emptied", "v1:a")
+		wantRunOnce(t, e, m, f, doInTurn(t, e.c, r, 6, f.fn, e.flushRedis))
+	})
 }
 
 // A result larger than MaxCachedBody is never cached in Redis: 5 retries
 // after the first run replay it from the database.
 func TestClaimer_DoRunsOnce_LargeResult(t *testing.T) {
 	t.Parallel()
-	for _, m := range doModes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			e := setup(t, withoutRed)
-			e.orders()
-			e.rdb, e.prefix = testenv.Redis(t)
-			c := e.newClaimer(e.store, m.opts(claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second, MaxCachedBody: 1024}))...)
-			f := &countedFn{e: e, body: `"` + strings.Repeat("x", 4096) + `"`}
-			r := req("large", "v1:a")
-			var answers []doAnswer
-			for range 6 {
-				out, err := c.Do(t.Context(), r, f.fn)
-				answers = append(answers, doAnswer{out, err})
-			}
-			wantRunOnce(t, e, m, f, answers)
-		})
-	}
+	forDoModes(t, func(t *testing.T, m doMode) {
+		e := setup(t, withoutRed)
+		e.orders()
+		e.rdb, e.prefix = testenv.Redis(t)
+		c := e.newClaimer(e.store, m.opts(claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second, MaxCachedBody: 1024}))...)
+		f := &countedFn{e: e, body: `"` + strings.Repeat("x", 4096) + `"`}
+		r := req("large", "v1:a")
+		wantRunOnce(t, e, m, f, doInTurn(t, c, r, 6, f.fn, nil))
+	})
 }
 
 // A request of another payload for a finished key Redis no longer knows is
@@ -321,57 +322,43 @@ func TestClaimer_DoRunsOnce_LargeResult(t *testing.T) {
 // commit it runs and its write rolls back.
 func TestClaimer_DoRunsOnce_MismatchRunsNothing(t *testing.T) {
 	t.Parallel()
-	for _, m := range doModes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			e := setup(t, withRedis, m.opts()...)
-			e.orders()
-			first := &countedFn{e: e}
-			out, err := e.c.Do(t.Context(), req("mismatch", "v1:a"), first.fn)
-			if err != nil || out.Kind != claim.Executed {
-				t.Fatalf("first = %v, %v", out.Kind, err)
-			}
-			e.flushRedis()
-			other := &countedFn{e: e}
-			if _, err := e.c.Do(t.Context(), req("mismatch", "v1:other"), other.fn); !errors.Is(err, claim.ErrMismatch) {
-				t.Fatalf("another payload = %v; want ErrMismatch", err)
-			}
-			e.wantOrders(t, out.OperationID, 1)
-			runs := other.runs.Load()
-			t.Logf("%s: fn ran %d times for the mismatching request (business writes committed: 0)", m.name, runs)
-			if !m.atCommit && runs != 0 {
-				t.Fatalf("fn ran %d times for a mismatching request; want 0", runs)
-			}
-		})
-	}
+	forDoModes(t, func(t *testing.T, m doMode) {
+		e := setup(t, withRedis, m.opts()...)
+		e.orders()
+		first := &countedFn{e: e}
+		out, err := e.c.Do(t.Context(), req("mismatch", "v1:a"), first.fn)
+		if err != nil || out.Kind != claim.Executed {
+			t.Fatalf("first = %v, %v", out.Kind, err)
+		}
+		e.flushRedis()
+		other := &countedFn{e: e}
+		if _, err := e.c.Do(t.Context(), req("mismatch", "v1:other"), other.fn); !errors.Is(err, claim.ErrMismatch) {
+			t.Fatalf("another payload = %v; want ErrMismatch", err)
+		}
+		e.wantOrders(t, out.OperationID, 1)
+		wantNoRun(t, m, other, "for the mismatching request")
+	})
 }
 
 // A key another worker's Lease holds, which Redis no longer knows, is in
 // progress: claiming first, fn never runs for it.
 func TestClaimer_DoRunsOnce_HeldKeyRunsNothing(t *testing.T) {
 	t.Parallel()
-	for _, m := range doModes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			e := setup(t, withRedis, m.opts()...)
-			e.orders()
-			r := req("held-by-lease", "v1:a")
-			lease := mustClaim(t, e.c, r, claim.Acquired).Lease
-			e.flushRedis()
-			f := &countedFn{e: e}
-			out, err := e.c.Do(t.Context(), r, f.fn)
-			if err != nil || out.Kind != claim.InProgress {
-				t.Fatalf("Do on a held key = %v, %v; want InProgress", out.Kind, err)
-			}
-			e.wantOrders(t, out.OperationID, 0)
-			runs := f.runs.Load()
-			t.Logf("%s: fn ran %d times while another worker's Lease held the key (business writes committed: 0)", m.name, runs)
-			if !m.atCommit && runs != 0 {
-				t.Fatalf("fn ran %d times for a held key; want 0", runs)
-			}
-			if err := lease.Release(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+	forDoModes(t, func(t *testing.T, m doMode) {
+		e := setup(t, withRedis, m.opts()...)
+		e.orders()
+		r := req("held-by-lease", "v1:a")
+		lease := mustClaim(t, e.c, r, claim.Acquired).Lease
+		e.flushRedis()
+		f := &countedFn{e: e}
+		out, err := e.c.Do(t.Context(), r, f.fn)
+		if err != nil || out.Kind != claim.InProgress {
+			t.Fatalf("Do on a held key = %v, %v; want InProgress", out.Kind, err)
+		}
+		e.wantOrders(t, out.OperationID, 0)
+		wantNoRun(t, m, f, "while another worker's Lease held the key")
+		if err := lease.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

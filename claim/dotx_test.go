@@ -89,34 +89,20 @@ func TestClaimer_DoTxPostgres(t *testing.T) {
 				}
 				// The retry is not held back by the rolled-back claim's
 				// Redis lease: it runs at once.
-				again, err := e.c.Do(ctx, r, e.insertOrder)
-				if err != nil || again.Kind != claim.Executed {
-					t.Fatalf("retry after rollback = %v, %v; want Executed", again.Kind, err)
-				}
-				if n := e.orderCount(out.OperationID); n != 1 {
-					t.Fatalf("orders = %d, want 1 (the retry's)", n)
-				}
+				e.retryExecutesOnce(t, r, "retry after rollback")
 			})
 
 			t.Run("TransientErrorIsReturnedForTheCallerToRollBack", func(t *testing.T) {
 				r := req("tx-transient", "v1:a")
 				tx := begin()
 				boom := errors.New("dependency down")
-				_, finish, err := e.c.DoTx(ctx, tx, r, func(ctx context.Context, tx pgx.Tx, op claim.Op) (durable.Result, error) {
-					if _, err := e.insertOrder(ctx, tx, op); err != nil {
-						return durable.Result{}, err
-					}
-					return durable.Result{}, boom
-				})
+				_, finish, err := e.c.DoTx(ctx, tx, r, e.insertThenFail(boom))
 				if !errors.Is(err, boom) {
 					t.Fatalf("DoTx err = %v; want fn's", err)
 				}
 				_ = tx.Rollback(ctx)
 				finish(ctx, err) // a no-op after an error
-				out, err := e.c.Do(ctx, r, e.insertOrder)
-				if err != nil || out.Kind != claim.Executed || e.orderCount(out.OperationID) != 1 {
-					t.Fatalf("retry = %v, %v", out.Kind, err)
-				}
+				e.retryExecutesOnce(t, r, "retry")
 			})
 
 			t.Run("RejectionIsStoredAsFailed", func(t *testing.T) {

@@ -6,10 +6,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -25,23 +23,9 @@ func TestClaimer_DurabilityDegraded(t *testing.T) {
 	}{{"off", 1}, {"on", 0}} {
 		t.Run(tc.syncCommit, func(t *testing.T) {
 			sch := testenv.Postgres(t)
-			cfg, err := pgxpool.ParseConfig(sch.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := poolConfig(t, sch.URL)
 			cfg.ConnConfig.RuntimeParams["synchronous_commit"] = tc.syncCommit
-			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			if err := postgres.Migrate(t.Context(), pool, postgres.WithSchema(sch.Name)); err != nil {
-				t.Fatal(err)
-			}
-			st, err := postgres.New(pool, postgres.WithSchema(sch.Name))
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, st := migratedStore(t, cfg, sch.Name)
 			var buf syncBuf
 			mp := newRecorder()
 			c, err := claim.New[pgx.Tx](st, claim.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), claim.WithMeterProvider(mp))

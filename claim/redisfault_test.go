@@ -11,13 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
-	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
 )
@@ -115,57 +113,52 @@ func TestClaimer_RedisCacheNeverOutlivesTheRecord(t *testing.T) {
 		return e, c
 	}
 
-	t.Run("RefillAfterAClaimReplaysFromTheDatabase", func(t *testing.T) {
-		t.Parallel()
-		e, slow := setupSlow(t)
-		r := req("c-refill", "v1:a")
-		out := mustClaim(t, e.c, r, claim.Acquired)
-		if err := out.Lease.Complete(t.Context(), result("stored")); err != nil {
-			t.Fatal(err)
-		}
-		e.flushRedis()
-		if rep := mustClaim(t, slow, r, claim.Replayed); rep.FromCache {
-			t.Fatal("replayed from a flushed cache")
-		}
-		e.assertCacheWithinRecord(r)
-	})
-
-	t.Run("RefillAfterDoReplaysFromTheDatabase", func(t *testing.T) {
-		t.Parallel()
-		e, slow := setupSlow(t)
-		e.orders()
-		r := req("c-refill-do", "v1:a")
-		if out, err := e.c.Do(t.Context(), r, e.insertOrder); err != nil || out.Kind != claim.Executed {
-			t.Fatalf("Do = %v, %v", out.Kind, err)
-		}
-		e.flushRedis()
-		if out, err := slow.Do(t.Context(), r, e.insertOrder); err != nil || out.Kind != claim.Replayed {
-			t.Fatalf("Do after flush = %v, %v; want Replayed", out.Kind, err)
-		}
-		e.assertCacheWithinRecord(r)
-	})
-
-	t.Run("LeaseComplete", func(t *testing.T) {
-		t.Parallel()
-		e, slow := setupSlow(t)
-		r := req("c-complete", "v1:a")
-		out := mustClaim(t, slow, r, claim.Acquired)
-		if err := out.Lease.Complete(t.Context(), result("done")); err != nil {
-			t.Fatal(err)
-		}
-		e.assertCacheWithinRecord(r)
-	})
-
-	t.Run("DoExecuted", func(t *testing.T) {
-		t.Parallel()
-		e, slow := setupSlow(t)
-		e.orders()
-		r := req("c-do", "v1:a")
-		if out, err := slow.Do(t.Context(), r, e.insertOrder); err != nil || out.Kind != claim.Executed {
-			t.Fatalf("Do = %v, %v", out.Kind, err)
-		}
-		e.assertCacheWithinRecord(r)
-	})
+	// Each case stores a result of r through slow (or refills slow's cache
+	// from the database) while e.c is the Claimer without the delay.
+	for _, tc := range []struct {
+		name, key string
+		store     func(t *testing.T, e *env, slow *claim.Claimer[pgx.Tx], r claim.Request)
+	}{
+		{"RefillAfterAClaimReplaysFromTheDatabase", "c-refill", func(t *testing.T, e *env, slow *claim.Claimer[pgx.Tx], r claim.Request) {
+			out := mustClaim(t, e.c, r, claim.Acquired)
+			if err := out.Lease.Complete(t.Context(), result("stored")); err != nil {
+				t.Fatal(err)
+			}
+			e.flushRedis()
+			if rep := mustClaim(t, slow, r, claim.Replayed); rep.FromCache {
+				t.Fatal("replayed from a flushed cache")
+			}
+		}},
+		{"RefillAfterDoReplaysFromTheDatabase", "c-refill-do", func(t *testing.T, e *env, slow *claim.Claimer[pgx.Tx], r claim.Request) {
+			if out, err := e.c.Do(t.Context(), r, e.insertOrder); err != nil || out.Kind != claim.Executed {
+				t.Fatalf("Do = %v, %v", out.Kind, err)
+			}
+			e.flushRedis()
+			if out, err := slow.Do(t.Context(), r, e.insertOrder); err != nil || out.Kind != claim.Replayed {
+				t.Fatalf("Do after flush = %v, %v; want Replayed", out.Kind, err)
+			}
+		}},
+		{"LeaseComplete", "c-complete", func(t *testing.T, _ *env, slow *claim.Claimer[pgx.Tx], r claim.Request) {
+			out := mustClaim(t, slow, r, claim.Acquired)
+			if err := out.Lease.Complete(t.Context(), result("done")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"DoExecuted", "c-do", func(t *testing.T, e *env, slow *claim.Claimer[pgx.Tx], r claim.Request) {
+			if out, err := slow.Do(t.Context(), r, e.insertOrder); err != nil || out.Kind != claim.Executed {
+				t.Fatalf("Do = %v, %v", out.Kind, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, slow := setupSlow(t)
+			e.orders()
+			r := req(tc.key, "v1:a")
+			tc.store(t, e, slow, r)
+			e.assertCacheWithinRecord(r)
+		})
+	}
 }
 
 // lostClaimReplies returns a Claimer on store whose claim.lua calls run on
@@ -190,6 +183,14 @@ func (e *env) lostClaimReplies(store storeapi.Store[pgx.Tx]) *claim.Claimer[pgx.
 	return c
 }
 
+// setupLostClaimReplies returns an env with Redis and a Claimer on its
+// store whose claim.lua replies are lost.
+func setupLostClaimReplies(t *testing.T) (*env, *claim.Claimer[pgx.Tx]) {
+	t.Helper()
+	e := setup(t, withRedis)
+	return e, e.lostClaimReplies(e.store)
+}
+
 func (e *env) redisLeaseExists(r claim.Request) bool {
 	e.t.Helper()
 	n, err := e.rdb.Exists(e.t.Context(), fastpath.KeysFor(e.prefix, e.ref(r)).Lease).Result()
@@ -204,8 +205,7 @@ func TestClaimer_LostRedisClaimReply(t *testing.T) {
 
 	t.Run("NotAcquiredDurablyLeavesNoRedisLease", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, withRedis)
-		lost := e.lostClaimReplies(e.store)
+		e, lost := setupLostClaimReplies(t)
 		r := req("l-held", "v1:a")
 		first := mustClaim(t, e.c, r, claim.Acquired)
 		e.flushRedis() // Redis lost the first worker's lease
@@ -225,9 +225,8 @@ func TestClaimer_LostRedisClaimReply(t *testing.T) {
 
 	t.Run("NotAcquiredByDoLeavesNoRedisLease", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, withRedis)
+		e, lost := setupLostClaimReplies(t)
 		e.orders()
-		lost := e.lostClaimReplies(e.store)
 		r := req("l-held-do", "v1:a")
 		first := mustClaim(t, e.c, r, claim.Acquired)
 		e.flushRedis()
@@ -251,8 +250,7 @@ func TestClaimer_LostRedisClaimReply(t *testing.T) {
 
 	t.Run("ReplayLeavesNoRedisLease", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, withRedis)
-		lost := e.lostClaimReplies(e.store)
+		e, lost := setupLostClaimReplies(t)
 		r := req("l-done", "v1:a")
 		first := mustClaim(t, e.c, r, claim.Acquired)
 		if err := first.Lease.Complete(t.Context(), result("done")); err != nil {
@@ -267,8 +265,7 @@ func TestClaimer_LostRedisClaimReply(t *testing.T) {
 
 	t.Run("AcquiredSyncsTheRedisLeaseToTheDurableToken", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, withRedis)
-		lost := e.lostClaimReplies(e.store)
+		e, lost := setupLostClaimReplies(t)
 		r := req("l-acquired", "v1:a")
 		// History Redis has forgotten: a released generation.
 		prev := mustClaim(t, e.c, r, claim.Acquired)
@@ -305,16 +302,7 @@ func TestClaimer_LostRedisClaimReply(t *testing.T) {
 	t.Run("StoreDownLeavesNoRedisLease", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t, withRedis)
-		pool, err := pgxpool.New(t.Context(), "postgres://postgres@127.0.0.1:1/test?connect_timeout=1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		down, err := postgres.New(pool, postgres.WithSchema(e.schema.Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lost := e.lostClaimReplies(down.(storeapi.Store[pgx.Tx]))
+		lost := e.lostClaimReplies(e.downStore().(storeapi.Store[pgx.Tx]))
 		r := req("l-down", "v1:a")
 		if _, err := lost.Claim(t.Context(), r); !errors.Is(err, claim.ErrUnavailable) {
 			t.Fatalf("Claim err = %v, want ErrUnavailable", err)

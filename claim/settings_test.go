@@ -50,10 +50,7 @@ type settingsEnv struct {
 func newSettingsEnv(t *testing.T, query string, configure func(*pgxpool.Config) error, opts ...claim.Option) *settingsEnv {
 	t.Helper()
 	sch := testenv.Postgres(t)
-	cfg, err := pgxpool.ParseConfig(sch.URL + query)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := poolConfig(t, sch.URL+query)
 	if configure != nil {
 		if err := configure(cfg); err != nil {
 			t.Fatal(err)
@@ -61,18 +58,7 @@ func newSettingsEnv(t *testing.T, query string, configure func(*pgxpool.Config) 
 	}
 	reads := &settingsStmts{}
 	cfg.ConnConfig.Tracer = reads
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := postgres.Migrate(t.Context(), pool, postgres.WithSchema(sch.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(pool, postgres.WithSchema(sch.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, st := migratedStore(t, cfg, sch.Name)
 	buf := &syncBuf{}
 	c, err := claim.New[pgx.Tx](st, append([]claim.Option{claim.WithLogger(slog.New(slog.NewTextHandler(buf, nil)))}, opts...)...)
 	if err != nil {
@@ -249,24 +235,10 @@ func TestClaimer_PoolNotConfiguredWarnedOnce(t *testing.T) {
 func TestClaimer_NoSettingsReadWithoutLoggerOrMeter(t *testing.T) {
 	t.Parallel()
 	sch := testenv.Postgres(t)
-	cfg, err := pgxpool.ParseConfig(sch.URL + syncCommitOff)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := poolConfig(t, sch.URL+syncCommitOff)
 	reads := &settingsStmts{}
 	cfg.ConnConfig.Tracer = reads
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := postgres.Migrate(t.Context(), pool, postgres.WithSchema(sch.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(pool, postgres.WithSchema(sch.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := migratedStore(t, cfg, sch.Name)
 	c, err := claim.New[pgx.Tx](st)
 	if err != nil {
 		t.Fatal(err)

@@ -63,37 +63,20 @@ type env struct {
 // setup returns a Claimer on a fresh schema, in the given Redis mode.
 func setup(t *testing.T, mode string, opts ...claim.Option) *env {
 	t.Helper()
-	ctx := t.Context()
 	s := testenv.Postgres(t)
-	cfg, err := pgxpool.ParseConfig(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := poolConfig(t, s.URL)
 	ctr := &counter{}
 	cfg.ConnConfig.Tracer = ctr
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := postgres.Migrate(ctx, pool, postgres.WithSchema(s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(pool, postgres.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, st := migratedStore(t, cfg, s.Name)
 	e := &env{t: t, schema: s, pool: pool, store: st.(storeapi.Store[pgx.Tx]), stmts: ctr}
 	switch mode {
 	case withRedis:
 		e.rdb, e.prefix = testenv.Redis(t)
 		opts = append([]claim.Option{claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second})}, opts...)
 	case breakerOpen:
-		// Nothing listens on port 1: every Redis call fails at once and the
-		// breaker opens after the first failure.
-		dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
-		t.Cleanup(func() { dead.Close() })
-		opts = append([]claim.Option{claim.WithRedis(dead, lua.Options{Prefix: "dead", BreakerFailures: 1, BreakerCoolDown: time.Hour})}, opts...)
+		// Every Redis call fails at once: the breaker opens after the
+		// first failure.
+		opts = append([]claim.Option{claim.WithRedis(deadRedis(t), lua.Options{Prefix: "dead", BreakerFailures: 1, BreakerCoolDown: time.Hour})}, opts...)
 	}
 	c, err := claim.New[pgx.Tx](st, opts...)
 	if err != nil {
@@ -102,6 +85,60 @@ func setup(t *testing.T, mode string, opts ...claim.Option) *env {
 	e.c = c
 	ctr.n.Store(0)
 	return e
+}
+
+// poolConfig parses the connection string url.
+func poolConfig(tb testing.TB, url string) *pgxpool.Config {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
+}
+
+// migratedStore returns a store on schema, migrated, over a pool of its own
+// made from cfg (closed when tb ends).
+func migratedStore(tb testing.TB, cfg *pgxpool.Config, schema string) (*pgxpool.Pool, durable.Store[pgx.Tx]) {
+	tb.Helper()
+	ctx := tb.Context()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	if err := postgres.Migrate(ctx, pool, postgres.WithSchema(schema)); err != nil {
+		tb.Fatal(err)
+	}
+	st, err := postgres.New(pool, postgres.WithSchema(schema))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pool, st
+}
+
+// deadRedis returns a client of a Redis nothing listens for (port 1): every
+// call fails at once.
+func deadRedis(t *testing.T) *redis.Client {
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
+	t.Cleanup(func() { dead.Close() })
+	return dead
+}
+
+// downStore returns a store on the env's schema whose pool points at a port
+// nothing listens on.
+func (e *env) downStore() durable.Store[pgx.Tx] {
+	e.t.Helper()
+	pool, err := pgxpool.New(e.t.Context(), "postgres://postgres@127.0.0.1:1/test?connect_timeout=1")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(pool.Close)
+	down, err := postgres.New(pool, postgres.WithSchema(e.schema.Name))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return down
 }
 
 // newClaimer returns a Claimer over st, with the env's Redis in front as

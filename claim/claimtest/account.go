@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -18,6 +20,74 @@ const finalWithin = 30 * time.Second
 // retryEvery is the pause between retries of an in-progress answer (the
 // server's Retry-After is whole seconds; a test need not wait that long).
 const retryEvery = 20 * time.Millisecond
+
+// logSkipped logs on tb (when not nil) each window of skipped, asked for
+// but not applying where.
+func logSkipped(tb testing.TB, skipped []Window, where string) {
+	if tb == nil {
+		return
+	}
+	tb.Helper()
+	for _, w := range skipped {
+		tb.Logf("claimtest: window %s does not apply %s: skipped", w, where)
+	}
+}
+
+// runWindows runs each window of run, with a fresh key, through window and
+// returns their accounts, headed head; runs counts the runs of the code
+// under test.
+func runWindows(run []Window, head string, runs *atomic.Int64, effects func() int, window func(a *account, effects func() int, before int)) []*account {
+	var accounts []*account
+	for _, w := range run {
+		a := &account{window: w, key: newKey(), head: head}
+		before, n := effects(), runs.Load()
+		window(a, effects, before)
+		a.runs = runs.Load() - n
+		accounts = append(accounts, a)
+	}
+	return accounts
+}
+
+// untilFinal calls send until its answer is not in progress (for at most
+// finalWithin) and returns the last answer with how many calls it took.
+func untilFinal[A interface{ inProgress() bool }](send func() A) (A, int) {
+	deadline := time.Now().Add(finalWithin)
+	for tries := 1; ; tries++ {
+		a := send()
+		if !a.inProgress() || time.Now().After(deadline) {
+			return a, tries
+		}
+		time.Sleep(retryEvery)
+	}
+}
+
+// numbered lists the answers pick picks by their numbers, counted from 1:
+// "#2, #5"; "" when it picks none.
+func numbered[A any](answers []A, pick func(A) bool) string {
+	var ns []string
+	for i, x := range answers {
+		if pick(x) {
+			ns = append(ns, fmt.Sprintf("#%d", i+1))
+		}
+	}
+	return strings.Join(ns, ", ")
+}
+
+// atOnce makes n calls of call at once and returns their answers.
+func atOnce[A any](n int, call func() A) []A {
+	answers := make([]A, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() {
+			<-start
+			answers[i] = call()
+		})
+	}
+	close(start)
+	wg.Wait()
+	return answers
+}
 
 // maxShown is the most bytes of a body an account shows.
 const maxShown = 200
@@ -62,6 +132,22 @@ func (a *account) fail(format string, args ...any) {
 
 func (a *account) note(format string, args ...any) {
 	a.notes = append(a.notes, fmt.Sprintf(format, args...))
+}
+
+// wantInjected notes when panicked, what came out of the code under test
+// (outOf), is not the panic the check injected.
+func (a *account) wantInjected(panicked any, outOf string) {
+	if _, ok := panicked.(injected); !ok {
+		a.note("the injected panic did not come back out of %s", outOf)
+	}
+}
+
+// wantRolledBack fails a when n effects remained after a crash inside the
+// transaction.
+func (a *account) wantRolledBack(n int) {
+	if n != 0 {
+		a.fail("after the crash %d effects remained, want 0: an effect outside the transaction survives the rollback", n)
+	}
 }
 
 // effectsWant records the effects the window added and fails it when they

@@ -106,6 +106,22 @@ func orders(t *testing.T, env *claimtest.Env) func() int {
 	}
 }
 
+// mails counts the mails a negative control sends before its write in the
+// transaction: an effect outside it.
+type mails struct{ n atomic.Int64 }
+
+func (m *mails) send()      { m.n.Add(1) }
+func (m *mails) count() int { return int(m.n.Load()) }
+
+// mailFirst returns an Env with the orders table, for a negative control
+// that sends mails (m) before its order, and a recorder for its reports.
+func mailFirst(t *testing.T) (*claimtest.Env, *mails, *recorder) {
+	t.Helper()
+	env := claimtest.New(t)
+	orders(t, env)
+	return env, &mails{}, &recorder{TB: t}
+}
+
 // createOrder is a correct transaction-mode handler: the order row is
 // written in the transaction that stores the idempotency record. before,
 // if set, runs first (a negative control's effect outside it).
@@ -205,11 +221,8 @@ func TestCheckDo_CorrectFunctionPassesEveryWindow(t *testing.T) {
 // crash-before-commit window only.
 func TestCheckDo_EffectOutsideTheTransactionIsCaught(t *testing.T) {
 	t.Parallel()
-	env := claimtest.New(t)
-	orders(t, env)
-	var mails atomic.Int64
-	rec := &recorder{TB: t}
-	err := env.CheckDo(rec, placeOrder(func() { mails.Add(1) }), func() int { return int(mails.Load()) })
+	env, m, rec := mailFirst(t)
+	err := env.CheckDo(rec, placeOrder(m.send), m.count)
 	wantCaught(t, rec, err, claimtest.CrashBeforeCommit)
 	if m := rec.messages(); len(m) == 1 && !strings.Contains(m[0], "effects: 2 counted, 1 expected") {
 		t.Errorf("report does not count two effects:\n%s", m[0])
@@ -219,12 +232,8 @@ func TestCheckDo_EffectOutsideTheTransactionIsCaught(t *testing.T) {
 // Negative control, over HTTP in transaction mode: the same mistake.
 func TestCheckHTTP_EffectOutsideTheTransactionIsCaught(t *testing.T) {
 	t.Parallel()
-	env := claimtest.New(t)
-	orders(t, env)
-	var mails atomic.Int64
-	rec := &recorder{TB: t}
-	err := env.CheckHTTP(rec, createOrder(func() { mails.Add(1) }), orderRequest,
-		func() int { return int(mails.Load()) }, claimtest.WithInTransaction())
+	env, m, rec := mailFirst(t)
+	err := env.CheckHTTP(rec, createOrder(m.send), orderRequest, m.count, claimtest.WithInTransaction())
 	wantCaught(t, rec, err, claimtest.CrashBeforeCommit)
 }
 
@@ -279,12 +288,9 @@ func TestCheck_DoubleEffectIsCaughtEverywhere(t *testing.T) {
 // one that does not apply to the mode.
 func TestWithWindows_RunsOnlyThose(t *testing.T) {
 	t.Parallel()
-	env := claimtest.New(t)
-	orders(t, env)
-	var mails atomic.Int64
-	rec := &recorder{TB: t}
+	env, m, rec := mailFirst(t)
 	// The mistake of the negative control above is invisible to these.
-	err := env.CheckDo(rec, placeOrder(func() { mails.Add(1) }), func() int { return int(mails.Load()) },
+	err := env.CheckDo(rec, placeOrder(m.send), m.count,
 		claimtest.WithWindows(claimtest.Mismatch, claimtest.PanicAfterEffect), claimtest.WithDuplicates(3))
 	if err != nil || rec.Failed() {
 		t.Fatalf("err = %v, reports %q", err, rec.messages())

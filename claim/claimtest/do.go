@@ -8,11 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
@@ -40,31 +37,14 @@ func (e *Env) CheckDo(tb testing.TB, fn DoFunc, effects func() int, opts ...Opti
 	if tb != nil {
 		tb.Helper()
 	}
-	cfg, err := newConfig(opts)
-	switch {
-	case err != nil:
+	cfg, err := checkConfig("CheckDo", opts, "function", fn == nil, effects)
+	if err != nil {
 		return configFailure(tb, err)
-	case fn == nil:
-		return configFailure(tb, configErr("CheckDo: nil function"))
-	case effects == nil:
-		return configFailure(tb, configErr("CheckDo: nil effects function"))
 	}
 	c := &doCheck{e: e, fn: fn, dups: cfg.duplicates}
 	run, skipped := cfg.plan(true)
-	for _, w := range skipped {
-		if tb != nil {
-			tb.Logf("claimtest: window %s does not apply to Do: skipped", w)
-		}
-	}
-	var accounts []*account
-	for _, w := range run {
-		a := &account{window: w, key: newKey(), head: "Claimer.Do"}
-		before, runs := effects(), c.runs.Load()
-		c.window(a, effects, before)
-		a.runs = c.runs.Load() - runs
-		accounts = append(accounts, a)
-	}
-	return report(tb, accounts)
+	logSkipped(tb, skipped, "to Do")
+	return report(tb, runWindows(run, "Claimer.Do", &c.runs, effects, c.window))
 }
 
 type doCheck struct {
@@ -150,47 +130,46 @@ func (c *doCheck) call(key string, other, crash bool) (a doAnswer) {
 
 // final calls Do until it is not in progress (for at most finalWithin).
 func (c *doCheck) final(key string) doAnswer {
-	deadline := time.Now().Add(finalWithin)
-	for tries := 1; ; tries++ {
-		a := c.call(key, false, false)
-		a.tries = tries
-		if !a.inProgress() || time.Now().After(deadline) {
-			return a
-		}
-		time.Sleep(retryEvery)
-	}
+	a, tries := untilFinal(func() doAnswer { return c.call(key, false, false) })
+	a.tries = tries
+	return a
+}
+
+// once records sending what, calls Do once with a's key (other and crash
+// as call takes them), and records the answer.
+func (c *doCheck) once(a *account, what string, other, crash bool) doAnswer {
+	a.send("%s", what)
+	x := c.call(a.key, other, crash)
+	a.got("%v", x)
+	return x
+}
+
+// retry records sending what, calls Do with a's key until it is not in
+// progress, and records the answer.
+func (c *doCheck) retry(a *account, what string) doAnswer {
+	a.send("%s", what)
+	x := c.final(a.key)
+	a.got("%v", x)
+	return x
 }
 
 func (c *doCheck) window(a *account, effects func() int, before int) {
 	switch a.window {
 	case Concurrent:
-		answers := make([]doAnswer, c.dups)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range answers {
-			wg.Go(func() {
-				<-start
-				answers[i] = c.final(a.key)
-			})
-		}
-		close(start)
-		wg.Wait()
+		answers := atOnce(c.dups, func() doAnswer { return c.final(a.key) })
 		executed := 0
-		var differ []string
 		for i, x := range answers {
 			a.send("Do, at once with the others, retried while in progress")
 			a.got("%v", x)
 			if !x.done() {
 				a.fail("call #%d did not execute or replay", i+1)
-			} else if !sameResult(answers[0], x) {
-				differ = append(differ, fmt.Sprintf("#%d", i+1))
 			}
 			if x.done() && x.out.Kind == claim.Executed {
 				executed++
 			}
 		}
-		if len(differ) > 0 {
-			a.fail("the results of calls %s differ from call #1's", strings.Join(differ, ", "))
+		if differ := numbered(answers, func(x doAnswer) bool { return x.done() && !sameResult(answers[0], x) }); differ != "" {
+			a.fail("the results of calls %s differ from call #1's", differ)
 		}
 		if executed != 1 {
 			a.fail("%d calls executed, want 1 (the others replay)", executed)
@@ -200,14 +179,12 @@ func (c *doCheck) window(a *account, effects func() int, before int) {
 		a.send("Do")
 		first := c.call(a.key, false, false)
 		a.got("%v (dropped: the caller never saw it)", first)
+		what := "Do, same key (the retry)"
 		if a.window == RedisEmptied {
 			c.e.flushRedis()
-			a.send("Do, same key, after Redis was emptied")
-		} else {
-			a.send("Do, same key (the retry)")
+			what = "Do, same key, after Redis was emptied"
 		}
-		retry := c.final(a.key)
-		a.got("%v", retry)
+		retry := c.retry(a, what)
 		switch {
 		case !first.done() || first.out.Kind != claim.Executed:
 			a.fail("the first call did not execute")
@@ -218,12 +195,8 @@ func (c *doCheck) window(a *account, effects func() int, before int) {
 		}
 		a.effectsWant(effects()-before, 1)
 	case Mismatch:
-		a.send("Do")
-		first := c.call(a.key, false, false)
-		a.got("%v", first)
-		a.send("Do, same key, another fingerprint")
-		other := c.call(a.key, true, false)
-		a.got("%v", other)
+		first := c.once(a, "Do", false, false)
+		other := c.once(a, "Do, same key, another fingerprint", true, false)
 		if !errors.Is(other.err, claim.ErrMismatch) {
 			a.fail("the other request did not fail with claim.ErrMismatch")
 		}
@@ -232,21 +205,11 @@ func (c *doCheck) window(a *account, effects func() int, before int) {
 		}
 		a.effectsWant(effects()-before, 1)
 	case CrashBeforeCommit:
-		a.send("Do, a panic injected after fn returned, before COMMIT")
-		first := c.call(a.key, false, true)
-		a.got("%v", first)
-		if _, ok := first.panicked.(injected); !ok {
-			a.note("the injected panic did not come back out of Do")
-		}
-		if n := effects() - before; n != 0 {
-			a.fail("after the crash %d effects remained, want 0: an effect outside the transaction survives the rollback", n)
-		}
-		a.send("Do, same key (the retry: nothing committed, so it runs)")
-		retry := c.final(a.key)
-		a.got("%v", retry)
-		a.send("Do, same key (the next retry)")
-		again := c.final(a.key)
-		a.got("%v", again)
+		first := c.once(a, "Do, a panic injected after fn returned, before COMMIT", false, true)
+		a.wantInjected(first.panicked, "Do")
+		a.wantRolledBack(effects() - before)
+		retry := c.retry(a, "Do, same key (the retry: nothing committed, so it runs)")
+		again := c.retry(a, "Do, same key (the next retry)")
 		switch {
 		case !retry.done() || retry.out.Kind != claim.Executed:
 			a.fail("the retry did not execute, but nothing had committed")

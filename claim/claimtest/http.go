@@ -10,10 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/claimhttp"
@@ -63,14 +61,9 @@ func (e *Env) CheckHTTP(tb testing.TB, h http.Handler, req Request, effects func
 	if tb != nil {
 		tb.Helper()
 	}
-	cfg, err := newConfig(opts)
-	switch {
-	case err != nil:
+	cfg, err := checkConfig("CheckHTTP", opts, "handler", h == nil, effects)
+	if err != nil {
 		return configFailure(tb, err)
-	case h == nil:
-		return configFailure(tb, configErr("CheckHTTP: nil handler"))
-	case effects == nil:
-		return configFailure(tb, configErr("CheckHTTP: nil effects function"))
 	}
 	if req.Method == "" {
 		req.Method = http.MethodPost
@@ -108,19 +101,8 @@ func (e *Env) CheckHTTP(tb testing.TB, h http.Handler, req Request, effects func
 		mode = "transaction mode"
 	}
 	run, skipped := cfg.plan(cfg.inTx)
-	for _, w := range skipped {
-		if tb != nil {
-			tb.Logf("claimtest: window %s does not apply in %s: skipped", w, mode)
-		}
-	}
-	var accounts []*account
-	for _, w := range run {
-		a := &account{window: w, key: newKey(), head: mode + ", " + req.Method + " " + req.Path}
-		before, runs := effects(), c.runs.Load()
-		c.window(a, effects, before)
-		a.runs = c.runs.Load() - runs
-		accounts = append(accounts, a)
-	}
+	logSkipped(tb, skipped, "in "+mode)
+	accounts := runWindows(run, mode+", "+req.Method+" "+req.Path, &c.runs, effects, c.window)
 	if c.wrongMode.Load() {
 		what := "ran in transaction mode: pass claimtest.WithInTransaction, not claimhttp.WithInTransaction in WithMiddleware"
 		if cfg.inTx {
@@ -236,55 +218,55 @@ func (c *httpCheck) send(key string, other, crash bool) (a answer) {
 // final sends the request until it is not answered in progress, as a
 // client retrying on 409 and 202 does (for at most finalWithin).
 func (c *httpCheck) final(key string) answer {
-	deadline := time.Now().Add(finalWithin)
-	for tries := 1; ; tries++ {
-		a := c.send(key, false, false)
-		a.tries = tries
-		if !a.inProgress() || time.Now().After(deadline) {
-			return a
-		}
-		time.Sleep(retryEvery)
-	}
+	a, tries := untilFinal(func() answer { return c.send(key, false, false) })
+	a.tries = tries
+	return a
 }
 
 func (c *httpCheck) sent(a *account, what string) {
 	a.send("%s %s %s%s", c.req.Method, c.req.Path, shown([]byte(c.req.Body)), what)
 }
 
+// once records sending the request (what follows it in the account),
+// sends it once with a's key (crash as send takes it), and records the
+// answer.
+func (c *httpCheck) once(a *account, what string, crash bool) answer {
+	c.sent(a, what)
+	x := c.send(a.key, false, crash)
+	a.got("%v", x)
+	return x
+}
+
+// retry records sending the request (what follows it in the account),
+// sends it with a's key until it is not answered in progress, and records
+// the answer.
+func (c *httpCheck) retry(a *account, what string) answer {
+	c.sent(a, what)
+	x := c.final(a.key)
+	a.got("%v", x)
+	return x
+}
+
 // window runs one window and records it in a.
 func (c *httpCheck) window(a *account, effects func() int, before int) {
 	switch a.window {
 	case Concurrent:
-		answers := make([]answer, c.dups)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range answers {
-			wg.Go(func() {
-				<-start
-				answers[i] = c.final(a.key)
-			})
-		}
-		close(start)
-		wg.Wait()
+		answers := atOnce(c.dups, func() answer { return c.final(a.key) })
 		for range answers {
 			c.sent(a, ", at once with the others, retried while in progress")
 		}
 		fresh := 0
-		var differ []string
 		for i, x := range answers {
 			a.got("%v", x)
 			if x.inProgress() {
 				a.fail("request #%d was still in progress after %v", i+1, finalWithin)
 			}
-			if !same(answers[0], x) {
-				differ = append(differ, fmt.Sprintf("#%d", i+1))
-			}
 			if x.panicked == nil && !x.replayed() {
 				fresh++
 			}
 		}
-		if len(differ) > 0 {
-			a.fail("answers %s differ from answer #1", strings.Join(differ, ", "))
+		if differ := numbered(answers, func(x answer) bool { return !same(answers[0], x) }); differ != "" {
+			a.fail("answers %s differ from answer #1", differ)
 		}
 		if fresh != 1 {
 			a.note("%d answers were not replays", fresh)
@@ -294,14 +276,12 @@ func (c *httpCheck) window(a *account, effects func() int, before int) {
 		c.sent(a, "")
 		first := c.send(a.key, false, false)
 		a.got("%v (dropped: the client never saw it)", first)
+		what := ", same key (the retry)"
 		if a.window == RedisEmptied {
 			c.e.flushRedis()
-			c.sent(a, ", same key, after Redis was emptied")
-		} else {
-			c.sent(a, ", same key (the retry)")
+			what = ", same key, after Redis was emptied"
 		}
-		retry := c.final(a.key)
-		a.got("%v", retry)
+		retry := c.retry(a, what)
 		switch {
 		case first.panicked != nil || first.inProgress():
 			a.fail("the first request did not finish")
@@ -312,9 +292,7 @@ func (c *httpCheck) window(a *account, effects func() int, before int) {
 		}
 		a.effectsWant(effects()-before, 1)
 	case Mismatch:
-		c.sent(a, "")
-		first := c.send(a.key, false, false)
-		a.got("%v", first)
+		first := c.once(a, "", false)
 		if c.req.Other != "" {
 			a.send("%s %s %s, same key, another payload", c.req.Method, c.req.Path, shown([]byte(c.req.Other)))
 		} else {
@@ -330,35 +308,19 @@ func (c *httpCheck) window(a *account, effects func() int, before int) {
 		}
 		a.effectsWant(effects()-before, 1)
 	case PanicAfterEffect:
-		c.sent(a, ", a panic injected after the handler returned")
-		first := c.send(a.key, false, true)
-		a.got("%v", first)
-		if _, ok := first.panicked.(injected); !ok {
-			a.note("the injected panic did not come back out of the middleware")
-		}
-		c.sent(a, ", same key (the retry)")
-		retry := c.final(a.key)
-		a.got("%v", retry)
+		first := c.once(a, ", a panic injected after the handler returned", true)
+		a.wantInjected(first.panicked, "the middleware")
+		retry := c.retry(a, ", same key (the retry)")
 		if retry.status != http.StatusAccepted || retry.problem() != claimclient.ProblemUncertain {
 			a.fail("the retry was not answered 202 %s: the operation after a panic is uncertain and must not run again", claimclient.ProblemUncertain)
 		}
 		a.effectsWant(effects()-before, 1)
 	case CrashBeforeCommit:
-		c.sent(a, ", a panic injected after the handler returned, inside the transaction")
-		first := c.send(a.key, false, true)
-		a.got("%v", first)
-		if _, ok := first.panicked.(injected); !ok {
-			a.note("the injected panic did not come back out of the middleware")
-		}
-		if n := effects() - before; n != 0 {
-			a.fail("after the crash %d effects remained, want 0: an effect outside the transaction survives the rollback", n)
-		}
-		c.sent(a, ", same key (the retry: nothing committed, so it runs)")
-		retry := c.final(a.key)
-		a.got("%v", retry)
-		c.sent(a, ", same key (the next retry)")
-		again := c.final(a.key)
-		a.got("%v", again)
+		first := c.once(a, ", a panic injected after the handler returned, inside the transaction", true)
+		a.wantInjected(first.panicked, "the middleware")
+		a.wantRolledBack(effects() - before)
+		retry := c.retry(a, ", same key (the retry: nothing committed, so it runs)")
+		again := c.retry(a, ", same key (the next retry)")
 		switch {
 		case retry.panicked != nil || retry.inProgress():
 			a.fail("the retry did not finish")

@@ -141,6 +141,21 @@ func WithDuplicates(n int) Option {
 	}
 }
 
+// checkConfig reads the options of the check name, whose code under test
+// (what names it) is nil when isNil.
+func checkConfig(name string, opts []Option, what string, isNil bool, effects func() int) (config, error) {
+	cfg, err := newConfig(opts)
+	switch {
+	case err != nil:
+		return cfg, err
+	case isNil:
+		return cfg, configErr("%s: nil %s", name, what)
+	case effects == nil:
+		return cfg, configErr("%s: nil effects function", name)
+	}
+	return cfg, nil
+}
+
 func newConfig(opts []Option) (config, error) {
 	c := config{duplicates: 8}
 	for _, o := range opts {

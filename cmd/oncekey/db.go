@@ -208,6 +208,20 @@ func migrateHint(d dbFlags) string {
 	return s + " (with the same database)"
 }
 
+// openTables opens the database as open does and checks its tables as
+// requireTables does (with resolutions: the resolutions table too).
+func (d *dbFlags) openTables(e *env, secret []byte, resolutions bool) (*db, error) {
+	b, err := d.open(e, secret)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.requireTables(*d, resolutions); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
 // requireTables fails, saying which table is missing and the command that
 // creates it, unless the store's table exists, and with resolutions its
 // resolutions table (migration 005) too. Without it, every command

@@ -125,6 +125,29 @@ func (o *opFlags) secret(e *env) ([]byte, error) {
 	return []byte(e.getenv("ONCEKEY_KEY_SECRET")), nil
 }
 
+// open opens the database of d with o's key secret, checks its tables
+// (see openTables), and reads the record o names; cmd names the command in
+// a store error. The caller closes the database.
+func (o *opFlags) open(e *env, d *dbFlags, resolutions bool, cmd string) (*db, durable.Record, error) {
+	secret, err := o.secret(e)
+	if err != nil {
+		return nil, durable.Record{}, err
+	}
+	b, err := d.openTables(e, secret, resolutions)
+	if err != nil {
+		return nil, durable.Record{}, err
+	}
+	rec, err := o.lookup(b.ctx, b.store)
+	if err != nil {
+		b.Close()
+		if errors.Is(err, errUsage) {
+			return nil, rec, err
+		}
+		return nil, rec, storeErr(cmd, err)
+	}
+	return b, rec, nil
+}
+
 // lookup reads the operation the flags name.
 func (o *opFlags) lookup(ctx context.Context, st storeapi.Store[pgx.Tx]) (durable.Record, error) {
 	if o.id != "" {
@@ -251,25 +274,11 @@ func runInspect(e *env, args []string) error {
 	if err := o.validate(e); err != nil {
 		return err
 	}
-	secret, err := o.secret(e)
-	if err != nil {
-		return err
-	}
-	b, err := d.open(e, secret)
+	b, r, err := o.open(e, &d, false, "inspect")
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.requireTables(d, false); err != nil {
-		return err
-	}
-	r, err := o.lookup(b.ctx, b.store)
-	if errors.Is(err, errUsage) {
-		return err
-	}
-	if err != nil {
-		return storeErr("inspect", err)
-	}
 	j := toJSON(r)
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)

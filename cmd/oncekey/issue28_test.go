@@ -88,14 +88,13 @@ func TestFlagsAnywhere(t *testing.T) {
 // migrate up prints each version it applied, and "up to date" only when
 // it applied none.
 func TestMigrateUpPrintsWhatItApplied(t *testing.T) {
-	s := testenv.Postgres(t)
-	args := []string{"-database-url", testenv.DatabaseURL(t), "-schema", s.Name}
+	_, mig := migrateOn(t)
 	ms, err := pgmigrate.List(postgres.Migrations())
 	if err != nil {
 		t.Fatal(err)
 	}
 	last := ms[len(ms)-1]
-	code, out, errs := oncekey(t, "", append(append([]string{"migrate"}, args...), "up")...)
+	code, out, errs := mig("up")
 	want(t, "migrate up of an empty schema", code, 0, out, errs)
 	for _, m := range ms {
 		if !strings.Contains(out, fmt.Sprintf("applied version %d (%s)\n", m.Version, m.Name)) {
@@ -105,14 +104,14 @@ func TestMigrateUpPrintsWhatItApplied(t *testing.T) {
 	if strings.Contains(out, "up to date") {
 		t.Errorf("migrate up that applied %d migrations says up to date:\n%s", len(ms), out)
 	}
-	code, out, errs = oncekey(t, "", append(append([]string{"migrate"}, args...), "up")...)
+	code, out, errs = mig("up")
 	want(t, "migrate up again", code, 0, out, errs)
 	if out != fmt.Sprintf("up to date: version %d (%s)\n", last.Version, last.Name) {
 		t.Errorf("migrate up with nothing to apply: %q", out)
 	}
-	code, out, errs = oncekey(t, "", append(append([]string{"migrate"}, args...), "-yes", "down")...)
+	code, out, errs = mig("-yes", "down")
 	want(t, "migrate down", code, 0, out, errs)
-	code, out, errs = oncekey(t, "", append(append([]string{"migrate"}, args...), "up")...)
+	code, out, errs = mig("up")
 	want(t, "migrate up after down", code, 0, out, errs)
 	if strings.Count(out, "applied version") != 1 || !strings.Contains(out, fmt.Sprintf("applied version %d (%s)", last.Version, last.Name)) {
 		t.Errorf("migrate up after one step down: want only %s applied:\n%s", last.Name, out)

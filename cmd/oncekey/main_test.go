@@ -228,12 +228,19 @@ func TestRedisCheckCluster(t *testing.T) {
 	}
 }
 
-func TestMigrate(t *testing.T) {
+// migrateOn returns a fresh schema and a function that runs oncekey
+// migrate on it, with flags, then the words of action.
+func migrateOn(t *testing.T, flags ...string) (testenv.Schema, func(action ...string) (int, string, string)) {
+	t.Helper()
 	s := testenv.Postgres(t)
-	args := []string{"-database-url", testenv.DatabaseURL(t), "-schema", s.Name, "-table", "idem"}
-	mig := func(action ...string) (int, string, string) {
+	args := append([]string{"-database-url", testenv.DatabaseURL(t), "-schema", s.Name}, flags...)
+	return s, func(action ...string) (int, string, string) {
 		return oncekey(t, "", append(append([]string{"migrate"}, args...), action...)...)
 	}
+}
+
+func TestMigrate(t *testing.T) {
+	s, mig := migrateOn(t, "-table", "idem")
 	ms, err := pgmigrate.List(postgres.Migrations())
 	if err != nil || len(ms) < 2 {
 		t.Fatalf("migrations: %v %v", ms, err)
@@ -304,8 +311,7 @@ func TestMigrate(t *testing.T) {
 // A database migrated before versions were recorded (no version table):
 // status says so, down refuses, up records.
 func TestMigrateUnrecordedDeployment(t *testing.T) {
-	s := testenv.Postgres(t)
-	args := []string{"-database-url", testenv.DatabaseURL(t), "-schema", s.Name}
+	s, mig := migrateOn(t)
 	ctx := context.Background()
 	if err := postgres.Migrate(ctx, s.Pool, postgres.WithSchema(s.Name)); err != nil {
 		t.Fatal(err)
@@ -314,19 +320,19 @@ func TestMigrateUnrecordedDeployment(t *testing.T) {
 	if _, err := s.Pool.Exec(ctx, "DROP TABLE "+s.Name+".idempotency_requests_migrations"); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := oncekey(t, "", append(append([]string{"migrate"}, args...), "status")...)
+	code, out, errs := mig("status")
 	want(t, "status", code, 0, out, errs)
 	if !strings.Contains(out, "no versions are recorded") {
 		t.Fatalf("status of an unrecorded deployment:\n%s", out)
 	}
-	code, out, errs = oncekey(t, "", append(append([]string{"migrate"}, args...), "-yes", "down")...)
+	code, out, errs = mig("-yes", "down")
 	want(t, "down", code, 1, out, errs)
 	if !strings.Contains(errs, "run up first") {
 		t.Fatalf("down of an unrecorded deployment: %q", errs)
 	}
-	code, out, errs = oncekey(t, "", append(append([]string{"migrate"}, args...), "up")...)
+	code, out, errs = mig("up")
 	want(t, "up", code, 0, out, errs)
-	code, out, _ = oncekey(t, "", append(append([]string{"migrate"}, args...), "status")...)
+	code, out, _ = mig("status")
 	if code != 0 || strings.Contains(out, " no\n") || strings.Contains(out, "no versions") {
 		t.Fatalf("status after up:\n%s", out)
 	}

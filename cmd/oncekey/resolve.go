@@ -51,14 +51,11 @@ func runPending(e *env, args []string) error {
 	if *limit < 1 || *limit > 10000 {
 		return usagef("-limit must be 1 to 10000, got %d", *limit)
 	}
-	b, err := d.open(e, nil)
+	b, err := d.openTables(e, nil, false)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.requireTables(d, false); err != nil {
-		return err
-	}
 	recs, err := b.store.Pending(b.ctx, *stale, *limit)
 	if err != nil {
 		return storeErr("pending", err)
@@ -141,25 +138,11 @@ func runResolve(e *env, args []string) error {
 	if strings.TrimSpace(*operator) == "" {
 		return usagef("-operator is required when $USER is empty: who resolves is recorded with the resolution")
 	}
-	secret, err := o.secret(e)
-	if err != nil {
-		return err
-	}
-	b, err := d.open(e, secret)
+	b, rec, err := o.open(e, &d, true, "resolve")
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.requireTables(d, true); err != nil {
-		return err
-	}
-	rec, err := o.lookup(b.ctx, b.store)
-	if errors.Is(err, errUsage) {
-		return err
-	}
-	if err != nil {
-		return storeErr("resolve", err)
-	}
 	if err := checkStale(b, rec, *stale); err != nil {
 		return err
 	}

@@ -40,18 +40,11 @@ func runStats(e *env, args []string) error {
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	b, err := d.open(e, nil)
+	b, s, err := d.openStats(e, "stats")
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.requireTables(d, false); err != nil {
-		return err
-	}
-	s, err := b.store.Stats(b.ctx)
-	if err != nil {
-		return storeErr("stats", err)
-	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -82,6 +75,22 @@ func runStats(e *env, args []string) error {
 	return w.Flush()
 }
 
+// openStats opens the database (see openTables) and reads the store's
+// Stats; cmd names the command in a store error. The caller closes the
+// database.
+func (d *dbFlags) openStats(e *env, cmd string) (*db, durable.Stats, error) {
+	b, err := d.openTables(e, nil, false)
+	if err != nil {
+		return nil, durable.Stats{}, err
+	}
+	s, err := b.store.Stats(b.ctx)
+	if err != nil {
+		b.Close()
+		return nil, s, storeErr(cmd, err)
+	}
+	return b, s, nil
+}
+
 func runSweep(e *env, args []string) error {
 	var d dbFlags
 	fs := newFlags(e, "sweep", "sweep [flags]\n\nDeletes finished and released records past their retention, in batches of\n"+
@@ -101,18 +110,11 @@ func runSweep(e *env, args []string) error {
 	if *maxBatches < 0 {
 		return usagef("-max-batches must not be negative")
 	}
-	b, err := d.open(e, nil)
+	b, s, err := d.openStats(e, "sweep")
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := b.requireTables(d, false); err != nil {
-		return err
-	}
-	s, err := b.store.Stats(b.ctx)
-	if err != nil {
-		return storeErr("sweep", err)
-	}
 	if *dry {
 		fmt.Fprintf(e.stdout, "dry run: %d records past retention would be deleted (those created in the last ~2 minutes are held back until their generation ages)\n", s.ExpiredUnswept)
 		return nil

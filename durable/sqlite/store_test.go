@@ -67,6 +67,18 @@ func params(sc durable.Scope, fp string) storeapi.ClaimParams {
 	}
 }
 
+// withLease returns p, its lease set to d.
+func withLease(p storeapi.ClaimParams, d time.Duration) storeapi.ClaimParams {
+	p.Lease = d
+	return p
+}
+
+// withRetention returns p, its retention set to d.
+func withRetention(p storeapi.ClaimParams, d time.Duration) storeapi.ClaimParams {
+	p.Retention = d
+	return p
+}
+
 func mustClaim(t testing.TB, s *sqlite.Store, p storeapi.ClaimParams) storeapi.ClaimResult {
 	t.Helper()
 	r, err := s.Claim(t.Context(), nil, p)
@@ -191,9 +203,7 @@ func TestStore_Claim(t *testing.T) {
 
 	t.Run("ExpiredLeaseIsTakenOverWithHigherGeneration", func(t *testing.T) {
 		sc := newScope()
-		p := params(sc, "v1:a")
-		p.Lease = 20 * time.Millisecond
-		first := mustClaim(t, s, p)
+		first := mustClaim(t, s, withLease(params(sc, "v1:a"), 20*time.Millisecond))
 		created := mustGet(t, s, first.Ref).CreatedAt
 		waitLeaseExpired(t, s, first.Ref)
 
@@ -228,9 +238,7 @@ func TestStore_Claim(t *testing.T) {
 
 	t.Run("TakeoverKeepsGreatestGeneration", func(t *testing.T) {
 		sc := newScope()
-		p := params(sc, "v1:a")
-		p.Lease = 10 * time.Millisecond
-		first := mustClaim(t, s, p)
+		first := mustClaim(t, s, withLease(params(sc, "v1:a"), 10*time.Millisecond))
 		waitLeaseExpired(t, s, first.Ref)
 		p2 := params(sc, "v1:a")
 		p2.Proposed = 3 // a Redis that lost data proposes a lower one
@@ -296,9 +304,7 @@ func TestStore_Claim(t *testing.T) {
 
 	t.Run("FinishedRecordPastRetentionRestartsAsNewOperation", func(t *testing.T) {
 		sc := newScope()
-		p := params(sc, "v1:a")
-		p.Retention = 20 * time.Millisecond
-		first := mustClaim(t, s, p)
+		first := mustClaim(t, s, withRetention(params(sc, "v1:a"), 20*time.Millisecond))
 		if err := s.Complete(t.Context(), nil, first.Ref, first.Token, okResult); err != nil {
 			t.Fatal(err)
 		}
@@ -315,9 +321,7 @@ func TestStore_Claim(t *testing.T) {
 
 	t.Run("ProcessingPastRetentionIsNeverRestarted", func(t *testing.T) {
 		sc := newScope()
-		p := params(sc, "v1:a")
-		p.Retention = 10 * time.Millisecond
-		first := mustClaim(t, s, p)
+		first := mustClaim(t, s, withRetention(params(sc, "v1:a"), 10*time.Millisecond))
 		waitRetentionPassed(t, s, first.Ref)
 		if _, err := s.Claim(t.Context(), nil, params(sc, "v1:b")); !errors.Is(err, durable.ErrMismatch) {
 			t.Fatalf("err %v, want ErrMismatch", err)
@@ -419,9 +423,7 @@ func TestStore_FencedWrites(t *testing.T) {
 	})
 
 	t.Run("RenewExtendsOnlyForTheOwner", func(t *testing.T) {
-		p := params(newScope(), "v1:a")
-		p.Lease = 30 * time.Millisecond
-		r := mustClaim(t, s, p)
+		r := mustClaim(t, s, withLease(params(newScope(), "v1:a"), 30*time.Millisecond))
 		if err := s.Renew(t.Context(), r.Ref, r.Token, time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -492,9 +494,7 @@ func TestStore_FencedWrites(t *testing.T) {
 	})
 
 	t.Run("AdoptOfExpiredProcessingKeepsStateAndRaisesGeneration", func(t *testing.T) {
-		p := params(newScope(), "v1:a")
-		p.Lease = 10 * time.Millisecond
-		r := mustClaim(t, s, p)
+		r := mustClaim(t, s, withLease(params(newScope(), "v1:a"), 10*time.Millisecond))
 		waitLeaseExpired(t, s, r.Ref)
 		tok, err := s.Adopt(t.Context(), r.Ref, uuid.New(), r.Token.Generation+7, time.Minute)
 		if err != nil || tok.Generation != r.Token.Generation+7 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"time"
 
@@ -36,8 +35,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 func main() { program.Main(parseOptions, run) }
 
 func run(ctx context.Context, o options, out io.Writer) error {
-	log := program.Logger(os.Stderr, o.verbose, slog.LevelWarn)
-	b, err := program.OpenBackend(ctx, o.backend, log, out) // prints which stores it runs on
+	log, b, err := program.Start(ctx, o.backend, o.verbose, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}

@@ -57,6 +57,16 @@ func (p pgCharges) amounts(ctx context.Context, prefix string) (map[string][]int
 		return nil, err
 	}
 	defer rows.Close()
+	return scanAmounts(rows)
+}
+
+// scanAmounts reads rows of (charge, amount) into the amounts of each
+// charge.
+func scanAmounts(rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}) (map[string][]int64, error) {
 	m := map[string][]int64{}
 	for rows.Next() {
 		var c string
@@ -87,16 +97,7 @@ func (s sqliteCharges) amounts(ctx context.Context, prefix string) (map[string][
 		return nil, err
 	}
 	defer rows.Close()
-	m := map[string][]int64{}
-	for rows.Next() {
-		var c string
-		var a int64
-		if err := rows.Scan(&c, &a); err != nil {
-			return nil, err
-		}
-		m[c] = append(m[c], a)
-	}
-	return m, rows.Err()
+	return scanAmounts(rows)
 }
 
 type worker[TTx any] struct {

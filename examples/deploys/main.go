@@ -22,8 +22,6 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
-	"os"
 
 	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/examples/internal/program"
@@ -53,8 +51,7 @@ func main() { program.Main(parseOptions, run) }
 // run opens the services and runs the service on the durable store they
 // give (PostgreSQL or the embedded SQLite file).
 func run(ctx context.Context, o options, out io.Writer) error {
-	log := program.Logger(os.Stderr, o.verbose, slog.LevelWarn)
-	b, err := program.OpenBackend(ctx, o.backend, log, out) // prints which stores it runs on
+	log, b, err := program.Start(ctx, o.backend, o.verbose, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}

@@ -263,18 +263,10 @@ func serve[TTx any](ctx context.Context, o options, out io.Writer, log *slog.Log
 	stopSweep := program.Go(ctx, func(ctx context.Context) error { return a.c.RunSweeper(ctx, time.Minute) })
 	defer stopSweep()
 	addr := o.addr
+	var demo func(url string) error
 	if o.demo {
 		addr = "127.0.0.1:0"
+		demo = func(url string) error { return runDemo(ctx, url, a, out) }
 	}
-	srv, err := program.Listen(addr, a.handler)
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown(ctx)
-	if o.demo {
-		fmt.Fprintln(out, "deploys: demo against", srv.URL)
-		return runDemo(ctx, srv.URL, a, out)
-	}
-	fmt.Fprintln(out, "deploys: listening on", srv.URL)
-	return srv.Wait(ctx)
+	return program.Serve(ctx, out, "deploys", addr, a.handler, "", demo)
 }

@@ -20,10 +20,9 @@ const duplicates = 20
 // happened to out, and returns an error wrapping errDemo when an
 // expectation failed.
 func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error {
-	d := &demo{Score: demokit.Score{Out: out}, ctx: ctx, base: base}
-	plain := &http.Transport{}
-	defer plain.CloseIdleConnections()
-	raw := &http.Client{Transport: plain, Timeout: 10 * time.Second} // sends what it is given, retries nothing
+	d := &demo{demokit.Demo[Order]{Score: demokit.Score{Out: out}, Ctx: ctx, Base: base, Path: "/orders"}}
+	raw, closeRaw := demokit.RawClient()
+	defer closeRaw()
 
 	// Fresh tenants each run, so that runs against a real database do not
 	// add up.
@@ -40,7 +39,7 @@ func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error
 		if err != nil {
 			return reply{Err: err}
 		}
-		return d.post(&http.Client{Transport: tr, Timeout: 30 * time.Second}, acme, key1, book)
+		return d.Post(&http.Client{Transport: tr, Timeout: 30 * time.Second}, acme, key1, book)
 	})
 	first := replies[0]
 	created, executed := demokit.Tally(&d.Score, replies)
@@ -49,12 +48,12 @@ func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error
 		duplicates, created, first.Value.ID, executed, created-executed, conflicts)
 
 	// 2. The same key for another request: rejected, nothing reserved.
-	r := d.post(raw, acme, key1, `{"item":"lamp","quantity":1}`)
+	r := d.Post(raw, acme, key1, `{"item":"lamp","quantity":1}`)
 	d.Expect(r.Status == http.StatusUnprocessableEntity && r.Problem.Type == claimclient.ProblemKeyReused, "reused key: %s, want 422 %s", r, claimclient.ProblemKeyReused)
 	d.Say("2. the same key for another item: %s", r)
 
 	// 3. No key where one is required.
-	r = d.post(raw, acme, "", book)
+	r = d.Post(raw, acme, "", book)
 	d.Expect(r.Status == http.StatusBadRequest && r.Problem.Type == claimclient.ProblemKeyMissing, "no key: %s, want 400 %s", r, claimclient.ProblemKeyMissing)
 	d.Say("3. no key: %s", r)
 
@@ -69,17 +68,17 @@ func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error
 	if err != nil {
 		return err
 	}
-	r = d.post(&http.Client{Transport: tr, Timeout: 30 * time.Second}, acme, key2, `{"item":"lamp","quantity":2}`)
+	r = d.Post(&http.Client{Transport: tr, Timeout: 30 * time.Second}, acme, key2, `{"item":"lamp","quantity":2}`)
 	seen := cut.requests()
 	d.Expect(r.Status == http.StatusCreated && r.Replayed, "after the cut: %s, want a replayed 201", r)
 	d.Expect(seen == 2, "the service saw %d requests with the key, want 2 (the cut one and the retry)", seen)
-	got := d.get(raw, acme, "/orders/"+r.Value.ID)
+	got := d.Get(raw, acme, "/orders/"+r.Value.ID)
 	d.Expect(got.Status == http.StatusOK && got.Value == r.Value, "GET /orders/%s: %s, want the order", r.Value.ID, got)
 	d.Say("4. the response was cut after the commit: the client transport retried with the same key and got %s for order %s (the service saw %d requests)",
 		r, r.Value.ID, seen)
 
 	// 5. Another tenant with the first key: keys are per tenant.
-	r = d.post(raw, globex, key1, book)
+	r = d.Post(raw, globex, key1, book)
 	d.Expect(r.Status == http.StatusCreated && !r.Replayed && r.Value.ID != first.Value.ID, "other tenant: %s, want a new 201", r)
 	d.Say("5. tenant %s with the key of step 1: %s, its own order %s", globex, r, r.Value.ID)
 
@@ -92,27 +91,14 @@ func runDemo(ctx context.Context, base string, cut *cutter, out io.Writer) error
 }
 
 // demo sends the demo's requests and keeps the score.
-type demo struct {
-	demokit.Score
-	ctx  context.Context
-	base string
-}
+type demo struct{ demokit.Demo[Order] }
 
 // reply is what came back from one request.
 type reply = demokit.Reply[Order]
 
-// post sends POST /orders as tenant; key "" sends none.
-func (d *demo) post(c *http.Client, tenant, key, body string) reply {
-	return demokit.Post[Order](d.ctx, c, d.base+"/orders", tenant, key, body)
-}
-
-func (d *demo) get(c *http.Client, tenant, path string) reply {
-	return demokit.Get[Order](d.ctx, c, d.base+path, tenant)
-}
-
 // count returns how many orders tenant has, or -1.
 func (d *demo) count(c *http.Client, tenant string) int {
-	r := d.get(c, tenant, "/orders")
+	r := d.Get(c, tenant, "/orders")
 	var list struct {
 		Orders []Order `json:"orders"`
 	}

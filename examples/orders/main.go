@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"log/slog"
-	"os"
 
 	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/examples/internal/program"
@@ -39,8 +36,7 @@ func main() { program.Main(parseOptions, run) }
 // returns its verdict. The sweeper stops after the server, before the
 // stores close.
 func run(ctx context.Context, o options, out io.Writer) error {
-	log := program.Logger(os.Stderr, o.verbose, slog.LevelWarn)
-	b, err := program.OpenBackend(ctx, o.backend, log, out) // prints which stores it runs on
+	log, b, err := program.Start(ctx, o.backend, o.verbose, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}
@@ -53,21 +49,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	defer stopSweep() // deferred first, so it runs after the server's shutdown
 	h := a.handler
 	addr := o.addr
-	var cut *cutter
+	var demo func(url string) error
 	if o.demo {
 		addr = "127.0.0.1:0"
-		cut = &cutter{next: h}
+		cut := &cutter{next: h}
 		h = cut // the demo cuts one response after its commit
+		demo = func(url string) error { return runDemo(ctx, url, cut, out) }
 	}
-	srv, err := program.Listen(addr, h)
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown(ctx)
-	if o.demo {
-		fmt.Fprintln(out, "orders: demo against", srv.URL)
-		return runDemo(ctx, srv.URL, cut, out)
-	}
-	fmt.Fprintln(out, "orders: listening on", srv.URL)
-	return srv.Wait(ctx)
+	return program.Serve(ctx, out, "orders", addr, h, "", demo)
 }

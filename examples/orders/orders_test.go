@@ -12,7 +12,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,27 +27,19 @@ const book = `{"item":"book","quantity":1}`
 // requests, and removes its temporary database.
 func TestDemo_NoServicesNamed(t *testing.T) {
 	t.Parallel()
-	o, err := parseOptions([]string{"-demo"}, emptyEnv, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.backend.DatabaseURL != "" || o.backend.RedisURL != "" || o.backend.DataDir != "" {
-		t.Fatalf("options name services: %+v", o.backend)
-	}
+	o := apptest.ParseDemo(t, parseOptions)
+	apptest.WantNoServices(t, o.backend)
 	o.backend.RedisTimeout = testRedisTimeout
-	var out bytes.Buffer
-	if err := run(t.Context(), o, &out); err != nil {
-		t.Fatalf("demo: %v\n%s", err, &out)
-	}
-	wantStory(t, out.String())
+	out := apptest.RunDemo(t, run, o)
+	wantStory(t, out)
 	for _, want := range []string{"durable store: SQLite ", "(embedded default: no -postgres or DATABASE_URL", "redis: in-process miniredis"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, &out)
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	m := regexp.MustCompile(`SQLite (\S+) `).FindStringSubmatch(out.String())
+	m := regexp.MustCompile(`SQLite (\S+) `).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("no SQLite path in the output:\n%s", &out)
+		t.Fatalf("no SQLite path in the output:\n%s", out)
 	}
 	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the temporary database %s is still there after the demo (stat: %v)", m[1], err)
@@ -88,14 +79,9 @@ func TestDemo_UnreachableRedisRunsOnTheDurableStore(t *testing.T) {
 // The README's second demo command: the same story on PostgreSQL and Redis.
 func TestDemo_OnPostgresAndRedis(t *testing.T) {
 	t.Parallel()
-	var out bytes.Buffer
-	if err := run(t.Context(), options{demo: true, backend: realServers(t)}, &out); err != nil {
-		t.Fatalf("demo: %v\n%s", err, &out)
-	}
-	wantStory(t, out.String())
-	if !strings.Contains(out.String(), "durable store: PostgreSQL at ") {
-		t.Errorf("output does not name PostgreSQL:\n%s", &out)
-	}
+	out := apptest.RunDemo(t, run, options{demo: true, backend: realServers(t)})
+	wantStory(t, out)
+	apptest.WantPostgres(t, out)
 }
 
 func wantStory(t *testing.T, out string) {
@@ -147,19 +133,8 @@ func TestOrders_FiftyConcurrentIdenticalRequests(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, f *fixture) {
 		const clients = 50
 		key := demokit.MustKey()
-		replies := make([]response, clients)
-		var wg sync.WaitGroup
-		for i := range clients {
-			wg.Go(func() {
-				replies[i] = f.post(f.transport(claimclient.WithMaxAttempts(20)), "acme", key, book)
-			})
-		}
-		wg.Wait()
 		executed := 0
-		for i, r := range replies {
-			if r.Status != http.StatusCreated || r.Body != replies[0].Body {
-				t.Fatalf("client %d: %d %s; client 0: %d %s", i, r.Status, r.Body, replies[0].Status, replies[0].Body)
-			}
+		for _, r := range f.PostAtOnce(clients, "/orders", "acme", key, book) {
 			if !r.Replayed() {
 				executed++
 			}

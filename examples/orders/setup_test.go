@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/examples/internal/apptest"
 	"github.com/oncekey/oncekey/examples/internal/backend"
 )
@@ -30,9 +29,7 @@ func realServers(t *testing.T) backend.Config { return apptest.RealServers(t, "o
 // forEachBackend runs test as a parallel subtest on each backend: the
 // embedded default, and the real servers found by testenv.
 func forEachBackend(t *testing.T, test func(t *testing.T, f *fixture)) {
-	apptest.ForEachBackend(t, "orders", func(t *testing.T, cfg backend.Config) {
-		test(t, setup(t, cfg))
-	})
+	apptest.ForEachFixture(t, "orders", setup, test)
 }
 
 // fixture is the service on one backend behind an httptest server, with
@@ -68,13 +65,6 @@ func (f *fixture) post(rt http.RoundTripper, tenant, key, body string) response 
 func (f *fixture) get(tenant, path string) response {
 	f.t.Helper()
 	return f.Get(tenant, path)
-}
-
-// transport returns a retrying client transport over the fixture's
-// connections, with its own retry budget.
-func (f *fixture) transport(opts ...claimclient.Option) *claimclient.Transport {
-	f.t.Helper()
-	return f.Transport(opts...)
 }
 
 // orders counts the tenant's order rows in the database, independently of

@@ -24,10 +24,9 @@ const reconcileWait = 10 * time.Second
 // happened to out, and returns an error wrapping errDemo when an
 // expectation failed.
 func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error {
-	d := &demo{Score: demokit.Score{Out: out}, ctx: ctx, base: base}
-	plain := &http.Transport{}
-	defer plain.CloseIdleConnections()
-	raw := &http.Client{Transport: plain, Timeout: 10 * time.Second} // sends what it is given, retries nothing
+	d := &demo{demokit.Demo[Payment]{Score: demokit.Score{Out: out}, Ctx: ctx, Base: base, Path: "/payments"}}
+	raw, closeRaw := demokit.RawClient()
+	defer closeRaw()
 	var tag [2]byte
 	_, _ = rand.Read(tag[:])
 	tenant := "acme-" + hex.EncodeToString(tag[:]) // fresh each run
@@ -43,7 +42,7 @@ func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error
 		if err != nil {
 			return reply{Err: err}
 		}
-		return d.post(&http.Client{Transport: tr, Timeout: 30 * time.Second}, tenant, key1, pay)
+		return d.Post(&http.Client{Transport: tr, Timeout: 30 * time.Second}, tenant, key1, pay)
 	})
 	first := replies[0]
 	created, executed := demokit.Tally(&d.Score, replies)
@@ -54,7 +53,7 @@ func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error
 		duplicates, created, first.Value.ChargeID, executed, created-executed, conflicts)
 
 	// 2. The same key for another amount: rejected, nothing charged.
-	r := d.post(raw, tenant, key1, `{"amount":2599,"currency":"EUR"}`)
+	r := d.Post(raw, tenant, key1, `{"amount":2599,"currency":"EUR"}`)
 	d.Expect(r.Status == http.StatusUnprocessableEntity && r.Problem.Type == claimclient.ProblemKeyReused, "reused key: %s, want 422", r)
 	d.Say("2. the same key for another amount: %s", r)
 
@@ -65,7 +64,7 @@ func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error
 	key3 := demokit.MustKey()
 	pay3 := `{"amount":4200,"currency":"EUR"}`
 	gw.setMode(modeTimeoutAfterCharge)
-	r = d.post(raw, tenant, key3, pay3)
+	r = d.Post(raw, tenant, key3, pay3)
 	gw.setMode(modeNormal)
 	op := r.Problem.OperationID
 	ch, posts, charged := gw.chargeFor(op)
@@ -73,12 +72,12 @@ func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error
 	d.Expect(charged && posts == 1, "the gateway holds charged=%v after %d requests, want one charge", charged, posts)
 	d.Say("3. the gateway made charge %s, then timed out: %s, Location %s", ch.ID, r, r.Location)
 	start := time.Now()
-	r = d.post(raw, tenant, key3, pay3)
+	r = d.Post(raw, tenant, key3, pay3)
 	d.Say("   retried at once with the same key: %s", r)
 	retries := 1
 	for r.Err == nil && r.Status == http.StatusAccepted && time.Since(start) < reconcileWait {
 		time.Sleep(100 * time.Millisecond)
-		r = d.post(raw, tenant, key3, pay3)
+		r = d.Post(raw, tenant, key3, pay3)
 		retries++
 	}
 	_, posts, _ = gw.chargeFor(op)
@@ -95,16 +94,7 @@ func runDemo(ctx context.Context, base string, gw *gateway, out io.Writer) error
 }
 
 // demo sends the demo's requests and keeps the score.
-type demo struct {
-	demokit.Score
-	ctx  context.Context
-	base string
-}
+type demo struct{ demokit.Demo[Payment] }
 
 // reply is what came back from one request.
 type reply = demokit.Reply[Payment]
-
-// post sends POST /payments as tenant with key.
-func (d *demo) post(c *http.Client, tenant, key, body string) reply {
-	return demokit.Post[Payment](d.ctx, c, d.base+"/payments", tenant, key, body)
-}

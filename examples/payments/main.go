@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
 	"time"
 
 	"github.com/oncekey/oncekey/examples/internal/backend"
@@ -66,12 +64,11 @@ func main() { program.Main(parseOptions, run) }
 // reconciler and its sweeper, and serves until ctx is done, or, with -demo, runs the demo
 // against them and returns its verdict.
 func run(ctx context.Context, o options, out io.Writer) error {
-	log := program.Logger(os.Stderr, o.verbose, slog.LevelWarn)
 	if o.demo {
 		o.addr, o.gatewayMode = "127.0.0.1:0", modeNormal
 		o.gatewayTimeout, o.reconcileEvery = demoGatewayTimeout, demoReconcileEvery
 	}
-	b, err := program.OpenBackend(ctx, o.backend, log, out) // prints which stores it runs on
+	log, b, err := program.Start(ctx, o.backend, o.verbose, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}
@@ -92,17 +89,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	stopLoops := program.Go(ctx, a.reconcile, a.sweep)
 	defer stopLoops() // deferred first, so it runs after the server's shutdown
 
-	srv, err := program.Listen(o.addr, a.handler)
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown(ctx)
+	var demo func(url string) error
 	if o.demo {
-		fmt.Fprintf(out, "payments: demo against %s (reconciler every %v)\n", srv.URL, o.reconcileEvery)
-		return runDemo(ctx, srv.URL, gw, out)
+		demo = func(url string) error { return runDemo(ctx, url, gw, out) }
 	}
-	fmt.Fprintf(out, "payments: listening on %s (reconciler every %v)\n", srv.URL, o.reconcileEvery)
-	return srv.Wait(ctx)
+	return program.Serve(ctx, out, "payments", o.addr, a.handler, fmt.Sprintf(" (reconciler every %v)", o.reconcileEvery), demo)
 }
 
 func modeName(m gatewayMode) string {

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,39 +20,23 @@ const pay = `{"amount":1299,"currency":"EUR"}`
 // path resolved by the reconciler.
 func TestDemo_NoServicesNamed(t *testing.T) {
 	t.Parallel()
-	o, err := parseOptions([]string{"-demo"}, emptyEnv, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.backend.DatabaseURL != "" || o.backend.RedisURL != "" || o.backend.DataDir != "" {
-		t.Fatalf("options name services: %+v", o.backend)
-	}
+	o := apptest.ParseDemo(t, parseOptions)
+	apptest.WantNoServices(t, o.backend)
 	o.backend.RedisTimeout = testRedisTimeout
-	var out bytes.Buffer
-	if err := run(t.Context(), o, &out); err != nil {
-		t.Fatalf("demo: %v\n%s", err, &out)
-	}
-	wantStory(t, out.String())
-	if !strings.Contains(out.String(), "redis: in-process miniredis") {
-		t.Errorf("output does not say it runs on the embedded default:\n%s", &out)
+	out := apptest.RunDemo(t, run, o)
+	wantStory(t, out)
+	if !strings.Contains(out, "redis: in-process miniredis") {
+		t.Errorf("output does not say it runs on the embedded default:\n%s", out)
 	}
 }
 
 func TestDemo_OnPostgresAndRedis(t *testing.T) {
 	t.Parallel()
-	o, err := parseOptions([]string{"-demo"}, emptyEnv, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := apptest.ParseDemo(t, parseOptions)
 	o.backend = realServers(t)
-	var out bytes.Buffer
-	if err := run(t.Context(), o, &out); err != nil {
-		t.Fatalf("demo: %v\n%s", err, &out)
-	}
-	wantStory(t, out.String())
-	if !strings.Contains(out.String(), "durable store: PostgreSQL at ") {
-		t.Errorf("output does not name PostgreSQL:\n%s", &out)
-	}
+	out := apptest.RunDemo(t, run, o)
+	wantStory(t, out)
+	apptest.WantPostgres(t, out)
 }
 
 func wantStory(t *testing.T, out string) {
@@ -77,10 +59,7 @@ func wantStory(t *testing.T, out string) {
 func TestPayments_UncertainIsReconciledThenReplayed(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, f *fixture) {
 		key := demokit.MustKey()
-		f.gw.setMode(modeTimeoutAfterCharge)
-		r := f.post(nil, "acme", key, pay)
-		f.gw.setMode(modeNormal)
-		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimclient.ProblemUncertain)
+		r := f.postTimedOut(t, modeTimeoutAfterCharge, key)
 		op := r.Problem.OperationID
 		if loc := r.Header.Get("Location"); op == "" || loc != "/operations/"+op {
 			t.Errorf("Location = %q, operation_id %q", loc, op)
@@ -117,10 +96,7 @@ func TestPayments_UncertainIsReconciledThenReplayed(t *testing.T) {
 func TestPayments_UncertainWithoutChargeIsReconciledAsNotCharged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, f *fixture) {
 		key := demokit.MustKey()
-		f.gw.setMode(modeTimeoutBeforeCharge)
-		r := f.post(nil, "acme", key, pay)
-		f.gw.setMode(modeNormal)
-		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimclient.ProblemUncertain)
+		f.postTimedOut(t, modeTimeoutBeforeCharge, key)
 		rep, err := f.app.reconcileOnce(t.Context())
 		if err != nil || rep.Resolved != 1 {
 			t.Fatalf("reconcile: %+v, %v; want 1 resolved (as failed: the replay below)", rep, err)
@@ -142,19 +118,7 @@ func TestPayments_FiftyConcurrentDuplicatesChargeOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, f *fixture) {
 		const clients = 50
 		key := demokit.MustKey()
-		replies := make([]response, clients)
-		var wg sync.WaitGroup
-		for i := range clients {
-			wg.Go(func() {
-				replies[i] = f.post(f.transport(claimclient.WithMaxAttempts(20)), "acme", key, pay)
-			})
-		}
-		wg.Wait()
-		for i, r := range replies {
-			if r.Status != http.StatusCreated || r.Body != replies[0].Body {
-				t.Fatalf("client %d: %d %s; client 0: %d %s", i, r.Status, r.Body, replies[0].Status, replies[0].Body)
-			}
-		}
+		f.PostAtOnce(clients, "/payments", "acme", key, pay)
 		if charges, requests := f.gw.totals(); charges != 1 || requests != 1 {
 			t.Fatalf("gateway: %d charges from %d requests, want 1 and 1", charges, requests)
 		}
@@ -225,10 +189,7 @@ func TestParseOptions(t *testing.T) {
 func TestPayments_LocationsResolve(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, f *fixture) {
 		key := demokit.MustKey()
-		f.gw.setMode(modeTimeoutAfterCharge)
-		r := f.post(nil, "acme", key, pay)
-		f.gw.setMode(modeNormal)
-		wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimclient.ProblemUncertain)
+		r := f.postTimedOut(t, modeTimeoutAfterCharge, key)
 		loc := r.Header.Get("Location")
 		type view struct {
 			ID     string `json:"id"`

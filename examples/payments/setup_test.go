@@ -33,9 +33,7 @@ func realServers(t *testing.T) backend.Config { return apptest.RealServers(t, "p
 // forEachBackend runs test as a parallel subtest on each backend: the
 // embedded default, and the real servers found by testenv.
 func forEachBackend(t *testing.T, test func(t *testing.T, f *fixture)) {
-	apptest.ForEachBackend(t, "payments", func(t *testing.T, cfg backend.Config) {
-		test(t, setup(t, cfg))
-	})
+	apptest.ForEachFixture(t, "payments", setup, test)
 }
 
 // fixture is the service on one backend behind an httptest server, with
@@ -73,9 +71,16 @@ func (f *fixture) post(rt http.RoundTripper, tenant, key, body string) response 
 	return f.Post(rt, "/payments", tenant, key, body)
 }
 
-func (f *fixture) transport(opts ...claimclient.Option) *claimclient.Transport {
-	f.t.Helper()
-	return f.Transport(opts...)
+// postTimedOut posts pay with key while the gateway is in mode, one of
+// its timeout modes (then back to normal), and fails t unless the answer
+// is 202 uncertain.
+func (f *fixture) postTimedOut(t *testing.T, mode gatewayMode, key string) response {
+	t.Helper()
+	f.gw.setMode(mode)
+	r := f.post(nil, "acme", key, pay)
+	f.gw.setMode(modeNormal)
+	wantStatus(t, "gateway timeout", r, http.StatusAccepted, claimclient.ProblemUncertain)
+	return r
 }
 
 func wantStatus(t *testing.T, what string, r response, status int, problemType string) {

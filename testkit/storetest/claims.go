@@ -180,10 +180,7 @@ func (c *contract[TTx]) proposedGeneration(t *testing.T) {
 // 4. Same scope, different fingerprint: ErrMismatch while processing and
 // after completion, and nothing changes.
 func (c *contract[TTx]) mismatch(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
 	res, err := s.Claim(ctx, noTx[TTx](), params(sc, fp2, long, long))
 	wantErr(t, "claim with another fingerprint while processing", err, durable.ErrMismatch)
@@ -260,10 +257,7 @@ func (c *contract[TTx]) isolation(t *testing.T) {
 // 12. A generation never decreases for a scope, across takeovers, releases,
 // adoptions and retention restarts, whatever is proposed.
 func (c *contract[TTx]) monotonic(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	var last uint64
 	seen := func(step string, tok fence.Token) {
 		t.Helper()

@@ -49,10 +49,7 @@ func (c *contract[TTx]) replay(t *testing.T) {
 // A failed record (a final business rejection) replays the same way and
 // can be neither completed nor taken over.
 func (c *contract[TTx]) failReplay(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
 	must(t, "Fail", s.Fail(ctx, noTx[TTx](), ref, a, rejection()))
 	must(t, "Fail again with the same token and result", s.Fail(ctx, noTx[TTx](), ref, a, rejection()))
@@ -73,10 +70,7 @@ func (c *contract[TTx]) failReplay(t *testing.T) {
 // Complete after a lost reply); with another result it is fenced and changes
 // nothing.
 func (c *contract[TTx]) completeTwice(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
 	for _, wrong := range []fence.Token{
 		{Generation: a.Generation + 1, Owner: a.Owner},
@@ -112,10 +106,7 @@ func (c *contract[TTx]) completeTwice(t *testing.T) {
 // 6. Release frees the key for a fresh claim (any fingerprint); the released
 // owner can no longer write.
 func (c *contract[TTx]) release(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
 	must(t, "Release", s.Release(ctx, noTx[TTx](), ref, a))
 	rec := mustGet(t, s, ref)
@@ -155,10 +146,7 @@ func (c *contract[TTx]) release(t *testing.T) {
 
 // Renew extends the lease only for the token that holds the record.
 func (c *contract[TTx]) renew(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	a := mustAcquire(t, s, params(sc, fp1, time.Minute, long))
 	must(t, "Renew", s.Renew(ctx, ref, a, time.Hour))
 	if l := mustGet(t, s, ref).LeaseRemaining; l <= 30*time.Minute {

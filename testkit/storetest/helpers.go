@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -122,6 +123,19 @@ func equalResult(got *durable.Result, want durable.Result) bool {
 	return got.StatusCode == want.StatusCode && got.Version == want.Version &&
 		got.ResourceID == want.ResourceID && bytes.Equal(got.Body, want.Body) &&
 		maps.EqualFunc(got.Headers, want.Headers, slices.Equal[[]string])
+}
+
+// claimInTx claims sc for fp1 in tx and returns its token; an error unless
+// it acquired.
+func claimInTx[TTx any](ctx context.Context, s storeapi.Store[TTx], tx TTx, sc durable.Scope) (fence.Token, error) {
+	res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
+	if err != nil {
+		return fence.Token{}, err
+	}
+	if !res.Acquired {
+		return fence.Token{}, fmt.Errorf("claim in tx did not acquire: %+v", res.Record)
+	}
+	return res.Token, nil
 }
 
 func mustRef[TTx any](t testing.TB, s storeapi.Store[TTx], sc durable.Scope) durable.Ref {

@@ -41,10 +41,7 @@ func operationNotFound[TTx any](t testing.TB, s storeapi.Store[TTx], what, tenan
 // state and a takeover; another tenant (even one holding a record of the
 // same operation and key) and an unknown identity get ErrNotFound alike.
 func (c *contract[TTx]) operationByID(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	tok := mustAcquire(t, s, params(sc, fp1, short, long))
 	rec := mustOperation(t, s, ref)
 	checkState(t, "processing", rec, durable.Processing)
@@ -129,10 +126,7 @@ func (c *contract[TTx]) operationMigration(t *testing.T) {
 // +1), the others and the old token are fenced; a finished record cannot be
 // handed over.
 func (c *contract[TTx]) handover(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	tok := mustAcquire(t, s, params(sc, fp1, long, long))
 	const n = 16
 	var (

@@ -17,10 +17,7 @@ import (
 // MarkUncertain, then Adopt, then Complete by the adopter; the original
 // owner is fenced.
 func (c *contract[TTx]) uncertain(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
 	must(t, "MarkUncertain", s.MarkUncertain(ctx, ref, a))
 	rec := mustGet(t, s, ref)
@@ -76,10 +73,7 @@ func (c *contract[TTx]) uncertain(t *testing.T) {
 // the next claim, with any fingerprint, starts a new operation above its
 // generation (issue 27 #9).
 func (c *contract[TTx]) uncertainRelease(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
 	must(t, "MarkUncertain", s.MarkUncertain(ctx, ref, a))
 	wantErr(t, "Release by the token that marked the record uncertain", s.Release(ctx, noTx[TTx](), ref, a), durable.ErrFenced)
@@ -117,10 +111,7 @@ func pendingHas[TTx any](t testing.TB, s storeapi.Store[TTx], ref durable.Ref, s
 // Adopt refuses a record held by a live lease, and a released one; it takes
 // over a processing record whose lease expired, keeping its state.
 func (c *contract[TTx]) adoptBusy(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	a := mustAcquire(t, s, params(sc, fp1, long, long))
 	_, err := s.Adopt(ctx, ref, uuid.New(), 0, long)
 	wantErr(t, "Adopt of a live lease", err, durable.ErrBusy)

@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"context"
 	"testing"
 
+	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 )
 
@@ -85,6 +87,16 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 }
 
 type contract[TTx any] struct{ h Harness[TTx] }
+
+// fresh returns a new store, a context for the test, a fresh scope and its
+// ref.
+func (c *contract[TTx]) fresh(t *testing.T) (storeapi.Store[TTx], context.Context, durable.Scope, durable.Ref) {
+	t.Helper()
+	s := c.h.New(t)
+	ctx := ctxFor(t)
+	sc := newScope()
+	return s, ctx, sc, mustRef(t, s, sc)
+}
 
 type outcome struct {
 	res storeapi.ClaimResult

@@ -23,20 +23,14 @@ var errRollback = errors.New("storetest: roll back")
 // 9. Claim and Complete inside the caller's transaction: a rollback (or a
 // panic) leaves no row; a commit leaves the completed row.
 func (c *contract[TTx]) inTx(t *testing.T) {
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 
 	claimAndComplete := func(ctx context.Context, tx TTx) (fence.Token, error) {
-		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
+		tok, err := claimInTx(ctx, s, tx, sc)
 		if err != nil {
 			return fence.Token{}, err
 		}
-		if !res.Acquired {
-			return fence.Token{}, fmt.Errorf("claim in tx did not acquire: %+v", res.Record)
-		}
-		return res.Token, s.Complete(ctx, tx, ref, res.Token, sampleResult())
+		return tok, s.Complete(ctx, tx, ref, tok, sampleResult())
 	}
 
 	err := s.InTx(ctx, func(ctx context.Context, tx TTx) error {
@@ -124,21 +118,14 @@ func (c *contract[TTx]) waitBlocked(s storeapi.Store[TTx], done <-chan outcome) 
 // until the transaction commits, then sees the completed record (not a
 // second acquisition).
 func (c *contract[TTx]) claimTxBlocks(t *testing.T) {
-	s := c.h.New(t)
-	tctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, tctx, sc, ref := c.fresh(t)
 	done := make(chan outcome, 1)
 	var tok fence.Token
 	err := s.InTx(tctx, func(ctx context.Context, tx TTx) error {
-		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
-		if err != nil {
+		var err error
+		if tok, err = claimInTx(ctx, s, tx, sc); err != nil {
 			return err
 		}
-		if !res.Acquired {
-			return fmt.Errorf("claim in tx did not acquire: %+v", res.Record)
-		}
-		tok = res.Token
 		go func() {
 			r, err := s.Claim(tctx, noTx[TTx](), params(sc, fp1, long, long))
 			done <- outcome{r, err}
@@ -179,12 +166,8 @@ func (c *contract[TTx]) claimTxRollback(t *testing.T) {
 	sc := newScope()
 	done := make(chan outcome, 1)
 	err := s.InTx(tctx, func(ctx context.Context, tx TTx) error {
-		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
-		if err != nil {
+		if _, err := claimInTx(ctx, s, tx, sc); err != nil {
 			return err
-		}
-		if !res.Acquired {
-			return fmt.Errorf("claim in tx did not acquire: %+v", res.Record)
 		}
 		go func() {
 			r, err := s.Claim(tctx, noTx[TTx](), params(sc, fp2, long, long))
@@ -351,10 +334,7 @@ func (c *contract[TTx]) roundTrips(t *testing.T) {
 		t.Log("Harness.Statements is nil: round trips are not counted for this backend")
 		return
 	}
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	count := func(what string, fn func()) {
 		t.Helper()
 		before := c.h.Statements(s)
@@ -387,14 +367,10 @@ func (c *contract[TTx]) lostCommitAck(t *testing.T) {
 	var tok fence.Token
 	arm()
 	err := s.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
-		if err != nil {
+		var err error
+		if tok, err = claimInTx(ctx, s, tx, sc); err != nil {
 			return err
 		}
-		if !res.Acquired {
-			return fmt.Errorf("claim in tx did not acquire: %+v", res.Record)
-		}
-		tok = res.Token
 		return s.Complete(ctx, tx, ref, tok, sampleResult())
 	})
 	if !errors.Is(err, durable.ErrUnavailable) {
@@ -434,10 +410,7 @@ func (c *contract[TTx]) definiteCommitFailure(t *testing.T) {
 		t.Log("Harness.BreakCommit is nil: a definite COMMIT failure is not forced for this backend")
 		return
 	}
-	s := c.h.New(t)
-	ctx := ctxFor(t)
-	sc := newScope()
-	ref := mustRef(t, s, sc)
+	s, ctx, sc, ref := c.fresh(t)
 	err := s.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		res, err := s.Claim(ctx, tx, params(sc, fp1, long, long))
 		if err != nil {

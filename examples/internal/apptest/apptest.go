@@ -9,6 +9,8 @@
 package apptest
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime"
@@ -16,6 +18,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,6 +66,54 @@ func ForEachBackend(t *testing.T, name string, test func(t *testing.T, cfg backe
 			t.Parallel()
 			test(t, bc.config(t, name))
 		})
+	}
+}
+
+// ForEachFixture runs test as ForEachBackend does, on the fixture setup
+// builds on each backend.
+func ForEachFixture[F any](t *testing.T, name string, setup func(*testing.T, backend.Config) F, test func(t *testing.T, f F)) {
+	ForEachBackend(t, name, func(t *testing.T, cfg backend.Config) {
+		test(t, setup(t, cfg))
+	})
+}
+
+// RunDemo runs a program's run with options o (their -demo set) and
+// returns what it printed; it fails the test if run returns an error.
+func RunDemo[O any](t *testing.T, run func(ctx context.Context, o O, out io.Writer) error, o O) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(t.Context(), o, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, &out)
+	}
+	return out.String()
+}
+
+// ParseDemo returns the options parse reads from the command line "-demo"
+// in an empty environment; it fails the test on an error.
+func ParseDemo[O any](t *testing.T, parse func(args []string, getenv func(string) string, stderr io.Writer) (O, error)) O {
+	t.Helper()
+	o, err := parse([]string{"-demo"}, EmptyEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// WantPostgres fails the test unless a program's output says it runs on
+// PostgreSQL.
+func WantPostgres(t *testing.T, out string) {
+	t.Helper()
+	if !strings.Contains(out, "durable store: PostgreSQL at ") {
+		t.Errorf("output does not name PostgreSQL:\n%s", out)
+	}
+}
+
+// WantNoServices fails the test if cfg names a service or a data folder:
+// the program would not run on its embedded default.
+func WantNoServices(t *testing.T, cfg backend.Config) {
+	t.Helper()
+	if cfg.DatabaseURL != "" || cfg.RedisURL != "" || cfg.DataDir != "" {
+		t.Fatalf("options name services: %+v", cfg)
 	}
 }
 
@@ -127,6 +178,28 @@ func (c *Client[T]) Post(rt http.RoundTripper, path, tenant, key, body string) R
 		req.Header.Set("Idempotency-Key", strconv.Quote(key)) // the draft's sf-string form
 	}
 	return c.Do(rt, req)
+}
+
+// PostAtOnce sends n POST path requests as tenant, with one key and body,
+// at once, each through a retrying transport of its own (up to 20
+// attempts), and fails the test unless every one is answered 201 with the
+// first's body. It returns the answers.
+func (c *Client[T]) PostAtOnce(n int, path, tenant, key, body string) []Response[T] {
+	c.t.Helper()
+	replies := make([]Response[T], n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			replies[i] = c.Post(c.Transport(claimclient.WithMaxAttempts(20)), path, tenant, key, body)
+		})
+	}
+	wg.Wait()
+	for i, r := range replies {
+		if r.Status != http.StatusCreated || r.Body != replies[0].Body {
+			c.t.Fatalf("client %d: %d %s; client 0: %d %s", i, r.Status, r.Body, replies[0].Status, replies[0].Body)
+		}
+	}
+	return replies
 }
 
 // Get sends GET path as tenant with the plain client.

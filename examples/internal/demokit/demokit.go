@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/examples/internal/web"
@@ -87,6 +88,32 @@ func (r Reply[T]) String() string {
 		return fmt.Sprintf("%d (%s: true)", r.Status, claimclient.HeaderReplayed)
 	}
 	return fmt.Sprint(r.Status)
+}
+
+// Demo is one run of a demo against the service at Base: its score, and
+// its requests for the resource at Path, answered with a T.
+type Demo[T any] struct {
+	Score
+	Ctx  context.Context
+	Base string
+	Path string
+}
+
+// Post sends POST Path as tenant with a JSON body; key "" sends none.
+func (d *Demo[T]) Post(c *http.Client, tenant, key, body string) Reply[T] {
+	return Post[T](d.Ctx, c, d.Base+d.Path, tenant, key, body)
+}
+
+// Get sends GET path as tenant.
+func (d *Demo[T]) Get(c *http.Client, tenant, path string) Reply[T] {
+	return Get[T](d.Ctx, c, d.Base+path, tenant)
+}
+
+// RawClient returns a client that sends what it is given and retries
+// nothing, and the function that closes its idle connections.
+func RawClient() (*http.Client, func()) {
+	plain := &http.Transport{}
+	return &http.Client{Transport: plain, Timeout: 10 * time.Second}, plain.CloseIdleConnections
 }
 
 // Post sends POST url as tenant with a JSON body; key "" sends none.

@@ -80,6 +80,16 @@ func Logger(w io.Writer, verbose bool, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
+// Start begins a program's run: its logger (to stderr at warning level, at
+// debug level when verbose) and its backend, opened with that logger as
+// [OpenBackend] opens it (which prints which stores it runs on). The
+// caller closes the backend.
+func Start(ctx context.Context, cfg backend.Config, verbose bool, out io.Writer) (*slog.Logger, *backend.Backend, error) {
+	log := Logger(os.Stderr, verbose, slog.LevelWarn)
+	b, err := OpenBackend(ctx, cfg, log, out)
+	return log, b, err
+}
+
 // OpenBackend opens what cfg names (backend.Open) and prints, each line
 // prefixed with cfg.Name (the program's name), which durable store and
 // which Redis it runs on and why. log, unless nil or cfg has a Logger already, gets the
@@ -126,6 +136,25 @@ func Listen(addr string, h http.Handler) (*Server, error) {
 		s.err = s.srv.Serve(ln)
 	}()
 	return s, nil
+}
+
+// Serve listens on addr and serves h until ctx is done, printing, after
+// name, where it listens. With demo not nil it runs demo against the
+// server's URL instead, printing what it runs against, and returns its
+// verdict. note follows the URL in what it prints. The server shuts down
+// before Serve returns.
+func Serve(ctx context.Context, out io.Writer, name, addr string, h http.Handler, note string, demo func(url string) error) error {
+	srv, err := Listen(addr, h)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown(ctx)
+	if demo != nil {
+		fmt.Fprintf(out, "%s: demo against %s%s\n", name, srv.URL, note)
+		return demo(srv.URL)
+	}
+	fmt.Fprintf(out, "%s: listening on %s%s\n", name, srv.URL, note)
+	return srv.Wait(ctx)
 }
 
 // Wait returns nil when ctx is done, or the server's error if it stops
