@@ -48,16 +48,17 @@ type floors struct {
 	pkOnlySQL  string // insertSQL into the record's table with its primary key alone
 	selectSQL  string // a bare read of a stored result
 	sha        string // claim.lua's SHA1
-	headers    []byte // result.Headers as JSON, encoded once
+	headers    string // result.Headers as JSON text, encoded once (the store sends it as text)
 	binHeaders []byte // result.Headers in the store's byte-exact encoding, captured
 }
 
 func newFloors(ctx context.Context, e *env) (*floors, error) {
 	f := &floors{e: e}
-	var err error
-	if f.headers, err = json.Marshal(result.Headers); err != nil {
+	j, err := json.Marshal(result.Headers)
+	if err != nil {
 		return nil, err
 	}
+	f.headers = string(j)
 	if err := f.captureSQL(ctx); err != nil {
 		return nil, err
 	}
