@@ -3,14 +3,21 @@
 //
 // Services are found in this order:
 //
-//  1. REDIS_URL / DATABASE_URL, when set;
-//  2. the local defaults: redis://127.0.0.1:6379/0 and
+//  1. REDIS_URL / DATABASE_URL (NATS_URL), when set;
+//  2. when a Docker daemon answers (DOCKER_HOST, else
+//     /var/run/docker.sock) and ONCEKEY_CONTAINERS is not "off": a
+//     container of this test binary's own, started on first use by the
+//     oncekey-containers command (see [ContainersEnabled]); RabbitMQ has
+//     no container;
+//  3. the local defaults: redis://127.0.0.1:6379/0 and
 //     postgres://postgres@127.0.0.1:5432/test?sslmode=disable.
 //
 // When the service found does not answer, the test fails if CI=true (CI must
 // never pass by skipping) and is skipped with the reason otherwise. The
-// package starts nothing: .ci/run (or the developer) provides the servers,
-// so no container tooling enters the library's module graph.
+// package itself starts no container: testcontainers-go lives in the
+// module github.com/oncekey/oncekey/testkit/containers, which this package
+// runs as a command, so no container tooling enters the library's module
+// graph.
 //
 // Each PostgreSQL test gets a fresh schema, dropped when the test ends; each
 // Redis test gets its own key prefix, whose keys are deleted when it ends. So
@@ -57,25 +64,51 @@ func Unavailable(t testing.TB, service, env string, err error) {
 }
 
 // DatabaseURL returns the URL of the PostgreSQL server the tests use:
-// DATABASE_URL, or DefaultDatabaseURL when it is unset. Whether the server
-// answers is checked by Postgres, which fails or skips the test.
+// DATABASE_URL, else this binary's container when Docker answers, else
+// DefaultDatabaseURL. Whether the server answers is checked by Postgres,
+// which fails or skips the test.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u
-	}
-	return DefaultDatabaseURL
+	return serviceURL(t, "DATABASE_URL", "postgres", DefaultDatabaseURL)
 }
 
-// RedisURL returns the URL of the Redis server the tests use: REDIS_URL, or
-// DefaultRedisURL when it is unset. Whether the server answers is checked by
-// Redis, which fails or skips the test.
+// RedisURL returns the URL of the Redis server the tests use: REDIS_URL,
+// else this binary's container when Docker answers, else DefaultRedisURL.
+// Whether the server answers is checked by Redis, which fails or skips the
+// test.
 func RedisURL(t testing.TB) string {
 	t.Helper()
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		return u
+	return serviceURL(t, "REDIS_URL", "redis", DefaultRedisURL)
+}
+
+// serviceURL resolves a service in the package's order: env, container,
+// local default. A container that should have started and did not is
+// logged on t, and the local default is tried.
+func serviceURL(t testing.TB, env, service, def string) string {
+	t.Helper()
+	u, err := resolve(env, service, def)
+	if err != nil {
+		t.Logf("%v; trying the local default %s", err, def)
 	}
-	return DefaultRedisURL
+	return u
+}
+
+// resolve is serviceURL without a test: the URL, and the container's error
+// when one should have started and did not (the URL is then def).
+func resolve(env, service, def string) (string, error) {
+	if u := os.Getenv(env); u != "" {
+		return u, nil
+	}
+	if service != "" {
+		u, ok, err := fromContainer(service)
+		if ok && err == nil {
+			return u, nil
+		}
+		if ok {
+			return def, err
+		}
+	}
+	return def, nil
 }
 
 // Name returns a short random identifier usable in a schema name or a key
@@ -195,13 +228,10 @@ func Redis(t testing.TB) (*redis.Client, string) {
 func Example() (pool *pgxpool.Pool, rdb *redis.Client, prefix string, cleanup func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	base := os.Getenv("DATABASE_URL")
-	if base == "" {
-		base = DefaultDatabaseURL
-	}
+	base, cerr := resolve("DATABASE_URL", "postgres", DefaultDatabaseURL)
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
-		panic(fmt.Sprintf("testenv: PostgreSQL unavailable (%v); set DATABASE_URL or run the server at its local default", err))
+		panic(fmt.Sprintf("testenv: PostgreSQL unavailable (%v); set DATABASE_URL or run the server at its local default%s", err, also(cerr)))
 	}
 	defer admin.Close(context.Background())
 	schema := Name("x_")
@@ -228,10 +258,7 @@ func Example() (pool *pgxpool.Pool, rdb *redis.Client, prefix string, cleanup fu
 // ExampleRedis is the Redis half of [Example]: a client and a key prefix of
 // its own; cleanup deletes the prefix's keys and closes the client.
 func ExampleRedis() (rdb *redis.Client, prefix string, cleanup func()) {
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		u = DefaultRedisURL
-	}
+	u, cerr := resolve("REDIS_URL", "redis", DefaultRedisURL)
 	opt, err := redis.ParseURL(u)
 	if err != nil {
 		panic(fmt.Sprintf("testenv: REDIS_URL: %v", err))
@@ -240,7 +267,7 @@ func ExampleRedis() (rdb *redis.Client, prefix string, cleanup func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		panic(fmt.Sprintf("testenv: Redis unavailable (%v); set REDIS_URL or run the server at its local default", err))
+		panic(fmt.Sprintf("testenv: Redis unavailable (%v); set REDIS_URL or run the server at its local default%s", err, also(cerr)))
 	}
 	prefix = Name("x")
 	return rdb, prefix, func() {
@@ -261,19 +288,18 @@ const (
 )
 
 // NATSURL returns the URL of the NATS server (with JetStream) the tests use:
-// NATS_URL, or DefaultNATSURL when it is unset. The caller dials it and calls
+// NATS_URL, else this binary's container when Docker answers, else
+// DefaultNATSURL. The caller dials it and calls
 // Unavailable(t, "NATS", "NATS_URL", err) when it does not answer (this
 // package holds no broker client).
 func NATSURL(t testing.TB) string {
 	t.Helper()
-	if u := os.Getenv("NATS_URL"); u != "" {
-		return u
-	}
-	return DefaultNATSURL
+	return serviceURL(t, "NATS_URL", "nats", DefaultNATSURL)
 }
 
 // AMQPURL returns the URL of the RabbitMQ server the tests use: AMQP_URL,
-// or DefaultAMQPURL when it is unset. The caller dials it and calls
+// or DefaultAMQPURL when it is unset (no container: RabbitMQ comes from the
+// machine or the URL). The caller dials it and calls
 // Unavailable(t, "RabbitMQ", "AMQP_URL", err) when it does not answer.
 func AMQPURL(t testing.TB) string {
 	t.Helper()
@@ -281,4 +307,12 @@ func AMQPURL(t testing.TB) string {
 		return u
 	}
 	return DefaultAMQPURL
+}
+
+// also formats a container's error after a message, or "".
+func also(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (" + err.Error() + ")"
 }

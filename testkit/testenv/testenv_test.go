@@ -1,6 +1,7 @@
 package testenv_test
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -43,6 +44,7 @@ func TestRedis_PrefixPerTest(t *testing.T) {
 }
 
 func TestURLs_EnvThenLocalDefault(t *testing.T) {
+	t.Setenv("ONCEKEY_CONTAINERS", "off")
 	t.Setenv("DATABASE_URL", "")
 	t.Setenv("REDIS_URL", "")
 	if got := testenv.DatabaseURL(t); got != testenv.DefaultDatabaseURL {
@@ -62,6 +64,7 @@ func TestURLs_EnvThenLocalDefault(t *testing.T) {
 }
 
 func TestBrokerURLs_EnvThenLocalDefault(t *testing.T) {
+	t.Setenv("ONCEKEY_CONTAINERS", "off")
 	t.Setenv("NATS_URL", "")
 	t.Setenv("AMQP_URL", "")
 	if got := testenv.NATSURL(t); got != testenv.DefaultNATSURL {
@@ -77,5 +80,35 @@ func TestBrokerURLs_EnvThenLocalDefault(t *testing.T) {
 	}
 	if got := testenv.AMQPURL(t); got != "amqp://u:p@h:2/" {
 		t.Fatalf("AMQPURL = %q", got)
+	}
+}
+
+// With no URL set and Docker answering, the services come from this
+// binary's containers: the same ones on every call. .ci/containers runs it
+// with ONCEKEY_CONTAINERS_REQUIRED=1, where no Docker fails it; elsewhere
+// (the README's test command, on machines without Docker) it is skipped.
+func TestURLs_ContainersWhenDocker(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("REDIS_URL", "")
+	if !testenv.ContainersEnabled() {
+		if os.Getenv("ONCEKEY_CONTAINERS_REQUIRED") == "1" {
+			t.Fatal("ONCEKEY_CONTAINERS_REQUIRED=1 but no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
+		}
+		t.Skip("no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
+	}
+	pg, rd := testenv.DatabaseURL(t), testenv.RedisURL(t)
+	if pg == testenv.DefaultDatabaseURL || rd == testenv.DefaultRedisURL {
+		t.Fatalf("Docker answers but the URLs are the local defaults: %q %q", pg, rd)
+	}
+	if again := testenv.DatabaseURL(t); again != pg {
+		t.Fatalf("a second call started another PostgreSQL: %q, then %q", pg, again)
+	}
+	s := testenv.Postgres(t)
+	if err := s.Pool.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := testenv.Redis(t)
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

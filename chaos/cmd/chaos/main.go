@@ -4,6 +4,14 @@
 //	go run ./chaos/cmd/chaos -redis redis://127.0.0.1:6379/0 \
 //	    -postgres postgres://postgres@127.0.0.1:5432/test \
 //	    [-scenario NAME[,NAME...]] [-iterations N] [-seed S] [-lease D] [-json FILE] [-html DIR]
+//	go run ./chaos/cmd/chaos -containers [-scenario ...]
+//
+// -containers starts Redis and PostgreSQL (and NATS, for nats-windows) in
+// containers with testcontainers-go instead (Docker is all it needs; see
+// testkit/containers for the images and ONCEKEY_CONTAINERS_NETWORK=host)
+// and removes them at the end. The scenarios that start servers of their
+// own (-list says which) still start them from the machine's redis-server
+// and PostgreSQL binaries.
 //
 // It prints a line per scenario as it finishes, then a table, writes a JSON
 // report when asked, and exits 1 when any scenario found a violation, could
@@ -84,6 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		list       = fs.Bool("list", false, "list the scenarios and exit")
 		keep       = fs.Bool("keep-schema", false, "keep the run's PostgreSQL schema for inspection")
 		budget     = fs.Duration("budget", 0, "wall-clock budget of the whole run (0: none); scenarios not started within it are left out")
+		useCtrs    = fs.Bool("containers", false, "start Redis and PostgreSQL (and NATS for nats-windows) in containers (Docker, testcontainers-go) instead of -redis and -postgres, removed at the end")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -104,8 +113,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		w.Flush()
 		return 0
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if *useCtrs {
+		ctrs, err := startContainers(ctx, stdout, stderr, *scenario)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		defer ctrs.close()
+		*redisURL, *pgURL = ctrs.redisURL, ctrs.pgURL
+		if ctrs.natsURL != "" {
+			*natsURL = ctrs.natsURL
+		}
+	}
 	if *redisURL == "" || *pgURL == "" {
-		fmt.Fprintln(stderr, "chaos: -redis and -postgres are required (or REDIS_URL and DATABASE_URL)")
+		fmt.Fprintln(stderr, "chaos: -redis and -postgres are required (or REDIS_URL and DATABASE_URL, or -containers)")
 		fs.Usage()
 		return 2
 	}
@@ -127,8 +150,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cfg.Scenarios = chaos.NegativeModes()[*negative]
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	if *budget > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *budget)
