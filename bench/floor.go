@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
@@ -332,8 +333,13 @@ func insertOrder(ctx context.Context, e *env, tx pgx.Tx, key string) error {
 // evalsha is the Redis floor: one EVALSHA of claim.lua on the key's three
 // keys, as the library sends it, with a fresh owner.
 func (f *floors) evalsha(ctx context.Context, key string) (outcome, error) {
+	return f.evalshaOn(ctx, f.e.rdb, key)
+}
+
+// evalshaOn is evalsha on client c.
+func (f *floors) evalshaOn(ctx context.Context, c *redis.Client, key string) (outcome, error) {
 	k := fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil))
-	v, err := f.e.rdb.EvalSha(ctx, f.sha, []string{k.Lease, k.Gen, k.Result},
+	v, err := c.EvalSha(ctx, f.sha, []string{k.Lease, k.Gen, k.Result},
 		fingerprint, uuid.New().String(), leaseMs, retentionMs).Slice()
 	if err != nil {
 		return oOther, err

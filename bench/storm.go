@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
@@ -268,23 +267,7 @@ func (s *burstSide) rate() float64 {
 
 // burstEvalsha is floor-evalsha on client c.
 func burstEvalsha(ctx context.Context, c *redis.Client, f *floors, key string) (outcome, error) {
-	k := fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil))
-	v, err := c.EvalSha(ctx, f.sha, []string{k.Lease, k.Gen, k.Result},
-		fingerprint, uuid.New().String(), leaseMs, retentionMs).Slice()
-	if err != nil {
-		return oOther, err
-	}
-	if len(v) > 0 {
-		switch v[0] {
-		case "acquired":
-			return oAcquired, nil
-		case "busy":
-			return oBusy, nil
-		case "cached":
-			return oCached, nil
-		}
-	}
-	return oOther, fmt.Errorf("%w: claim.lua answered %v", ErrUnexpected, v)
+	return f.evalshaOn(ctx, c, key)
 }
 
 // measureBurst runs bursts (burstOf) of keys × duplicates requests

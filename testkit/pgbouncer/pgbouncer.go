@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncekey/oncekey/testkit/loopback"
 )
 
 // startTimeout bounds how long PgBouncer may take to answer on its admin
@@ -72,12 +73,7 @@ type Bouncer struct {
 
 // TB is the part of testing.TB that [Start] uses. The package does not
 // import testing.
-type TB interface {
-	Helper()
-	Cleanup(func())
-	Fatalf(format string, args ...any)
-	Skip(args ...any)
-}
+type TB = loopback.TB
 
 // Binary returns the path of the pgbouncer binary: $PGBOUNCER when set,
 // else pgbouncer on $PATH, else /usr/sbin/pgbouncer. The error matches
@@ -133,19 +129,15 @@ func New(opts Options) (*Bouncer, error) {
 	if b.dir, err = os.MkdirTemp("", "pgbouncer-"); err != nil {
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
-	for range 5 {
-		if b.port, err = freePort(); err != nil {
-			break
+	err = loopback.OnFreePort(func(port int) error {
+		b.port = port
+		if err := b.writeConfig(); err != nil {
+			return err
 		}
-		if err = b.writeConfig(); err != nil {
-			break
-		}
-		if err = b.start(); err == nil {
-			return b, nil
-		}
-		if !errors.Is(err, errAddrInUse) {
-			break
-		}
+		return b.start()
+	})
+	if err == nil {
+		return b, nil
 	}
 	os.RemoveAll(b.dir)
 	return nil, fmt.Errorf("pgbouncer: start: %w", err)
@@ -158,17 +150,7 @@ func New(opts Options) (*Bouncer, error) {
 func Start(t TB, opts Options) *Bouncer {
 	t.Helper()
 	b, err := New(opts)
-	if errors.Is(err, ErrNoBinary) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%v [CI=true: a missing binary fails the test; .ci/run installs it]", err)
-		}
-		t.Skip(err.Error())
-	}
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(b.Close)
-	return b
+	return loopback.ForTest(t, b, err, ErrNoBinary)
 }
 
 // Addr returns "127.0.0.1:port".
@@ -239,7 +221,7 @@ func (b *Bouncer) Restart() error {
 	b.Kill()
 	var err error
 	for range 50 { // the port may linger for a moment after the kill
-		if err = b.start(); err == nil || !errors.Is(err, errAddrInUse) {
+		if err = b.start(); err == nil || !errors.Is(err, loopback.ErrAddrInUse) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -355,8 +337,6 @@ func (b *Bouncer) chown() error {
 	})
 }
 
-var errAddrInUse = errors.New("address already in use")
-
 func (b *Bouncer) start() error {
 	logPath := filepath.Join(b.dir, "pgbouncer.log")
 	var offset int64
@@ -395,7 +375,7 @@ func (b *Bouncer) start() error {
 				log = log[offset:]
 			}
 			if strings.Contains(log, "Address already in use") || strings.Contains(stderr.String(), "Address already in use") {
-				return errAddrInUse
+				return loopback.ErrAddrInUse
 			}
 			return fmt.Errorf("pgbouncer exited: %s%s", stderr.String(), log)
 		case <-time.After(20 * time.Millisecond):
@@ -435,15 +415,4 @@ func (b *Bouncer) ours(pid int) error {
 		return fmt.Errorf("%s is answered by pid %s, not %d", b.Addr(), got, pid)
 	}
 	return nil
-}
-
-// freePort asks the kernel for a free loopback port. Another process may
-// take it before PgBouncer binds it; New then retries with another.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/oncekey/oncekey/testkit/loopback"
 )
 
 // startTimeout bounds how long a server may take to answer PING.
@@ -53,12 +55,7 @@ type Server struct {
 // TB is the part of testing.TB that [Start], [Pair], [Cluster] and
 // [StartCluster] use. The package does not import testing, so a program
 // that is not a test (the chaos runner) can use [New].
-type TB interface {
-	Helper()
-	Cleanup(func())
-	Fatalf(format string, args ...any)
-	Skip(args ...any)
-}
+type TB = loopback.TB
 
 // Binary returns the path of the redis-server binary: $REDIS_SERVER when
 // set, else the first redis-server on $PATH. The error matches
@@ -92,16 +89,8 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("redisproc: %w", err)
 	}
 	s := &Server{bin: bin, dir: dir, opts: opts}
-	for attempt := 0; attempt < 5; attempt++ {
-		if s.port, err = freePort(); err != nil {
-			break
-		}
-		if err = s.start(); err == nil {
-			return s, nil
-		}
-		if !errors.Is(err, errAddrInUse) {
-			break
-		}
+	if err = loopback.OnFreePort(func(port int) error { s.port = port; return s.start() }); err == nil {
+		return s, nil
 	}
 	os.RemoveAll(dir)
 	return nil, fmt.Errorf("redisproc: start: %w", err)
@@ -114,17 +103,7 @@ func New(opts Options) (*Server, error) {
 func Start(t TB, opts Options) *Server {
 	t.Helper()
 	s, err := New(opts)
-	if errors.Is(err, ErrNoBinary) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%v [CI=true: a missing binary fails the test]", err)
-		}
-		t.Skip(err.Error())
-	}
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return loopback.ForTest(t, s, err, ErrNoBinary)
 }
 
 // Addr returns "127.0.0.1:port".
@@ -218,8 +197,6 @@ func (s *Server) killLocked() {
 	s.cmd, s.done, s.paused = nil, nil, false
 }
 
-var errAddrInUse = errors.New("address already in use")
-
 func (s *Server) args() []string {
 	a := []string{
 		"--port", strconv.Itoa(s.port),
@@ -276,7 +253,7 @@ func (s *Server) start() error {
 				log = log[offset:]
 			}
 			if strings.Contains(log, "Address already in use") {
-				return errAddrInUse
+				return loopback.ErrAddrInUse
 			}
 			return fmt.Errorf("redis-server exited: %s%s", stderr.String(), log)
 		case <-time.After(10 * time.Millisecond):
@@ -330,17 +307,6 @@ func ping(addr string, pid int) error {
 		return fmt.Errorf("%s is answered by another process than pid %d", addr, pid)
 	}
 	return nil
-}
-
-// freePort asks the kernel for a free loopback port. Another process may
-// take it before the server binds it; Start then retries with another.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitFor polls cond every 20ms until it returns nil or timeout passes, and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekey/oncekey/testkit/loopback"
 )
 
 // ErrNoPostgres is returned by [PostgresBin] when the PostgreSQL server
@@ -267,14 +268,8 @@ func (c *Cluster) Close() {
 	os.RemoveAll(c.dir)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a free loopback port for a server of the suite's own.
+func freePort() (int, error) { return loopback.FreePort() }
 
 // Standby takes a base backup of c (pg_basebackup -R: it streams from c)
 // into a new temporary directory and starts it on a free loopback port

@@ -1,0 +1,72 @@
+// Package loopback holds what the test kit's server processes (redisproc,
+// pgbouncer) and the chaos suite's clusters share: a free loopback port,
+// another try when a process took the port first, and what a test does
+// when the server's binary is not installed. Like the rest of testkit it
+// is not for applications and promises nothing between versions.
+package loopback
+
+import (
+	"errors"
+	"net"
+	"os"
+)
+
+// ErrAddrInUse is what a start function returns to [OnFreePort] when its
+// server found the port taken.
+var ErrAddrInUse = errors.New("address already in use")
+
+// FreePort asks the kernel for a free loopback port. Another process may
+// take it before the server binds it; see [OnFreePort].
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// OnFreePort calls start with a free port, and again with another while
+// start fails with [ErrAddrInUse], five times at most. It returns start's
+// last error.
+func OnFreePort(start func(port int) error) error {
+	var err error
+	for range 5 {
+		var port int
+		if port, err = FreePort(); err != nil {
+			return err
+		}
+		if err = start(port); !errors.Is(err, ErrAddrInUse) {
+			return err
+		}
+	}
+	return err
+}
+
+// TB is the part of testing.TB the test kit's Start functions use; the
+// packages do not import testing.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+}
+
+// ForTest is what a Start function does with the server New made: closed
+// when the test ends. When err matches missing (the binary is not
+// installed) the test fails with CI=true (CI must never pass by skipping)
+// and is skipped with the reason otherwise; any other error fails it.
+func ForTest[S interface{ Close() }](t TB, s S, err, missing error) S {
+	t.Helper()
+	switch {
+	case errors.Is(err, missing) && os.Getenv("CI") == "true":
+		t.Fatalf("%v [CI=true: a missing binary fails the test; .ci/run installs it]", err)
+	case errors.Is(err, missing):
+		t.Skip(err.Error())
+	case err != nil:
+		t.Fatalf("%v", err)
+	default:
+		t.Cleanup(s.Close)
+	}
+	return s
+}
