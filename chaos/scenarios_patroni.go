@@ -2,10 +2,15 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/durable/postgres"
 )
 
 // patroniRegistry lists the scenarios on a three-node PostgreSQL cluster
@@ -41,6 +46,9 @@ func (e *env) onPatroni(ctx context.Context, sync bool) (*fault.Patroni, error) 
 	}
 	// Patroni sets synchronous_standby_names in synchronous_mode.
 	if err := e.seesStandby(ctx, sync); err != nil {
+		return nil, err
+	}
+	if err := replicaNotDurable(ctx, p); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -209,4 +217,22 @@ func setupPatroniSwitchover(ctx context.Context, e *env) (*workload, error) {
 			e.violation("setup", "", "%v", err)
 		}
 	})
+}
+
+// replicaNotDurable checks that the durability check, on a pool connected
+// to one of the replicas (a connection string that names one node alone,
+// without target_session_attrs), reports that the session is not on the
+// primary.
+func replicaNotDurable(ctx context.Context, p *fault.Patroni) error {
+	replica := (p.Leader() + 1) % p.Nodes()
+	pool, err := pgxpool.New(ctx, p.NodeURL(replica))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	defer pool.Close()
+	derr := postgres.CheckDurability(ctx, pool)
+	if !errors.Is(derr, postgres.ErrNotDurable) || !strings.Contains(derr.Error(), "pg_is_in_recovery") {
+		return fmt.Errorf("%w: CheckDurability on a Patroni replica = %v, want ErrNotDurable saying the session is on a standby", ErrSetup, derr)
+	}
+	return nil
 }
