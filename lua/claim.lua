@@ -16,6 +16,9 @@
 -- within a second the database keeps this proposal and no sync is needed.
 -- A counter already ahead of the clock rises by 1. The counter's TTL is
 -- raised to the retention, never lowered.
+-- Server calls: a replay 1 (HMGET), a busy duplicate 3 (HMGET, HMGET, PTTL),
+-- a new key 7 (HMGET, HMGET, TIME, GET, SET, HSET, PEXPIRE); each read is
+-- of a key the script does not write before it.
 -- Generations travel as decimal strings: a Lua number is a double, exact for
 -- the clock's ~1.8e12 but not above 2^53, and tostring would print 1.8e+12.
 -- Safe to re-run: a second run by the lease holder finds its own lease and
@@ -23,6 +26,14 @@
 local function gt(a, b) -- a > b for canonical decimal strings
   if #a ~= #b then return #a > #b end
   return a > b
+end
+
+local function inc(s) -- s + 1 for a canonical decimal string
+  local i = #s
+  while i > 0 and string.sub(s, i, i) == '9' do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #s) end
+  return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) ..
+    string.rep('0', #s - i)
 end
 
 local res = redis.call('HMGET', KEYS[3], 'f', 'g', 'd')
@@ -47,17 +58,23 @@ end
 local now = redis.call('TIME')
 local floor = string.format('%d',
   tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - 59000)
-redis.call('INCR', KEYS[2])
+local retention = ARGV[4]
 local gen = redis.call('GET', KEYS[2])
-if gt(floor, gen) then
-  redis.call('SET', KEYS[2], floor, 'KEEPTTL')
+if gen and string.match(gen, '^[1-9]%d*$') then
+  gen = inc(gen)
+  if gt(floor, gen) then gen = floor end
+  redis.call('SET', KEYS[2], gen, 'KEEPTTL')
+  -- Keep the counter at least for the retention; never shorten it (PTTL is
+  -- -1 for a counter without a TTL). PEXPIRE's GT would save the PTTL but
+  -- needs Redis 7.
+  if redis.call('PTTL', KEYS[2]) < tonumber(retention) then
+    redis.call('PEXPIRE', KEYS[2], retention)
+  end
+else
+  -- No counter (or not a generation): the clock's proposal, kept for the
+  -- retention.
   gen = floor
-end
--- Keep the counter at least for the retention; never shorten it (PTTL is -1
--- for a counter INCR just created).
-local retention = tonumber(ARGV[4])
-if redis.call('PTTL', KEYS[2]) < retention then
-  redis.call('PEXPIRE', KEYS[2], retention)
+  redis.call('SET', KEYS[2], gen, 'PX', retention)
 end
 redis.call('HSET', KEYS[1], 'o', ARGV[2], 'g', gen, 'f', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])

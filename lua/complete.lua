@@ -14,6 +14,8 @@
 --      the same result (fingerprint, generation, blob) is left as it is,
 --      TTL included, so a re-run changes nothing;
 --   3. the lease is deleted only if ARGV[1] holds it.
+-- Server calls for a first completion by the lease holder: 5 (HMGET, HMGET,
+-- HSET, PEXPIRE, DEL).
 -- Safe to re-run: a second run finds the same result cached and no lease of
 -- ARGV[1], and writes nothing.
 local function gt(a, b) -- a > b for canonical decimal strings
@@ -35,7 +37,7 @@ if ttl > 0 then
   elseif r[1] == ARGV[3] and r[2] == ARGV[2] and r[3] == ARGV[4] then
     cached = 1
   else
-    redis.call('DEL', KEYS[2])
+    -- The result hash holds f, g and d alone: HSET overwrites all three.
     redis.call('HSET', KEYS[2], 'f', ARGV[3], 'g', ARGV[2], 'd', ARGV[4])
     redis.call('PEXPIRE', KEYS[2], ttl)
     cached = 1

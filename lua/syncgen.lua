@@ -15,6 +15,7 @@ end
 local cur = redis.call('GET', KEYS[2])
 if (not cur) or gt(ARGV[1], cur) then
   redis.call('SET', KEYS[2], ARGV[1], 'KEEPTTL')
+  cur = ARGV[1]
 end
 local retention = tonumber(ARGV[3])
 if redis.call('PTTL', KEYS[2]) < retention then
@@ -26,4 +27,4 @@ if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'o') == ARGV[2] then
   redis.call('HSET', KEYS[1], 'g', ARGV[1])
   rewritten = 1
 end
-return {redis.call('GET', KEYS[2]), rewritten}
+return {cur, rewritten}

@@ -23,7 +23,7 @@ import (
 // BenchmarkClaim compares, on the same client and the same real Redis, a
 // Claim through the wrapper (breaker, per-call timeout, typed reply) with a
 // bare EVALSHA of the same script, at 1 and 50 concurrent callers. Every
-// iteration claims a new scope (the TIME, INCR, HSET and PEXPIRE branch).
+// iteration claims a new scope (the TIME, GET, SET, HSET and PEXPIRE branch).
 //
 //	go test -run '^$' -bench BenchmarkClaim -benchtime 20000x ./internal/fastpath/
 func BenchmarkClaim(b *testing.B) {

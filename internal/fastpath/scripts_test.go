@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -196,6 +198,59 @@ func claimCases() []scriptCase {
 			acquireGen(t, s, ref, o[2], ahead+3)
 			if got := get(t, e.raw, k.Gen); got != genOf(ahead+3) {
 				t.Errorf("counter = %q, want %d", got, ahead+3)
+			}
+		}},
+		{name: "ClaimCounterRisesByOneInDecimalBeyondDoubles", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			// claim.lua adds one to the counter's decimal string: exact
+			// above 2^53, where a Lua number is not, and across a carry.
+			for i, c := range []struct{ counter, want string }{
+				{"9007199254740993", "9007199254740994"}, // 2^53 + 1
+				{"19999999999999999", "20000000000000000"},
+				{"99999999999999999", "100000000000000000"},
+			} {
+				ref := refFor(t, fmt.Sprint("k", i))
+				k := s.Keys(ref)
+				if err := e.raw.Set(context.Background(), k.Gen, c.counter, retention).Err(); err != nil {
+					t.Fatal(err)
+				}
+				want, err := strconv.ParseUint(c.want, 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				acquireGen(t, s, ref, uuid.New(), want)
+				if got := get(t, e.raw, k.Gen); got != c.want {
+					t.Errorf("counter = %q after a claim on %q, want %q", got, c.counter, c.want)
+				}
+			}
+		}},
+		{name: "ClaimGivesCounterWithoutTTLTheRetention", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			// A counter left without a TTL (restored, or PERSISTed by
+			// hand) gets the retention, as a new one does.
+			ref := refFor(t, "k")
+			k := s.Keys(ref)
+			ahead := clockFloor(redisTime(t, e.raw)) + 1_000_000
+			if err := e.raw.Set(context.Background(), k.Gen, genOf(ahead), 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			acquireGen(t, s, ref, uuid.New(), ahead+1)
+			if d := pttl(t, e.raw, k.Gen); d <= lease || d > retention {
+				t.Errorf("counter PTTL = %v, want in (%v, %v]", d, lease, retention)
+			}
+		}},
+		{name: "ClaimTreatsCounterThatIsNoGenerationAsAbsent", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			ref := refFor(t, "k")
+			k := s.Keys(ref)
+			if err := e.raw.Set(context.Background(), k.Gen, "not-a-number", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			before := redisTime(t, e.raw)
+			g := acquire(t, s, ref, uuid.New())
+			wantClockProposal(t, g, before, redisTime(t, e.raw))
+			if got := get(t, e.raw, k.Gen); got != genOf(g) {
+				t.Errorf("counter = %q, want %d", got, g)
+			}
+			if d := pttl(t, e.raw, k.Gen); d <= lease || d > retention {
+				t.Errorf("counter PTTL = %v, want in (%v, %v]", d, lease, retention)
 			}
 		}},
 		{name: "ClaimCounterBehindClockJumpsToClockFloor", run: func(t *testing.T, e env, s *fastpath.Scripts) {

@@ -1,0 +1,143 @@
+package fastpath_test
+
+import (
+	"context"
+	"maps"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/testkit/redisproc"
+)
+
+// TestScripts_ServerCalls counts, with INFO commandstats on a private
+// server, the commands each request sends Redis (EVALSHA and every call
+// inside the script). Fewer is the goal of issue 30; these exact counts
+// keep a change from adding one unnoticed. A change that removes one
+// updates them, and the counts in the scripts' headers.
+func TestScripts_ServerCalls(t *testing.T) {
+	t.Parallel()
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	s, err := fastpath.New(c, fastpath.Options{Prefix: "calls", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Load(ctx); err != nil { // EVALSHA finds every script
+		t.Fatal(err)
+	}
+	ref := durable.Scope{Tenant: "t", Operation: "op", Key: "k"}.Ref(nil)
+	o1, o2 := uuid.New(), uuid.New()
+	// A longer retention than the counter's TTL makes the PEXPIRE that
+	// raises it certain; the same one would depend on a millisecond passing.
+	claim := func(o uuid.UUID, retention time.Duration) fastpath.ClaimReply {
+		t.Helper()
+		r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o, Lease: lease, Retention: retention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var gen uint64
+	steps := []struct {
+		name string
+		run  func()
+		want map[string]int
+	}{
+		{"FreshClaim", func() {
+			r := claim(o1, retention)
+			if r.Status != fastpath.ClaimAcquired {
+				t.Fatalf("fresh claim = %v", r.Status)
+			}
+			gen = r.Generation
+		}, map[string]int{"evalsha": 1, "hmget": 2, "time": 1, "get": 1, "set": 1, "hset": 1, "pexpire": 1}},
+		{"BusyDuplicate", func() {
+			if r := claim(o2, retention); r.Status != fastpath.ClaimBusy {
+				t.Fatalf("duplicate = %v, want busy", r.Status)
+			}
+		}, map[string]int{"evalsha": 1, "hmget": 2, "pttl": 1}},
+		{"Renew", func() {
+			if held, err := s.Renew(ctx, ref, fence.Token{Generation: gen, Owner: o1}, lease); err != nil || !held {
+				t.Fatalf("renew = %v, %v", held, err)
+			}
+		}, map[string]int{"evalsha": 1, "hget": 1, "pexpire": 1}},
+		{"Release", func() {
+			if held, err := s.Release(ctx, ref, fence.Token{Generation: gen, Owner: o1}); err != nil || !held {
+				t.Fatalf("release = %v, %v", held, err)
+			}
+		}, map[string]int{"evalsha": 1, "hget": 1, "del": 1}},
+		{"ClaimWithCounter", func() {
+			r := claim(o1, 2*retention)
+			if r.Status != fastpath.ClaimAcquired || r.Generation <= gen {
+				t.Fatalf("claim after release = %+v, want acquired above %d", r, gen)
+			}
+			gen = r.Generation
+		}, map[string]int{"evalsha": 1, "hmget": 2, "time": 1, "get": 1, "set": 1, "pttl": 1, "pexpire": 2, "hset": 1}},
+		{"SyncGenAhead", func() {
+			gen += 5
+			if err := s.SyncGen(ctx, ref, fence.Token{Generation: gen, Owner: o1}, 3*retention); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]int{"evalsha": 1, "get": 1, "set": 1, "pttl": 1, "pexpire": 1, "hget": 1, "hset": 1}},
+		{"Complete", func() {
+			if cached, err := s.Complete(ctx, ref, fence.Token{Generation: gen, Owner: o1}, fp, durable.Completed, sampleResult(), time.Hour); err != nil || !cached {
+				t.Fatalf("complete = %v, %v", cached, err)
+			}
+		}, map[string]int{"evalsha": 1, "hmget": 2, "hset": 1, "pexpire": 1, "del": 1}},
+		{"Replay", func() {
+			if r := claim(o2, retention); r.Status != fastpath.ClaimCached {
+				t.Fatalf("replay = %v, want cached", r.Status)
+			}
+		}, map[string]int{"evalsha": 1, "hmget": 1}},
+	}
+	total := 0
+	for _, st := range steps {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		st.run()
+		got := commandCalls(t, c)
+		if !maps.Equal(got, st.want) {
+			t.Errorf("%s: server calls %v, want %v", st.name, got, st.want)
+		}
+		if st.name == "FreshClaim" || st.name == "Complete" {
+			for _, n := range got {
+				total += n
+			}
+		}
+	}
+	// Issue 30's row: 18 for a fresh claim + complete before, ≤ 8 asked.
+	if total != 14 {
+		t.Errorf("fresh claim + complete: %d server calls, want 14", total)
+	}
+}
+
+var cmdstat = regexp.MustCompile(`(?m)^cmdstat_([a-z|]+):calls=(\d+)`)
+
+// commandCalls reads INFO commandstats: calls per command since the last
+// CONFIG RESETSTAT, without the CONFIG and INFO of the count itself.
+func commandCalls(t *testing.T, c *redis.Client) map[string]int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, m := range cmdstat.FindAllStringSubmatch(info, -1) {
+		if m[1] == "info" || m[1] == "config|resetstat" {
+			continue
+		}
+		n, _ := strconv.Atoi(m[2])
+		got[m[1]] = n
+	}
+	return got
+}
