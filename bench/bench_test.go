@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -566,5 +567,34 @@ func TestRealMain_BadFlag(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "unknown workload") {
 		t.Errorf("stderr = %q, want the reason", stderr.String())
+	}
+}
+
+// TestMedianRoundRatio: the sweep's judged figure is the median of the
+// per-round p99 ratios, which one slow round does not move.
+func TestMedianRoundRatio(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name      string
+		a, b      []time.Duration
+		wantPairs int
+		want      float64
+	}{
+		{"odd", ms(11, 12, 100), ms(10, 10, 10), 3, 1.2},
+		{"even", ms(10, 12, 14, 90), ms(10, 10, 10, 10), 4, 1.3},
+		{"unequal lengths", ms(20, 20, 20), ms(10, 10), 2, 2},
+		{"empty round skipped", ms(20, 30), ms(0, 10), 1, 3},
+		{"none", nil, ms(10), 0, 0},
+	} {
+		pairs, got := medianRoundRatio(c.a, c.b)
+		if pairs != c.wantPairs || math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: medianRoundRatio = %d, %v; want %d, %v", c.name, pairs, got, c.wantPairs, c.want)
+		}
 	}
 }

@@ -96,6 +96,10 @@ type stats struct {
 	cpu      time.Duration // this process's CPU time (the servers' is not counted)
 	outcomes [numOutcomes]int64
 	rounds   int
+	// roundP99 is each timed round's p99, in round order: a workload can
+	// compare a variant with another round by round (the rounds alternate,
+	// so round i of each ran side by side).
+	roundP99 []time.Duration
 }
 
 type worker struct {
@@ -212,6 +216,11 @@ func runRound(ctx context.Context, e *env, v *variant, n int, d time.Duration) e
 		return nil
 	}
 	s := &v.st
+	var rh hist
+	for _, w := range workers {
+		rh.merge(&w.h)
+	}
+	s.roundP99 = append(s.roundP99, rh.quantile(0.99))
 	s.rounds++
 	s.elapsed += elapsed
 	s.mallocs += ms1.Mallocs - ms0.Mallocs
