@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -596,5 +597,51 @@ func TestMedianRoundRatio(t *testing.T) {
 		if pairs != c.wantPairs || math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("%s: medianRoundRatio = %d, %v; want %d, %v", c.name, pairs, got, c.wantPairs, c.want)
 		}
+	}
+}
+
+// TestRealMain_Records: -records writes and copies the records and reports
+// bytes per record for the heap, every index of the table and the whole,
+// which is at least their sum; it refuses to run beside workloads.
+func TestRealMain_Records(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "size.json")
+	var stdout, stderr bytes.Buffer
+	code := realMain([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t), "-records", "3000",
+		"-concurrency", "4", "-pg-conns", "4", "-redis-timeout", "1s", "-json", file}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Workloads []struct {
+			Name   string  `json:"name"`
+			Extras []extra `json:"extras"`
+		} `json:"workloads"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Workloads) != 1 || rep.Workloads[0].Name != "size" {
+		t.Fatalf("workloads = %+v, want size alone", rep.Workloads)
+	}
+	got := map[string]float64{}
+	var parts float64
+	indexes := 0
+	for _, x := range rep.Workloads[0].Extras {
+		got[x.Name] = x.Value
+		if strings.HasPrefix(x.Name, "index ") {
+			indexes++
+			parts += x.Value
+		}
+	}
+	parts += got["heap"] + got["TOAST"]
+	if got["records"] != 3000 || got["heap"] < 100 || indexes < 2 || got["index idempotency_requests_pkey"] <= 0 || got["total"] < parts-1 {
+		t.Fatalf("size figures = %v (indexes %d, heap+TOAST+indexes %.1f), want 3000 records, each part and a total covering them", got, indexes, parts)
+	}
+	if code := realMain([]string{"-records", "3000", "-workload", "fresh"}, &bytes.Buffer{}, &stderr); code != 2 {
+		t.Errorf("-records with -workload: exit %d, want 2", code)
 	}
 }

@@ -34,6 +34,7 @@ type config struct {
 	dups, keys      int // storm: duplicates per key, keys per variant
 	replayKeys      int
 	backlog         int // sweep: expired records per round
+	records         int // -records: measure a record's size on disk instead
 	pgConns         int
 	redisTimeout    time.Duration
 	cpuProfile      string
@@ -68,7 +69,7 @@ func (c config) describe() map[string]any {
 		"backlog": c.backlog, "pg_conns": c.pgConns, "redis_timeout": c.redisTimeout.String(),
 		"closed_loop": c.closed, "open_loop_workloads": c.open, "rate": c.rate, "max_inflight": c.maxInflight,
 		"open_round": c.openRound.String(), "knee": c.knee, "knee_p99": c.kneeP99.String(), "knee_rates": c.kneeRates,
-		"knee_step": c.kneeStep.String(),
+		"knee_step": c.kneeStep.String(), "records": c.records,
 	}
 }
 
@@ -98,6 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.keys, "keys", 1000, "storm: keys per variant at most")
 	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "replay: completed keys retried")
 	fs.IntVar(&c.backlog, "backlog", 100000, "sweep: expired records inserted before each sweep round")
+	fs.IntVar(&c.records, "records", 0, "instead of the workloads, measure a record's size on disk: this many records (at least 1000), "+
+		"1000 written through Do and the rest copied from them with new keys; bytes per record of the heap, TOAST and each index")
 	fs.IntVar(&c.pgConns, "pg-conns", 16, "PostgreSQL pool size")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", 50*time.Millisecond, "per-call Redis timeout of the library (lua.Options.Timeout)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
@@ -184,6 +187,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	case c.redisTimeout < time.Millisecond:
 		return c, fmt.Errorf("%w: -redis-timeout must be at least 1ms", ErrConfig)
 	}
+	if c.records != 0 {
+		switch {
+		case c.records < sizeSeed:
+			return c, fmt.Errorf("%w: -records must be at least %d", ErrConfig, sizeSeed)
+		case set["workload"] || c.rate > 0 || c.knee || c.smoke:
+			return c, fmt.Errorf("%w: -records measures sizes alone: no -workload, -rate, -knee or -smoke", ErrConfig)
+		}
+		c.workloads = nil
+	}
 	return c, nil
 }
 
@@ -229,6 +241,15 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	defer e.close()
 	rep.Schema, rep.Prefix = e.schema, e.prefix
 	if err != nil {
+		return rep, err
+	}
+	if cfg.records > 0 {
+		w, extras, err := recordSize(ctx, e)
+		if err == nil {
+			rep.add(w, extras)
+		}
+		rep.Seconds = time.Since(rep.Started).Seconds()
+		rep.LoadAvg[1] = loadAvg()
 		return rep, err
 	}
 	f, err := newFloors(ctx, e)

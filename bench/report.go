@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -103,7 +104,10 @@ func newReport(cfg config) *report {
 
 // add records a finished workload.
 func (rep *report) add(w *workload, extras []extra) {
-	rounds, _ := plan(rep.cfg, len(w.variants))
+	rounds := 0
+	if len(w.variants) > 0 {
+		rounds, _ = plan(rep.cfg, len(w.variants))
+	}
 	wr := workloadReport{Name: w.name, About: w.about, Rounds: rounds, Extras: extras}
 	rate := map[string]float64{}
 	for _, v := range w.variants {
@@ -215,6 +219,10 @@ func (rep *report) table(w io.Writer) {
 // closedTable writes the closed-loop runs as a markdown table, then each
 // workload's own figures and checks.
 func (rep *report) closedTable(w io.Writer) {
+	if !slices.ContainsFunc(rep.Workloads, func(wr workloadReport) bool { return len(wr.Variants) > 0 }) {
+		rep.extrasOnly(w)
+		return
+	}
 	fmt.Fprintf(w, "| workload | variant | req/s | p50 | p99 | p99.9 | redis/req | sql/req | allocs/req | cpu/req | ratio | target |\n")
 	fmt.Fprintf(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 	for _, wr := range rep.Workloads {
@@ -250,6 +258,11 @@ func (rep *report) closedTable(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
+	rep.extrasOnly(w)
+}
+
+// extrasOnly writes each workload's own figures and checks, a line each.
+func (rep *report) extrasOnly(w io.Writer) {
 	for _, wr := range rep.Workloads {
 		for _, x := range wr.Extras {
 			val := fmt.Sprintf("%.3g", x.Value)

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// sizeSeed is how many records -records writes through the library; the
+// rest are copies of them with new keys.
+const sizeSeed = 1000
+
+// recordSize measures what a record costs on disk (-records N): sizeSeed
+// records written by Claimer.Do with the workloads' result, then copies of
+// them with new key hashes and operation digests (and times a microsecond
+// apart) up to N (in statements of
+// about a million rows), VACUUM ANALYZE, and the bytes per record of the
+// table's heap, its TOAST, each index and the whole. The copies carry
+// exactly the columns the library wrote, so a change of the record's
+// layout shows here as it would on a user's table.
+func recordSize(ctx context.Context, e *env) (*workload, []extra, error) {
+	n := e.cfg.records
+	w := &workload{name: "size", about: fmt.Sprintf("%d records: %d through Do, the rest copied from them with new keys, then VACUUM ANALYZE", n, min(n, sizeSeed))}
+	start := time.Now()
+	seed := min(n, sizeSeed)
+	var next atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range min(e.cfg.concurrency, 16) {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(seed) || ctx.Err() != nil {
+					return
+				}
+				if _, err := doFresh(ctx, e.setup, fmt.Sprintf("size-%d", i)); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return w, nil, fmt.Errorf("bench: size: %w", firstErr)
+	}
+	// The copy's select list: every column as written, but the key hash
+	// and the operation digest, which are made unique per copy.
+	var cols []string
+	rows, err := e.pool.Query(ctx, `SELECT column_name FROM information_schema.columns
+		WHERE table_schema = $1 AND table_name = 'idempotency_requests' ORDER BY ordinal_position`, e.schema)
+	if err != nil {
+		return w, nil, fmt.Errorf("bench: size: columns: %w", err)
+	}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			rows.Close()
+			return w, nil, fmt.Errorf("bench: size: columns: %w", err)
+		}
+		cols = append(cols, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(cols) == 0 {
+		return w, nil, fmt.Errorf("bench: size: columns of %s: %d found, %v", e.table, len(cols), err)
+	}
+	sel := make([]string, len(cols))
+	for i, c := range cols {
+		switch c {
+		case "key_hash", "operation_digest":
+			sel[i] = "sha256(t." + c + " || int4send(g))"
+		case "created_at", "completed_at", "expires_at", "lease_expires_at":
+			// Distinct times, as real records have: an index of equal
+			// values would be deduplicated and look smaller than it is.
+			sel[i] = "t." + c + " + g * interval '1 microsecond'"
+		default:
+			sel[i] = "t." + c
+		}
+	}
+	copyStmt := `INSERT INTO ` + e.table + ` (` + strings.Join(cols, ", ") + `) SELECT ` + strings.Join(sel, ", ") +
+		` FROM (SELECT * FROM ` + e.table + ` WHERE key_hash = key_hash LIMIT ` + fmt.Sprint(seed) + `) t, generate_series($1::integer, $2::integer) g`
+	// Copies g = 1.. of the seed rows: (n - seed) / seed rounds, about a
+	// million rows per statement.
+	per := max(1, 1_000_000/seed)
+	copies := (n - seed) / seed
+	for lo := 1; lo <= copies; lo += per {
+		hi := min(copies, lo+per-1)
+		if _, err := e.pool.Exec(ctx, copyStmt, lo, hi); err != nil {
+			return w, nil, fmt.Errorf("bench: size: copy %d-%d: %w", lo, hi, err)
+		}
+		logf("size: %d of %d records", seed*(hi+1), n)
+	}
+	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE `+e.table); err != nil {
+		return w, nil, fmt.Errorf("bench: size: vacuum: %w", err)
+	}
+	var count, heap, toast, total int64
+	var width float64
+	if err := e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+e.table+`),
+		pg_relation_size(c.oid), COALESCE(pg_total_relation_size(NULLIF(c.reltoastrelid, 0)), 0), pg_total_relation_size(c.oid),
+		(SELECT avg(pg_column_size(t.*)) FROM (SELECT * FROM `+e.table+` LIMIT 10000) t)
+		FROM pg_class c WHERE c.oid = $1::regclass`, e.table).Scan(&count, &heap, &toast, &total, &width); err != nil {
+		return w, nil, fmt.Errorf("bench: size: %w", err)
+	}
+	per1 := func(b int64) float64 { return float64(b) / float64(count) }
+	out := []extra{
+		{Name: "records", Value: float64(count), Note: fmt.Sprintf("written and measured in %s", fmtDur(time.Since(start)))},
+		{Name: "row (pg_column_size)", Value: width, Unit: "B/record", Note: "the tuple's data, averaged over 10,000 rows"},
+		{Name: "heap", Value: per1(heap), Unit: "B/record", Note: "pg_relation_size: tuples, their headers and line pointers, page free space (fillfactor)"},
+		{Name: "TOAST", Value: per1(toast), Unit: "B/record"},
+	}
+	irows, err := e.pool.Query(ctx, `SELECT c.relname, pg_relation_size(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE i.indrelid = $1::regclass ORDER BY c.relname`, e.table)
+	if err != nil {
+		return w, nil, fmt.Errorf("bench: size: indexes: %w", err)
+	}
+	defer irows.Close()
+	for irows.Next() {
+		var name string
+		var b int64
+		if err := irows.Scan(&name, &b); err != nil {
+			return w, nil, fmt.Errorf("bench: size: indexes: %w", err)
+		}
+		out = append(out, extra{Name: "index " + name, Value: per1(b), Unit: "B/record"})
+	}
+	if err := irows.Err(); err != nil {
+		return w, nil, fmt.Errorf("bench: size: indexes: %w", err)
+	}
+	out = append(out, extra{Name: "total", Value: per1(total), Unit: "B/record",
+		Note: fmt.Sprintf("pg_total_relation_size %.2f GB for %d records", float64(total)/1e9, count)})
+	return w, out, nil
+}
