@@ -3,7 +3,6 @@ package claimamqp_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -18,7 +17,6 @@ import (
 	"github.com/oncekey/oncekey/claim/claimamqp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/testkit/consumetest"
-	"github.com/oncekey/oncekey/testkit/redisproc"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -34,6 +32,7 @@ type env struct {
 	rdb    redis.Scripter
 	prefix string
 	claim  *claim.Claimer[pgx.Tx]
+	finals atomic.Int32 // the deliveries of ConsumeDo and ConsumeRaw acknowledged or dead-lettered
 }
 
 func newEnv(t *testing.T) *env {
@@ -43,6 +42,11 @@ func newEnv(t *testing.T) *env {
 	e.rdb, e.prefix = testenv.Redis(t)
 	e.claim = consumetest.Claimer(t, e.schema, nil, e.rdb, e.prefix, 2*time.Second)
 	return e
+}
+
+// Base is the test's schema, Redis and prefix (consumetest.Rig.Base).
+func (e *env) Base() consumetest.Base {
+	return consumetest.Base{Schema: e.schema, Redis: e.rdb, Prefix: e.prefix}
 }
 
 // newQueue returns an env with only its queue and the queue's dead-letter
@@ -93,7 +97,7 @@ func (e *env) deliveries(ch *amqp.Channel) <-chan amqp.Delivery {
 	return ds
 }
 
-func (e *env) publish(id, body string) {
+func (e *env) Publish(id, body string) {
 	e.t.Helper()
 	if err := e.ch.PublishWithContext(context.Background(), "", e.queue, false, false, amqp.Publishing{
 		MessageId: id, ContentType: "application/json", Body: []byte(body),
@@ -102,21 +106,16 @@ func (e *env) publish(id, body string) {
 	}
 }
 
-func (e *env) effects() (rows, distinct int) {
-	e.t.Helper()
-	return consumetest.Effects(e.t, e.schema)
-}
-
 func effectFn(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
-	if _, err := tx.Exec(ctx, `INSERT INTO effects (op_id, msg) VALUES ($1, $2)`, op.ID, d.MessageId); err != nil {
+	if err := consumetest.InsertEffect(ctx, tx, op, d.MessageId); err != nil {
 		return durable.Result{}, err
 	}
 	return durable.Result{Body: []byte("charged")}, nil
 }
 
-// consume runs a consumer on its own connection; finals counts deliveries
-// that ended acked or dead-lettered.
-func (e *env) consume(cons *claimamqp.Consumer[pgx.Tx], finals *atomic.Int32,
+// consume runs a consumer in Do mode under ctx on its own connection;
+// finals counts deliveries that ended acked or dead-lettered.
+func (e *env) consume(ctx context.Context, cons *claimamqp.Consumer[pgx.Tx], finals *atomic.Int32,
 	fn func(context.Context, pgx.Tx, *amqp.Delivery, claim.Op) (durable.Result, error)) *amqp.Connection {
 	e.t.Helper()
 	conn, ch := e.dial()
@@ -126,7 +125,7 @@ func (e *env) consume(cons *claimamqp.Consumer[pgx.Tx], finals *atomic.Int32,
 	ds := e.deliveries(ch)
 	go func() {
 		for d := range ds {
-			a, _ := cons.Do(context.Background(), d, fn)
+			a, _ := cons.Do(ctx, d, fn)
 			if a == claimamqp.Ack || a == claimamqp.Terminate {
 				finals.Add(1)
 			}
@@ -144,104 +143,17 @@ func newConsumer(t *testing.T, e *env, opts ...claimamqp.Option) *claimamqp.Cons
 	return cons
 }
 
-// The same message published 5 times, the consumer of its first delivery
-// killed mid-handler (connection closed: RabbitMQ requeues the delivery, the
-// transaction rolls back): one effect.
-func TestDo_DuplicatesAndKilledConsumer_OneEffect(t *testing.T) {
-	e := newEnv(t)
-	cons := newConsumer(t, e)
-	connA, chA := e.dial()
-	ds := e.deliveries(chA)
-	killCtx, kill := context.WithCancel(context.Background())
-	started := make(chan struct{})
-	go func() {
-		d, ok := <-ds
-		if !ok {
-			return
-		}
-		_, _ = cons.Do(killCtx, d, func(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
-			if _, err := effectFn(ctx, tx, d, op); err != nil {
-				return durable.Result{}, err
-			}
-			close(started)
-			<-ctx.Done()
-			return durable.Result{}, ctx.Err()
-		})
-	}()
-	e.publish("charge-1", `{"amount":100,"currency":"EUR"}`)
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("consumer A never started the handler")
-	}
-	connA.Close()
-	kill()
-	for range 4 {
-		e.publish("charge-1", `{"currency":"EUR", "amount":100}`)
-	}
-	var finals atomic.Int32
-	e.consume(cons, &finals, effectFn)
-	consumetest.WaitUntil(t, "5 deliveries acked", 30*time.Second, func() bool { return finals.Load() == 5 })
-	if rows, distinct := e.effects(); rows != 1 || distinct != 1 {
-		t.Fatalf("effects: %d rows for %d messages, want exactly 1", rows, distinct)
-	}
-}
-
-// Without the adapter the duplicates show as duplicate effects: the check
-// above catches them.
-func TestNegativeControl_WithoutAdapter_DuplicateEffects(t *testing.T) {
-	e := newEnv(t)
-	for range 3 {
-		e.publish("charge-1", `{"amount":100}`)
-	}
-	_, ch := e.dial()
-	ds := e.deliveries(ch)
-	for range 3 {
-		d := <-ds
-		if _, err := e.schema.Pool.Exec(context.Background(), `INSERT INTO effects (op_id, msg) VALUES ('', $1)`, d.MessageId); err != nil {
-			t.Fatal(err)
-		}
-		_ = d.Ack(false)
-	}
-	if rows, distinct := e.effects(); rows != 3 || distinct != 1 {
-		t.Fatalf("without the adapter: %d rows for %d messages, want the 3 duplicates", rows, distinct)
-	}
-}
-
-// Three competing consumers, 10 messages each published 3 times: one effect
-// per message.
-func TestDo_CompetingConsumers_OneEffectEach(t *testing.T) {
-	e := newEnv(t)
-	const n = 10
-	for i := range n {
-		for range 3 {
-			e.publish(fmt.Sprintf("charge-%d", i), fmt.Sprintf(`{"amount":%d}`, i))
-		}
-	}
-	var finals atomic.Int32
-	for range 3 {
-		e.consume(newConsumer(t, e), &finals, func(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
-			time.Sleep(20 * time.Millisecond)
-			return effectFn(ctx, tx, d, op)
-		})
-	}
-	consumetest.WaitUntil(t, "every delivery acked", 60*time.Second, func() bool { return finals.Load() == 3*n })
-	if rows, distinct := e.effects(); rows != n || distinct != n {
-		t.Fatalf("effects: %d rows for %d messages, want %d", rows, distinct, n)
-	}
-}
-
 // A reused message-id with another body is dead-lettered (it lands in the
 // queue's dead-letter queue), logged without the id, and never run.
 func TestMismatch_DeadLetteredNeverRun(t *testing.T) {
 	e := newEnv(t)
 	var logs consumetest.Log
 	cons := newConsumer(t, e, claimamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	e.publish("acct-secret-77", `{"amount":1}`)
-	e.publish("acct-secret-77", `{"amount":999}`)
-	e.publish("", `{"amount":3}`) // no identity: dead-lettered too
+	e.Publish("acct-secret-77", `{"amount":1}`)
+	e.Publish("acct-secret-77", `{"amount":999}`)
+	e.Publish("", `{"amount":3}`) // no identity: dead-lettered too
 	var finals, runs atomic.Int32
-	e.consume(cons, &finals, func(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
+	e.consume(context.Background(), cons, &finals, func(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
 		runs.Add(1)
 		if string(d.Body) != `{"amount":1}` {
 			t.Errorf("ran %s", d.Body)
@@ -276,7 +188,7 @@ func TestMismatch_DeadLetteredNeverRun(t *testing.T) {
 func TestRun_UncertainHeldAndRequeued(t *testing.T) {
 	e := newEnv(t)
 	cons := newConsumer(t, e, claimamqp.WithUncertainDelay(200*time.Millisecond))
-	e.publish("charge-u", `{"amount":1}`)
+	e.Publish("charge-u", `{"amount":1}`)
 	_, ch := e.dial()
 	ds := e.deliveries(ch)
 	var runs int
@@ -301,36 +213,5 @@ func TestRun_UncertainHeldAndRequeued(t *testing.T) {
 	}
 	if runs != 1 {
 		t.Fatalf("handler ran %d times, want 1", runs)
-	}
-}
-
-// Redis restarted empty between deliveries of the same messages: the durable
-// store still arbitrates, one effect per message.
-func TestDo_RedisRestartedEmpty_OneEffect(t *testing.T) {
-	e := newEnv(t)
-	srv := redisproc.Start(t, redisproc.Options{})
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c := consumetest.Claimer(t, e.schema, nil, rdb, "t", 2*time.Second)
-	cons, err := claimamqp.New(c, e.queue, claimamqp.WithRetryDelay(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var finals atomic.Int32
-	e.consume(cons, &finals, effectFn)
-	for i := range 5 {
-		e.publish(fmt.Sprintf("charge-%d", i), `{"amount":1}`)
-	}
-	consumetest.WaitUntil(t, "the first 5 acked", 30*time.Second, func() bool { return finals.Load() == 5 })
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 5 {
-		e.publish(fmt.Sprintf("charge-%d", i), `{"amount":1}`)
-		e.publish(fmt.Sprintf("charge-new-%d", i), `{"amount":1}`)
-	}
-	consumetest.WaitUntil(t, "all 15 acked", 30*time.Second, func() bool { return finals.Load() == 15 })
-	if rows, distinct := e.effects(); rows != 10 || distinct != 10 {
-		t.Fatalf("effects after the Redis restart: %d rows for %d messages, want 10", rows, distinct)
 	}
 }

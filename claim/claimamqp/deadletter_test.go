@@ -14,6 +14,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimamqp"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/testkit/consumetest"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // deadLetter is a WithDeadLetter callback recording into dl, with the
@@ -35,9 +36,9 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	var dl consumetest.DeadLetters
 	mp := consumetest.NewCounters()
 	cons := newConsumer(t, e, deadLetter(&dl), claimamqp.WithMeterProvider(mp))
-	e.publish(consumetest.ReusedID, consumetest.FirstPayload)
-	e.publish(consumetest.ReusedID, consumetest.MismatchPayload)
-	e.publish("", consumetest.NoIDPayload)
+	e.Publish(consumetest.ReusedID, consumetest.FirstPayload)
+	e.Publish(consumetest.ReusedID, consumetest.MismatchPayload)
+	e.Publish("", consumetest.NoIDPayload)
 	var runs atomic.Int32
 	_, ch := e.dial()
 	ds := e.deliveries(ch)
@@ -57,11 +58,22 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	consumetest.CheckGivenUp(t, "claimamqp", &dl, mp)
 }
 
-// heldPastLimit runs an uncertain handler on a quorum queue declared with
-// x-delivery-limit 2 (RabbitMQ dead-letters a message returned once its
-// x-delivery-count reached 2: 3 deliveries), until the message reached the
-// dead-letter queue, and returns the deliveries and the callback's calls.
-func heldPastLimit(t *testing.T, opts ...claimamqp.Option) (int, *consumetest.DeadLetters, *consumetest.Counters) {
+// Defect 6: RabbitMQ drops (here: dead-letters) a held message past the
+// quorum queue's delivery limit (3 deliveries, the last at
+// x-delivery-count 2); the Consumer told the limit reports it before the
+// requeue that gives it up.
+func TestDeliveryLimit(t *testing.T) {
+	consumetest.DeliveryLimit(t, "claimamqp", 3, 2, heldPastLimit)
+}
+
+// heldPastLimit runs h on a quorum queue declared with x-delivery-limit 2
+// (RabbitMQ dead-letters a message returned once its x-delivery-count
+// reached 2: 3 deliveries) until the message reached the dead-letter
+// queue, as consumetest.DeliveryLimit says.
+// Told, the Consumer has WithDeliveryLimit(2); not told, it assumes the
+// default (20, RabbitMQ 4's), so the drop is not seen: the option must
+// name the queue's limit.
+func heldPastLimit(t *testing.T, told bool, h *consumetest.Held) (testenv.Schema, *consumetest.DeadLetters, *consumetest.Counters) {
 	e := newEnv(t)
 	q := e.queue + ".quorum"
 	if _, err := e.ch.QueueDeclare(q, true, false, false, false, amqp.Table{
@@ -74,11 +86,8 @@ func heldPastLimit(t *testing.T, opts ...claimamqp.Option) (int, *consumetest.De
 		_, c := e.dial()
 		_, _ = c.QueueDelete(q, false, false, false)
 	})
-	var dl consumetest.DeadLetters
-	mp := consumetest.NewCounters()
-	cons, err := claimamqp.New(e.claim, q, append([]claimamqp.Option{
-		claimamqp.WithUncertainDelay(100 * time.Millisecond), deadLetter(&dl), claimamqp.WithMeterProvider(mp),
-	}, opts...)...)
+	opts, dl, mp := consumetest.HeldOptions(told, 2, claimamqp.WithUncertainDelay, deadLetter, claimamqp.WithMeterProvider, claimamqp.WithDeliveryLimit)
+	cons, err := claimamqp.New(e.claim, q, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,13 +101,10 @@ func heldPastLimit(t *testing.T, opts ...claimamqp.Option) (int, *consumetest.De
 	if err != nil {
 		t.Fatal(err)
 	}
-	var acts consumetest.Actions
-	var runs atomic.Int32
 	go func() {
 		for d := range ds {
-			acts.Add(cons.Run(context.Background(), d, func(context.Context, *amqp.Delivery, claim.Op) (durable.Result, error) {
-				runs.Add(1)
-				return durable.Result{}, errors.New("gateway timed out after the request was sent")
+			h.Add(cons.Run(context.Background(), d, func(ctx context.Context, _ *amqp.Delivery, op claim.Op) (durable.Result, error) {
+				return h.Work(ctx, op)
 			}))
 		}
 	}()
@@ -116,35 +122,11 @@ func heldPastLimit(t *testing.T, opts ...claimamqp.Option) (int, *consumetest.De
 	if string(dead) != `{"amount":4}` {
 		t.Fatalf("dead letter %q; want the message", dead)
 	}
-	a, _ := acts.List()
-	consumetest.CheckHeld(t, runs.Load(), consumetest.State(t, e.schema), a)
-	return len(a), &dl, mp
-}
-
-// Defect 6: RabbitMQ drops (here: dead-letters) a held message past the
-// quorum queue's delivery limit; the Consumer told the limit reports it
-// before the requeue that gives it up.
-func TestDeliveryLimit_HeldMessageReportedAtLastDelivery(t *testing.T) {
-	n, dl, mp := heldPastLimit(t, claimamqp.WithDeliveryLimit(2))
-	// 3 deliveries (x-delivery-limit 2), reported at x-delivery-count 2.
-	consumetest.CheckReportedAtLimit(t, "claimamqp", n, 3, 2, dl, mp)
-}
-
-// With the default limit (20, RabbitMQ 4's) on a queue of limit 2, the
-// drop is not seen: the option must name the queue's limit. This shows
-// the test above depends on it.
-func TestDeliveryLimit_Default_IsRabbitMQ4s(t *testing.T) {
-	_, dl, _ := heldPastLimit(t)
-	consumetest.CheckNotReported(t, dl, "with the default limit 20 on a queue of 2")
+	return e.schema, dl, mp
 }
 
 func TestNew_DeadLetterOptionsChecked(t *testing.T) {
 	e := newEnv(t)
-	for i, o := range []claimamqp.Option{
-		claimamqp.WithDeadLetter(nil), claimamqp.WithDeliveryLimit(-1), claimamqp.WithMeterProvider(nil),
-	} {
-		if _, err := claimamqp.New(e.claim, e.queue, o); !errors.Is(err, claimamqp.ErrConfig) {
-			t.Errorf("option %d: %v, want ErrConfig", i, err)
-		}
-	}
+	consumetest.CheckOptionsRefused(t, claimamqp.ErrConfig, func(o claimamqp.Option) error { _, err := claimamqp.New(e.claim, e.queue, o); return err },
+		claimamqp.WithDeadLetter(nil), claimamqp.WithDeliveryLimit(-1), claimamqp.WithMeterProvider(nil))
 }

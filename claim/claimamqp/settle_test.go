@@ -2,6 +2,7 @@ package claimamqp_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -16,32 +17,58 @@ import (
 	"github.com/oncekey/oncekey/testkit/consumetest"
 )
 
-// The scenarios of issue 27 every consumer adapter runs
-// (testkit/consumetest), here on a RabbitMQ queue.
+// The scenarios every consumer adapter runs (testkit/consumetest), here
+// on a RabbitMQ queue.
 
 func TestRun_StoreOutageAtCompletion_OneEffect(t *testing.T) {
-	consumetest.StoreOutageAtCompletion(t, newEnv(t).rig())
+	consumetest.StoreOutageAtCompletion(t, newEnv(t))
 }
 
-func TestNegativeControl_OneAttempt_StoreOutageAtCompletion_TwoEffects(t *testing.T) {
-	consumetest.StoreOutageAtCompletionCaught(t, newEnv(t).rig())
+func TestScenarios(t *testing.T) { consumetest.Scenarios(t, newEnv) }
+
+// ConsumeDo consumes the test's queue on a connection of its own in Do
+// mode, counting in e.finals (consumetest.Rig.ConsumeDo).
+func (e *env) ConsumeDo(ctx context.Context, c *claim.Claimer[pgx.Tx], retry time.Duration, work consumetest.DoWork) (closeConn func()) {
+	e.t.Helper()
+	cons, err := claimamqp.New(c, e.queue, claimamqp.WithRetryDelay(retry))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	conn := e.consume(ctx, cons, &e.finals, func(ctx context.Context, tx pgx.Tx, d *amqp.Delivery, op claim.Op) (durable.Result, error) {
+		return work(ctx, tx, op, d.MessageId)
+	})
+	return func() { conn.Close() }
 }
 
-func TestRun_PanicAfterEffect_UncertainHeldNoLeak(t *testing.T) {
-	consumetest.PanicAfterEffect(t, newEnv(t).rig())
+// ConsumeRaw consumes the test's queue without the adapter, counting the
+// acknowledgements in e.finals (consumetest.Rig.ConsumeRaw).
+func (e *env) ConsumeRaw(effect func(id string) error) {
+	e.t.Helper()
+	_, ch := e.dial()
+	ds := e.deliveries(ch)
+	go func() {
+		for d := range ds {
+			if err := effect(d.MessageId); err != nil {
+				e.t.Errorf("effect of %s: %v", d.MessageId, err)
+				continue
+			}
+			_ = d.Ack(false)
+			e.finals.Add(1)
+		}
+	}()
 }
 
-func TestNegativeControl_NoRecover_PanicAfterEffect(t *testing.T) {
-	consumetest.PanicAfterEffectCaught(t, newEnv(t).rig())
+// Settled waits until n deliveries were acknowledged or dead-lettered
+// (consumetest.Rig.Settled): a delayed requeue holds a delivery
+// unacknowledged, which the queue's count of ready messages does not show.
+func (e *env) Settled(n int, within time.Duration) {
+	e.t.Helper()
+	consumetest.WaitUntil(e.t, fmt.Sprintf("%d deliveries acknowledged or dead-lettered", n), within, func() bool { return e.finals.Load() == int32(n) })
 }
 
-func (e *env) rig() consumetest.Rig {
-	return consumetest.Rig{Schema: e.schema, Redis: e.rdb, Prefix: e.prefix, Publish: e.publish, Consume: e.consumeRun}
-}
-
-// consumeRun consumes the test's queue on a channel of its own; drained
-// waits until the queue has no message ready (consumetest.Rig.Consume).
-func (e *env) consumeRun(c *claim.Claimer[pgx.Tx], s consumetest.Settings, work consumetest.Work,
+// ConsumeRun consumes the test's queue on a channel of its own; drained
+// waits until the queue has no message ready (consumetest.Rig.ConsumeRun).
+func (e *env) ConsumeRun(c *claim.Claimer[pgx.Tx], s consumetest.Settings, work consumetest.Work,
 	record func(consume.Action, error)) (drained func(time.Duration), stop func()) {
 	e.t.Helper()
 	cons, err := claimamqp.New(c, e.queue, consumetest.Options(s, claimamqp.WithRetryDelay, claimamqp.WithUncertainDelay, claimamqp.WithLogger)...)

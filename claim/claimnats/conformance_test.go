@@ -23,10 +23,10 @@ import (
 // the package runs beside them: the negative controls break the
 // settlement of the whole process.
 
-func TestConformance(t *testing.T) { entrytest.Run(t, natsDriver{}) }
+func TestConformance(t *testing.T) { entrytest.Run(t, natsDriver) }
 
 func TestConformance_BrokenSettlementsAreCaught(t *testing.T) {
-	settletest.CatchBroken(t, natsDriver{})
+	settletest.CatchBroken(t, natsDriver)
 }
 
 const (
@@ -34,71 +34,49 @@ const (
 	// timer, shorter than the lease, so work outlasts it in several
 	// windows and JetStream redelivers the message while it runs.
 	conformanceAckWait = time.Second
-	// conformanceSendWait bounds how long Send waits for a message to be
-	// acknowledged, terminated or held.
-	conformanceSendWait = 6 * time.Second
 	// conformanceHeader carries the send a delivery belongs to.
 	conformanceHeader = "Entrytest-Send"
 )
 
-type natsDriver struct{}
+var natsDriver = consumetest.Driver{Adapter: "claimnats", Stored: "JetStream stored the message",
+	Timer: conformanceAckWait, Final: "acknowledged, terminated or held", Consume: natsConsume}
 
-func (natsDriver) Caps() entrytest.Caps {
-	return entrytest.Caps{Tenant: "default", Timer: conformanceAckWait, NotApplicable: map[string]string{
-		entrytest.CallerGone: "a consumer has no caller to go away: the publisher is done once JetStream stored the message",
-		entrytest.Oversized:  "claimnats stores the handler's own durable.Result: it has no result size limit of its own",
-	}}
-}
-
-// Encode is the handler's own result: a consumer stores what its handler
-// returned (a failure through claim.Reject).
-func (natsDriver) Encode(r entrytest.Response) durable.Result { return consumetest.Encode(r) }
-
-func (natsDriver) Start(suite entrytest.Env) entrytest.Adapter {
+// natsConsume is the suite's consumer on a stream of its own
+// (consumetest.Driver.Consume).
+func natsConsume(suite entrytest.Env, deliver func(consumetest.Delivery)) (func(ctx context.Context, key, send string, payload []byte) error, func()) {
 	t := suite.T
 	e := newStream(t, "op")
 	cons := e.consumer(e.dial(), conformanceAckWait)
-	c, err := claimnats.New(suite.Claimer, claimnats.WithRetryDelay(300*time.Millisecond))
+	c, err := claimnats.New(suite.Claimer, claimnats.WithRetryDelay(consumetest.ConformanceRetry))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var pub sync.Mutex // one publish at a time, each past the deduplication window
-	sends := consumetest.NewSends(suite, conformanceSendWait, "acknowledged, terminated or held",
-		func(ctx context.Context, key, send string, payload []byte) error {
-			msg := nats.NewMsg(e.subject)
-			msg.Data = payload
-			msg.Header.Set(nats.MsgIdHdr, key)
-			msg.Header.Set(conformanceHeader, send)
-			pub.Lock()
-			defer pub.Unlock()
-			time.Sleep(120 * time.Millisecond) // past JetStream's deduplication window
-			_, err := e.js.PublishMsg(ctx, msg)
-			return err
-		})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	publish := func(ctx context.Context, key, send string, payload []byte) error {
+		msg := nats.NewMsg(e.subject)
+		msg.Data = payload
+		msg.Header.Set(nats.MsgIdHdr, key)
+		msg.Header.Set(conformanceHeader, send)
+		pub.Lock()
+		defer pub.Unlock()
+		time.Sleep(120 * time.Millisecond) // past JetStream's deduplication window
+		_, err := e.js.PublishMsg(ctx, msg)
+		return err
+	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// As the application's consume loop does; a panic (the
-			// Consumer lets it go on) is redelivered after a second.
-			scope := durable.Scope{Tenant: "default", Operation: e.subject, Key: msg.Headers().Get(nats.MsgIdHdr)}
-			sends.Deliver(msg.Headers().Get(conformanceHeader), scope, func() { _ = msg.NakWithDelay(time.Second) },
-				func(h consumetest.Handler) (consume.Action, error) {
-					return c.Run(ctx, msg, func(ctx context.Context, msg jetstream.Msg, op claim.Op) (durable.Result, error) {
-						return h(ctx, op, msg.Data())
-					})
+		deliver(consumetest.Delivery{
+			Send:    msg.Headers().Get(conformanceHeader),
+			Scope:   durable.Scope{Tenant: "default", Operation: e.subject, Key: msg.Headers().Get(nats.MsgIdHdr)},
+			Requeue: func() { _ = msg.NakWithDelay(time.Second) },
+			Run: func(ctx context.Context, h consumetest.Handler) (consume.Action, error) {
+				return c.Run(ctx, msg, func(ctx context.Context, msg jetstream.Msg, op claim.Op) (durable.Result, error) {
+					return h(ctx, op, msg.Data())
 				})
-		}()
+			},
+		})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cc.Stop()
-		cancel()
-		wg.Wait()
-	})
-	return sends
+	return publish, cc.Stop
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimnats"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/testkit/consumetest"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // deadLetter is a WithDeadLetter callback recording into dl, with the
@@ -41,8 +42,8 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.publish(consumetest.ReusedID, consumetest.FirstPayload)
-	e.publish(consumetest.ReusedID, consumetest.MismatchPayload)
+	e.Publish(consumetest.ReusedID, consumetest.FirstPayload)
+	e.Publish(consumetest.ReusedID, consumetest.MismatchPayload)
 	if _, err := e.js.Publish(context.Background(), e.subject, []byte(consumetest.NoIDPayload)); err != nil { // no Nats-Msg-Id
 		t.Fatal(err)
 	}
@@ -78,16 +79,23 @@ func TestDeadLetter_NoIdentityAndMismatch_Reported(t *testing.T) {
 	consumetest.CheckGivenUp(t, "claimnats", &dl, mp)
 }
 
-// heldPastLimit runs an uncertain handler on a JetStream consumer with
-// MaxDeliver 3 until JetStream gave the message up (nothing pending), and
-// returns the deliveries and the dead-letter callback's calls.
-func heldPastLimit(t *testing.T, opts ...claimnats.Option) (int, *consumetest.DeadLetters, *consumetest.Counters) {
+// Defect 6: a held (uncertain) message is negatively acknowledged on every
+// delivery; on the last JetStream makes (MaxDeliver 3, NumDelivered 3),
+// the Consumer told its limit reports it as given up before that nak: the
+// callback, the error, the metric.
+func TestDeliveryLimit(t *testing.T) {
+	consumetest.DeliveryLimit(t, "claimnats", 3, 3, heldPastLimit)
+}
+
+// heldPastLimit runs h on a JetStream consumer with MaxDeliver 3 until
+// JetStream gave the message up (nothing pending), as
+// consumetest.DeliveryLimit says. Told, the Consumer has
+// WithDeliveryLimit(3); not told, it cannot know JetStream's limit (the
+// package doc says to set it).
+func heldPastLimit(t *testing.T, told bool, h *consumetest.Held) (testenv.Schema, *consumetest.DeadLetters, *consumetest.Counters) {
 	e := newEnv(t)
-	var dl consumetest.DeadLetters
-	mp := consumetest.NewCounters()
-	cons, err := claimnats.New(e.claimer(nil, e.rdb, 2*time.Second), append([]claimnats.Option{
-		claimnats.WithUncertainDelay(100 * time.Millisecond), deadLetter(&dl), claimnats.WithMeterProvider(mp),
-	}, opts...)...)
+	opts, dl, mp := consumetest.HeldOptions(told, 3, claimnats.WithUncertainDelay, deadLetter, claimnats.WithMeterProvider, claimnats.WithDeliveryLimit)
+	cons, err := claimnats.New(e.claimer(nil, e.rdb, 2*time.Second), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,55 +109,25 @@ func heldPastLimit(t *testing.T, opts ...claimnats.Option) (int, *consumetest.De
 	if err != nil {
 		t.Fatal(err)
 	}
-	var acts consumetest.Actions
-	var runs atomic.Int32
 	cc, err := sub.Consume(func(msg jetstream.Msg) {
-		acts.Add(cons.Run(context.Background(), msg, func(context.Context, jetstream.Msg, claim.Op) (durable.Result, error) {
-			runs.Add(1)
-			return durable.Result{}, errors.New("gateway timed out after the request was sent")
+		h.Add(cons.Run(context.Background(), msg, func(ctx context.Context, _ jetstream.Msg, op claim.Op) (durable.Result, error) {
+			return h.Work(ctx, op)
 		}))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Stop()
-	e.publish("charge-h", `{"amount":4}`)
+	e.Publish("charge-h", `{"amount":4}`)
 	consumetest.WaitUntil(t, "3 deliveries and JetStream giving the message up", 30*time.Second, func() bool {
-		a, _ := acts.List()
 		info, err := sub.Info(context.Background())
-		return len(a) >= 3 && err == nil && info.NumAckPending == 0 && info.NumPending == 0
+		return h.Deliveries() >= 3 && err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})
-	a, _ := acts.List()
-	consumetest.CheckHeld(t, runs.Load(), consumetest.State(t, e.schema), a)
-	return len(a), &dl, mp
-}
-
-// Defect 6: a held (uncertain) message is negatively acknowledged on every
-// delivery; on the last JetStream makes (MaxDeliver), the Consumer told
-// its limit reports it as given up before that nak: the callback, the
-// error, the metric.
-func TestDeliveryLimit_HeldMessageReportedAtLastDelivery(t *testing.T) {
-	n, dl, mp := heldPastLimit(t, claimnats.WithDeliveryLimit(3))
-	// MaxDeliver (3) deliveries, reported at the 3rd (NumDelivered 3).
-	consumetest.CheckReportedAtLimit(t, "claimnats", n, 3, 3, dl, mp)
-}
-
-// Without WithDeliveryLimit the Consumer cannot know JetStream's: the same
-// run is not reported (the package doc says to set it). This shows the
-// test above depends on the option, not on a coincidence.
-func TestDeliveryLimit_NotConfigured_NotReported(t *testing.T) {
-	_, dl, _ := heldPastLimit(t)
-	consumetest.CheckNotReported(t, dl, "without a limit")
+	return e.schema, dl, mp
 }
 
 func TestNew_DeadLetterOptionsChecked(t *testing.T) {
-	e := newEnv(t)
-	c := e.claimer(nil, nil, 2*time.Second)
-	for i, o := range []claimnats.Option{
-		claimnats.WithDeadLetter(nil), claimnats.WithDeliveryLimit(-1), claimnats.WithMeterProvider(nil),
-	} {
-		if _, err := claimnats.New(c, o); !errors.Is(err, claimnats.ErrConfig) {
-			t.Errorf("option %d: %v, want ErrConfig", i, err)
-		}
-	}
+	c := newEnv(t).claimer(nil, nil, 2*time.Second)
+	consumetest.CheckOptionsRefused(t, claimnats.ErrConfig, func(o claimnats.Option) error { _, err := claimnats.New(c, o); return err },
+		claimnats.WithDeadLetter(nil), claimnats.WithDeliveryLimit(-1), claimnats.WithMeterProvider(nil))
 }

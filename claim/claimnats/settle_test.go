@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekey/oncekey/claim"
@@ -16,32 +17,63 @@ import (
 	"github.com/oncekey/oncekey/testkit/consumetest"
 )
 
-// The scenarios of issue 27 every consumer adapter runs
-// (testkit/consumetest), here on a JetStream pull consumer.
+// The scenarios every consumer adapter runs (testkit/consumetest), here
+// on a JetStream pull consumer.
 
 func TestRun_StoreOutageAtCompletion_OneEffect(t *testing.T) {
-	consumetest.StoreOutageAtCompletion(t, newEnv(t).rig())
+	consumetest.StoreOutageAtCompletion(t, newEnv(t))
 }
 
-func TestNegativeControl_OneAttempt_StoreOutageAtCompletion_TwoEffects(t *testing.T) {
-	consumetest.StoreOutageAtCompletionCaught(t, newEnv(t).rig())
+func TestScenarios(t *testing.T) { consumetest.Scenarios(t, newEnv) }
+
+// Settled waits until the test's consumer has nothing pending or
+// unacknowledged (consumetest.Rig.Settled).
+func (e *env) Settled(_ int, within time.Duration) { e.drained(e.sub, within) }
+
+// ConsumeDo consumes the test's stream with the durable consumer of
+// AckWait 2s on a connection of its own, in Do mode
+// (consumetest.Rig.ConsumeDo).
+func (e *env) ConsumeDo(ctx context.Context, c *claim.Claimer[pgx.Tx], retry time.Duration, work consumetest.DoWork) (closeConn func()) {
+	e.t.Helper()
+	cons, err := claimnats.New(c, claimnats.WithRetryDelay(retry))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.consume(func(msg jetstream.Msg) {
+		_, _ = cons.Do(ctx, msg, func(ctx context.Context, tx pgx.Tx, msg jetstream.Msg, op claim.Op) (durable.Result, error) {
+			return work(ctx, tx, op, msg.Headers().Get(nats.MsgIdHdr))
+		})
+	})
 }
 
-func TestRun_PanicAfterEffect_UncertainHeldNoLeak(t *testing.T) {
-	consumetest.PanicAfterEffect(t, newEnv(t).rig())
+// ConsumeRaw consumes the test's stream without the adapter
+// (consumetest.Rig.ConsumeRaw).
+func (e *env) ConsumeRaw(effect func(id string) error) {
+	e.consume(func(msg jetstream.Msg) {
+		if effect(msg.Headers().Get(nats.MsgIdHdr)) == nil {
+			_ = msg.Ack()
+		}
+	})
 }
 
-func TestNegativeControl_NoRecover_PanicAfterEffect(t *testing.T) {
-	consumetest.PanicAfterEffectCaught(t, newEnv(t).rig())
+// consume runs handle on each message of the durable consumer of AckWait
+// 2s, bound on a connection of its own (e.sub), until closeConn or the
+// test's end.
+func (e *env) consume(handle func(jetstream.Msg)) (closeConn func()) {
+	e.t.Helper()
+	nc := e.dial()
+	e.sub = e.consumer(nc, 2*time.Second)
+	cc, err := e.sub.Consume(handle)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(cc.Stop)
+	return func() { cc.Stop(); nc.Close() }
 }
 
-func (e *env) rig() consumetest.Rig {
-	return consumetest.Rig{Schema: e.schema, Redis: e.rdb, Prefix: e.prefix, Publish: e.publish, Consume: e.consumeRun}
-}
-
-// consumeRun consumes the test's stream with a durable consumer of AckWait
-// 30s (consumetest.Rig.Consume).
-func (e *env) consumeRun(c *claim.Claimer[pgx.Tx], s consumetest.Settings, work consumetest.Work,
+// ConsumeRun consumes the test's stream with a durable consumer of AckWait
+// 30s (consumetest.Rig.ConsumeRun).
+func (e *env) ConsumeRun(c *claim.Claimer[pgx.Tx], s consumetest.Settings, work consumetest.Work,
 	record func(consume.Action, error)) (drained func(time.Duration), stop func()) {
 	e.t.Helper()
 	cons, err := claimnats.New(c, consumetest.Options(s, claimnats.WithRetryDelay, claimnats.WithUncertainDelay, claimnats.WithLogger)...)
@@ -88,7 +120,7 @@ func longWork(t *testing.T, every time.Duration) []claimnats.Action {
 		t.Fatal(err)
 	}
 	defer cc.Stop()
-	e.publish("charge-l", `{"amount":2}`)
+	e.Publish("charge-l", `{"amount":2}`)
 	consumetest.WaitUntil(t, "the message acknowledged", 30*time.Second, func() bool { return acts.LastIs(claimnats.Ack) })
 	e.drained(sub, 10*time.Second)
 	if runs.Load() != 1 {

@@ -2,10 +2,6 @@ package claimnats_test
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +26,7 @@ type env struct {
 	schema  testenv.Schema
 	rdb     redis.Scripter
 	prefix  string
+	sub     jetstream.Consumer // the last bound by consume
 }
 
 func newEnv(t *testing.T) *env {
@@ -38,6 +35,11 @@ func newEnv(t *testing.T) *env {
 	e.schema = consumetest.Schema(t)
 	e.rdb, e.prefix = testenv.Redis(t)
 	return e
+}
+
+// Base is the test's schema, Redis and prefix (consumetest.Rig.Base).
+func (e *env) Base() consumetest.Base {
+	return consumetest.Base{Schema: e.schema, Redis: e.rdb, Prefix: e.prefix}
 }
 
 // newStream returns an env with only its stream, of subject
@@ -83,11 +85,11 @@ func (e *env) claimer(pool *pgxpool.Pool, rdb redis.Scripter, lease time.Duratio
 	return consumetest.Claimer(e.t, e.schema, pool, rdb, e.prefix, lease)
 }
 
-// publish publishes payload under id (Nats-Msg-Id), past JetStream's own
+// Publish publishes payload under id (Nats-Msg-Id), past JetStream's own
 // deduplication window so every copy is stored: the server forgets an id
 // on a timer some time after the window, so a copy it still calls a
 // duplicate is published again.
-func (e *env) publish(id, payload string) {
+func (e *env) Publish(id, payload string) {
 	e.t.Helper()
 	for range 50 {
 		time.Sleep(120 * time.Millisecond)
@@ -118,12 +120,6 @@ func (e *env) consumer(nc *nats.Conn, ackWait time.Duration) jetstream.Consumer 
 	return c
 }
 
-// effects counts the effect rows and their distinct messages.
-func (e *env) effects() (rows, distinct int) {
-	e.t.Helper()
-	return consumetest.Effects(e.t, e.schema)
-}
-
 // drained waits until the consumer has nothing pending or unacknowledged.
 func (e *env) drained(c jetstream.Consumer, within time.Duration) {
 	e.t.Helper()
@@ -138,86 +134,4 @@ func (e *env) drained(c jetstream.Consumer, within time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// insertEffect is the business effect of the Do tests: a row in the claim's
-// transaction.
-func insertEffect(ctx context.Context, tx pgx.Tx, op claim.Op, msg jetstream.Msg) error {
-	_, err := tx.Exec(ctx, `INSERT INTO effects (op_id, msg) VALUES ($1, $2)`, op.ID, msg.Headers().Get(nats.MsgIdHdr))
-	return err
-}
-
-// freezer is a TCP proxy to PostgreSQL that can cut a process off its
-// database, as a paused process is: while frozen, every connection is
-// closed and new ones are refused.
-type freezer struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	frozen bool
-	conns  map[net.Conn]struct{}
-}
-
-func newFreezer(t *testing.T, target string) *freezer {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &freezer{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	t.Cleanup(func() { ln.Close(); f.freeze(true) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			f.mu.Lock()
-			if f.frozen {
-				f.mu.Unlock()
-				c.Close()
-				continue
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				f.mu.Unlock()
-				c.Close()
-				continue
-			}
-			f.conns[c], f.conns[s] = struct{}{}, struct{}{}
-			f.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
-			go func() { _, _ = io.Copy(c, s); s.Close(); c.Close() }()
-		}
-	}()
-	return f
-}
-
-func (f *freezer) freeze(on bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.frozen = on
-	if on {
-		for c := range f.conns {
-			c.Close()
-		}
-		f.conns = map[net.Conn]struct{}{}
-	}
-}
-
-// pool connects through the freezer to the test's schema.
-func (f *freezer) pool(t *testing.T, base string) *pgxpool.Pool {
-	cfg, err := pgxpool.ParseConfig(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(f.ln.Addr().String())
-	cfg.ConnConfig.Host = host
-	fmt.Sscan(port, &cfg.ConnConfig.Port)
-	cfg.ConnConfig.ConnectTimeout = time.Second
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	return p
 }

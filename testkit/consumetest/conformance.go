@@ -16,6 +16,87 @@ import (
 	"github.com/oncekey/oncekey/testkit/entrytest"
 )
 
+// Driver is a consumer adapter's entrytest.Driver: what the conformance
+// suite asks of every consumer (its capabilities, Encode, the Sends and
+// the consume loop that runs each delivery on a goroutine of its own), with
+// the adapter's broker in Consume.
+type Driver struct {
+	// Adapter is the adapter's package ("claimnats").
+	Adapter string
+	// Stored is the moment a publisher is done, for the note on
+	// entrytest.CallerGone ("JetStream stored the message").
+	Stored string
+	// Timer is the transport's own timer on a delivery (entrytest.Caps).
+	Timer time.Duration
+	// Final names a message's final answers ("acknowledged, terminated or
+	// held"), as NewSends does.
+	Final string
+	// Consume starts the adapter over suite.Claimer (WithRetryDelay
+	// ConformanceRetry) on a queue (a stream) of the test's own, and
+	// hands each delivery to deliver, from the goroutine the broker
+	// delivers on. publish is NewSends'; stop ends the deliveries (no
+	// deliver call after it returned).
+	Consume func(suite entrytest.Env, deliver func(Delivery)) (publish func(ctx context.Context, key, send string, payload []byte) error, stop func())
+}
+
+// Delivery is one delivery in a Driver's terms.
+type Delivery struct {
+	// Send is the send the delivery belongs to (the header Sends' publish
+	// set), and Scope its record's.
+	Send  string
+	Scope durable.Scope
+	// Requeue redelivers it after a second (its handler panicked).
+	Requeue func()
+	// Run runs it through the adapter's Consumer.Run with a handler
+	// calling h with its payload.
+	Run func(ctx context.Context, h Handler) (consume.Action, error)
+}
+
+const (
+	// ConformanceRetry is the Consumer's WithRetryDelay under the suite.
+	ConformanceRetry = 300 * time.Millisecond
+	// conformanceSendWait bounds how long Send waits for a final answer.
+	conformanceSendWait = 6 * time.Second
+)
+
+// Caps is entrytest.Driver.Caps: tenant "default", the adapter's timer, no
+// caller to go away and no result size limit.
+func (d Driver) Caps() entrytest.Caps {
+	return entrytest.Caps{Tenant: "default", Timer: d.Timer, NotApplicable: map[string]string{
+		entrytest.CallerGone: "a consumer has no caller to go away: the publisher is done once " + d.Stored,
+		entrytest.Oversized:  d.Adapter + " stores the handler's own durable.Result: it has no result size limit of its own",
+	}}
+}
+
+// Encode is entrytest.Driver.Encode (the package function Encode).
+func (Driver) Encode(r entrytest.Response) durable.Result { return Encode(r) }
+
+// Start is entrytest.Driver.Start: Consume, with each delivery run as the
+// application's consume loop does, through Sends.Deliver on a goroutine of
+// its own. t's cleanups stop consuming, then end the runs' context and
+// wait for them.
+func (d Driver) Start(suite entrytest.Env) entrytest.Adapter {
+	var publish func(ctx context.Context, key, send string, payload []byte) error
+	sends := NewSends(suite, conformanceSendWait, d.Final, func(ctx context.Context, key, send string, payload []byte) error {
+		return publish(ctx, key, send, payload)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	publish, stop := d.Consume(suite, func(dl Delivery) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sends.Deliver(dl.Send, dl.Scope, dl.Requeue, func(h Handler) (consume.Action, error) { return dl.Run(ctx, h) })
+		}()
+	})
+	suite.T.Cleanup(func() {
+		stop()
+		cancel()
+		wg.Wait()
+	})
+	return sends
+}
+
 // Encode is a consumer's entrytest Driver.Encode: a consumer stores its
 // handler's own result, a failure through claim.Reject.
 func Encode(r entrytest.Response) durable.Result {

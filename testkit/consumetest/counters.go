@@ -1,7 +1,8 @@
 // Package consumetest holds test helpers the consumer adapters' tests
-// share (claimnats, claimamqp): the scenarios both run (Rig), the checks
-// of their dead-letter reports, and their conformance drivers' client
-// side (Sends).
+// share (claimnats, claimamqp): the scenarios both run, in workflow and
+// in Do mode (Rig, Scenarios), the checks of their dead-letter reports
+// and delivery limits (DeliveryLimit), and their conformance driver
+// (Driver, with its client side Sends).
 //
 // It is part of oncekey's unstable module seam (package testkit): not for
 // applications, no compatibility promise between versions.

@@ -1,13 +1,20 @@
 package consumetest
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/driver/consume"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
 // DeadLetters records the calls of a WithDeadLetter callback. Safe for
@@ -125,5 +132,83 @@ func CheckNotReported(t *testing.T, dl *DeadLetters, why string) {
 	t.Helper()
 	if errs, _, _ := dl.List(); len(errs) != 0 {
 		t.Fatalf("dead-letter callback %s: %v", why, errs)
+	}
+}
+
+// DeliveryLimit runs the delivery-limit checks of a held message as
+// subtests. held(t, told, h) runs h.Work as the Run handler of every
+// delivery (h records what Run returned) on a queue of the test's own
+// from which the broker gives a message up after deliveries deliveries
+// (the last at its delivery count count), with the adapter's Consumer told
+// that limit (told) or left to its default, until the broker gave the
+// message up; it returns the test's schema and the Consumer's reports (its
+// WithDeadLetter and WithMeterProvider). Each run is checked held
+// (CheckHeld). Told, the message is reported given up at its last delivery
+// (CheckReportedAtLimit); not told, it is not reported, which shows the
+// first check depends on the option, not on a coincidence.
+func DeliveryLimit(t *testing.T, adapter string, deliveries int, count int64,
+	held func(t *testing.T, told bool, h *Held) (testenv.Schema, *DeadLetters, *Counters)) {
+	run := func(t *testing.T, told bool) (int, *DeadLetters, *Counters) {
+		var h Held
+		schema, dl, mp := held(t, told, &h)
+		a, _ := h.List()
+		CheckHeld(t, h.runs.Load(), State(t, schema), a)
+		return len(a), dl, mp
+	}
+	t.Run("HeldMessageReportedAtLastDelivery", func(t *testing.T) {
+		n, dl, mp := run(t, true)
+		CheckReportedAtLimit(t, adapter, n, deliveries, count, dl, mp)
+	})
+	t.Run("NotTold_NotReported", func(t *testing.T) {
+		_, dl, _ := run(t, false)
+		CheckNotReported(t, dl, "with the Consumer not told the limit")
+	})
+}
+
+// Held is a DeliveryLimit run's handler and record: Work, whose outcome
+// is always uncertain, and the actions of the deliveries (Add what Run
+// returned).
+type Held struct {
+	Actions
+	runs atomic.Int32
+}
+
+// Work is the handler: a gateway call that timed out after the request
+// was sent (the outcome uncertain). It counts its runs.
+func (h *Held) Work(context.Context, claim.Op) (durable.Result, error) {
+	h.runs.Add(1)
+	return durable.Result{}, errors.New("gateway timed out after the request was sent")
+}
+
+// Deliveries returns how many deliveries were recorded.
+func (h *Held) Deliveries() int {
+	a, _ := h.List()
+	return len(a)
+}
+
+// HeldOptions returns the options of the Consumer a DeliveryLimit held
+// run makes, given the adapter's WithUncertainDelay, WithDeadLetter (a
+// callback recording into dl, as deadLetter returns it),
+// WithMeterProvider and WithDeliveryLimit, and the reports they fill: an
+// uncertain delay of 100 ms, the callback, the counters, and when told the
+// broker's limit.
+func HeldOptions[O any](told bool, limit int, uncertain func(time.Duration) O, deadLetter func(*DeadLetters) O,
+	meter func(metric.MeterProvider) O, deliveryLimit func(int) O) ([]O, *DeadLetters, *Counters) {
+	dl, mp := new(DeadLetters), NewCounters()
+	opts := []O{uncertain(100 * time.Millisecond), deadLetter(dl), meter(mp)}
+	if told {
+		opts = append(opts, deliveryLimit(limit))
+	}
+	return opts, dl, mp
+}
+
+// CheckOptionsRefused checks that an adapter's New refuses each of opts
+// with an error matching errConfig; newWith(o) is New with o alone.
+func CheckOptionsRefused[O any](t *testing.T, errConfig error, newWith func(O) error, opts ...O) {
+	t.Helper()
+	for i, o := range opts {
+		if err := newWith(o); !errors.Is(err, errConfig) {
+			t.Errorf("option %d: %v, want %v", i, err, errConfig)
+		}
 	}
 }

@@ -20,25 +20,71 @@ import (
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
-// Rig is a consumer adapter's side of the scenarios of this package: a
-// queue (a stream) of the test's own on the adapter's broker, with a
-// schema and a Redis prefix of the test's own.
-type Rig struct {
-	// Schema is the test's schema, migrated.
+// Base is what the scenarios share with an adapter's test: a schema of
+// the test's own (migrated, with the effects table: Schema), its Redis and
+// its key prefix.
+type Base struct {
 	Schema testenv.Schema
-	// Redis and Prefix are the test's Redis and key prefix.
 	Redis  redis.Scripter
 	Prefix string
+}
+
+// Rig is a consumer adapter's side of the scenarios of this package,
+// implemented by the adapter's test env: a queue (a stream) of the test's
+// own on the adapter's broker, with a Base of the test's own.
+type Rig interface {
+	// Base returns the test's schema, Redis and key prefix.
+	Base() Base
 	// Publish publishes payload under the message identity id. A copy of
 	// an id published before is delivered too.
-	Publish func(id, payload string)
-	// Consume consumes the test's queue with a new Consumer over c,
+	Publish(id, payload string)
+	// ConsumeRun consumes the test's queue with a new Consumer over c,
 	// configured by s: each delivery goes through Consumer.Run with work
 	// as its handler, and record gets what Run returned. drained waits
 	// until the broker has nothing pending or unacknowledged, failing the
 	// test after within; stop stops consuming, and may be called again
 	// (the test's cleanups call it too).
-	Consume func(c *claim.Claimer[pgx.Tx], s Settings, work Work, record func(consume.Action, error)) (drained func(within time.Duration), stop func())
+	ConsumeRun(c *claim.Claimer[pgx.Tx], s Settings, work Work, record func(consume.Action, error)) (drained func(within time.Duration), stop func())
+	// ConsumeDo consumes the test's queue on a connection of its own with
+	// a new Consumer over c (WithRetryDelay retry): each delivery goes
+	// through Consumer.Do under ctx with work as its handler. closeConn
+	// closes the connection, as a killed consumer's closes; the test's
+	// cleanups close it too.
+	ConsumeDo(ctx context.Context, c *claim.Claimer[pgx.Tx], retry time.Duration, work DoWork) (closeConn func())
+	// ConsumeRaw consumes the test's queue without the adapter: effect
+	// gets each delivery's identity, and the delivery is acknowledged when
+	// effect returned nil.
+	ConsumeRaw(effect func(id string) error)
+	// Settled waits until the test's deliveries are settled, failing the
+	// test after within: until n of them (counted across the test's
+	// ConsumeDo and ConsumeRaw) were acknowledged or terminated where the
+	// broker cannot tell (RabbitMQ: a delayed requeue is an unacknowledged
+	// delivery), or until the broker has nothing pending or
+	// unacknowledged where it can (JetStream; n unused).
+	Settled(n int, within time.Duration)
+}
+
+// Scenarios runs, as subtests each on a Rig of its own (newRig), the
+// scenarios every consumer adapter runs but StoreOutageAtCompletion,
+// which each adapter runs as a test of its own under the name the
+// CHANGELOG cites (TestRun_StoreOutageAtCompletion_OneEffect). Not
+// parallel: the negative controls break the settlement of the whole
+// process.
+func Scenarios[R Rig](t *testing.T, newRig func(t *testing.T) R) {
+	for _, s := range []struct {
+		name string
+		run  func(*testing.T, Rig)
+	}{
+		{"NegativeControl_OneAttempt_StoreOutageAtCompletion_TwoEffects", storeOutageAtCompletionCaught},
+		{"Run_PanicAfterEffect_UncertainHeldNoLeak", panicAfterEffectChecked},
+		{"NegativeControl_NoRecover_PanicAfterEffect", panicAfterEffectCaught},
+		{"Do_DuplicatesAndKilledConsumer_OneEffect", doDuplicatesAndKilledConsumer},
+		{"NegativeControl_WithoutAdapter_DuplicateEffects", doWithoutAdapter},
+		{"Do_CompetingConsumers_OneEffectEach", doCompetingConsumers},
+		{"Do_RedisRestartedEmpty_OneEffect", doRedisRestartedEmpty},
+	} {
+		t.Run(s.name, func(t *testing.T) { s.run(t, newRig(t)) })
+	}
 }
 
 // Settings configure a Rig's Consumer; a zero field is the adapter's
@@ -76,12 +122,13 @@ const scenarioLease = 2 * time.Second
 // is written. It returns the effects counted downstream once the message
 // was acknowledged, and the consumer's actions.
 func outageAtCompletion(t *testing.T, r Rig) (int32, []consume.Action) {
-	px, pool := Proxied(t, r.Schema)
-	c := Claimer(t, r.Schema, pool, r.Redis, r.Prefix, scenarioLease)
+	b := r.Base()
+	px, pool := Proxied(t, b.Schema)
+	c := Claimer(t, b.Schema, pool, b.Redis, b.Prefix, scenarioLease)
 	var effects atomic.Int32 // the downstream's count
 	var outages sync.WaitGroup
 	var acts Actions
-	drained, stop := r.Consume(c, Settings{Retry: 100 * time.Millisecond}, func(ctx context.Context, op claim.Op) (durable.Result, error) {
+	drained, stop := r.ConsumeRun(c, Settings{Retry: 100 * time.Millisecond}, func(ctx context.Context, op claim.Op) (durable.Result, error) {
 		if effects.Add(1) == 1 {
 			px.SetDown(true)
 			outages.Add(1)
@@ -112,12 +159,12 @@ func StoreOutageAtCompletion(t *testing.T, r Rig) {
 	}
 }
 
-// StoreOutageAtCompletionCaught is the negative control of
+// storeOutageAtCompletionCaught is the negative control of
 // StoreOutageAtCompletion: one completion attempt (the consumer before the
 // engine) leaves the record to the redelivery's takeover, which runs the
 // effect again. The test must not be parallel: the breakage is the
 // process's.
-func StoreOutageAtCompletionCaught(t *testing.T, r Rig) {
+func storeOutageAtCompletionCaught(t *testing.T, r Rig) {
 	defer settle.Break(settle.OneAttempt)()
 	if n, a := outageAtCompletion(t, r); n != 2 {
 		t.Fatalf("with one completion attempt: %d effects (actions %v), want the 2 StoreOutageAtCompletion catches", n, a)
@@ -138,14 +185,15 @@ type panicRun struct {
 // then reports what it saw.
 func panicAfterEffect(t *testing.T, r Rig) panicRun {
 	var logs Log
-	c := Claimer(t, r.Schema, nil, r.Redis, r.Prefix, scenarioLease)
+	b := r.Base()
+	c := Claimer(t, b.Schema, nil, b.Redis, b.Prefix, scenarioLease)
 	// A broken settlement (NoRecover) renews its lease for as long as the
 	// process lives: fenced when the test ends, so its renewals stop.
-	t.Cleanup(func() { FenceHeld(t, r.Schema, scenarioLease) })
+	t.Cleanup(func() { FenceHeld(t, b.Schema, scenarioLease) })
 	base := KeepAlives()
 	var effects atomic.Int32
 	var acts Actions
-	_, stop := r.Consume(c, Settings{Retry: 100 * time.Millisecond, Uncertain: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))},
+	_, stop := r.ConsumeRun(c, Settings{Retry: 100 * time.Millisecond, Uncertain: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))},
 		func(context.Context, claim.Op) (durable.Result, error) {
 			effects.Add(1)
 			panic("charge-p: gateway client bug after the charge")
@@ -167,17 +215,17 @@ func panicAfterEffect(t *testing.T, r Rig) panicRun {
 	for end := time.Now().Add(5 * time.Second); leaked > 0 && time.Now().Before(end); leaked = KeepAlives() - base {
 		time.Sleep(50 * time.Millisecond)
 	}
-	res := panicRun{effects: effects.Load(), state: State(t, r.Schema), leaked: leaked, logged: logs.String()}
+	res := panicRun{effects: effects.Load(), state: State(t, b.Schema), leaked: leaked, logged: logs.String()}
 	res.actions, res.errs = acts.List()
 	return res
 }
 
-// PanicAfterEffect is defect 2 of issue 27: a handler that panics after
+// panicAfterEffectChecked is defect 2 of issue 27: a handler that panics after
 // its effect does not crash the consumer, records the operation
 // uncertain, holds the message (never acked as a success, never run again
 // on its redeliveries), logs the panic at Error, and leaves no lease
 // renewal behind.
-func PanicAfterEffect(t *testing.T, r Rig) {
+func panicAfterEffectChecked(t *testing.T, r Rig) {
 	res := panicAfterEffect(t, r)
 	if res.effects != 1 {
 		t.Fatalf("effects: %d, want 1", res.effects)
@@ -204,15 +252,16 @@ func PanicAfterEffect(t *testing.T, r Rig) {
 	}
 }
 
-// PanicAfterEffectCaught is the negative control of PanicAfterEffect:
+// panicAfterEffectCaught is the negative control of
+// panicAfterEffectChecked:
 // without the engine's recover the lease is renewed for as long as the
 // process lives: the record stays processing (its redeliveries answered
 // in progress, never uncertain) and a renewal goroutine leaks (until the
 // test's cleanup fences it). The test must not be parallel.
-func PanicAfterEffectCaught(t *testing.T, r Rig) {
+func panicAfterEffectCaught(t *testing.T, r Rig) {
 	defer settle.Break(settle.NoRecover)()
 	res := panicAfterEffect(t, r)
 	if res.state == "uncertain" || res.leaked == 0 {
-		t.Fatalf("without recover: state %q, %d leaked renewals; want processing and a leak (caught by PanicAfterEffect)", res.state, res.leaked)
+		t.Fatalf("without recover: state %q, %d leaked renewals; want processing and a leak (caught by panicAfterEffectChecked)", res.state, res.leaked)
 	}
 }
