@@ -13,6 +13,7 @@
 //	go run ./bench -workload fresh,replay -rate 1000  # open loop at 1000 requests/s
 //	go run ./bench -workload fresh,replay -knee       # open-loop knee sweep
 //	go run ./bench -smoke -html bench.html            # plots in one HTML file
+//	go run ./bench -records 10000000                  # a record's size on disk
 //
 // The URLs default to REDIS_URL and DATABASE_URL, else to the local servers
 // (redis://127.0.0.1:6379/0 and
@@ -22,6 +23,11 @@
 // shared by its variants; setup and warm-up come on top. -h lists the
 // sizing flags (-dups, -keys, -replay-keys, -backlog, -round, -pg-conns,
 // -redis-timeout) and -cpuprofile / -memprofile for pprof.
+//
+// -records N measures a record instead of running workloads: 1000 records
+// written through Do, copied (new key hashes and operation digests, times
+// a second apart) up to N, VACUUM ANALYZE, then bytes per record of
+// the table's heap, its TOAST, each index and the whole.
 //
 // -html FILE writes one self-contained HTML page (inline SVG drawn with
 // gonum.org/v1/plot; no script, nothing fetched to view it): per workload,
