@@ -64,6 +64,13 @@ type Config struct {
 	Logger *slog.Logger
 	// KeepSchema leaves the run's PostgreSQL schema in place, to look at.
 	KeepSchema bool
+	// Servers, when set, starts the Redis of redis-restart and the
+	// PostgreSQL of pg-crash (and pg-crash-async-commit) instead of
+	// processes from the machine's redis-server and PostgreSQL binaries;
+	// those scenarios then need neither. The chaos runner's -containers
+	// sets one that runs them in containers, restarted and killed through
+	// the container API.
+	Servers Servers
 
 	// negative is the deliberately broken store of the negative control;
 	// only the suite sets it (see negative_test.go and the runner's

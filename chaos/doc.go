@@ -147,5 +147,7 @@
 // A run creates a PostgreSQL schema of its own (dropped at the end unless
 // Config.KeepSchema) and uses a Redis key prefix of its own (deleted at the
 // end). Scenarios that restart, fail over, split or evict Redis start
-// redis-server processes of their own on loopback ports.
+// redis-server processes of their own on loopback ports; with
+// Config.Servers set (the runner's -containers), redis-restart's Redis and
+// pg-crash's PostgreSQL come from it instead (containers).
 package chaos

@@ -33,13 +33,18 @@ type ScenarioInfo struct {
 	Forces string
 	// OwnRedis reports that it starts redis-server processes of its own.
 	OwnRedis bool
+	// OwnPostgres reports that it starts PostgreSQL clusters of its own.
+	OwnPostgres bool
+	// OnServers reports that its own servers come from [Config.Servers]
+	// when set (containers, under the runner's -containers).
+	OnServers bool
 }
 
 // Scenarios lists every scenario, in the order [Run] runs them.
 func Scenarios() []ScenarioInfo {
 	var out []ScenarioInfo
 	for _, s := range registry() {
-		out = append(out, ScenarioInfo{Name: s.name, Forces: s.forces, OwnRedis: s.ownRedis})
+		out = append(out, ScenarioInfo{Name: s.name, Forces: s.forces, OwnRedis: s.ownRedis, OwnPostgres: s.ownPostgres, OnServers: s.onServers})
 	}
 	return out
 }
@@ -197,13 +202,14 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	res = Result{Scenario: s.name, Forces: s.forces, Iterations: r.cfg.Iterations}
 	started := time.Now()
 	defer func() { res.Duration = time.Since(started) }()
-	if s.ownRedis {
+	onServers := s.onServers && r.cfg.Servers != nil
+	if s.ownRedis && !onServers {
 		if _, err := redisproc.Binary(); err != nil {
 			res.Skipped = "redis-server is not installed; this scenario starts its own (install redis-server or set REDIS_SERVER)"
 			return res
 		}
 	}
-	if s.ownPostgres {
+	if s.ownPostgres && !onServers {
 		if _, err := fault.PostgresBin(); err != nil {
 			res.Skipped = err.Error()
 			return res

@@ -33,7 +33,7 @@ func (e *env) mixedWith(ctx context.Context, st storeOpts, newRedis func(int) re
 }
 
 func setupRedisRestart(ctx context.Context, e *env) (*workload, error) {
-	w, srv, err := mixedBehind(ctx, e, e.redisOwn, func() (*redisproc.Server, error) { return redisproc.New(redisproc.Options{}) })
+	w, srv, err := mixedBehind(ctx, e, e.redisOwn, func() (RedisServer, error) { return e.ownRedis(ctx) })
 	if err != nil {
 		return nil, err
 	}

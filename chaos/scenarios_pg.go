@@ -30,7 +30,7 @@ import (
 func hazards() []scenario {
 	return append([]scenario{
 		{name: "pg-failover-async", forces: "negative control: PostgreSQL primary with an asynchronous streaming standby; the standby's streaming is cut, the primary is SIGKILLed, the standby promoted: acknowledged commits vanish (must be caught)", ownPostgres: true, setup: pgFailover(false)},
-		{name: "pg-crash-async-commit", forces: "negative control: PostgreSQL with synchronous_commit=off SIGKILLed mid-load and restarted: acknowledged commits vanish (must be caught)", ownPostgres: true, setup: pgCrash("off")},
+		{name: "pg-crash-async-commit", forces: "negative control: PostgreSQL with synchronous_commit=off SIGKILLed mid-load and restarted: acknowledged commits vanish (must be caught)", ownPostgres: true, onServers: true, setup: pgCrash("off")},
 	}, patroniHazards()...)
 }
 
@@ -41,7 +41,7 @@ func pgRegistry() []scenario {
 		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between one client and PostgreSQL, inside a Do transaction before its commit or between a workflow's effect and its finish, where it lasts until another client, which still reaches the database, has taken the operation over", setup: setupPGNetwork},
 		{name: "redis-sentinel", forces: "Redis behind three sentinels, the library on go-redis failover clients; the primary SIGKILLed mid-load, the next operations sent into the outage, the replica promoted; the breakers must open, no call may fail, and the claim path must come back on the new primary", ownRedis: true, setup: setupSentinel},
 		{name: "tls", forces: "both stores over TLS verified against a CA made at run time (PostgreSQL ssl=on with sslmode=verify-full, redis-server --tls-port with go-redis TLSConfig); clients trusting another CA are refused", ownRedis: true, ownPostgres: true, setup: setupTLS},
-		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, setup: pgCrash("on")},
+		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, onServers: true, setup: pgCrash("on")},
 		{name: "pgbouncer", forces: "every client through PgBouncer 1.18 in transaction pooling mode (query exec mode exec); its server connections terminated mid-transaction and the bouncer SIGKILLed and restarted on the same port, mid-load", needs: pgbouncerInstalled, setup: setupPgBouncer},
 	}, patroniRegistry()...)
 }
@@ -94,7 +94,7 @@ func (e *env) onCluster(ctx context.Context, url string) error {
 // commits acknowledged in the seconds before it.
 func pgCrash(sync string) func(ctx context.Context, e *env) (*workload, error) {
 	return func(ctx context.Context, e *env) (*workload, error) {
-		c, err := fault.NewCluster(ctx, "synchronous_commit="+sync, "wal_writer_delay=10s",
+		c, err := e.ownPostgres(ctx, "synchronous_commit="+sync, "wal_writer_delay=10s",
 			"wal_writer_flush_after=1GB", "fsync=on", "max_connections=200")
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrSetup, err)

@@ -25,6 +25,9 @@ type scenario struct {
 	ownRedis bool
 	// ownPostgres: it starts PostgreSQL clusters of its own (initdb, pg_ctl).
 	ownPostgres bool
+	// onServers: its own servers come from Config.Servers when set (see
+	// env.ownRedis, env.ownPostgres), and it needs no binaries then.
+	onServers bool
 	// needs, when set, says what the scenario needs installed besides
 	// PostgreSQL's binaries (patroni and etcd, pgbouncer): an error skips
 	// it (and fails it under CI=true, see TestScenarios).

@@ -1,6 +1,10 @@
-// Package containers starts disposable PostgreSQL, Redis and NATS servers
-// in containers with testcontainers-go, for oncekey's tests and chaos
-// runner on a machine that has Docker and nothing else.
+// Package containers starts disposable PostgreSQL, Redis, NATS and
+// RabbitMQ servers in containers with testcontainers-go, for oncekey's
+// tests and chaos runner on a machine that has Docker and nothing else.
+// Besides one shared container per service ([Set.URL]), it starts servers
+// of their own that a chaos scenario restarts, or kills with SIGKILL and
+// starts again, through the container API ([Set.NewRedis],
+// [Set.NewPostgres], [Server]).
 //
 // It is a module of its own (github.com/oncekey/oncekey/testkit/containers)
 // so that testcontainers and the Docker client never enter the module graph
@@ -12,21 +16,29 @@
 // # Images
 //
 // The public images by default (postgres:15-alpine, redis:7-alpine,
-// nats:2-alpine), or the ones named by ONCEKEY_POSTGRES_IMAGE,
-// ONCEKEY_REDIS_IMAGE and ONCEKEY_NATS_IMAGE: .ci/containers imports
-// images of its own from the machine's binaries, since no registry is
-// reachable there. A PostgreSQL image must take the official image's
-// interface (POSTGRES_DB, POSTGRES_HOST_AUTH_METHOD, a command starting with
-// "postgres"), a NATS image nats-server as its entrypoint.
+// nats:2-alpine, rabbitmq:3-alpine), or the ones named by
+// ONCEKEY_POSTGRES_IMAGE, ONCEKEY_REDIS_IMAGE, ONCEKEY_NATS_IMAGE and
+// ONCEKEY_RABBITMQ_IMAGE: .ci/containers imports images of its own from
+// the machine's binaries, since no registry is reachable there. A
+// PostgreSQL image must take the official image's interface (POSTGRES_DB,
+// POSTGRES_HOST_AUTH_METHOD, a command starting with "postgres"; the data
+// in the container's filesystem, so that it survives a kill and a start),
+// a NATS image nats-server as its entrypoint, a RabbitMQ image the
+// command "rabbitmq-server" and the official image's environment
+// (RABBITMQ_NODE_PORT, RABBITMQ_NODE_IP_ADDRESS, RABBITMQ_DIST_PORT,
+// RABBITMQ_NODENAME, ERL_EPMD_PORT, ERL_EPMD_ADDRESS,
+// RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS) with the user guest.
 //
 // # Networks
 //
 // By default each container publishes its port on a random host port
-// (Docker's bridge network). With ONCEKEY_CONTAINERS_NETWORK=host (or
-// [Options.HostNetwork]) the containers share the daemon's network
-// namespace and listen on 127.0.0.1 at a free port picked here: for a
-// daemon run with --bridge=none inside a network namespace of its own,
-// with the tests in the same namespace (.ci/containers).
+// (Docker's bridge network), a [Server] on a free host port picked when
+// it is created, which it keeps across a restart. With
+// ONCEKEY_CONTAINERS_NETWORK=host (or [Options.HostNetwork]) the
+// containers share the daemon's network namespace and listen on 127.0.0.1
+// at a free port picked here: for a daemon run with --bridge=none inside a
+// network namespace of its own, with the tests in the same namespace
+// (.ci/containers).
 package containers
 
 import (
@@ -36,6 +48,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -55,6 +68,7 @@ const (
 	DefaultPostgresImage = "postgres:15-alpine"
 	DefaultRedisImage    = "redis:7-alpine"
 	DefaultNATSImage     = "nats:2-alpine"
+	DefaultRabbitMQImage = "rabbitmq:3-alpine"
 )
 
 // Service names a server this package starts.
@@ -65,10 +79,11 @@ const (
 	Postgres Service = "postgres"
 	Redis    Service = "redis"
 	NATS     Service = "nats"
+	RabbitMQ Service = "rabbitmq"
 )
 
 // Env is the environment variable through which the tests find the
-// service: DATABASE_URL, REDIS_URL or NATS_URL.
+// service: DATABASE_URL, REDIS_URL, NATS_URL or AMQP_URL.
 func (s Service) Env() string {
 	switch s {
 	case Postgres:
@@ -77,17 +92,20 @@ func (s Service) Env() string {
 		return "REDIS_URL"
 	case NATS:
 		return "NATS_URL"
+	case RabbitMQ:
+		return "AMQP_URL"
 	}
 	return ""
 }
 
-// ParseService returns the service named s ("postgres", "redis", "nats").
+// ParseService returns the service named s ("postgres", "redis", "nats",
+// "rabbitmq").
 func ParseService(s string) (Service, error) {
 	switch v := Service(strings.TrimSpace(s)); v {
-	case Postgres, Redis, NATS:
+	case Postgres, Redis, NATS, RabbitMQ:
 		return v, nil
 	}
-	return "", fmt.Errorf("containers: unknown service %q (want postgres, redis or nats)", s)
+	return "", fmt.Errorf("containers: unknown service %q (want postgres, redis, nats or rabbitmq)", s)
 }
 
 // Options configure a [Set].
@@ -95,9 +113,9 @@ type Options struct {
 	// HostNetwork runs the containers in the daemon's network namespace,
 	// listening on 127.0.0.1. Defaults to ONCEKEY_CONTAINERS_NETWORK=host.
 	HostNetwork bool
-	// PostgresImage, RedisImage and NATSImage default to
+	// PostgresImage, RedisImage, NATSImage and RabbitMQImage default to
 	// $ONCEKEY_POSTGRES_IMAGE (etc.), else the Default*Image constants.
-	PostgresImage, RedisImage, NATSImage string
+	PostgresImage, RedisImage, NATSImage, RabbitMQImage string
 	// PostgresSettings are extra server settings (name=value, passed as
 	// -c).
 	PostgresSettings []string
@@ -122,6 +140,9 @@ func (o Options) normalized() Options {
 	}
 	if o.NATSImage == "" {
 		o.NATSImage = envOr("ONCEKEY_NATS_IMAGE", DefaultNATSImage)
+	}
+	if o.RabbitMQImage == "" {
+		o.RabbitMQImage = envOr("ONCEKEY_RABBITMQ_IMAGE", DefaultRabbitMQImage)
 	}
 	if o.Log == nil {
 		o.Log = os.Stderr
@@ -148,6 +169,7 @@ type Set struct {
 	mu     sync.Mutex
 	urls   map[Service]string
 	ctrs   map[Service]testcontainers.Container
+	own    map[testcontainers.Container]Service // the [Server]s
 	closed bool
 }
 
@@ -155,7 +177,8 @@ type Set struct {
 func New(o Options) *Set {
 	o = o.normalized()
 	tclog.SetDefault(logger{o.Log})
-	return &Set{opts: o, urls: map[Service]string{}, ctrs: map[Service]testcontainers.Container{}}
+	return &Set{opts: o, urls: map[Service]string{}, ctrs: map[Service]testcontainers.Container{},
+		own: map[testcontainers.Container]Service{}}
 }
 
 type logger struct{ w io.Writer }
@@ -182,11 +205,13 @@ func (s *Set) URL(ctx context.Context, svc Service) (string, error) {
 	)
 	switch svc {
 	case Postgres:
-		c, u, err = s.postgres(ctx)
+		c, u, err = s.postgres(ctx, false)
 	case Redis:
-		c, u, err = s.redis(ctx)
+		c, u, err = s.redis(ctx, false)
 	case NATS:
 		c, u, err = s.nats(ctx)
+	case RabbitMQ:
+		c, u, err = s.rabbitmq(ctx)
 	default:
 		return "", fmt.Errorf("containers: unknown service %q", svc)
 	}
@@ -201,7 +226,8 @@ func (s *Set) URL(ctx context.Context, svc Service) (string, error) {
 	return u, nil
 }
 
-// Close stops and removes every container of the set.
+// Close stops and removes every container of the set, the [Server]s
+// too.
 func (s *Set) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -214,7 +240,15 @@ func (s *Set) Close() error {
 		}
 		fmt.Fprintf(s.opts.Log, "containers: %s removed\n", svc)
 	}
+	for c, svc := range s.own {
+		if err := c.Terminate(context.Background()); err != nil {
+			errs = append(errs, fmt.Errorf("containers: remove %s of its own: %w", svc, err))
+			continue
+		}
+		fmt.Fprintf(s.opts.Log, "containers: %s of its own removed\n", svc)
+	}
 	clear(s.ctrs)
+	clear(s.own)
 	clear(s.urls)
 	return errors.Join(errs...)
 }
@@ -344,7 +378,9 @@ func tail(c testcontainers.Container) string {
 	return "\ncontainer log (end):\n" + strings.Join(lines, "\n")
 }
 
-func (s *Set) postgres(ctx context.Context) (testcontainers.Container, string, error) {
+// postgres starts a PostgreSQL with the Set's settings and more; own
+// fixes its host port (see [Server]).
+func (s *Set) postgres(ctx context.Context, own bool, more ...string) (testcontainers.Container, string, error) {
 	ep, err := s.plan("5432")
 	if err != nil {
 		return nil, "", err
@@ -353,27 +389,46 @@ func (s *Set) postgres(ctx context.Context) (testcontainers.Container, string, e
 	if ep.listen != "" {
 		cmd = append(cmd, "-c", "listen_addresses="+ep.listen)
 	}
-	for _, v := range s.opts.PostgresSettings {
+	for _, v := range append(s.opts.PostgresSettings, more...) {
 		cmd = append(cmd, "-c", v)
 	}
 	env := map[string]string{"POSTGRES_DB": "test", "POSTGRES_HOST_AUTH_METHOD": "trust"}
-	c, addr, err := s.start(ctx, s.request(s.opts.PostgresImage, ep, env, nil, cmd...), ep)
+	req := s.request(s.opts.PostgresImage, ep, env, nil, cmd...)
+	if own && !s.opts.HostNetwork {
+		if err := fixedHostPort(&req, ep.port); err != nil {
+			return nil, "", err
+		}
+	}
+	c, addr, err := s.start(ctx, req, ep)
 	if err != nil {
 		return c, "", err
 	}
 	u := "postgres://postgres@" + addr + "/test?sslmode=disable"
-	err = s.await(ctx, c, func(ctx context.Context) error {
-		conn, err := pgx.Connect(ctx, u)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(context.Background())
-		return conn.Ping(ctx)
-	})
+	err = s.await(ctx, c, func(ctx context.Context) error { return pingPostgres(ctx, u) })
 	return c, u, err
 }
 
-func (s *Set) redis(ctx context.Context) (testcontainers.Container, string, error) {
+func pingPostgres(ctx context.Context, u string) error {
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.Ping(ctx)
+}
+
+// postgresAddr is the host:port of a URL made by [Set.postgres].
+func postgresAddr(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	return pu.Host
+}
+
+// redis starts a Redis without persistence; own fixes its host port (see
+// [Server]).
+func (s *Set) redis(ctx context.Context, own bool) (testcontainers.Container, string, error) {
 	ep, err := s.plan("6379")
 	if err != nil {
 		return nil, "", err
@@ -384,17 +439,34 @@ func (s *Set) redis(ctx context.Context) (testcontainers.Container, string, erro
 	} else {
 		cmd = append(cmd, "--protected-mode", "no")
 	}
-	c, addr, err := s.start(ctx, s.request(s.opts.RedisImage, ep, nil, nil, cmd...), ep)
+	req := s.request(s.opts.RedisImage, ep, nil, nil, cmd...)
+	if own && !s.opts.HostNetwork {
+		if err := fixedHostPort(&req, ep.port); err != nil {
+			return nil, "", err
+		}
+	}
+	c, addr, err := s.start(ctx, req, ep)
 	if err != nil {
 		return c, "", err
 	}
 	u := "redis://" + addr + "/0"
-	err = s.await(ctx, c, func(ctx context.Context) error {
-		rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		defer rc.Close()
-		return rc.Ping(ctx).Err()
-	})
+	err = s.await(ctx, c, func(ctx context.Context) error { return pingRedis(ctx, addr) })
 	return c, u, err
+}
+
+func pingRedis(ctx context.Context, addr string) error {
+	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rc.Close()
+	return rc.Ping(ctx).Err()
+}
+
+// redisAddr is the host:port of a URL made by [Set.redis].
+func redisAddr(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	return pu.Host
 }
 
 func (s *Set) nats(ctx context.Context) (testcontainers.Container, string, error) {

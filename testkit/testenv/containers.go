@@ -115,10 +115,10 @@ func pingDocker() error {
 	return nil
 }
 
-// fromContainer returns the URL of service ("postgres", "redis", "nats")
-// from this binary's container, starting the command and the container
-// the first time. ok is false when containers are off or Docker does not
-// answer; err is set when they should have worked and did not.
+// fromContainer returns the URL of service ("postgres", "redis", "nats",
+// "rabbitmq") from this binary's container, starting the command and the
+// container the first time. ok is false when containers are off or Docker
+// does not answer; err is set when they should have worked and did not.
 func fromContainer(service string) (u string, ok bool, err error) {
 	if os.Getenv("ONCEKEY_CONTAINERS") == "off" {
 		return "", false, nil

@@ -3,12 +3,12 @@
 //
 // Services are found in this order:
 //
-//  1. REDIS_URL / DATABASE_URL (NATS_URL), when set;
+//  1. REDIS_URL / DATABASE_URL (NATS_URL, AMQP_URL), when set;
 //  2. when a Docker daemon answers (DOCKER_HOST, else
 //     /var/run/docker.sock) and ONCEKEY_CONTAINERS is not "off": a
 //     container of this test binary's own, started on first use by the
-//     oncekey-containers command (see [ContainersEnabled]); RabbitMQ has
-//     no container;
+//     oncekey-containers command (see [ContainersEnabled]), RabbitMQ
+//     (AMQP_URL) too;
 //  3. the local defaults: redis://127.0.0.1:6379/0 and
 //     postgres://postgres@127.0.0.1:5432/test?sslmode=disable.
 //
@@ -298,15 +298,12 @@ func NATSURL(t testing.TB) string {
 }
 
 // AMQPURL returns the URL of the RabbitMQ server the tests use: AMQP_URL,
-// or DefaultAMQPURL when it is unset (no container: RabbitMQ comes from the
-// machine or the URL). The caller dials it and calls
-// Unavailable(t, "RabbitMQ", "AMQP_URL", err) when it does not answer.
+// else this binary's container when Docker answers, else DefaultAMQPURL.
+// The caller dials it and calls Unavailable(t, "RabbitMQ", "AMQP_URL", err)
+// when it does not answer.
 func AMQPURL(t testing.TB) string {
 	t.Helper()
-	if u := os.Getenv("AMQP_URL"); u != "" {
-		return u
-	}
-	return DefaultAMQPURL
+	return serviceURL(t, "AMQP_URL", "rabbitmq", DefaultAMQPURL)
 }
 
 // also formats a container's error after a message, or "".

@@ -1,10 +1,15 @@
 package testenv_test
 
 import (
+	"bufio"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
@@ -110,5 +115,57 @@ func TestURLs_ContainersWhenDocker(t *testing.T) {
 	c, _ := testenv.Redis(t)
 	if err := c.Ping(t.Context()).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The brokers too: with NATS_URL and AMQP_URL unset and Docker answering,
+// NATS and RabbitMQ come from this binary's containers and answer (NATS
+// with its INFO line, RabbitMQ with Connection.Start; this package holds
+// no broker client).
+func TestBrokerURLs_ContainersWhenDocker(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("AMQP_URL", "")
+	if !testenv.ContainersEnabled() {
+		if os.Getenv("ONCEKEY_CONTAINERS_REQUIRED") == "1" {
+			t.Fatal("ONCEKEY_CONTAINERS_REQUIRED=1 but no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
+		}
+		t.Skip("no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
+	}
+	nu, au := testenv.NATSURL(t), testenv.AMQPURL(t)
+	if nu == testenv.DefaultNATSURL || au == testenv.DefaultAMQPURL {
+		t.Fatalf("Docker answers but the URLs are the local defaults: %q %q", nu, au)
+	}
+	if again := testenv.AMQPURL(t); again != au {
+		t.Fatalf("a second call started another RabbitMQ: %q, then %q", au, again)
+	}
+	greeting := func(u, hello string) []byte {
+		t.Helper()
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.DialTimeout("tcp", pu.Host, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if hello != "" {
+			if _, err := io.WriteString(c, hello); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b := make([]byte, 7)
+		if _, err := io.ReadFull(bufio.NewReader(c), b); err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		return b
+	}
+	if b := greeting(nu, ""); string(b[:5]) != "INFO " {
+		t.Fatalf("NATS greeted with %q", b)
+	}
+	// A method frame (type 1) on channel 0: Connection.Start.
+	if b := greeting(au, "AMQP\x00\x00\x09\x01"); b[0] != 1 || b[1] != 0 || b[2] != 0 {
+		t.Fatalf("RabbitMQ answered % x", b)
 	}
 }

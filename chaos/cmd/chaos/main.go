@@ -6,19 +6,24 @@
 //	    [-scenario NAME[,NAME...]] [-iterations N] [-seed S] [-lease D] [-json FILE] [-html DIR]
 //	go run ./chaos/cmd/chaos -containers [-scenario ...]
 //
-// -containers starts Redis and PostgreSQL (and NATS, for nats-windows) in
-// containers with testcontainers-go instead (Docker is all it needs; see
-// testkit/containers for the images and ONCEKEY_CONTAINERS_NETWORK=host)
-// and removes them at the end. The scenarios that start servers of their
-// own (-list says which) still start them from the machine's redis-server
-// and PostgreSQL binaries.
+// -containers starts Redis and PostgreSQL (NATS for nats-windows, RabbitMQ
+// for amqp-windows) in containers with testcontainers-go instead (Docker is
+// all it needs; see testkit/containers for the images and
+// ONCEKEY_CONTAINERS_NETWORK=host) and removes them at the end. The own
+// servers of redis-restart and pg-crash (and the hazard
+// pg-crash-async-commit) are containers too: the Redis restarted (stop,
+// start) and the PostgreSQL killed with SIGKILL and started again on its
+// data, through the container API. The other scenarios that start servers
+// of their own (-list says which) still start them from the machine's
+// redis-server and PostgreSQL binaries.
 //
 // It prints a line per scenario as it finishes, then a table, writes a JSON
 // report when asked, and exits 1 when any scenario found a violation, could
 // not run, or injected a kind of fault that never fired. It uses a schema
 // and a key prefix of its own (removed at the end) and starts redis-server
 // processes of its own for the restart, failover, split-brain and eviction
-// scenarios (and says so when redis-server is not installed).
+// scenarios (and says so when redis-server is not installed; under
+// -containers the restart scenario's Redis is a container).
 //
 // -html DIR writes an HTML report to DIR: index.html, the scenarios with
 // the faults that fired and the violations, each linked to a page of its
@@ -30,8 +35,8 @@
 // clean run writes index.html alone.
 //
 // The message-consumer scenarios use the NATS server (-nats) and RabbitMQ
-// (-amqp), the local ones by default; one that does not answer fails its
-// scenario.
+// (-amqp), the local ones by default (containers under -containers); one
+// that does not answer fails its scenario.
 //
 // -negative MODE runs the negative control instead: the scenarios that
 // expose MODE against a deliberately broken store (or settlement engine,
@@ -92,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		list       = fs.Bool("list", false, "list the scenarios and exit")
 		keep       = fs.Bool("keep-schema", false, "keep the run's PostgreSQL schema for inspection")
 		budget     = fs.Duration("budget", 0, "wall-clock budget of the whole run (0: none); scenarios not started within it are left out")
-		useCtrs    = fs.Bool("containers", false, "start Redis and PostgreSQL (and NATS for nats-windows) in containers (Docker, testcontainers-go) instead of -redis and -postgres, removed at the end")
+		useCtrs    = fs.Bool("containers", false, "start Redis and PostgreSQL (NATS for nats-windows, RabbitMQ for amqp-windows; redis-restart's Redis and pg-crash's PostgreSQL) in containers (Docker, testcontainers-go) instead of -redis and -postgres, removed at the end")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -100,9 +105,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *list {
 		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		for _, s := range chaos.Scenarios() {
-			own := ""
-			if s.OwnRedis {
-				own = " (starts its own redis-server)"
+			var own string
+			switch {
+			case s.OnServers && s.OwnRedis:
+				own = " (starts its own redis-server; a Redis container under -containers)"
+			case s.OnServers && s.OwnPostgres:
+				own = " (starts its own PostgreSQL; a PostgreSQL container under -containers)"
+			case s.OwnRedis && s.OwnPostgres:
+				own = " (starts its own redis-server and PostgreSQL, even under -containers)"
+			case s.OwnRedis:
+				own = " (starts its own redis-server, even under -containers)"
+			case s.OwnPostgres:
+				own = " (starts its own PostgreSQL, even under -containers)"
 			}
 			fmt.Fprintf(w, "%s\t%s%s\n", s.Name, s.Forces, own)
 		}
@@ -115,16 +129,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	var cs *ctrs
 	if *useCtrs {
-		ctrs, err := startContainers(ctx, stdout, stderr, *scenario)
+		var err error
+		cs, err = startContainers(ctx, stdout, stderr, *scenario)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		defer ctrs.close()
-		*redisURL, *pgURL = ctrs.redisURL, ctrs.pgURL
-		if ctrs.natsURL != "" {
-			*natsURL = ctrs.natsURL
+		defer cs.close()
+		*redisURL, *pgURL = cs.redisURL, cs.pgURL
+		if cs.natsURL != "" {
+			*natsURL = cs.natsURL
+		}
+		if cs.amqpURL != "" {
+			*amqpURL = cs.amqpURL
 		}
 	}
 	if *redisURL == "" || *pgURL == "" {
@@ -139,6 +158,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *scenario != "" {
 		cfg.Scenarios = strings.Split(*scenario, ",")
+	}
+	if cs != nil {
+		cfg.Servers = servers{cs.set}
 	}
 	if *negative != "" {
 		var err error

@@ -1,25 +1,26 @@
 // Command oncekey-containers starts disposable PostgreSQL and Redis (and,
-// asked for, NATS) in containers and runs a command with DATABASE_URL,
-// REDIS_URL (and NATS_URL) pointing at them; the containers are removed
-// when the command ends:
+// asked for, NATS and RabbitMQ) in containers and runs a command with
+// DATABASE_URL, REDIS_URL (and NATS_URL, AMQP_URL) pointing at them; the
+// containers are removed when the command ends:
 //
 //	go run ./testkit/containers/cmd/oncekey-containers -- go test ./...
 //	go run ./testkit/containers/cmd/oncekey-containers -nats -- go test ./claim/claimnats/...
+//	go run ./testkit/containers/cmd/oncekey-containers -amqp -- go test ./claim/claimamqp/...
 //
 // Every package of that test run shares the one PostgreSQL and Redis
 // (testkit/testenv isolates tests by schema and key prefix).
 //
 // With -serve it is the other half of testkit/testenv: it reads a service
-// name per line on stdin ("postgres", "redis", "nats"), starts that
-// service's container the first time, and answers a line "url URL" or
-// "error MESSAGE" on stdout. When stdin ends (the test binary exited, for
+// name per line on stdin ("postgres", "redis", "nats", "rabbitmq"), starts
+// that service's container the first time, and answers a line "url URL"
+// or "error MESSAGE" on stdout. When stdin ends (the test binary exited, for
 // whatever reason) or on SIGINT/SIGTERM it removes its containers and
 // exits. testenv runs it so when no URL is set and Docker answers: one set
 // of containers per test binary, started on first use.
 //
 // The environment chooses images and network (see package containers):
 // ONCEKEY_POSTGRES_IMAGE, ONCEKEY_REDIS_IMAGE, ONCEKEY_NATS_IMAGE,
-// ONCEKEY_CONTAINERS_NETWORK=host; testcontainers' own (DOCKER_HOST,
+// ONCEKEY_RABBITMQ_IMAGE, ONCEKEY_CONTAINERS_NETWORK=host; testcontainers' own (DOCKER_HOST,
 // TESTCONTAINERS_RYUK_DISABLED, TESTCONTAINERS_HOST_OVERRIDE).
 package main
 
@@ -48,9 +49,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	serve := fs.Bool("serve", false, "answer service names on stdin with URLs (testkit/testenv's protocol) until stdin ends")
 	withNATS := fs.Bool("nats", false, "start NATS (with JetStream) too and set NATS_URL")
+	withAMQP := fs.Bool("amqp", false, "start RabbitMQ too and set AMQP_URL")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: oncekey-containers [-nats] [-q] -- COMMAND [ARG...]\n       oncekey-containers -serve")
+		fmt.Fprintln(stderr, "usage: oncekey-containers [-nats] [-amqp] [-q] -- COMMAND [ARG...]\n       oncekey-containers -serve")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -83,6 +85,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	svcs := []containers.Service{containers.Postgres, containers.Redis}
 	if *withNATS {
 		svcs = append(svcs, containers.NATS)
+	}
+	if *withAMQP {
+		svcs = append(svcs, containers.RabbitMQ)
 	}
 	env := os.Environ()
 	for _, svc := range svcs {

@@ -1,0 +1,186 @@
+package containers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+)
+
+// Server is a container of its own, apart from the Set's shared services
+// (see [Set.URL]): a server a test or a chaos scenario restarts, or kills
+// and starts again, through the container API. It keeps its address
+// across those: in host mode the server's own port, otherwise a host port
+// fixed when the container is created (a port Docker picks would change
+// at every start). [Set.Close] removes it if [Server.Close] did not.
+type Server struct {
+	set  *Set
+	svc  Service
+	c    testcontainers.Container
+	addr string // host:port, as the host reaches it
+	url  string
+	ping func(context.Context) error
+}
+
+// Addr is the host:port the server answers on, the same after a restart.
+func (sv *Server) Addr() string { return sv.addr }
+
+// URL is the server's URL (redis://... or postgres://...).
+func (sv *Server) URL() string { return sv.url }
+
+// ContainerID is the container's ID.
+func (sv *Server) ContainerID() string { return sv.c.GetContainerID() }
+
+// NewRedis starts a Redis of its own, without persistence (no RDB, no
+// AOF): a restart brings it back empty, the way a crashed cache node comes
+// back. It waits until it answers PING.
+func (s *Set) NewRedis(ctx context.Context) (*Server, error) {
+	return s.newServer(ctx, Redis, func(ctx context.Context) (testcontainers.Container, string, error) {
+		return s.redis(ctx, true)
+	})
+}
+
+// NewPostgres starts a PostgreSQL of its own with settings (name=value,
+// passed as -c, after the Set's own), database "test" as user postgres,
+// and waits until it accepts connections. Its data lives in the
+// container (its filesystem, or the anonymous volume of an image that
+// declares one), so it survives [Server.Kill] and [Server.Start].
+func (s *Set) NewPostgres(ctx context.Context, settings ...string) (*Server, error) {
+	return s.newServer(ctx, Postgres, func(ctx context.Context) (testcontainers.Container, string, error) {
+		return s.postgres(ctx, true, settings...)
+	})
+}
+
+func (s *Set) newServer(ctx context.Context, svc Service, start func(context.Context) (testcontainers.Container, string, error)) (*Server, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errors.New("containers: set closed")
+	}
+	c, u, err := start(ctx)
+	if c != nil {
+		s.mu.Lock()
+		s.own[c] = svc
+		s.mu.Unlock()
+	}
+	sv := &Server{set: s, svc: svc, c: c, url: u}
+	if err != nil {
+		if c != nil {
+			sv.Close()
+		}
+		return nil, fmt.Errorf("containers: %s of its own: %w", svc, err)
+	}
+	switch svc {
+	case Redis:
+		sv.addr = redisAddr(u)
+		sv.ping = func(ctx context.Context) error { return pingRedis(ctx, sv.addr) }
+	case Postgres:
+		sv.addr = postgresAddr(u)
+		sv.ping = func(ctx context.Context) error { return pingPostgres(ctx, u) }
+	}
+	fmt.Fprintf(s.opts.Log, "containers: %s of its own at %s (container %.12s)\n", svc, u, c.GetContainerID())
+	return sv, nil
+}
+
+// Restart stops the container (SIGTERM, then SIGKILL after timeout),
+// starts it again, and waits until the server answers.
+func (sv *Server) Restart(ctx context.Context, timeout time.Duration) error {
+	if err := sv.c.Stop(ctx, &timeout); err != nil {
+		return fmt.Errorf("containers: restart %s: %w", sv.svc, err)
+	}
+	if err := sv.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(sv.set.opts.Log, "containers: %s of its own restarted at %s\n", sv.svc, sv.addr)
+	return nil
+}
+
+// Kill sends SIGKILL to the container's main process through the
+// container API and waits until the container is stopped: every process
+// of the container dies with it at once, as in a power loss. The
+// container, and what its server wrote to its filesystem, stay; [Server.Start]
+// starts it again.
+func (sv *Server) Kill(ctx context.Context) error {
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return fmt.Errorf("containers: kill %s: %w", sv.svc, err)
+	}
+	defer cli.Close()
+	if _, err := cli.ContainerKill(ctx, sv.c.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		return fmt.Errorf("containers: kill %s: %w", sv.svc, err)
+	}
+	for {
+		st, err := sv.c.State(ctx)
+		if err != nil {
+			return fmt.Errorf("containers: kill %s: %w", sv.svc, err)
+		}
+		if !st.Running && !st.Restarting {
+			fmt.Fprintf(sv.set.opts.Log, "containers: %s of its own killed (SIGKILL, exit code %d)\n", sv.svc, st.ExitCode)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("containers: kill %s: still running: %w", sv.svc, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Start starts a stopped (or killed) container again and waits until the
+// server answers.
+func (sv *Server) Start(ctx context.Context) error {
+	if err := sv.c.Start(ctx); err != nil {
+		return fmt.Errorf("containers: start %s: %w", sv.svc, err)
+	}
+	if err := sv.set.await(ctx, sv.c, sv.ping); err != nil {
+		return fmt.Errorf("containers: start %s: %w", sv.svc, err)
+	}
+	return nil
+}
+
+// Close removes the container.
+func (sv *Server) Close() {
+	sv.set.mu.Lock()
+	_, ok := sv.set.own[sv.c]
+	delete(sv.set.own, sv.c)
+	sv.set.mu.Unlock()
+	if !ok {
+		return // removed by Set.Close
+	}
+	if err := sv.c.Terminate(context.Background()); err != nil {
+		fmt.Fprintf(sv.set.opts.Log, "containers: remove %s of its own: %v\n", sv.svc, err)
+		return
+	}
+	fmt.Fprintf(sv.set.opts.Log, "containers: %s of its own removed\n", sv.svc)
+}
+
+// fixedHostPort binds the container's port to a free host port picked
+// now, so that the server keeps its address across stops and starts.
+func fixedHostPort(req *testcontainers.GenericContainerRequest, port string) error {
+	hp, err := freePort()
+	if err != nil {
+		return err
+	}
+	p, err := network.ParsePort(port + "/tcp")
+	if err != nil {
+		return err
+	}
+	prev := req.HostConfigModifier
+	req.HostConfigModifier = func(hc *container.HostConfig) {
+		if prev != nil {
+			prev(hc)
+		}
+		if hc.PortBindings == nil {
+			hc.PortBindings = network.PortMap{}
+		}
+		hc.PortBindings[p] = []network.PortBinding{{HostPort: strconv.Itoa(hp)}}
+	}
+	return nil
+}
