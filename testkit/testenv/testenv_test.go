@@ -95,12 +95,7 @@ func TestBrokerURLs_EnvThenLocalDefault(t *testing.T) {
 func TestURLs_ContainersWhenDocker(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	t.Setenv("REDIS_URL", "")
-	if !testenv.ContainersEnabled() {
-		if os.Getenv("ONCEKEY_CONTAINERS_REQUIRED") == "1" {
-			t.Fatal("ONCEKEY_CONTAINERS_REQUIRED=1 but no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
-		}
-		t.Skip("no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
-	}
+	needContainers(t)
 	pg, rd := testenv.DatabaseURL(t), testenv.RedisURL(t)
 	if pg == testenv.DefaultDatabaseURL || rd == testenv.DefaultRedisURL {
 		t.Fatalf("Docker answers but the URLs are the local defaults: %q %q", pg, rd)
@@ -125,12 +120,7 @@ func TestURLs_ContainersWhenDocker(t *testing.T) {
 func TestBrokerURLs_ContainersWhenDocker(t *testing.T) {
 	t.Setenv("NATS_URL", "")
 	t.Setenv("AMQP_URL", "")
-	if !testenv.ContainersEnabled() {
-		if os.Getenv("ONCEKEY_CONTAINERS_REQUIRED") == "1" {
-			t.Fatal("ONCEKEY_CONTAINERS_REQUIRED=1 but no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
-		}
-		t.Skip("no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
-	}
+	needContainers(t)
 	nu, au := testenv.NATSURL(t), testenv.AMQPURL(t)
 	if nu == testenv.DefaultNATSURL || au == testenv.DefaultAMQPURL {
 		t.Fatalf("Docker answers but the URLs are the local defaults: %q %q", nu, au)
@@ -168,4 +158,17 @@ func TestBrokerURLs_ContainersWhenDocker(t *testing.T) {
 	if b := greeting(au, "AMQP\x00\x00\x09\x01"); b[0] != 1 || b[1] != 0 || b[2] != 0 {
 		t.Fatalf("RabbitMQ answered % x", b)
 	}
+}
+
+// needContainers skips the test when no Docker daemon answers, or fails it
+// under .ci/containers, which sets ONCEKEY_CONTAINERS_REQUIRED=1.
+func needContainers(t *testing.T) {
+	t.Helper()
+	if testenv.ContainersEnabled() {
+		return
+	}
+	if os.Getenv("ONCEKEY_CONTAINERS_REQUIRED") == "1" {
+		t.Fatal("ONCEKEY_CONTAINERS_REQUIRED=1 but no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
+	}
+	t.Skip("no Docker daemon answers (or ONCEKEY_CONTAINERS=off)")
 }
