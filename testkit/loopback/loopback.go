@@ -7,23 +7,63 @@ package loopback
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 )
 
 // ErrAddrInUse is what a start function returns to [OnFreePort] when its
 // server found the port taken.
 var ErrAddrInUse = errors.New("address already in use")
 
-// FreePort asks the kernel for a free loopback port. Another process may
-// take it before the server binds it; see [OnFreePort].
+// FreePort returns a free loopback port below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range, 32768-60999 by default), where no
+// outgoing connection is given a port: a port the kernel hands out for
+// ":0" is one a busy machine's next outgoing connection may take before
+// the server binds it (a Patroni node once lost its REST port that way).
+// It tries random ports from 20000 up to the range, each bound and closed
+// again, and asks the kernel for one when none is free or the range
+// leaves no room. Another test's server may still take the port first;
+// see [OnFreePort].
 func FreePort() (int, error) {
+	if lo := ephemeralLow(); lo > belowEphemeral+100 {
+		for range 50 {
+			port := belowEphemeral + rand.IntN(lo-belowEphemeral)
+			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				l.Close()
+				return port, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// belowEphemeral is the lowest port FreePort picks.
+const belowEphemeral = 20000
+
+// ephemeralLow returns the first port of the kernel's ephemeral range, or
+// 0 when it cannot be read (not Linux).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }
 
 // OnFreePort calls start with a free port, and again with another while

@@ -3,6 +3,9 @@ package loopback
 import (
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"strconv"
 	"testing"
 )
 
@@ -66,5 +69,32 @@ func TestForTest_MissingBinaryFailsUnderCI(t *testing.T) {
 	ForTest(f, &server{}, nil, missing)
 	if f.fatal != "" || f.skipped != "" || f.cleanups != 1 {
 		t.Errorf("a started server: fatal %q, skipped %q, %d cleanups; want one cleanup", f.fatal, f.skipped, f.cleanups)
+	}
+}
+
+// TestFreePort_BelowTheEphemeralRange: the ports FreePort gives are below
+// the kernel's ephemeral range, where an outgoing connection cannot take
+// them, and free.
+func TestFreePort_BelowTheEphemeralRange(t *testing.T) {
+	lo := ephemeralLow()
+	if lo <= belowEphemeral+100 {
+		if os.Getenv("CI") == "true" { // CI runs on Linux, where the range is read
+			t.Fatalf("ephemeral range starts at %d (unreadable or too low)", lo)
+		}
+		t.Skipf("ephemeral range starts at %d: FreePort asks the kernel", lo)
+	}
+	for range 20 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port < belowEphemeral || port >= lo {
+			t.Fatalf("FreePort = %d, want in [%d, %d)", port, belowEphemeral, lo)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			t.Fatalf("port %d from FreePort is not free: %v", port, err)
+		}
+		l.Close()
 	}
 }
