@@ -88,7 +88,7 @@ func recordSize(ctx context.Context, e *env) (*workload, []extra, error) {
 		}
 	}
 	copyStmt := `INSERT INTO ` + e.table + ` (` + strings.Join(cols, ", ") + `) SELECT ` + strings.Join(sel, ", ") +
-		` FROM (SELECT * FROM ` + e.table + ` WHERE key_hash = key_hash LIMIT ` + fmt.Sprint(seed) + `) t, generate_series($1::integer, $2::integer) g`
+		` FROM (SELECT * FROM ` + e.table + ` LIMIT ` + fmt.Sprint(seed) + `) t, generate_series($1::integer, $2::integer) g`
 	// Copies g = 1.. of the seed rows: (n - seed) / seed rounds, about a
 	// million rows per statement.
 	per := max(1, 1_000_000/seed)
