@@ -36,6 +36,9 @@
 //     [github.com/oncekey/oncekey/durable/driver/txmark].
 //   - [github.com/oncekey/oncekey/durable/driver/wire]: the wire forms (the
 //     Idempotency-Key header, stored results) the adapters share.
+//   - [github.com/oncekey/oncekey/durable/driver/pgmigrate]: the migration
+//     machinery of durable/postgres, which the operator CLI (cmd/oncekey)
+//     runs too.
 //
 // The test harnesses the modules share live in testkit, under the same
 // terms. Packages that only the library module uses stay in its internal

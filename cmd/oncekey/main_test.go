@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/pgmigrate"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/pgmigrate"
 	"github.com/oncekey/oncekey/testkit/redisproc"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncekey/oncekey/internal/pgmigrate"
+	"github.com/oncekey/oncekey/durable/driver/pgmigrate"
 )
 
 //go:embed migration/*.sql

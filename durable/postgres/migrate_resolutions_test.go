@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/oncekey/oncekey/durable/driver/pgmigrate"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/pgmigrate"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 

@@ -16,6 +16,9 @@
 // transaction-scoped advisory lock on the schema and table name that
 // Migrate always took, so two deploys (or an old and a new instance) never
 // race: one applies, the others wait and find everything in place.
+//
+// It is part of oncekey's unstable module seam (package driver): not for
+// applications, no compatibility promise between versions.
 package pgmigrate
 
 import (

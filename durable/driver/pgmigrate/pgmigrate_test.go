@@ -8,8 +8,8 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/oncekey/oncekey/durable/driver/pgmigrate"
 	"github.com/oncekey/oncekey/durable/postgres"
-	"github.com/oncekey/oncekey/internal/pgmigrate"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
