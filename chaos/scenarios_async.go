@@ -54,9 +54,14 @@ func (s *recStore) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, t
 }
 
 func (s *recStore) opOf(ref durable.Ref) (*op, int) {
-	key := s.e.keyspace[ref.KeyHash]
+	key, ok := s.e.keyspace[ref.KeyHash]
+	if !ok {
+		return nil, 0
+	}
 	for _, o := range s.e.ops {
-		if o.key == key {
+		// The key alone is not the record: scenarios share the run's
+		// table and tenant, each under its own operation.
+		if o.key == key && o.ref.Tenant == ref.Tenant && o.ref.Operation == ref.Operation {
 			epoch, _, _ := o.get()
 			return o, epoch
 		}
@@ -192,13 +197,19 @@ func (rw *riverWorkers) config(work bool) *river.Config {
 		RetryPolicy: asyncRetry{rw.e.cfg.Lease}, Logger: rw.e.log,
 	}
 	if work {
-		cfg.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: rw.e.cfg.Parallel}}
+		cfg.Queues = map[string]river.QueueConfig{rw.queue(): {MaxWorkers: rw.e.cfg.Parallel}}
 	}
 	if rw.tune != nil {
 		rw.tune(cfg)
 	}
 	return cfg
 }
+
+// queue is the River queue of the scenario's jobs, named after it: River's
+// tables are in the run's schema, which every scenario of the run shares,
+// so a job another scenario left behind (a retry scheduled after it ended)
+// must not be worked by this one's workers, under this one's history.
+func (rw *riverWorkers) queue() string { return rw.e.name }
 
 // newRiverWorkers migrates River's tables into the scenario's schema and
 // returns its (not yet started) worker processes, on a pool of their own.
@@ -364,7 +375,7 @@ func setupAsyncRiver(ctx context.Context, e *env) (*workload, error) {
 			}
 		}
 		return resultOf(200, flowBody(o.key, epoch, id)), nil
-	}, claimriver.WithMaxAttempts(25), claimriver.WithFinishTimeout(2*time.Second))
+	}, claimriver.WithMaxAttempts(25), claimriver.WithFinishTimeout(2*time.Second), claimriver.WithQueue(rw.queue()))
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,7 @@ func setupRiverWindows(ctx context.Context, e *env) (*workload, error) {
 			return durable.Result{}, errors.Join(claimriver.ErrNothingHappened, err)
 		}
 		return x.encode(body), nil
-	}, claimriver.WithMaxAttempts(25), claimriver.WithFinishTimeout(lease))
+	}, claimriver.WithMaxAttempts(25), claimriver.WithFinishTimeout(lease), claimriver.WithQueue(rw.queue()))
 	if err != nil {
 		return nil, err
 	}
