@@ -21,14 +21,6 @@ const (
 	Uncertain  State = "uncertain"
 )
 
-// Valid reports whether s is one of the four states.
-func (s State) Valid() bool {
-	switch s {
-	case Processing, Completed, Failed, Uncertain:
-		return true
-	}
-	return false
-}
 
 // Finished reports whether s is completed or failed: a state whose result is
 // replayed.

@@ -206,7 +206,7 @@ func (r *rawRecord) record() (durable.Record, error) {
 	copy(rec.Ref.KeyHash[:], r.keyHash)
 	rec.Fingerprint = r.fingerprint.String
 	rec.State = durable.State(r.state.String)
-	if !rec.State.Valid() {
+	if !storeapi.ValidState(rec.State) {
 		return rec, fmt.Errorf("durable/postgres: corrupt record: state %q", rec.State)
 	}
 	rec.Token.Generation = uint64(r.generation.Int64)

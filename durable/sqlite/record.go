@@ -35,7 +35,7 @@ func scanRecord(sc scanner, extra ...any) (durable.Record, error) {
 	if err := sc.Scan(dest...); err != nil {
 		return durable.Record{}, err
 	}
-	if len(keyHash) != len(rec.Ref.KeyHash) || gen < 1 || !durable.State(state).Valid() {
+	if len(keyHash) != len(rec.Ref.KeyHash) || gen < 1 || !storeapi.ValidState(durable.State(state)) {
 		return durable.Record{}, fmt.Errorf("durable/sqlite: malformed record (state %q, generation %d)", state, gen)
 	}
 	copy(rec.Ref.KeyHash[:], keyHash)

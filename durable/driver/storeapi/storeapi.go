@@ -182,6 +182,16 @@ type Store[TTx any] interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 }
 
+// ValidState reports whether s is one of the four states: what a store
+// checks of a state it reads back.
+func ValidState(s durable.State) bool {
+	switch s {
+	case durable.Processing, durable.Completed, durable.Failed, durable.Uncertain:
+		return true
+	}
+	return false
+}
+
 // Invalid returns the error of an invalid argument: it matches
 // [durable.ErrInvalidScope] and says which field is wrong and why
 // ("durable: invalid lease: shorter than 1ms"), like [durable.Scope.Validate].

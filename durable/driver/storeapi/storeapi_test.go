@@ -43,3 +43,16 @@ func TestInvalid(t *testing.T) {
 		t.Fatalf("Invalid = %v", err)
 	}
 }
+
+func TestValidState(t *testing.T) {
+	for _, s := range []durable.State{durable.Processing, durable.Completed, durable.Failed, durable.Uncertain} {
+		if !storeapi.ValidState(s) {
+			t.Errorf("%s not valid", s)
+		}
+	}
+	for _, s := range []durable.State{"released", "", "Completed"} {
+		if storeapi.ValidState(s) {
+			t.Errorf("%q reported valid", s)
+		}
+	}
+}
