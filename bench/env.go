@@ -68,6 +68,9 @@ type env struct {
 	// claim.WithWriteAtCommit: Do's opt-in, side by side with the default.
 	atCommit        *claim.Claimer[pgx.Tx]
 	atCommitNoRedis *claim.Claimer[pgx.Tx]
+	// replayCache is withRedis with claim.WithReplayCache: hot keys
+	// replayed from process memory.
+	replayCache *claim.Claimer[pgx.Tx]
 	// setup is withRedis with a Redis timeout of at least a second, for
 	// untimed preparation that must not degrade on a loaded machine.
 	setup *claim.Claimer[pgx.Tx]
@@ -167,6 +170,9 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return e, err
 	}
 	if e.atCommitNoRedis, err = e.claimer(nil, nil, claim.WithWriteAtCommit()); err != nil {
+		return e, err
+	}
+	if e.replayCache, err = e.claimer(e.rdb, nil, claim.WithReplayCache(replayCacheBytes)); err != nil {
 		return e, err
 	}
 	e.setup, err = claim.New[pgx.Tx](e.store, claim.WithLease(benchLease), claim.WithRetention(benchRetention),

@@ -13,6 +13,10 @@ import (
 	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
+// replayCacheBytes is the size of the replay cache of the
+// library-replay-cache variant: room for every replay key many times over.
+const replayCacheBytes = 64 << 20
+
 // replayWorkload: completed keys retried, answered from Redis or from the
 // database, against a bare EVALSHA and a bare SELECT.
 func replayWorkload(e *env, f *floors) *workload {
@@ -26,6 +30,7 @@ func replayWorkload(e *env, f *floors) *workload {
 	// holds the key until it expires): both are legal answers, counted in
 	// the outcomes. Only an error fails the request.
 	replay := func(c *claim.Claimer[pgx.Tx], useDo bool) func(ctx context.Context, _ *round, i int64) (outcome, error) {
+		cached := c == e.replayCache
 		return func(ctx context.Context, _ *round, i int64) (outcome, error) {
 			var (
 				out claim.Outcome
@@ -39,6 +44,8 @@ func replayWorkload(e *env, f *floors) *workload {
 			switch {
 			case err != nil:
 				return oOther, err
+			case out.Kind == claim.Replayed && out.FromCache && cached:
+				return oReplayCache, nil
 			case out.Kind == claim.Replayed && out.FromCache:
 				return oReplayRedis, nil
 			case out.Kind == claim.Replayed:
@@ -55,6 +62,10 @@ func replayWorkload(e *env, f *floors) *workload {
 			"the library's claim statement alone on the pool, a bare SELECT of the stored result", len(keys)),
 		variants: []*variant{
 			{name: "library", vs: "floor-evalsha", target: 0.90, open: true, op: replay(e.withRedis, true)},
+			// Hot keys with WithReplayCache: every key's result fits in
+			// the cache, so after its first replay (from Redis) the
+			// process answers.
+			{name: "library-replay-cache", vs: "floor-evalsha", target: 3, op: replay(e.replayCache, true)},
 			{name: "floor-evalsha", floor: true, open: true,
 				op: func(ctx context.Context, _ *round, i int64) (outcome, error) { return f.evalsha(ctx, key(i)) }},
 			{name: "library-db-do", vs: "floor-select", target: 0.50, op: replay(e.noRedis, true)},

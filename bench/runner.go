@@ -18,6 +18,7 @@ const (
 	oExecuted    outcome = iota // the library ran the function
 	oReplayRedis                // the library replayed from Redis
 	oReplayDB                   // the library replayed from the durable store
+	oReplayCache                // the library replayed from a cache (Redis or in process) with WithReplayCache on
 	oInProgress                 // the library answered in progress
 	oAcquired                   // a floor claimed the key
 	oBusy                       // a floor found the key held
@@ -27,7 +28,7 @@ const (
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"executed", "replayed_redis", "replayed_db", "in_progress",
+var outcomeNames = [numOutcomes]string{"executed", "replayed_redis", "replayed_db", "replayed_cache", "in_progress",
 	"acquired", "busy", "cached", "read", "other"}
 
 // errRoundDone ends a round early (a key budget reached); it is not a

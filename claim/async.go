@@ -69,13 +69,16 @@ func (c *Claimer[TTx]) claimTxAny(ctx context.Context, txAny any, r Request) (Ou
 	if err != nil {
 		return Outcome{}, false, err
 	}
+	if out, ok := c.localReplay(ctx, &t, p); ok {
+		return out, false, nil
+	}
 	sent := time.Now()
 	res, err := c.store.Claim(ctx, tx, p)
 	if err != nil {
 		return Outcome{OperationID: t.opID}, false, c.claimErr(ctx, err)
 	}
 	if !res.Acquired {
-		return c.existing(ctx, &t, p, fast{}, res.Record, sent), false, nil
+		return c.existing(ctx, &t, p, fast{}, res.Record, sent, true), false, nil
 	}
 	return Outcome{Kind: Acquired, OperationID: t.opID, Lease: newLease(c, &t, res.Token, p, sent, trace.SpanContextFromContext(ctx))}, res.Takeover, nil
 }

@@ -62,9 +62,12 @@ type Outcome struct {
 	// RetryAfter hints when to retry an InProgress outcome: the remaining
 	// lease of the holder, at least 1s.
 	RetryAfter time.Duration
-	// FromCache reports a replay answered by Redis without touching the
-	// durable store.
+	// FromCache reports a replay answered without touching the durable
+	// store: by Redis, or by the replay cache in process
+	// ([WithReplayCache]).
 	FromCache bool
+	// local: the replay cache in process answered (FromCache is set too).
+	local bool
 }
 
 func retryAfter(d time.Duration) time.Duration {
@@ -145,6 +148,9 @@ func (c *Claimer[TTx]) beginClaim(ctx context.Context, r Request) (s claimStart,
 	if err != nil {
 		return s, Outcome{}, true, err
 	}
+	if out, ok := c.localReplay(ctx, &s.t, s.p); ok {
+		return s, out, true, nil
+	}
 	// The lease is measured from here, on the monotonic clock; so is the
 	// age of what the durable claim reads (see refill).
 	s.sent = time.Now()
@@ -172,7 +178,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 		return Outcome{OperationID: t.opID}, c.claimErr(ctx, err)
 	}
 	if !res.Acquired {
-		return c.existing(ctx, &t, p, f, res.Record, sent), nil
+		return c.existing(ctx, &t, p, f, res.Record, sent, false), nil
 	}
 	c.acquired(ctx, &t, p, f, res)
 	l := newLease(c, &t, res.Token, p, sent, trace.SpanContextFromContext(ctx))
@@ -231,9 +237,11 @@ func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.Claim
 }
 
 // existing classifies a record the durable claim did not take, and refills
-// Redis from it when Redis lost it. read is when the statement that read rec
-// was sent, or earlier.
-func (c *Claimer[TTx]) existing(ctx context.Context, t *target, p storeapi.ClaimParams, f fast, rec *durable.Record, read time.Time) Outcome {
+// Redis (and the replay cache in process) from it when it is finished. read
+// is when the statement that read rec was sent, or earlier. callerTx: rec
+// was read in a transaction of the caller's, which may have written it
+// itself and may still roll back, so no cache is filled from it.
+func (c *Claimer[TTx]) existing(ctx context.Context, t *target, p storeapi.ClaimParams, f fast, rec *durable.Record, read time.Time, callerTx bool) Outcome {
 	if rec == nil { // a store bug; fail safe
 		c.dropRedisLease(ctx, f, t, p)
 		return Outcome{Kind: InProgress, OperationID: t.opID, RetryAfter: time.Second}
@@ -244,7 +252,12 @@ func (c *Claimer[TTx]) existing(ctx context.Context, t *target, p storeapi.Claim
 	switch {
 	case rec.State.Finished() && rec.Result != nil:
 		c.m.replay(ctx, false)
-		c.refill(ctx, f, t, p, rec, read)
+		if callerTx {
+			c.dropRedisLease(ctx, f, t, p)
+		} else {
+			c.refill(ctx, f, t, p, rec, read)
+			c.keepLocal(t, rec.Fingerprint, rec.State, *rec.Result, read.Add(rec.ExpiresIn))
+		}
 		res := *rec.Result
 		return Outcome{Kind: Replayed, OperationID: t.opID, State: rec.State, Result: &res}
 	case rec.State == durable.Uncertain:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/claim/internal/adapter"
+	"github.com/oncekey/oncekey/claim/internal/localcache"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/internal/fastpath"
@@ -37,6 +38,8 @@ type Claimer[TTx any] struct {
 	log          *slog.Logger
 	m            *meters
 	tr           tracer
+	// local is the replay cache in process (WithReplayCache); nil when off.
+	local *localcache.Cache
 	// breaker logs and counts the Redis breaker's changes; nil without
 	// Redis.
 	breaker *breakerLog
@@ -76,7 +79,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 			return nil, err
 		}
 	}
-	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger, tr: newTracer(cfg.tracer)}
+	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger, tr: newTracer(cfg.tracer), local: localcache.New(cfg.replayCache)}
 	if cfg.atCommit {
 		c.atCommit, _ = store.(storeapi.CommitWriter[TTx])
 	}

@@ -201,7 +201,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		return Outcome{OperationID: d.t.opID}, c.claimErr(ctx, txErr)
 	}
 	if !d.claimed.Acquired {
-		return c.existing(ctx, &d.t, p, f, d.claimed.Record, sent), nil
+		return c.existing(ctx, &d.t, p, f, d.claimed.Record, sent, false), nil
 	}
 	c.acquired(ctx, &d.t, p, f, d.claimed)
 	return c.executed(ctx, d), nil
@@ -290,7 +290,7 @@ func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast
 		// A duplicate that committed first may be why fn failed (its
 		// business write conflicted with fn's): answer with its result.
 		if rec, gerr := c.store.Get(ctx, t.ref); gerr == nil && replayable(rec) && rec.Fingerprint == p.Fingerprint {
-			return c.existing(ctx, t, p, f, &rec, d.sent), true, nil
+			return c.existing(ctx, t, p, f, &rec, d.sent, false), true, nil
 		}
 		c.dropRedisLease(ctx, f, t, p)
 		return Outcome{OperationID: t.opID}, true, d.fnErr
@@ -318,7 +318,7 @@ func (c *Claimer[TTx]) readFirst(ctx context.Context, d *doAttempt[TTx], f fast)
 			c.dropRedisLease(ctx, f, t, p)
 			return Outcome{OperationID: t.opID}, true, false, c.claimErr(ctx, durable.ErrMismatch)
 		}
-		return c.existing(ctx, t, p, f, &rec, d.sent), true, false, nil
+		return c.existing(ctx, t, p, f, &rec, d.sent, false), true, false, nil
 	}
 	return Outcome{}, false, false, nil
 }

@@ -65,6 +65,9 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		return Outcome{}, finish, err
 	}
 	ref, opID := t.ref, t.opID
+	if out, ok := c.localReplay(ctx, &t, p); ok {
+		return out, finish, nil
+	}
 	sent := time.Now()
 	f := c.redisClaim(ctx, &t, p)
 	if f.final {
@@ -88,7 +91,7 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		return Outcome{OperationID: opID}, finish, c.claimErr(ctx, err)
 	}
 	if !claimed.Acquired {
-		return c.existing(ctx, &t, p, f, claimed.Record, sent), finish, nil
+		return c.existing(ctx, &t, p, f, claimed.Record, sent, true), finish, nil
 	}
 	tok := claimed.Token
 	if time.Until(sent.Add(p.Lease)) < c.marginFor(p.Lease) {

@@ -169,6 +169,8 @@ var (
 	outcomeOpts = map[string]outcomeOpt{}
 	sourceRedis = []metric.AddOption{metric.WithAttributes(attribute.String("source", "redis"))}
 	sourceStore = []metric.AddOption{metric.WithAttributes(attribute.String("source", "durable"))}
+	// sourceProcess: the replay cache in process (WithReplayCache).
+	sourceProcess = []metric.AddOption{metric.WithAttributes(attribute.String("source", "process"))}
 )
 
 // outcomeOpt is the attribute set of one outcome, as the options of the
@@ -239,6 +241,13 @@ func (m *meters) replay(ctx context.Context, fromRedis bool) {
 		src = sourceRedis
 	}
 	m.replays.Add(ctx, 1, src...)
+}
+
+// replayLocal counts a replay answered by the replay cache in process.
+func (m *meters) replayLocal(ctx context.Context) {
+	if m.on {
+		m.replays.Add(ctx, 1, sourceProcess...)
+	}
 }
 
 func (m *meters) reconciled(ctx context.Context, t tally) {

@@ -42,7 +42,8 @@ type config struct {
 	logger      *slog.Logger
 	statsMaxAge time.Duration
 	sweepBatch  int
-	atCommit    bool // WithWriteAtCommit
+	atCommit    bool  // WithWriteAtCommit
+	replayCache int64 // WithReplayCache: bytes; 0: off
 }
 
 // WithRedis puts Redis in front of the durable store, through the scripts of
@@ -166,6 +167,37 @@ func WithStartMargin(d time.Duration) Option {
 			return configErr("WithStartMargin: margin must not be negative, got %v", d)
 		}
 		cfg.margin, cfg.marginSet = d, true
+		return nil
+	}
+}
+
+// WithReplayCache keeps up to maxBytes of finished results (completed or
+// failed) in this process's memory and answers a duplicate of one from
+// there, without a network call: for hot keys whose retries arrive in
+// bursts. Off by default; 0 turns it off.
+//
+// It changes no answer. A finished record does not change until its
+// retention ends, and an entry is dropped before that: its lifetime is
+// what the store (or Redis) said was left of the record, counted from
+// before the question was sent. Only results this Claimer saw committed
+// or read, outside a caller's transaction, are kept; processing,
+// uncertain and released records never are. An entry answers only the
+// fingerprint it was stored with (another payload goes on to the stores,
+// which answer the mismatch), and it is keyed by the record's digest, so
+// tenants never share one. Redis being flushed does not touch it.
+//
+// maxBytes bounds an estimate of the heap the entries take: about 320
+// bytes an entry plus its fingerprint, body and headers (a 100-byte body
+// with one header: 845 bytes measured), the least recently used evicted
+// first; a result larger than a sixteenth of maxBytes is not kept. Such a
+// replay has [Outcome].FromCache set and counts in oncekey.replays with
+// source "process".
+func WithReplayCache(maxBytes int64) Option {
+	return func(cfg *config) error {
+		if maxBytes < 0 {
+			return configErr("WithReplayCache: negative size %d", maxBytes)
+		}
+		cfg.replayCache = maxBytes
 		return nil
 	}
 }

@@ -67,7 +67,8 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 	}
 	ctx, span := c.tr.start(ctx, spanRedisClaim)
 	defer span.End()
-	rep, err := c.scripts.ClaimKeys(ctx, t.keys, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention})
+	asked := time.Now()
+	rep, err := c.scripts.ClaimKeys(ctx, t.keys, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention, WithTTL: c.local != nil})
 	if span.IsRecording() {
 		span.SetAttributes(attrRedisResult.String(redisResult(rep.Status, err)))
 	}
@@ -84,6 +85,9 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 	case fastpath.ClaimAcquired:
 		return fast{answered: true, proposed: rep.Generation}
 	case fastpath.ClaimCached:
+		// Redis's copy lives no longer than the record (see cacheTTL); its
+		// TTL was measured after asked.
+		c.keepLocal(t, rep.Cached.Fingerprint, rep.Cached.State, rep.Cached.Result, asked.Add(rep.Cached.TTL))
 		// rep.Cached is this reply's own: the outcome can point into it.
 		return fast{answered: true, final: true, kind: Replayed, result: &rep.Cached.Result, state: rep.Cached.State}
 	case fastpath.ClaimMismatch:
@@ -160,6 +164,9 @@ func (c *Claimer[TTx]) cacheTTL(remaining time.Duration, from time.Time) time.Du
 // the database set expires_at, so the cache never outlives the record; a
 // finish that moves expires_at later only makes this more conservative).
 func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
+	if c.local != nil {
+		c.local.Put(ref.Digest(), fp, state, res, sent.Add(retention), time.Now())
+	}
 	if c.scripts == nil {
 		return
 	}
@@ -208,4 +215,28 @@ func redisResult(s fastpath.ClaimStatus, err error) string {
 		return "busy"
 	}
 	return "unknown"
+}
+
+// localReplay answers r from the replay cache in process when it holds the
+// finished result of t for p's fingerprint.
+func (c *Claimer[TTx]) localReplay(ctx context.Context, t *target, p storeapi.ClaimParams) (Outcome, bool) {
+	if c.local == nil {
+		return Outcome{}, false
+	}
+	state, res, ok := c.local.Get(t.digest, p.Fingerprint, time.Now())
+	if !ok {
+		return Outcome{}, false
+	}
+	c.m.replayLocal(ctx)
+	return Outcome{Kind: Replayed, OperationID: t.opID, State: state, Result: &res, FromCache: true, local: true}, true
+}
+
+// keepLocal keeps the finished result of t in the replay cache in process
+// until deadline, which must be no later than the record's expiry on this
+// process's monotonic clock: the time the statement or script that
+// reported the remaining retention was sent, plus that retention.
+func (c *Claimer[TTx]) keepLocal(t *target, fp string, state durable.State, res durable.Result, deadline time.Time) {
+	if c.local != nil {
+		c.local.Put(t.digest, fp, state, res, deadline, time.Now())
+	}
 }

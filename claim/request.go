@@ -29,15 +29,16 @@ type Request struct {
 // derive from it, computed once (the digest is hashed once): the store's
 // reference, the operation identity and the Redis key names.
 type target struct {
-	ref  durable.Ref
-	opID string
-	keys fastpath.Keys // zero without Redis
+	ref    durable.Ref
+	digest [32]byte // ref.Digest()
+	opID   string
+	keys   fastpath.Keys // zero without Redis
 }
 
 // targetOf returns the target of ref.
 func (c *Claimer[TTx]) targetOf(ref durable.Ref) target {
 	d := ref.Digest()
-	t := target{ref: ref, opID: operationID(d)}
+	t := target{ref: ref, digest: d, opID: operationID(d)}
 	if c.scripts != nil {
 		t.keys = c.scripts.KeysAt(d)
 	}

@@ -152,7 +152,10 @@ func endClaim(span trace.Span, out Outcome, err error) {
 		span.SetAttributes(attrReplay.Bool(replay))
 		if replay {
 			src := "durable"
-			if out.FromCache {
+			switch {
+			case out.local:
+				src = "process"
+			case out.FromCache:
 				src = "redis"
 			}
 			span.SetAttributes(attrReplaySource.String(src), attrState.String(string(out.State)))

@@ -1,8 +1,11 @@
 -- claim.lua: take the lease of one idempotency key, or say why not.
 -- KEYS[1]=lease KEYS[2]=gen KEYS[3]=result (one hash tag: one slot)
 -- ARGV[1]=fingerprint ARGV[2]=owner ARGV[3]=lease_ms ARGV[4]=retention_ms
+-- ARGV[5]="ttl" (optional): a cached reply carries the result's PTTL too
+-- (the in-process replay cache keeps its copy no longer than Redis's).
 -- Returns one of:
 --   {"cached", fingerprint, generation, blob}  a result with this fingerprint is cached
+--   {"cached", fingerprint, generation, blob, pttl_ms}  the same, asked with "ttl"
 --   {"mismatch"}                                a result with another fingerprint is cached
 --   {"acquired", generation}                    this owner holds the lease now
 --   {"busy", generation, owner, pttl_ms, same}  another owner holds a live lease;
@@ -16,7 +19,7 @@
 -- within a second the database keeps this proposal and no sync is needed.
 -- A counter already ahead of the clock rises by 1. The counter's TTL is
 -- raised to the retention, never lowered.
--- Server calls: a replay 1 (HMGET), a busy duplicate 3 (HMGET, HMGET, PTTL),
+-- Server calls: a replay 1 (HMGET; 2 with "ttl": HMGET, PTTL), a busy duplicate 3 (HMGET, HMGET, PTTL),
 -- a new key 7 (HMGET, HMGET, TIME, GET, SET, HSET, PEXPIRE); each read is
 -- of a key the script does not write before it.
 -- Generations travel as decimal strings: a Lua number is a double, exact for
@@ -39,6 +42,9 @@ end
 local res = redis.call('HMGET', KEYS[3], 'f', 'g', 'd')
 if res[1] then
   if res[1] == ARGV[1] then
+    if ARGV[5] == 'ttl' then
+      return {'cached', res[1], res[2], res[3], redis.call('PTTL', KEYS[3])}
+    end
     return {'cached', res[1], res[2], res[3]}
   end
   return {'mismatch'}

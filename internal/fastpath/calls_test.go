@@ -98,6 +98,12 @@ func TestScripts_ServerCalls(t *testing.T) {
 				t.Fatalf("replay = %v, want cached", r.Status)
 			}
 		}, map[string]int{"evalsha": 1, "hmget": 1}},
+		{"ReplayWithTTL", func() { // the replay cache in process asks for the copy's TTL
+			r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o2, Lease: lease, Retention: retention, WithTTL: true})
+			if err != nil || r.Status != fastpath.ClaimCached || r.Cached.TTL <= 0 || r.Cached.TTL > time.Hour {
+				t.Fatalf("replay with TTL = %+v, %v; want cached with a TTL in (0, 1h]", r, err)
+			}
+		}, map[string]int{"evalsha": 1, "hmget": 1, "pttl": 1}},
 	}
 	total := 0
 	for _, st := range steps {

@@ -289,7 +289,8 @@ func (s *Scripts) Load(ctx context.Context) error {
 }
 
 // The most arguments of a script command: EVALSHA, the SHA1, the number
-// of keys, 3 keys (claim.lua), 5 arguments (complete.lua).
+// of keys, 3 keys (claim.lua), 5 arguments (complete.lua; claim.lua
+// asked for the cached TTL).
 const maxCallArgs = 3 + 3 + 5
 
 // call is one script command, built in one allocation: the arguments of
@@ -598,6 +599,9 @@ type ClaimArgs struct {
 	// Retention is how long the generation counter is kept at least (at
 	// least 1ms; rounded up to whole milliseconds).
 	Retention time.Duration
+	// WithTTL asks a cached reply for the cached result's remaining time
+	// too ([CachedResult.TTL]): one more server call inside the script.
+	WithTTL bool
 }
 
 // ClaimReply is the typed reply of [Scripts.Claim].
@@ -627,6 +631,10 @@ type CachedResult struct {
 	// committed.
 	Generation uint64
 	Result     durable.Result
+	// TTL is, when the claim asked WithTTL, the cached copy's remaining
+	// time by Redis's clock, measured when the script ran; zero when it
+	// was not asked or the copy has no TTL.
+	TTL time.Duration
 }
 
 // Claim runs claim.lua for ref (its header says what each reply means and
@@ -661,6 +669,9 @@ func (s *Scripts) ClaimKeys(ctx context.Context, k Keys, a ClaimArgs) (ClaimRepl
 	c.uuid(a.Owner)
 	c.int(a.Lease.Milliseconds())
 	c.int(msUp(a.Retention))
+	if a.WithTTL {
+		c.str("ttl")
+	}
 	v, err := s.run(ctx, probe, "claim", claimScript, c)
 	if err != nil {
 		return ClaimReply{}, err
@@ -691,18 +702,25 @@ func parseClaim(v any) (ClaimReply, error) {
 			return ClaimReply{}, corrupt("claim", v)
 		}
 		return ClaimReply{Status: ClaimBusy, Generation: g, Owner: owner, PTTL: time.Duration(max(pttl, 0)) * time.Millisecond, SameRequest: same == 1}, nil
-	case kind == "cached" && len(arr) == 4:
+	case kind == "cached" && (len(arr) == 4 || len(arr) == 5):
 		fp, fok := arr[1].(string)
 		g, gok := generation(arr[2])
 		blob, bok := arr[3].(string)
-		if !fok || !gok || !bok {
+		var pttl int64
+		pok := true
+		if len(arr) == 5 {
+			pttl, pok = arr[4].(int64)
+		}
+		if !fok || !gok || !bok || !pok {
 			return ClaimReply{}, corrupt("claim", v)
 		}
 		state, res, err := decodeResult(blob)
 		if err != nil {
 			return ClaimReply{}, err
 		}
-		return ClaimReply{Status: ClaimCached, Cached: &CachedResult{Fingerprint: fp, State: state, Generation: g, Result: res}}, nil
+		// PTTL is -1 for a key without a TTL: no bound, so no TTL.
+		ttl := time.Duration(max(pttl, 0)) * time.Millisecond
+		return ClaimReply{Status: ClaimCached, Cached: &CachedResult{Fingerprint: fp, State: state, Generation: g, Result: res, TTL: ttl}}, nil
 	case kind == "mismatch" && len(arr) == 1:
 		return ClaimReply{Status: ClaimMismatch}, nil
 	}

@@ -1,0 +1,41 @@
+package fastpath
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/oncekey/oncekey/durable"
+)
+
+// TestParseClaim_CachedTTL: a cached reply carries the copy's PTTL when the
+// claim asked for it; a copy without a TTL (PTTL -1) gives no bound, and a
+// fifth element that is not an integer is corrupt.
+func TestParseClaim_CachedTTL(t *testing.T) {
+	blob := encodeResultString(durable.Completed, durable.Result{StatusCode: 201, Body: []byte("{}")})
+	for _, tc := range []struct {
+		name    string
+		reply   []any
+		wantTTL time.Duration
+		corrupt bool
+	}{
+		{"not asked", []any{"cached", "fp", "7", blob}, 0, false},
+		{"asked", []any{"cached", "fp", "7", blob, int64(1500)}, 1500 * time.Millisecond, false},
+		{"no TTL on the copy", []any{"cached", "fp", "7", blob, int64(-1)}, 0, false},
+		{"not an integer", []any{"cached", "fp", "7", blob, "1500"}, 0, true},
+		{"too long", []any{"cached", "fp", "7", blob, int64(1), int64(2)}, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := parseClaim(tc.reply)
+			if tc.corrupt {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("parseClaim = %+v, %v; want ErrCorrupt", r, err)
+				}
+				return
+			}
+			if err != nil || r.Status != ClaimCached || r.Cached.TTL != tc.wantTTL || r.Cached.Generation != 7 || string(r.Cached.Result.Body) != "{}" {
+				t.Fatalf("parseClaim = %+v, %v; want cached with TTL %v", r, err, tc.wantTTL)
+			}
+		})
+	}
+}
