@@ -93,6 +93,7 @@ func (c *Claimer[TTx]) claimTxAny(ctx context.Context, txAny any, r Request) (Ou
 // while it is live. A record that is not processing (finished, uncertain,
 // released) returns a nil Lease and the record: there is nothing to run.
 func (c *Claimer[TTx]) resume(ctx context.Context, tenant, id string, tok fence.Token) (*Lease, durable.Record, error) {
+	read := time.Now()
 	rec, err := c.Operation(ctx, tenant, id)
 	if err != nil {
 		return nil, rec, err
@@ -100,8 +101,12 @@ func (c *Claimer[TTx]) resume(ctx context.Context, tenant, id string, tok fence.
 	if rec.State != durable.Processing || rec.Released {
 		return nil, rec, nil
 	}
-	p := storeapi.ClaimParams{Fingerprint: rec.Fingerprint, Lease: c.cfg.lease, Retention: c.retentionFor(rec.Ref.Operation)}
 	sent := time.Now()
+	// Handover and Adopt keep the record's retention, that of the claim
+	// that created it, which may be shorter than this Claimer's: the
+	// lease's result is cached (Redis, WithReplayCache) only until the
+	// record's expiry as read, which the finish never moves earlier.
+	p := storeapi.ClaimParams{Fingerprint: rec.Fingerprint, Lease: c.cfg.lease, Retention: read.Add(rec.ExpiresIn).Sub(sent)}
 	var ntok fence.Token
 	if tok != (fence.Token{}) {
 		ntok, err = c.store.Handover(ctx, rec.Ref, tok, uuid.New(), p.Lease)

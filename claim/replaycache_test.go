@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -225,5 +226,50 @@ func doTxOwnWriteNotCached(t *testing.T, mode string, cacheSize int64) {
 	mustDo(t, e.c, r, f, claim.Executed)
 	if n := f.n.Load(); n != 2 {
 		t.Fatalf("fn ran %d times, want 2 (the rolled-back run and the new one)", n)
+	}
+}
+
+// TestResume_CachesNoLongerThanTheRecord: a lease resumed by another
+// Claimer (a River worker's, through driver.Resume) keeps the record's
+// retention, that of the claim that created it, which may be shorter than
+// the resuming Claimer's. Its result must be cached (Redis, the replay
+// cache) no longer than the record lives: once the record expired, a retry
+// on the worker is a new operation, as on a Claimer without a cache.
+func TestResume_CachesNoLongerThanTheRecord(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{withRedis, withoutRed} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			const retention = 2 * time.Second
+			e := setup(t, mode)
+			ctx := t.Context()
+			edge := e.newClaimer(e.store, claim.WithLease(time.Second), claim.WithRetention(retention))
+			worker := e.newClaimer(e.store, claim.WithLease(time.Second), claim.WithRetention(time.Hour), claim.WithReplayCache(1<<20))
+			r := req("resumed", "v1:a")
+
+			var out claim.Outcome
+			if err := driver.InTx(ctx, edge, func(ctx context.Context, tx pgx.Tx) error {
+				var err error
+				out, _, err = driver.ClaimTx(ctx, edge, tx, r)
+				return err
+			}); err != nil || out.Kind != claim.Acquired {
+				t.Fatalf("the edge's claim = %v, %v", out.Kind, err)
+			}
+			lease, _, err := driver.Resume(ctx, worker, r.Scope.Tenant, out.OperationID, out.Lease.Token())
+			if err != nil || lease == nil {
+				t.Fatalf("Resume = %v, %v", lease, err)
+			}
+			if err := lease.Complete(ctx, result(`{"life":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			mustClaim(t, worker, r, claim.Replayed)
+
+			time.Sleep(retention + 500*time.Millisecond)
+			if rec, err := e.store.Get(ctx, e.ref(r)); err != nil || rec.ExpiresIn > 0 {
+				t.Fatalf("the record after its retention: ExpiresIn %v, %v; want expired", rec.ExpiresIn, err)
+			}
+			got := mustClaim(t, worker, r, claim.Acquired)
+			_ = got.Lease.Release(ctx)
+		})
 	}
 }
