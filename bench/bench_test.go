@@ -290,7 +290,7 @@ func TestReport_FailuresFailTheRun(t *testing.T) {
 	t.Parallel()
 	cfg := config{duration: time.Second, round: time.Second}
 	lib := &variant{name: "library", vs: "floor", target: 0.85}
-	lib.st = stats{ops: 80, errs: 2, firstErr: errors.New("boom"), elapsed: time.Second, rounds: 1}
+	lib.st = stats{tally: tally{errs: 2, firstErr: errors.New("boom")}, ops: 80, elapsed: time.Second, rounds: 1}
 	floor := &variant{name: "floor", floor: true}
 	floor.st = stats{ops: 100, elapsed: time.Second, rounds: 1}
 	rep := newReport(cfg)

@@ -30,15 +30,44 @@ func (c counts) add(o counts) counts {
 		opens: c.opens + o.opens}
 }
 
+// recorder records what a counter sees while capturing: the statements or
+// the commands one function sends.
+type recorder[T any] struct {
+	capturing atomic.Bool
+	mu        sync.Mutex
+	captured  []T
+}
+
+// record appends what v returns (a copy of what the counter sees), while
+// capturing only.
+func (r *recorder[T]) record(v func() T) {
+	if r.capturing.Load() {
+		r.mu.Lock()
+		r.captured = append(r.captured, v())
+		r.mu.Unlock()
+	}
+}
+
+// capture records what fn sends.
+func (r *recorder[T]) capture(fn func() error) ([]T, error) {
+	r.mu.Lock()
+	r.captured = nil
+	r.mu.Unlock()
+	r.capturing.Store(true)
+	err := fn()
+	r.capturing.Store(false)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.captured, err
+}
+
 // sqlCounter is a pgx tracer counting statements: one per Query, QueryRow
 // or Exec (BEGIN and COMMIT included), one per batch. While capturing, it
 // also records each statement's text and arguments.
 type sqlCounter struct {
 	sql, claims, sweeps atomic.Int64
 
-	capturing atomic.Bool
-	mu        sync.Mutex
-	captured  []pgx.TraceQueryStartData
+	recorder[pgx.TraceQueryStartData]
 }
 
 var (
@@ -71,14 +100,18 @@ func (c *sqlCounter) count(sql string) {
 	c.sql.Add(1)
 }
 
+// recordStmt records a statement's text and a copy of its arguments,
+// while capturing only.
+func (c *sqlCounter) recordStmt(sql string, args []any) {
+	c.record(func() pgx.TraceQueryStartData {
+		return pgx.TraceQueryStartData{SQL: sql, Args: append([]any(nil), args...)}
+	})
+}
+
 // TraceQueryStart counts a statement.
 func (c *sqlCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	c.count(d.SQL)
-	if c.capturing.Load() {
-		c.mu.Lock()
-		c.captured = append(c.captured, pgx.TraceQueryStartData{SQL: d.SQL, Args: append([]any(nil), d.Args...)})
-		c.mu.Unlock()
-	}
+	c.recordStmt(d.SQL, d.Args)
 	return ctx
 }
 
@@ -97,37 +130,18 @@ func (c *sqlCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.Trace
 	if isClaimSQL(d.SQL) || isInsertAtCommitSQL(d.SQL) {
 		c.claims.Add(1)
 	}
-	if c.capturing.Load() {
-		c.mu.Lock()
-		c.captured = append(c.captured, pgx.TraceQueryStartData{SQL: d.SQL, Args: append([]any(nil), d.Args...)})
-		c.mu.Unlock()
-	}
+	c.recordStmt(d.SQL, d.Args)
 }
 
 // TraceBatchEnd does nothing.
 func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-// capture records the statements fn sends.
-func (c *sqlCounter) capture(fn func() error) ([]pgx.TraceQueryStartData, error) {
-	c.mu.Lock()
-	c.captured = nil
-	c.mu.Unlock()
-	c.capturing.Store(true)
-	err := fn()
-	c.capturing.Store(false)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.captured, err
-}
 
 // redisCounter is a go-redis hook counting commands (each command of a
 // pipeline counts). While capturing, it records each command's arguments.
 type redisCounter struct {
 	n atomic.Int64
 
-	capturing atomic.Bool
-	mu        sync.Mutex
-	captured  [][]any
+	recorder[[]any]
 }
 
 var _ redis.Hook = (*redisCounter)(nil)
@@ -141,11 +155,7 @@ func (c *redisCounter) DialHook(next redis.DialHook) redis.DialHook {
 func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
-		if c.capturing.Load() {
-			c.mu.Lock()
-			c.captured = append(c.captured, append([]any(nil), cmd.Args()...))
-			c.mu.Unlock()
-		}
+		c.record(func() []any { return append([]any(nil), cmd.Args()...) })
 		return next(ctx, cmd)
 	}
 }
@@ -156,17 +166,4 @@ func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		c.n.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
-}
-
-// capture records the commands fn sends.
-func (c *redisCounter) capture(fn func() error) ([][]any, error) {
-	c.mu.Lock()
-	c.captured = nil
-	c.mu.Unlock()
-	c.capturing.Store(true)
-	err := fn()
-	c.capturing.Store(false)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.captured, err
 }

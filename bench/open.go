@@ -16,30 +16,20 @@ type openOp func(ctx context.Context, i int64) (outcome, error)
 
 // openStats accumulate over the open-loop rounds of a variant.
 type openStats struct {
-	h         hist  // latency of each request from its intended send time
-	scheduled int64 // requests the arrival schedule held
-	sent      int64 // of which started
-	dropped   int64 // of which not started: the in-flight cap was reached
-	errs      int64
-	firstErr  error
+	tally                   // latencies from each request's intended send time
+	scheduled int64         // requests the arrival schedule held
+	sent      int64         // of which started
+	dropped   int64         // of which not started: the in-flight cap was reached
 	elapsed   time.Duration // from each round's start to its end or its last completion, whichever is later, summed
-	outcomes  [numOutcomes]int64
 	rounds    int
 }
 
 func (s *openStats) merge(o *openStats) {
-	s.h.merge(&o.h)
+	s.tally.merge(&o.tally)
 	s.scheduled += o.scheduled
 	s.sent += o.sent
 	s.dropped += o.dropped
-	s.errs += o.errs
-	if s.firstErr == nil {
-		s.firstErr = o.firstErr
-	}
 	s.elapsed += o.elapsed
-	for k, c := range o.outcomes {
-		s.outcomes[k] += c
-	}
 	s.rounds += o.rounds
 }
 
@@ -94,15 +84,7 @@ func runOpen(ctx context.Context, op openOp, rate float64, start time.Time, d ti
 			inflight.Add(-1)
 			mu.Lock()
 			defer mu.Unlock()
-			s.h.record(lat)
-			if err != nil {
-				s.errs++
-				if s.firstErr == nil {
-					s.firstErr = err
-				}
-				return
-			}
-			s.outcomes[o]++
+			s.add(lat, o, err)
 		})
 	}
 	wg.Wait()

@@ -85,18 +85,49 @@ type costTarget struct {
 	atMost float64
 }
 
-// stats accumulate over the timed rounds of a variant.
-type stats struct {
+// tally accumulates the answers to requests: the latency of each, the
+// errors (the first one kept) and the outcomes of the others.
+type tally struct {
 	h        hist
-	ops      int64
 	errs     int64
 	firstErr error
-	elapsed  time.Duration
-	counts   counts
-	mallocs  uint64
-	cpu      time.Duration // this process's CPU time (the servers' is not counted)
 	outcomes [numOutcomes]int64
-	rounds   int
+}
+
+// add counts one request's answer.
+func (t *tally) add(lat time.Duration, o outcome, err error) {
+	t.h.record(lat)
+	if err != nil {
+		t.errs++
+		if t.firstErr == nil {
+			t.firstErr = err
+		}
+		return
+	}
+	t.outcomes[o]++
+}
+
+// merge adds o's answers to t's.
+func (t *tally) merge(o *tally) {
+	t.h.merge(&o.h)
+	t.errs += o.errs
+	if t.firstErr == nil {
+		t.firstErr = o.firstErr
+	}
+	for k, c := range o.outcomes {
+		t.outcomes[k] += c
+	}
+}
+
+// stats accumulate over the timed rounds of a variant.
+type stats struct {
+	tally
+	ops     int64
+	elapsed time.Duration
+	counts  counts
+	mallocs uint64
+	cpu     time.Duration // this process's CPU time (the servers' is not counted)
+	rounds  int
 	// roundP99 is each timed round's p99, in round order: a workload can
 	// compare a variant with another round by round (the rounds alternate,
 	// so round i of each ran side by side).
@@ -104,11 +135,8 @@ type stats struct {
 }
 
 type worker struct {
-	h        hist
-	ops      int64
-	errs     int64
-	firstErr error
-	outcomes [numOutcomes]int64
+	tally
+	ops int64
 }
 
 // runRounds runs the variants of a workload in alternation: each gets one
@@ -176,16 +204,8 @@ func runRound(ctx context.Context, e *env, v *variant, n int, d time.Duration) e
 					r.stop.Store(true)
 					return
 				}
-				w.h.record(lat)
 				w.ops++
-				if err != nil {
-					w.errs++
-					if w.firstErr == nil {
-						w.firstErr = err
-					}
-					continue
-				}
-				w.outcomes[o]++
+				w.add(lat, o, err)
 			}
 		})
 	}
@@ -228,15 +248,8 @@ func runRound(ctx context.Context, e *env, v *variant, n int, d time.Duration) e
 	s.cpu += cpu1 - cpu0
 	s.counts = s.counts.add(c1.sub(c0))
 	for _, w := range workers {
-		s.h.merge(&w.h)
 		s.ops += w.ops
-		s.errs += w.errs
-		if s.firstErr == nil && w.firstErr != nil {
-			s.firstErr = w.firstErr
-		}
-		for k, c := range w.outcomes {
-			s.outcomes[k] += c
-		}
+		s.tally.merge(&w.tally)
 	}
 	return nil
 }

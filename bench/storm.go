@@ -215,12 +215,9 @@ func burstOf(cfg config) burstSize {
 
 // burstSide accumulates one side of the burst over its trials.
 type burstSide struct {
-	h        hist
-	n        int64
-	errs     int64
-	firstErr error
-	elapsed  time.Duration
-	outcomes [numOutcomes]int64
+	tally
+	n       int64
+	elapsed time.Duration
 }
 
 // fire releases n requests at once, each on its own goroutine, and waits
@@ -240,16 +237,8 @@ func (s *burstSide) fire(ctx context.Context, n int64, op func(ctx context.Conte
 			lat := time.Since(t0)
 			mu.Lock()
 			defer mu.Unlock()
-			s.h.record(lat)
 			s.n++
-			if err != nil {
-				s.errs++
-				if s.firstErr == nil {
-					s.firstErr = err
-				}
-				return
-			}
-			s.outcomes[o]++
+			s.add(lat, o, err)
 		})
 	}
 	t0 := time.Now()

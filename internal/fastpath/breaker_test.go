@@ -1,6 +1,7 @@
 package fastpath_test
 
 import (
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -67,22 +68,42 @@ func mustRefuse(t *testing.T, b *fastpath.Breaker) {
 	}
 }
 
+// failCall runs a call through b that is admitted, not as a probe, and
+// fails.
+func failCall(t *testing.T, b *fastpath.Breaker) {
+	t.Helper()
+	mustAllow(t, b, false)
+	b.Failure(false)
+}
+
+// mustState checks b's state; when says at what point of the test.
+func mustState(t *testing.T, b *fastpath.Breaker, want fastpath.BreakerState, when string) {
+	t.Helper()
+	if st := b.State(); st != want {
+		t.Fatalf("%s: state = %v, want %v", when, st, want)
+	}
+}
+
+// mustCoolDown checks that b, open, refuses calls until its cool-down of a
+// second has passed to the millisecond, then admits one call as the probe.
+func mustCoolDown(t *testing.T, b *fastpath.Breaker, clk *fakeClock) {
+	t.Helper()
+	clk.Advance(999 * time.Millisecond)
+	mustRefuse(t, b)
+	clk.Advance(time.Millisecond)
+	mustAllow(t, b, true)
+}
+
 func TestBreaker(t *testing.T) {
 	t.Parallel()
 	t.Run("OpensAfterConsecutiveFailures", func(t *testing.T) {
 		b, _, log := newTestBreaker(3)
 		for i := range 2 {
-			mustAllow(t, b, false)
-			b.Failure(false)
-			if st := b.State(); st != fastpath.BreakerClosed {
-				t.Fatalf("after %d failures: %v", i+1, st)
-			}
+			failCall(t, b)
+			mustState(t, b, fastpath.BreakerClosed, fmt.Sprintf("after %d failures", i+1))
 		}
-		mustAllow(t, b, false)
-		b.Failure(false)
-		if st := b.State(); st != fastpath.BreakerOpen {
-			t.Fatalf("after 3 failures: %v, want open", st)
-		}
+		failCall(t, b)
+		mustState(t, b, fastpath.BreakerOpen, "after 3 failures")
 		mustRefuse(t, b)
 		if got := log.get(); !reflect.DeepEqual(got, []fastpath.BreakerState{fastpath.BreakerOpen}) {
 			t.Errorf("state changes = %v", got)
@@ -91,39 +112,27 @@ func TestBreaker(t *testing.T) {
 	t.Run("SuccessResetsTheCount", func(t *testing.T) {
 		b, _, _ := newTestBreaker(2)
 		for range 5 {
-			mustAllow(t, b, false)
-			b.Failure(false)
+			failCall(t, b)
 			mustAllow(t, b, false)
 			b.Success(false)
 		}
-		if st := b.State(); st != fastpath.BreakerClosed {
-			t.Fatalf("alternating failures opened the breaker: %v", st)
-		}
+		mustState(t, b, fastpath.BreakerClosed, "after alternating failures")
 	})
 	t.Run("StaysOpenUntilCoolDownThenOneProbe", func(t *testing.T) {
 		b, clk, _ := newTestBreaker(1)
-		mustAllow(t, b, false)
-		b.Failure(false)
-		clk.Advance(999 * time.Millisecond)
-		mustRefuse(t, b)
-		clk.Advance(time.Millisecond)
-		mustAllow(t, b, true)
-		if st := b.State(); st != fastpath.BreakerHalfOpen {
-			t.Fatalf("state = %v, want half-open", st)
-		}
+		failCall(t, b)
+		mustCoolDown(t, b, clk)
+		mustState(t, b, fastpath.BreakerHalfOpen, "probe admitted")
 		mustRefuse(t, b) // a second caller while the probe is out
 		mustRefuse(t, b)
 	})
 	t.Run("ProbeSuccessCloses", func(t *testing.T) {
 		b, clk, log := newTestBreaker(1)
-		mustAllow(t, b, false)
-		b.Failure(false)
+		failCall(t, b)
 		clk.Advance(time.Second)
 		mustAllow(t, b, true)
 		b.Success(true)
-		if st := b.State(); st != fastpath.BreakerClosed {
-			t.Fatalf("state = %v, want closed", st)
-		}
+		mustState(t, b, fastpath.BreakerClosed, "probe succeeded")
 		mustAllow(t, b, false)
 		if got, want := log.get(), []fastpath.BreakerState{fastpath.BreakerOpen, fastpath.BreakerHalfOpen, fastpath.BreakerClosed}; !reflect.DeepEqual(got, want) {
 			t.Errorf("state changes = %v, want %v", got, want)
@@ -131,29 +140,20 @@ func TestBreaker(t *testing.T) {
 	})
 	t.Run("ProbeFailureReopensForAnotherCoolDown", func(t *testing.T) {
 		b, clk, _ := newTestBreaker(1)
-		mustAllow(t, b, false)
-		b.Failure(false)
+		failCall(t, b)
 		clk.Advance(5 * time.Second)
 		mustAllow(t, b, true)
 		b.Failure(true)
-		if st := b.State(); st != fastpath.BreakerOpen {
-			t.Fatalf("state = %v, want open", st)
-		}
-		clk.Advance(999 * time.Millisecond)
-		mustRefuse(t, b)
-		clk.Advance(time.Millisecond)
-		mustAllow(t, b, true)
+		mustState(t, b, fastpath.BreakerOpen, "probe failed")
+		mustCoolDown(t, b, clk)
 	})
 	t.Run("AbandonedProbeLetsNextCallProbe", func(t *testing.T) {
 		b, clk, _ := newTestBreaker(1)
-		mustAllow(t, b, false)
-		b.Failure(false)
+		failCall(t, b)
 		clk.Advance(time.Second)
 		mustAllow(t, b, true)
 		b.Abandon(true)
-		if st := b.State(); st != fastpath.BreakerHalfOpen {
-			t.Fatalf("state = %v, want half-open", st)
-		}
+		mustState(t, b, fastpath.BreakerHalfOpen, "probe abandoned")
 		mustAllow(t, b, true)
 	})
 	t.Run("AbandonedCallsDoNotCount", func(t *testing.T) {
@@ -162,9 +162,7 @@ func TestBreaker(t *testing.T) {
 			mustAllow(t, b, false)
 			b.Abandon(false)
 		}
-		if st := b.State(); st != fastpath.BreakerClosed {
-			t.Fatalf("state = %v, want closed", st)
-		}
+		mustState(t, b, fastpath.BreakerClosed, "10 calls abandoned")
 	})
 	t.Run("LateResultsOfCallsAdmittedBeforeOpeningAreIgnored", func(t *testing.T) {
 		b, clk, _ := newTestBreaker(1)
@@ -173,9 +171,7 @@ func TestBreaker(t *testing.T) {
 		b.Failure(false)       // call 1 opens it
 		clk.Advance(500 * time.Millisecond)
 		b.Success(false) // call 2 answers late: not a probe, does not close
-		if st := b.State(); st != fastpath.BreakerOpen {
-			t.Fatalf("state = %v, want open", st)
-		}
+		mustState(t, b, fastpath.BreakerOpen, "late success")
 		b.Failure(false) // nor does a late failure extend the cool-down
 		clk.Advance(500 * time.Millisecond)
 		mustAllow(t, b, true)
@@ -184,26 +180,16 @@ func TestBreaker(t *testing.T) {
 		clk := newFakeClock()
 		b := fastpath.NewBreaker(fastpath.BreakerOptions{Now: clk.Now}, nil)
 		for range 4 {
-			mustAllow(t, b, false)
-			b.Failure(false)
+			failCall(t, b)
 		}
-		if st := b.State(); st != fastpath.BreakerClosed {
-			t.Fatalf("opened after 4 failures; default is 5")
-		}
-		mustAllow(t, b, false)
-		b.Failure(false)
-		if st := b.State(); st != fastpath.BreakerOpen {
-			t.Fatalf("state = %v after 5 failures", st)
-		}
-		clk.Advance(999 * time.Millisecond)
-		mustRefuse(t, b)
-		clk.Advance(time.Millisecond)
-		mustAllow(t, b, true)
+		mustState(t, b, fastpath.BreakerClosed, "after 4 failures (the default is 5)")
+		failCall(t, b)
+		mustState(t, b, fastpath.BreakerOpen, "after 5 failures")
+		mustCoolDown(t, b, clk)
 	})
 	t.Run("ConcurrentCallersGetOneProbe", func(t *testing.T) {
 		b, clk, _ := newTestBreaker(1)
-		mustAllow(t, b, false)
-		b.Failure(false)
+		failCall(t, b)
 		clk.Advance(time.Second)
 		var wg sync.WaitGroup
 		var mu sync.Mutex

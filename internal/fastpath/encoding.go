@@ -126,17 +126,14 @@ func (d *decoder) uvarint(what string) uint64 {
 	return v
 }
 
+// varint reads what binary.AppendVarint wrote: a zigzag-encoded uvarint.
 func (d *decoder) varint(what string) int64 {
-	if d.err != nil {
-		return 0
+	ux := d.uvarint(what)
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
 	}
-	v, n := varint(d.b)
-	if n <= 0 || (n > 1 && d.b[n-1] == 0) { // overlong: not canonical
-		d.fail("bad " + what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	return x
 }
 
 // bytes returns the next n bytes, sharing the input's memory.
@@ -176,16 +173,6 @@ func uvarint(s string) (uint64, int) {
 		sh += 7
 	}
 	return 0, 0
-}
-
-// varint is binary.Varint of a string.
-func varint(s string) (int64, int) {
-	ux, n := uvarint(s)
-	x := int64(ux >> 1)
-	if ux&1 != 0 {
-		x = ^x
-	}
-	return x, n
 }
 
 // count reads a "0 = nil, n+1 = n" count; each counted item takes at least

@@ -48,43 +48,30 @@ func TestRedis_PrefixPerTest(t *testing.T) {
 	}
 }
 
+// Each service's URL is its variable when set, else (containers off) the
+// local default.
 func TestURLs_EnvThenLocalDefault(t *testing.T) {
 	t.Setenv("ONCEKEY_CONTAINERS", "off")
-	t.Setenv("DATABASE_URL", "")
-	t.Setenv("REDIS_URL", "")
-	if got := testenv.DatabaseURL(t); got != testenv.DefaultDatabaseURL {
-		t.Fatalf("DatabaseURL without DATABASE_URL = %q", got)
-	}
-	if got := testenv.RedisURL(t); got != testenv.DefaultRedisURL {
-		t.Fatalf("RedisURL without REDIS_URL = %q", got)
-	}
-	t.Setenv("DATABASE_URL", "postgres://u@h:1/d")
-	t.Setenv("REDIS_URL", "redis://h:2/3")
-	if got := testenv.DatabaseURL(t); got != "postgres://u@h:1/d" {
-		t.Fatalf("DatabaseURL = %q", got)
-	}
-	if got := testenv.RedisURL(t); got != "redis://h:2/3" {
-		t.Fatalf("RedisURL = %q", got)
-	}
-}
-
-func TestBrokerURLs_EnvThenLocalDefault(t *testing.T) {
-	t.Setenv("ONCEKEY_CONTAINERS", "off")
-	t.Setenv("NATS_URL", "")
-	t.Setenv("AMQP_URL", "")
-	if got := testenv.NATSURL(t); got != testenv.DefaultNATSURL {
-		t.Fatalf("NATSURL without NATS_URL = %q", got)
-	}
-	if got := testenv.AMQPURL(t); got != testenv.DefaultAMQPURL {
-		t.Fatalf("AMQPURL without AMQP_URL = %q", got)
-	}
-	t.Setenv("NATS_URL", "nats://h:1")
-	t.Setenv("AMQP_URL", "amqp://u:p@h:2/")
-	if got := testenv.NATSURL(t); got != "nats://h:1" {
-		t.Fatalf("NATSURL = %q", got)
-	}
-	if got := testenv.AMQPURL(t); got != "amqp://u:p@h:2/" {
-		t.Fatalf("AMQPURL = %q", got)
+	for _, c := range []struct {
+		env      string
+		url      func(testing.TB) string
+		def, set string
+	}{
+		{"DATABASE_URL", testenv.DatabaseURL, testenv.DefaultDatabaseURL, "postgres://u@h:1/d"},
+		{"REDIS_URL", testenv.RedisURL, testenv.DefaultRedisURL, "redis://h:2/3"},
+		{"NATS_URL", testenv.NATSURL, testenv.DefaultNATSURL, "nats://h:1"},
+		{"AMQP_URL", testenv.AMQPURL, testenv.DefaultAMQPURL, "amqp://u:p@h:2/"},
+	} {
+		t.Run(c.env, func(t *testing.T) {
+			t.Setenv(c.env, "")
+			if got := c.url(t); got != c.def {
+				t.Fatalf("without %s: %q, want the default %q", c.env, got, c.def)
+			}
+			t.Setenv(c.env, c.set)
+			if got := c.url(t); got != c.set {
+				t.Fatalf("with %s=%q: %q", c.env, c.set, got)
+			}
+		})
 	}
 }
 
