@@ -113,6 +113,7 @@ func NegativeModes() map[string][]string {
 		string(broken.WorkerClockLease):          {"clock-skew"},
 		string(broken.CommitOverExisting):        {"redis-restart", "redis-failover", "redis-eviction"},
 		string(broken.UnresolvedStaysProcessing): {"reconcile-unresolved"},
+		string(broken.ExpiresInInflated):         {"replay-cache"},
 		string(broken.OneAttempt):                {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
 		string(broken.ReleaseOnError):            {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
 		string(broken.NoRecover):                 {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},

@@ -124,6 +124,10 @@ type claimerOpts struct {
 	// sets it for every other client, so a Do workload runs both of Do's
 	// paths (claiming first, the default, and the opt-in).
 	atCommit bool
+	// replayCache, when positive, gives the Claimer
+	// claim.WithReplayCache(replayCache): finished results kept in its
+	// process (scenarios_cache.go). The verifier never gets it.
+	replayCache int64
 }
 
 func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
@@ -140,6 +144,9 @@ func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 	}
 	if o.atCommit {
 		opts = append(opts, claim.WithWriteAtCommit())
+	}
+	if o.replayCache > 0 {
+		opts = append(opts, claim.WithReplayCache(o.replayCache))
 	}
 	if o.redis != nil {
 		lo := lua.Options{
@@ -190,7 +197,7 @@ func (e *env) standard(ctx context.Context, st storeapi.Store[pgxTx], newRedis f
 		w.claimers = append(w.claimers, cl)
 	}
 	vo := co
-	vo.store, vo.redis, vo.luaOpts, vo.logger = st, e.redisUser("", nil), nil, nil
+	vo.store, vo.redis, vo.luaOpts, vo.logger, vo.replayCache = st, e.redisUser("", nil), nil, nil, 0
 	// The verification pass retries every operation through Do: on the
 	// write at commit's path too under the negative control that breaks it
 	// (its retries of finished keys are what exposes it).

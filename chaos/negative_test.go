@@ -1,10 +1,20 @@
 package chaos_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/oncekey/oncekey/chaos"
 )
+
+// negativeCatch names, for the modes that have one, the violation that
+// shows the bug itself was caught, not only one of its consequences:
+// under expires-in-inflated, a replay-cache retry answered by its process
+// cache with the result of the key's previous life (the entry outlived its
+// record).
+var negativeCatch = map[string]struct{ invariant, detail string }{
+	"expires-in-inflated": {"no-replay-of-an-expired-life", "from the process cache"},
+}
 
 // TestNegativeControl runs scenarios against a deliberately broken store
 // and requires the checker to report violations: a checker that cannot
@@ -32,6 +42,19 @@ func TestNegativeControl(t *testing.T) {
 				t.Logf("%s under %s: %d violations %v", r.Scenario, mode, len(r.Violations), kinds)
 				if len(r.Violations) > 0 {
 					caught++
+				}
+				if want, ok := negativeCatch[mode]; ok {
+					found := false
+					for _, v := range r.Violations {
+						if v.Invariant == want.invariant && strings.Contains(v.Detail, want.detail) {
+							t.Logf("caught: %s", v)
+							found = true
+							break
+						}
+					}
+					if !found {
+						t.Errorf("%s under %s: no %s violation %q among %v", r.Scenario, mode, want.invariant, want.detail, kinds)
+					}
 				}
 			}
 			if caught != len(scenarios) {

@@ -445,9 +445,7 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 		call.Kind, call.Body, call.Status = history.Replay, history.Hash(out.Result.Body), out.Result.StatusCode
 		final = true
 		e.observe("replayed")
-		if out.FromCache {
-			e.observe("replayed-from-redis")
-		}
+		e.observeCached(actx, out, &call)
 	case err == nil:
 		call.Kind, call.Note = history.NoEffect, out.Kind.String()
 		e.observe(out.Kind.String())
@@ -499,11 +497,9 @@ func (e *env) flowAttempt(ctx context.Context, w *workload, o *op, c, n int) boo
 		call.Kind, call.Token = history.Acquire, out.Lease.Token()
 	case err == nil && out.Kind == claim.Replayed:
 		call.Kind, call.Body, call.Status = history.Replay, history.Hash(out.Result.Body), out.Result.StatusCode
+		e.observeCached(actx, out, &call)
 		e.rec.Add(call)
 		e.observe("replayed")
-		if out.FromCache {
-			e.observe("replayed-from-redis")
-		}
 		return true
 	case err == nil:
 		call.Kind, call.Note = history.NoEffect, out.Kind.String()

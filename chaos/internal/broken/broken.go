@@ -70,12 +70,24 @@ const (
 	// the record over and runs the work again, although its effect may
 	// have happened.
 	UnresolvedStaysProcessing Mode = "unresolved-stays-processing"
+	// ExpiresInInflated reports a live record's remaining life
+	// (Record.ExpiresIn, from a claim or a read) an hour longer than it
+	// is. Nothing the database decides changes (a record still expires
+	// and is swept on time); what the Claimer derives from it does: the
+	// replay cache in process (claim.WithReplayCache) and Redis's refilled
+	// copies keep a result past its record, and answer a retry that should
+	// have started the key's next life with the previous life's result.
+	ExpiresInInflated Mode = "expires-in-inflated"
 )
+
+// inflation is how much longer than it is [ExpiresInInflated] reports a
+// live record's remaining life.
+const inflation = time.Hour
 
 // Modes lists every mode.
 func Modes() []Mode {
 	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease, CommitOverExisting,
-		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing}
+		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing, ExpiresInInflated}
 }
 
 // Breaks says, in a line, what the mode breaks.
@@ -95,6 +107,8 @@ func (m Mode) Breaks() string {
 		return "Do's record inserted at commit over an existing one (ON CONFLICT DO NOTHING), committing the business write anyway"
 	case UnresolvedStaysProcessing:
 		return "a dead worker's record the Reconciler could not resolve left processing under the adopted lease, not marked uncertain"
+	case ExpiresInInflated:
+		return "a live record's remaining life (ExpiresIn) reported an hour longer than it is: caches keep its result past the record"
 	case OneAttempt:
 		return "the settlement engine stops the lease and tries the finishing write once"
 	case ReleaseOnError:
@@ -180,8 +194,45 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p storeapi.ClaimParams) (s
 		return s.claim(ctx, q, p)
 	case WorkerClockLease:
 		return s.clockClaim(ctx, q, p, func() (storeapi.ClaimResult, error) { return s.Store.Claim(ctx, tx, p) })
+	case ExpiresInInflated:
+		res, err := s.Store.Claim(ctx, tx, p)
+		if res.Record != nil {
+			rec := *res.Record
+			res.Record = &rec
+			inflate(&rec)
+		}
+		return res, err
 	}
 	return s.Store.Claim(ctx, tx, p)
+}
+
+// Get is the real read; with ExpiresInInflated a live record's remaining
+// life is reported an hour longer.
+func (s *Store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error) {
+	rec, err := s.Store.Get(ctx, ref)
+	if s.mode == ExpiresInInflated && err == nil {
+		inflate(&rec)
+	}
+	return rec, err
+}
+
+// Operation is the real read; with ExpiresInInflated as Get.
+func (s *Store) Operation(ctx context.Context, tenant string, digest [32]byte) (durable.Record, error) {
+	rec, err := s.Store.Operation(ctx, tenant, digest)
+	if s.mode == ExpiresInInflated && err == nil {
+		inflate(&rec)
+	}
+	return rec, err
+}
+
+// inflate is the bug of [ExpiresInInflated]: a live record (time left) is
+// reported to live an hour longer. An expired one is left as it is, so
+// whether a record replays at all is still the database's word; only how
+// long a copy of it may be kept is wrong.
+func inflate(rec *durable.Record) {
+	if rec.ExpiresIn > 0 {
+		rec.ExpiresIn += inflation
+	}
 }
 
 func (s *Store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
