@@ -64,12 +64,15 @@ type Config struct {
 	Logger *slog.Logger
 	// KeepSchema leaves the run's PostgreSQL schema in place, to look at.
 	KeepSchema bool
-	// Servers, when set, starts the Redis of redis-restart and the
-	// PostgreSQL of pg-crash (and pg-crash-async-commit) instead of
+	// Servers, when set, starts the own servers of redis-restart (a
+	// Redis), redis-failover and split-brain (two Redis),
+	// redis-sentinel (a Redis, a replica, three Sentinels), pg-crash and
+	// pg-crash-async-commit (a PostgreSQL), pg-failover-sync and
+	// pg-failover-async (a PostgreSQL and a streaming standby) instead of
 	// processes from the machine's redis-server and PostgreSQL binaries;
 	// those scenarios then need neither. The chaos runner's -containers
-	// sets one that runs them in containers, restarted and killed through
-	// the container API.
+	// sets one that runs them in containers, restarted, killed and frozen
+	// through the container API. See [Servers].
 	Servers Servers
 
 	// negative is the deliberately broken store of the negative control;

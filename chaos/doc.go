@@ -148,6 +148,8 @@
 // Config.KeepSchema) and uses a Redis key prefix of its own (deleted at the
 // end). Scenarios that restart, fail over, split or evict Redis start
 // redis-server processes of their own on loopback ports; with
-// Config.Servers set (the runner's -containers), redis-restart's Redis and
-// pg-crash's PostgreSQL come from it instead (containers).
+// Config.Servers set (the runner's -containers), the servers of
+// redis-restart, redis-sentinel, pg-crash and pg-failover-sync (and of the
+// hazards pg-crash-async-commit and pg-failover-async) come from it
+// instead (containers).
 package chaos

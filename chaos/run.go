@@ -228,6 +228,12 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	}
 	defer e.close()
 	in, err := e.execute(ctx, s)
+	if errors.Is(err, ErrServersUnsupported) {
+		// Config.Servers cannot start this scenario's servers (see
+		// Servers): nothing ran.
+		res.Skipped = err.Error()
+		return res
+	}
 	res.Schedule = e.sched.digest()
 	res.Faults = e.faultCounts()
 	for _, v := range res.Faults {

@@ -49,8 +49,17 @@ func setupRedisRestart(ctx context.Context, e *env) (*workload, error) {
 	return w, nil
 }
 
+// ownPair starts the scenario's own Redis primary and replica (see
+// [Servers]); the replica replicates through a fault proxy of the suite.
+func (e *env) ownPair(ctx context.Context) (*fault.Pair, error) {
+	if err := e.servers().ReachLoopback(); err != nil {
+		return nil, err
+	}
+	return fault.StartPairOn(ctx, func(ctx context.Context) (fault.Node, error) { return e.ownRedis(ctx) })
+}
+
 func setupFailover(ctx context.Context, e *env) (*workload, error) {
-	pair, err := fault.StartPair(ctx)
+	pair, err := e.ownPair(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +95,7 @@ func setupFailover(ctx context.Context, e *env) (*workload, error) {
 }
 
 func setupSplitBrain(ctx context.Context, e *env) (*workload, error) {
-	pair, err := fault.StartPair(ctx)
+	pair, err := e.ownPair(ctx)
 	if err != nil {
 		return nil, err
 	}

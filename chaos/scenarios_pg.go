@@ -29,7 +29,7 @@ import (
 // -scenario); a run of every scenario leaves them out, since they must fail.
 func hazards() []scenario {
 	return append([]scenario{
-		{name: "pg-failover-async", forces: "negative control: PostgreSQL primary with an asynchronous streaming standby; the standby's streaming is cut, the primary is SIGKILLed, the standby promoted: acknowledged commits vanish (must be caught)", ownPostgres: true, setup: pgFailover(false)},
+		{name: "pg-failover-async", forces: "negative control: PostgreSQL primary with an asynchronous streaming standby; the standby's streaming is cut, the primary is SIGKILLed, the standby promoted: acknowledged commits vanish (must be caught)", ownPostgres: true, onServers: true, setup: pgFailover(false)},
 		{name: "pg-crash-async-commit", forces: "negative control: PostgreSQL with synchronous_commit=off SIGKILLed mid-load and restarted: acknowledged commits vanish (must be caught)", ownPostgres: true, onServers: true, setup: pgCrash("off")},
 	}, patroniHazards()...)
 }
@@ -37,9 +37,9 @@ func hazards() []scenario {
 // pgRegistry lists the scenarios on throwaway PostgreSQL clusters.
 func pgRegistry() []scenario {
 	return append([]scenario{
-		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on); the standby's streaming is cut, the primary is SIGKILLed, the standby promoted; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, setup: pgFailover(true)},
+		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on); the standby's streaming is cut, the primary is SIGKILLed, the standby promoted; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, onServers: true, setup: pgFailover(true)},
 		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between one client and PostgreSQL, inside a Do transaction before its commit or between a workflow's effect and its finish, where it lasts until another client, which still reaches the database, has taken the operation over", setup: setupPGNetwork},
-		{name: "redis-sentinel", forces: "Redis behind three sentinels, the library on go-redis failover clients; the primary SIGKILLed mid-load, the next operations sent into the outage, the replica promoted; the breakers must open, no call may fail, and the claim path must come back on the new primary", ownRedis: true, setup: setupSentinel},
+		{name: "redis-sentinel", forces: "Redis behind three sentinels, the library on go-redis failover clients; the primary SIGKILLed mid-load, the next operations sent into the outage, the replica promoted; the breakers must open, no call may fail, and the claim path must come back on the new primary", ownRedis: true, onServers: true, setup: setupSentinel},
 		{name: "tls", forces: "both stores over TLS verified against a CA made at run time (PostgreSQL ssl=on with sslmode=verify-full, redis-server --tls-port with go-redis TLSConfig); clients trusting another CA are refused", ownRedis: true, ownPostgres: true, setup: setupTLS},
 		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, onServers: true, setup: pgCrash("on")},
 		{name: "pgbouncer", forces: "every client through PgBouncer 1.18 in transaction pooling mode (query exec mode exec); its server connections terminated mid-transaction and the bouncer SIGKILLed and restarted on the same port, mid-load", needs: pgbouncerInstalled, setup: setupPgBouncer},
@@ -155,18 +155,18 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 		if sync {
 			settings = append(settings, "synchronous_standby_names=*")
 		}
-		primary, err := fault.NewCluster(ctx, settings...)
+		primary, err := e.ownPostgres(ctx, settings...)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 		e.onClose(primary.Close)
-		standby, err := primary.Standby(ctx)
+		standby, err := e.servers().PostgresStandby(ctx, primary)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 		e.onClose(standby.Close)
-		url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write",
-			primary.Port(), standby.Port())
+		url := fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write",
+			primary.Addr(), standby.Addr())
 		if err := e.onCluster(ctx, url); err != nil {
 			return nil, err
 		}

@@ -5,71 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // sentinelMaster is the name the sentinels monitor.
 const sentinelMaster = "oncekey"
-
-// startSentinel starts one redis-server --sentinel on a free loopback port
-// monitoring primary (quorum 2), and returns its address.
-func (e *env) startSentinel(primary string) (string, error) {
-	bin, err := redisproc.Binary()
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "oncekey-sentinel-")
-	if err != nil {
-		return "", err
-	}
-	e.onClose(func() { os.RemoveAll(dir) })
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	host, pport, _ := net.SplitHostPort(primary)
-	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile %s\n"+
-		"sentinel monitor %s %s %s 2\nsentinel down-after-milliseconds %s 1000\n"+
-		"sentinel failover-timeout %s 5000\nsentinel parallel-syncs %s 1\n",
-		port, dir, filepath.Join(dir, "sentinel.log"), sentinelMaster, host, pport, sentinelMaster, sentinelMaster, sentinelMaster)
-	cf := filepath.Join(dir, "sentinel.conf")
-	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
-		return "", err
-	}
-	cmd := exec.Command(bin, cf, "--sentinel")
-	cmd.Dir = dir
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	e.onClose(func() { _ = cmd.Process.Kill(); <-done })
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	c := redis.NewSentinelClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	for range 200 {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err = c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return addr, nil
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	return "", fmt.Errorf("sentinel on %s did not answer: %w", addr, err)
-}
 
 // setupSentinel runs the library on go-redis failover clients against a
 // primary, a replica and three sentinels. Halfway through, the primary is
@@ -79,26 +23,25 @@ func (e *env) startSentinel(primary string) (string, error) {
 // new primary must hold claim keys written after its promotion: the claim
 // path recovered on it.
 func setupSentinel(ctx context.Context, e *env) (*workload, error) {
-	primary, err := redisproc.New(redisproc.Options{})
+	srv := e.servers()
+	primary, err := srv.Redis(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
 	e.onClose(primary.Close)
-	replica, err := redisproc.New(redisproc.Options{ReplicaOf: primary.Addr()})
+	replica, err := srv.RedisReplica(ctx, primary)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
 	e.onClose(replica.Close)
-	if err := replica.WaitLinked(ctx, 10*time.Second); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
-	}
 	var sentinels []string
 	for range 3 {
-		a, err := e.startSentinel(primary.Addr())
+		s, err := srv.Sentinel(ctx, sentinelMaster, primary)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 		}
-		sentinels = append(sentinels, a)
+		e.onClose(s.Close)
+		sentinels = append(sentinels, s.Addr())
 	}
 	newClient := func(int) redis.Scripter {
 		c := redis.NewFailoverClient(&redis.FailoverOptions{
@@ -148,7 +91,10 @@ func setupSentinel(ctx context.Context, e *env) (*workload, error) {
 				defer once.Do(func() { close(promoted) })
 				defer killOnce.Do(func() { close(killed) })
 				time.Sleep(e.cfg.Lease) // mid-load
-				primary.Kill()
+				if err := primary.Crash(); err != nil {
+					e.violation("setup", "", "kill the primary: %v", err)
+					return
+				}
 				e.fault("redis-primary-killed")
 				killOnce.Do(func() { close(killed) })
 				deadline := time.Now().Add(60 * time.Second)

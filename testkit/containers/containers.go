@@ -2,9 +2,13 @@
 // RabbitMQ servers in containers with testcontainers-go, for oncekey's
 // tests and chaos runner on a machine that has Docker and nothing else.
 // Besides one shared container per service ([Set.URL]), it starts servers
-// of their own that a chaos scenario restarts, or kills with SIGKILL and
-// starts again, through the container API ([Set.NewRedis],
-// [Set.NewPostgres], [Server]).
+// of their own that a chaos scenario restarts, kills with SIGKILL and
+// starts again, or freezes, through the container API ([Set.NewRedis],
+// [Set.NewPostgres], [Server]), and replicates: a Redis replica
+// ([Set.NewRedisReplica]), Redis Sentinels ([Set.NewSentinel]), a
+// PostgreSQL streaming standby made with pg_basebackup
+// ([Set.NewPostgresStandby]), disconnected and promoted
+// ([Server.Disconnect], [Server.Promote]).
 //
 // It is a module of its own (github.com/oncekey/oncekey/testkit/containers)
 // so that testcontainers and the Docker client never enter the module graph
@@ -39,10 +43,16 @@
 // at a free port picked here: for a daemon run with --bridge=none inside a
 // network namespace of its own, with the tests in the same namespace
 // (.ci/containers).
+//
+// A replica or a standby reaches its primary at the primary's own address
+// on the host network, at its container's IP on the bridge network.
+// Sentinels need the host network ([ErrNeedsHostNetwork]): the addresses
+// they hand out must be the ones their clients reach.
 package containers
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +60,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,7 +180,7 @@ type Set struct {
 	mu     sync.Mutex
 	urls   map[Service]string
 	ctrs   map[Service]testcontainers.Container
-	own    map[testcontainers.Container]Service // the [Server]s
+	own    map[testcontainers.Container]string // the [Server]s, by what they are ("postgres standby")
 	closed bool
 }
 
@@ -178,7 +189,7 @@ func New(o Options) *Set {
 	o = o.normalized()
 	tclog.SetDefault(logger{o.Log})
 	return &Set{opts: o, urls: map[Service]string{}, ctrs: map[Service]testcontainers.Container{},
-		own: map[testcontainers.Container]Service{}}
+		own: map[testcontainers.Container]string{}}
 }
 
 type logger struct{ w io.Writer }
@@ -240,18 +251,24 @@ func (s *Set) Close() error {
 		}
 		fmt.Fprintf(s.opts.Log, "containers: %s removed\n", svc)
 	}
-	for c, svc := range s.own {
+	for c, what := range s.own {
 		if err := c.Terminate(context.Background()); err != nil {
-			errs = append(errs, fmt.Errorf("containers: remove %s of its own: %w", svc, err))
+			errs = append(errs, fmt.Errorf("containers: remove %s of its own: %w", what, err))
 			continue
 		}
-		fmt.Fprintf(s.opts.Log, "containers: %s of its own removed\n", svc)
+		fmt.Fprintf(s.opts.Log, "containers: %s of its own removed\n", what)
 	}
 	clear(s.ctrs)
 	clear(s.own)
 	clear(s.urls)
 	return errors.Join(errs...)
 }
+
+// HostNetwork reports whether the containers run on the daemon's network
+// ([Options.HostNetwork]): they then reach the host's loopback addresses,
+// and the host reaches them at the same addresses they reach each other
+// at.
+func (s *Set) HostNetwork() bool { return s.opts.HostNetwork }
 
 // Container returns the service's container once started (for a test
 // that restarts or kills it), or nil.
@@ -385,15 +402,28 @@ func (s *Set) postgres(ctx context.Context, own bool, more ...string) (testconta
 	if err != nil {
 		return nil, "", err
 	}
-	cmd := []string{"postgres", "-p", ep.port, "-c", "max_connections=200"}
-	if ep.listen != "" {
-		cmd = append(cmd, "-c", "listen_addresses="+ep.listen)
-	}
-	for _, v := range append(s.opts.PostgresSettings, more...) {
+	env := map[string]string{"POSTGRES_DB": "test", "POSTGRES_HOST_AUTH_METHOD": "trust"}
+	req := s.request(s.opts.PostgresImage, ep, env, nil, postgresCmd(ep, append(slices.Clone(s.opts.PostgresSettings), more...))...)
+	return s.startPostgres(ctx, req, ep, own)
+}
+
+// postgresCmd is the command of a PostgreSQL listening at ep with
+// settings.
+func postgresCmd(ep endpoint, settings []string) []string {
+	// On the bridge network, every address of the container (the
+	// official image listens on all already; one whose initdb default is
+	// localhost would answer neither the published port nor a standby).
+	listen := cmp.Or(ep.listen, "*")
+	cmd := []string{"postgres", "-p", ep.port, "-c", "max_connections=200", "-c", "listen_addresses=" + listen}
+	for _, v := range settings {
 		cmd = append(cmd, "-c", v)
 	}
-	env := map[string]string{"POSTGRES_DB": "test", "POSTGRES_HOST_AUTH_METHOD": "trust"}
-	req := s.request(s.opts.PostgresImage, ep, env, nil, cmd...)
+	return cmd
+}
+
+// startPostgres starts req, a PostgreSQL listening at ep, and waits until
+// it accepts connections; own fixes its host port (see [Server]).
+func (s *Set) startPostgres(ctx context.Context, req testcontainers.GenericContainerRequest, ep endpoint, own bool) (testcontainers.Container, string, error) {
 	if own && !s.opts.HostNetwork {
 		if err := fixedHostPort(&req, ep.port); err != nil {
 			return nil, "", err
@@ -426,9 +456,10 @@ func postgresAddr(u string) string {
 	return pu.Host
 }
 
-// redis starts a Redis without persistence; own fixes its host port (see
-// [Server]).
-func (s *Set) redis(ctx context.Context, own bool) (testcontainers.Container, string, error) {
+// redis starts a Redis without persistence, with more arguments; own
+// fixes its host port (see [Server]) and lets a replica attaching to it
+// sync at once (no wait for more replicas).
+func (s *Set) redis(ctx context.Context, own bool, more ...string) (testcontainers.Container, string, error) {
 	ep, err := s.plan("6379")
 	if err != nil {
 		return nil, "", err
@@ -439,6 +470,10 @@ func (s *Set) redis(ctx context.Context, own bool) (testcontainers.Container, st
 	} else {
 		cmd = append(cmd, "--protected-mode", "no")
 	}
+	if own {
+		cmd = append(cmd, "--repl-diskless-sync-delay", "0")
+	}
+	cmd = append(cmd, more...)
 	req := s.request(s.opts.RedisImage, ep, nil, nil, cmd...)
 	if own && !s.opts.HostNetwork {
 		if err := fixedHostPort(&req, ep.port); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -22,10 +23,14 @@ import (
 type Server struct {
 	set  *Set
 	svc  Service
+	what string // "postgres", "postgres standby", "redis replica", "redis sentinel": for the log
 	c    testcontainers.Container
 	addr string // host:port, as the host reaches it
 	url  string
 	ping func(context.Context) error
+	// settings are a PostgreSQL's own settings (NewPostgres's), which its
+	// standbys take.
+	settings []string
 }
 
 // Addr is the host:port the server answers on, the same after a restart.
@@ -41,7 +46,7 @@ func (sv *Server) ContainerID() string { return sv.c.GetContainerID() }
 // AOF): a restart brings it back empty, the way a crashed cache node comes
 // back. It waits until it answers PING.
 func (s *Set) NewRedis(ctx context.Context) (*Server, error) {
-	return s.newServer(ctx, Redis, func(ctx context.Context) (testcontainers.Container, string, error) {
+	return s.newServer(ctx, Redis, "redis", nil, func(ctx context.Context) (testcontainers.Container, string, error) {
 		return s.redis(ctx, true)
 	})
 }
@@ -52,12 +57,12 @@ func (s *Set) NewRedis(ctx context.Context) (*Server, error) {
 // container (its filesystem, or the anonymous volume of an image that
 // declares one), so it survives [Server.Kill] and [Server.Start].
 func (s *Set) NewPostgres(ctx context.Context, settings ...string) (*Server, error) {
-	return s.newServer(ctx, Postgres, func(ctx context.Context) (testcontainers.Container, string, error) {
+	return s.newServer(ctx, Postgres, "postgres", settings, func(ctx context.Context) (testcontainers.Container, string, error) {
 		return s.postgres(ctx, true, settings...)
 	})
 }
 
-func (s *Set) newServer(ctx context.Context, svc Service, start func(context.Context) (testcontainers.Container, string, error)) (*Server, error) {
+func (s *Set) newServer(ctx context.Context, svc Service, what string, settings []string, start func(context.Context) (testcontainers.Container, string, error)) (*Server, error) {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
@@ -67,15 +72,15 @@ func (s *Set) newServer(ctx context.Context, svc Service, start func(context.Con
 	c, u, err := start(ctx)
 	if c != nil {
 		s.mu.Lock()
-		s.own[c] = svc
+		s.own[c] = what
 		s.mu.Unlock()
 	}
-	sv := &Server{set: s, svc: svc, c: c, url: u}
+	sv := &Server{set: s, svc: svc, what: what, c: c, url: u, settings: settings}
 	if err != nil {
 		if c != nil {
 			sv.Close()
 		}
-		return nil, fmt.Errorf("containers: %s of its own: %w", svc, err)
+		return nil, fmt.Errorf("containers: %s of its own: %w", what, err)
 	}
 	switch svc {
 	case Redis:
@@ -85,20 +90,43 @@ func (s *Set) newServer(ctx context.Context, svc Service, start func(context.Con
 		sv.addr = postgresAddr(u)
 		sv.ping = func(ctx context.Context) error { return pingPostgres(ctx, u) }
 	}
-	fmt.Fprintf(s.opts.Log, "containers: %s of its own at %s (container %.12s)\n", svc, u, c.GetContainerID())
+	fmt.Fprintf(s.opts.Log, "containers: %s of its own at %s (container %.12s)\n", what, u, c.GetContainerID())
 	return sv, nil
+}
+
+// peer returns the host:port at which the other containers of the Set
+// reach the server: its own address on the host's network, its
+// container's IP and the server's port in the container on Docker's
+// bridge network (looked up now: a container restarted may get another
+// IP).
+func (sv *Server) peer(ctx context.Context) (string, error) {
+	if sv.set.opts.HostNetwork {
+		return sv.addr, nil
+	}
+	ip, err := sv.c.ContainerIP(ctx)
+	if err != nil {
+		return "", fmt.Errorf("containers: %s: container IP: %w", sv.what, err)
+	}
+	if ip == "" {
+		return "", fmt.Errorf("containers: %s: its container has no IP on a single network", sv.what)
+	}
+	port := "6379"
+	if sv.svc == Postgres {
+		port = "5432"
+	}
+	return net.JoinHostPort(ip, port), nil
 }
 
 // Restart stops the container (SIGTERM, then SIGKILL after timeout),
 // starts it again, and waits until the server answers.
 func (sv *Server) Restart(ctx context.Context, timeout time.Duration) error {
 	if err := sv.c.Stop(ctx, &timeout); err != nil {
-		return fmt.Errorf("containers: restart %s: %w", sv.svc, err)
+		return fmt.Errorf("containers: restart %s: %w", sv.what, err)
 	}
 	if err := sv.Start(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(sv.set.opts.Log, "containers: %s of its own restarted at %s\n", sv.svc, sv.addr)
+	fmt.Fprintf(sv.set.opts.Log, "containers: %s of its own restarted at %s\n", sv.what, sv.addr)
 	return nil
 }
 
@@ -110,37 +138,65 @@ func (sv *Server) Restart(ctx context.Context, timeout time.Duration) error {
 func (sv *Server) Kill(ctx context.Context) error {
 	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
 	if err != nil {
-		return fmt.Errorf("containers: kill %s: %w", sv.svc, err)
+		return fmt.Errorf("containers: kill %s: %w", sv.what, err)
 	}
 	defer cli.Close()
 	if _, err := cli.ContainerKill(ctx, sv.c.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		return fmt.Errorf("containers: kill %s: %w", sv.svc, err)
+		return fmt.Errorf("containers: kill %s: %w", sv.what, err)
 	}
 	for {
 		st, err := sv.c.State(ctx)
 		if err != nil {
-			return fmt.Errorf("containers: kill %s: %w", sv.svc, err)
+			return fmt.Errorf("containers: kill %s: %w", sv.what, err)
 		}
 		if !st.Running && !st.Restarting {
-			fmt.Fprintf(sv.set.opts.Log, "containers: %s of its own killed (SIGKILL, exit code %d)\n", sv.svc, st.ExitCode)
+			fmt.Fprintf(sv.set.opts.Log, "containers: %s of its own killed (SIGKILL, exit code %d)\n", sv.what, st.ExitCode)
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("containers: kill %s: still running: %w", sv.svc, ctx.Err())
+			return fmt.Errorf("containers: kill %s: still running: %w", sv.what, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// Pause freezes every process of the container (docker pause: the
+// cgroup freezer, as SIGSTOP to each): connections are accepted by the
+// kernel and nothing is answered until [Server.Unpause].
+func (sv *Server) Pause(ctx context.Context) error {
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return fmt.Errorf("containers: pause %s: %w", sv.what, err)
+	}
+	defer cli.Close()
+	if _, err := cli.ContainerPause(ctx, sv.c.GetContainerID(), client.ContainerPauseOptions{}); err != nil {
+		return fmt.Errorf("containers: pause %s: %w", sv.what, err)
+	}
+	return nil
+}
+
+// Unpause resumes a container frozen by [Server.Pause].
+func (sv *Server) Unpause(ctx context.Context) error {
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return fmt.Errorf("containers: unpause %s: %w", sv.what, err)
+	}
+	defer cli.Close()
+	if _, err := cli.ContainerUnpause(ctx, sv.c.GetContainerID(), client.ContainerUnpauseOptions{}); err != nil {
+		return fmt.Errorf("containers: unpause %s: %w", sv.what, err)
+	}
+	return nil
 }
 
 // Start starts a stopped (or killed) container again and waits until the
 // server answers.
 func (sv *Server) Start(ctx context.Context) error {
 	if err := sv.c.Start(ctx); err != nil {
-		return fmt.Errorf("containers: start %s: %w", sv.svc, err)
+		return fmt.Errorf("containers: start %s: %w", sv.what, err)
 	}
 	if err := sv.set.await(ctx, sv.c, sv.ping); err != nil {
-		return fmt.Errorf("containers: start %s: %w", sv.svc, err)
+		return fmt.Errorf("containers: start %s: %w", sv.what, err)
 	}
 	return nil
 }
@@ -155,10 +211,10 @@ func (sv *Server) Close() {
 		return // removed by Set.Close
 	}
 	if err := sv.c.Terminate(context.Background()); err != nil {
-		fmt.Fprintf(sv.set.opts.Log, "containers: remove %s of its own: %v\n", sv.svc, err)
+		fmt.Fprintf(sv.set.opts.Log, "containers: remove %s of its own: %v\n", sv.what, err)
 		return
 	}
-	fmt.Fprintf(sv.set.opts.Log, "containers: %s of its own removed\n", sv.svc)
+	fmt.Fprintf(sv.set.opts.Log, "containers: %s of its own removed\n", sv.what)
 }
 
 // fixedHostPort binds the container's port to a free host port picked

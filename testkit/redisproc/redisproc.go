@@ -120,6 +120,14 @@ func (s *Server) Kill() {
 	s.killLocked()
 }
 
+// Crash is [Server.Kill] for callers that take any server, some of which
+// can fail to die (a container's): SIGKILL, wait until the process is
+// gone. It returns nil.
+func (s *Server) Crash() error {
+	s.Kill()
+	return nil
+}
+
 // Restart starts the server again, empty, on the same port and with the
 // same [Options] (killing it first if it runs), and waits until it answers
 // PING. A cluster node keeps its nodes.conf, so it rejoins its cluster with

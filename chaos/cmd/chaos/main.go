@@ -10,12 +10,17 @@
 // for amqp-windows) in containers with testcontainers-go instead (Docker is
 // all it needs; see testkit/containers for the images and
 // ONCEKEY_CONTAINERS_NETWORK=host) and removes them at the end. The own
-// servers of redis-restart and pg-crash (and the hazard
-// pg-crash-async-commit) are containers too: the Redis restarted (stop,
-// start) and the PostgreSQL killed with SIGKILL and started again on its
-// data, through the container API. The other scenarios that start servers
-// of their own (-list says which) still start them from the machine's
-// redis-server and PostgreSQL binaries.
+// servers of redis-restart, redis-sentinel, pg-crash and pg-failover-sync
+// (and the hazards pg-crash-async-commit and pg-failover-async) are
+// containers too, their faults made through the container API: the Redis
+// restarted (stop, start); the Sentinels' primary killed with SIGKILL; the
+// PostgreSQL killed with SIGKILL and started again on its data; the
+// standby a container made with pg_basebackup -R from the primary's,
+// disconnected and promoted with SQL, the primary killed with SIGKILL.
+// Sentinels need ONCEKEY_CONTAINERS_NETWORK=host (on Docker's bridge
+// network redis-sentinel is skipped, saying why). The other scenarios that
+// start servers of their own (-list says which) still start them from the
+// machine's redis-server and PostgreSQL binaries.
 //
 // It prints a line per scenario as it finishes, then a table, writes a JSON
 // report when asked, and exits 1 when any scenario found a violation, could
@@ -23,7 +28,7 @@
 // and a key prefix of its own (removed at the end) and starts redis-server
 // processes of its own for the restart, failover, split-brain and eviction
 // scenarios (and says so when redis-server is not installed; under
-// -containers the restart scenario's Redis is a container).
+// -containers the restart and Sentinel scenarios' Redis are containers).
 //
 // -html DIR writes an HTML report to DIR: index.html, the scenarios with
 // the faults that fired and the violations, each linked to a page of its
@@ -97,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		list       = fs.Bool("list", false, "list the scenarios and exit")
 		keep       = fs.Bool("keep-schema", false, "keep the run's PostgreSQL schema for inspection")
 		budget     = fs.Duration("budget", 0, "wall-clock budget of the whole run (0: none); scenarios not started within it are left out")
-		useCtrs    = fs.Bool("containers", false, "start Redis and PostgreSQL (NATS for nats-windows, RabbitMQ for amqp-windows; redis-restart's Redis and pg-crash's PostgreSQL) in containers (Docker, testcontainers-go) instead of -redis and -postgres, removed at the end")
+		useCtrs    = fs.Bool("containers", false, "start Redis and PostgreSQL (NATS for nats-windows, RabbitMQ for amqp-windows; the own servers of redis-restart, redis-sentinel, pg-crash and pg-failover-sync) in containers (Docker, testcontainers-go) instead of -redis and -postgres, removed at the end")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -108,9 +113,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			var own string
 			switch {
 			case s.OnServers && s.OwnRedis:
-				own = " (starts its own redis-server; a Redis container under -containers)"
+				own = " (starts its own redis-server; containers under -containers)"
 			case s.OnServers && s.OwnPostgres:
-				own = " (starts its own PostgreSQL; a PostgreSQL container under -containers)"
+				own = " (starts its own PostgreSQL; containers under -containers)"
 			case s.OwnRedis && s.OwnPostgres:
 				own = " (starts its own redis-server and PostgreSQL, even under -containers)"
 			case s.OwnRedis:

@@ -6,7 +6,8 @@
 //     never answers), cuts every connection, or cuts a connection after N
 //     bytes of reply.
 //   - [Pair]: a primary and a replica of the suite's own (testkit/redisproc
-//     processes, which are restarted empty and paused with SIGSTOP), failed
+//     processes, which are restarted empty and paused with SIGSTOP, or any
+//     [Node], such as the chaos runner's containers), failed
 //     over to a replica that missed writes ([Pair.PauseReplication],
 //     [Pair.Failover]) or split-brained; [Fill] pushes a server run under
 //     maxmemory with allkeys-lru into evicting keys.

@@ -17,18 +17,42 @@ import (
 // linkTimeout bounds how long a replica may take to (re)attach.
 const linkTimeout = 20 * time.Second
 
-// Pair is a Redis primary with one replica, both processes of the suite.
+// Node is a Redis server of a [Pair]: a testkit/redisproc process (see
+// [StartPair]) or any server that is killed, restarted and paused the same
+// way (the chaos runner's containers).
+type Node interface {
+	// Addr is its host:port, the same after Restart.
+	Addr() string
+	// Crash kills it with SIGKILL and waits until it is gone; it stays
+	// down until Restart.
+	Crash() error
+	// Restart starts it again, empty (no persistence), on the same
+	// address, killing it first if it runs, and waits until it answers.
+	Restart() error
+	// Pause stops it (SIGSTOP, a frozen container): connections are
+	// accepted but nothing is answered until Resume.
+	Pause() error
+	// Resume undoes Pause.
+	Resume() error
+	// Close stops and removes it.
+	Close()
+}
+
+var _ Node = (*redisproc.Server)(nil)
+
+// Pair is a Redis primary with one replica, both servers of the suite.
 // The replica reaches its primary through a [Proxy] (the replication link),
-// so replication can be paused without touching either process: writes the
+// so replication can be paused without touching either server: writes the
 // primary accepts meanwhile never reach the replica, and are lost when the
-// replica is promoted.
+// replica is promoted. The servers must reach the proxy's loopback address
+// (processes do, and containers on the host's network).
 //
 // Clients should reach the pair through proxies of their own whose
 // upstream the scenario switches ([Proxy.SetUpstream]) on a failover.
 type Pair struct {
 	mu      sync.Mutex
-	primary *redisproc.Server
-	replica *redisproc.Server
+	primary Node
+	replica Node
 	link    *Proxy
 	undo    func() // removes the blackhole on the link
 
@@ -36,11 +60,24 @@ type Pair struct {
 	splitBrains atomic.Int64
 }
 
-// StartPair starts a primary and a replica of it and waits until the
-// replica has synchronized. An error matches redisproc.ErrNoBinary when
-// redis-server is not installed.
+// StartPair starts a primary and a replica of it, redis-server processes,
+// and waits until the replica has synchronized. An error matches
+// redisproc.ErrNoBinary when redis-server is not installed.
 func StartPair(ctx context.Context) (*Pair, error) {
-	primary, err := redisproc.New(redisproc.Options{})
+	return StartPairOn(ctx, func(context.Context) (Node, error) {
+		s, err := redisproc.New(redisproc.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	})
+}
+
+// StartPairOn is [StartPair] on servers that start starts: each an empty
+// Redis without persistence, started as a primary (so that a restart
+// brings it back as one; the pair attaches it with REPLICAOF).
+func StartPairOn(ctx context.Context, start func(context.Context) (Node, error)) (*Pair, error) {
+	primary, err := start(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -49,10 +86,7 @@ func StartPair(ctx context.Context) (*Pair, error) {
 		primary.Close()
 		return nil, err
 	}
-	// The replica is started as a primary and then attached, so that a
-	// restart brings every server of the pair back as a primary; relink
-	// attaches it again.
-	replica, err := redisproc.New(redisproc.Options{})
+	replica, err := start(ctx)
 	if err != nil {
 		link.Close()
 		primary.Close()
@@ -71,14 +105,14 @@ func StartPair(ctx context.Context) (*Pair, error) {
 }
 
 // Primary returns the current primary.
-func (p *Pair) Primary() *redisproc.Server {
+func (p *Pair) Primary() Node {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.primary
 }
 
 // Replica returns the current replica.
-func (p *Pair) Replica() *redisproc.Server {
+func (p *Pair) Replica() Node {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.replica
@@ -136,7 +170,7 @@ func (p *Pair) Lag(ctx context.Context) (int64, error) {
 // it had not received), kills the old primary, and brings it back empty as
 // the new primary's replica. It returns the new primary; clients must be
 // pointed at it. lost is the replication lag, in bytes, at the promotion.
-func (p *Pair) Failover(ctx context.Context) (newPrimary *redisproc.Server, lost int64, err error) {
+func (p *Pair) Failover(ctx context.Context) (newPrimary Node, lost int64, err error) {
 	lost, _ = p.Lag(ctx)
 	p.mu.Lock()
 	oldP, oldR := p.primary, p.replica
@@ -144,24 +178,26 @@ func (p *Pair) Failover(ctx context.Context) (newPrimary *redisproc.Server, lost
 	if err := ReplicaOf(ctx, oldR, ""); err != nil {
 		return nil, 0, err
 	}
-	oldP.Kill()
+	if err := oldP.Crash(); err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrRedisProcess, err)
+	}
 	p.mu.Lock()
 	p.primary, p.replica = oldR, oldP
 	p.mu.Unlock()
-	if err := p.relink(ctx); err != nil {
+	if err := p.relink(ctx, true); err != nil {
 		return nil, lost, err
 	}
 	p.failovers.Add(1)
 	return oldR, lost, nil
 }
 
-// SplitBrain pauses the primary with SIGSTOP, promotes the replica, and
+// SplitBrain pauses the primary (SIGSTOP), promotes the replica, and
 // resumes the old primary: two primaries now accept writes, each with its
 // own counters, so both grant the same generations. Clients still pointed
 // at the old primary keep reaching it. heal makes the old primary a
 // replica of the new one again (dropping what it accepted meanwhile) and
 // returns the new primary.
-func (p *Pair) SplitBrain(ctx context.Context) (newPrimary *redisproc.Server, heal func(context.Context) error, err error) {
+func (p *Pair) SplitBrain(ctx context.Context) (newPrimary Node, heal func(context.Context) error, err error) {
 	p.mu.Lock()
 	oldP, oldR := p.primary, p.replica
 	p.mu.Unlock()
@@ -180,15 +216,15 @@ func (p *Pair) SplitBrain(ctx context.Context) (newPrimary *redisproc.Server, he
 		p.mu.Lock()
 		p.primary, p.replica = oldR, oldP
 		p.mu.Unlock()
-		return p.relink(ctx)
+		return p.relink(ctx, false)
 	}
 	return oldR, heal, nil
 }
 
 // relink points the replication link at the current primary, makes the
-// current replica (restarted empty when it is not running) replicate
-// through it, and waits until it is attached.
-func (p *Pair) relink(ctx context.Context) error {
+// current replica (restarted empty first when restart: it was killed)
+// replicate through it, and waits until it is attached.
+func (p *Pair) relink(ctx context.Context, restart bool) error {
 	p.ResumeReplication()
 	p.mu.Lock()
 	primary, replica := p.primary, p.replica
@@ -196,7 +232,7 @@ func (p *Pair) relink(ctx context.Context) error {
 	if err := p.link.SetUpstream(primary.Addr()); err != nil {
 		return err
 	}
-	if !replica.Running() {
+	if restart {
 		if err := replica.Restart(); err != nil {
 			return fmt.Errorf("%w: %w", ErrRedisProcess, err)
 		}
@@ -207,11 +243,28 @@ func (p *Pair) relink(ctx context.Context) error {
 	return p.waitLinked(ctx)
 }
 
+// waitLinked waits until the replica reports its link to its primary up
+// (INFO replication: master_link_status:up), for at most linkTimeout.
 func (p *Pair) waitLinked(ctx context.Context) error {
-	if err := p.Replica().WaitLinked(ctx, linkTimeout); err != nil {
-		return fmt.Errorf("%w: replica of %s: %w", ErrRedisProcess, p.Primary().Addr(), err)
+	replica := p.Replica()
+	c := AdminClient(replica.Addr())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, linkTimeout)
+	defer cancel()
+	for {
+		info, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("replica link not up:\n%s", info)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: replica %s of %s: %w", ErrRedisProcess, replica.Addr(), p.Primary().Addr(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return nil
 }
 
 // Close stops both servers and the link.
@@ -223,7 +276,7 @@ func (p *Pair) Close() {
 	p.replica.Close()
 }
 
-func replOffset(ctx context.Context, s *redisproc.Server, field string) (int64, error) {
+func replOffset(ctx context.Context, s Node, field string) (int64, error) {
 	c := AdminClient(s.Addr())
 	defer c.Close()
 	info, err := c.Info(ctx, "replication").Result()

@@ -91,6 +91,9 @@ func (c *Cluster) URL() string {
 // Port is the server's port.
 func (c *Cluster) Port() int { return c.port }
 
+// Addr is the server's host:port, "127.0.0.1:port".
+func (c *Cluster) Addr() string { return "127.0.0.1:" + strconv.Itoa(c.port) }
+
 func (c *Cluster) run(ctx context.Context, tool string, args ...string) error {
 	name := filepath.Join(c.bin, tool)
 	var cmd *exec.Cmd

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/oncekey/oncekey/testkit/redisproc"
 )
 
 // The suite's redis-server processes are testkit/redisproc's (started with
@@ -23,7 +21,7 @@ func AdminClient(addr string) *redis.Client {
 
 // ReplicaOf makes s a replica of addr (it drops its own data and loads the
 // primary's) or, with addr "", a primary (REPLICAOF NO ONE).
-func ReplicaOf(ctx context.Context, s *redisproc.Server, addr string) error {
+func ReplicaOf(ctx context.Context, s Node, addr string) error {
 	c := AdminClient(s.Addr())
 	defer c.Close()
 	var err error
