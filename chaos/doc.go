@@ -114,7 +114,11 @@
 //   - unresolved-stays-processing: a dead worker's record that the
 //     Reconciler adopted and could not resolve left processing under its
 //     lease instead of uncertain, so a retry takes it over once that lease
-//     ran out and runs the work again (reconcile-unresolved).
+//     ran out and runs the work again (reconcile-unresolved);
+//   - expires-in-inflated: a live record's remaining life reported an
+//     hour longer than it is, so the replay caches (in process and
+//     Redis's refilled copies) keep a result past its record and replay a
+//     key's previous life (replay-cache).
 //
 // Three more break the settlement engine every entry point shares rather
 // than the store, for the whole process while a scenario runs; each is
