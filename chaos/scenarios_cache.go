@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/chaos/internal/broken"
+	"github.com/oncekey/oncekey/chaos/internal/check"
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/claim"
@@ -732,7 +733,7 @@ func (x *cacheWorld) after(_ context.Context, e *env, _ []*op) error {
 				e.fault("replayed-after-resolve")
 			}
 		case roleSwept, roleExpired:
-			if c.Epoch == 2 && isAnswer(c) {
+			if c.Epoch == 2 && check.IsAck(c) {
 				seen[c.Key] = true
 			}
 		}
@@ -752,7 +753,7 @@ func (x *cacheWorld) after(_ context.Context, e *env, _ []*op) error {
 func (x *cacheWorld) noStaleLife(calls []history.Call) {
 	old := map[string]map[string]int{} // key -> body -> epoch
 	for _, c := range calls {
-		if c.Body != "" && (isAnswer(c) || c.Kind == history.Execute || c.Kind == history.Complete) {
+		if c.Body != "" && (check.IsAck(c) || c.Kind == history.Execute || c.Kind == history.Complete) {
 			if old[c.Key] == nil {
 				old[c.Key] = map[string]int{}
 			}
@@ -773,17 +774,6 @@ func (x *cacheWorld) noStaleLife(calls []history.Call) {
 			x.e.violation("no-replay-of-an-expired-life", c.Op(), "client %d got life %d's result in life %d (%s)", c.Client, e, c.Epoch, from)
 		}
 	}
-}
-
-// isAnswer reports whether c gave its client a result.
-func isAnswer(c history.Call) bool {
-	switch c.Kind {
-	case history.Execute, history.Complete:
-		return !c.Ambiguous
-	case history.Replay:
-		return true
-	}
-	return false
 }
 
 // cacheProbe follows one attempt: whether it sent a Redis command, and

@@ -124,7 +124,7 @@ func Check(in Input, opts Options) Report {
 	acks := map[string][]history.Call{}
 	for _, c := range in.Calls {
 		ops[c.Op()] = true
-		if isAck(c) {
+		if IsAck(c) {
 			acks[c.Op()] = append(acks[c.Op()], c)
 		}
 	}
@@ -299,8 +299,8 @@ func Check(in Input, opts Options) Report {
 	return rep
 }
 
-// isAck reports whether a client received a result from c.
-func isAck(c history.Call) bool {
+// IsAck reports whether a client received a result from c.
+func IsAck(c history.Call) bool {
 	switch c.Kind {
 	case history.Execute, history.Complete:
 		return !c.Ambiguous
