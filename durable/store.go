@@ -21,7 +21,6 @@ const (
 	Uncertain  State = "uncertain"
 )
 
-
 // Finished reports whether s is completed or failed: a state whose result is
 // replayed.
 func (s State) Finished() bool { return s == Completed || s == Failed }
