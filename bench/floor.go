@@ -35,7 +35,6 @@ var (
 	leaseUs     = benchLease.Microseconds()
 	retentionUs = benchRetention.Microseconds()
 	leaseMs     = benchLease.Milliseconds()
-	retentionMs = benchRetention.Milliseconds()
 )
 
 // floors are the library-free ways of doing what a workload does: the
@@ -193,7 +192,7 @@ func (f *floors) captureScript(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: Do: %w", ErrCapture, err)
 	}
-	want := []any{"evalsha", "", 3, "", "", "", fingerprint, "", leaseMs, retentionMs}
+	want := []any{"evalsha", "", 1, "", fingerprint, "", leaseMs}
 	for _, args := range cmds {
 		if len(args) < 2 {
 			continue
@@ -208,7 +207,7 @@ func (f *floors) captureScript(ctx context.Context) error {
 		default:
 			continue
 		}
-		if !sameShape(args, want) || fmt.Sprint(plain(args[2])) != "3" {
+		if !sameShape(args, want) || fmt.Sprint(plain(args[2])) != "1" {
 			shape := make([]string, len(args))
 			for i, a := range args {
 				shape[i] = fmt.Sprintf("%T", a)
@@ -330,8 +329,8 @@ func insertOrder(ctx context.Context, e *env, tx pgx.Tx, key string) error {
 	return nil
 }
 
-// evalsha is the Redis floor: one EVALSHA of claim.lua on the key's three
-// keys, as the library sends it, with a fresh owner.
+// evalsha is the Redis floor: one EVALSHA of claim.lua on the record's
+// key, as the library sends it, with a fresh owner.
 func (f *floors) evalsha(ctx context.Context, key string) (outcome, error) {
 	return f.evalshaOn(ctx, f.e.rdb, key)
 }
@@ -339,8 +338,8 @@ func (f *floors) evalsha(ctx context.Context, key string) (outcome, error) {
 // evalshaOn is evalsha on client c.
 func (f *floors) evalshaOn(ctx context.Context, c *redis.Client, key string) (outcome, error) {
 	k := fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil))
-	v, err := c.EvalSha(ctx, f.sha, []string{k.Lease, k.Gen, k.Result},
-		fingerprint, uuid.New().String(), leaseMs, retentionMs).Slice()
+	v, err := c.EvalSha(ctx, f.sha, []string{k.Record},
+		fingerprint, uuid.New().String(), leaseMs).Slice()
 	if err != nil {
 		return oOther, err
 	}

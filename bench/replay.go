@@ -119,17 +119,17 @@ func ensureCached(ctx context.Context, e *env, keys []string) error {
 	for _, k := range keys {
 		rk := fastpath.KeysFor(e.prefix, scope(k).Ref(nil))
 		for attempt := 0; ; attempt++ {
-			n, err := e.rdb.Exists(ctx, rk.Result).Result()
+			st, err := fastpath.ReadStored(ctx, e.rdb, rk)
 			if err != nil {
 				return fmt.Errorf("bench: replay: %w", err)
 			}
-			if n == 1 {
+			if st.Kind == fastpath.StoredResult {
 				break
 			}
 			if attempt == 3 {
 				return fmt.Errorf("bench: replay: a completed key's result could not be cached in Redis")
 			}
-			if err := e.rdb.Del(ctx, rk.Lease).Err(); err != nil {
+			if err := e.rdb.Del(ctx, rk.Record).Err(); err != nil {
 				return fmt.Errorf("bench: replay: %w", err)
 			}
 			if _, err := e.setup.Claim(ctx, request(k)); err != nil { // a durable replay refills the cache

@@ -48,7 +48,7 @@ func registry() []scenario {
 		{name: "redis-failover", forces: "Redis failed over to a replica that missed writes (replication paused, REPLICAOF NO ONE)", ownRedis: true, onServers: true, setup: setupFailover},
 		{name: "split-brain", forces: "Redis split brain: primary SIGSTOPped, replica promoted, old primary resumed and still used by some clients", ownRedis: true, onServers: true, setup: setupSplitBrain},
 		{name: "redis-down", forces: "Redis blackholed, its connections cut, its replies cut after N bytes: the breaker opens, the database alone decides", setup: setupRedisDown},
-		{name: "redis-eviction", forces: "Redis under maxmemory with allkeys-lru evicting leases, counters and cached results", ownRedis: true, setup: setupEviction},
+		{name: "redis-eviction", forces: "Redis under maxmemory with allkeys-lru evicting leases and cached results", ownRedis: true, setup: setupEviction},
 		{name: "redis-delayed-reply", forces: "Redis replies delayed past the read timeout: go-redis re-sends the scripts, which run again", setup: setupDelayedReply},
 		{name: "db-cut-before-commit", forces: "PostgreSQL backends terminated mid-transaction (pg_terminate_backend), before the commit", setup: setupDBKill},
 		{name: "db-cut-after-commit", forces: "a COMMIT (or a fenced write) applied whose acknowledgement is lost", setup: setupCommitCut},

@@ -228,7 +228,7 @@ func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.Claim
 		c.log.Info("oncekey: took over an expired lease", "op", t.ref, "generation", res.Token.Generation)
 	}
 	if (f.answered && res.Token.Generation != f.proposed) || f.ambiguous {
-		err := c.scripts.SyncGenKeys(context.WithoutCancel(ctx), t.keys, res.Token, p.Retention)
+		err := c.scripts.SyncGenKeys(context.WithoutCancel(ctx), t.keys, res.Token)
 		c.tr.event(ctx, eventRedisSync, err)
 		if err != nil {
 			c.debug("oncekey: redis syncgen failed", t.ref, err)

@@ -232,9 +232,9 @@ func TestClaimer_RedisLosesData(t *testing.T) {
 		if g <= last {
 			t.Fatalf("generation %d, want above %d (the database's, not Redis's)", g, last)
 		}
-		gen, err := e.rdb.Get(t.Context(), fastpath.KeysFor(e.prefix, e.ref(r)).Gen).Uint64()
-		if err != nil || gen < g {
-			t.Fatalf("redis generation counter = %d, %v; want synced to >= %d", gen, err, g)
+		st, err := fastpath.ReadStored(t.Context(), e.rdb, fastpath.KeysFor(e.prefix, e.ref(r)))
+		if err != nil || st.Kind != fastpath.StoredLease || st.Generation != g || st.Owner != out.Lease.Token().Owner.String() {
+			t.Fatalf("redis holds %+v, %v; want this owner's lease synced to generation %d", st, err, g)
 		}
 	})
 

@@ -208,8 +208,8 @@ func TestLease_KeepAliveIsNotDelayedBySlowRedis(t *testing.T) {
 	st := &slowRenew{Store: e.store, delay: lease * 35 / 100}
 	e.loadScripts()
 	var slowed atomic.Int64
-	slow := &faultyRedis{Scripter: e.rdb, before: func(keys []string) {
-		if len(keys) == 1 { // renew.lua (and release.lua, not called here)
+	slow := &faultyRedis{Scripter: e.rdb, before: func(script string) {
+		if script == "renew.lua" {
 			slowed.Add(1)
 			time.Sleep(lease * 8 / 10)
 		}

@@ -68,7 +68,7 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 	ctx, span := c.tr.start(ctx, spanRedisClaim)
 	defer span.End()
 	asked := time.Now()
-	rep, err := c.scripts.ClaimKeys(ctx, t.keys, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, Retention: p.Retention, WithTTL: c.local != nil})
+	rep, err := c.scripts.ClaimKeys(ctx, t.keys, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, WithTTL: c.local != nil})
 	if span.IsRecording() {
 		span.SetAttributes(attrRedisResult.String(redisResult(rep.Status, err)))
 	}
@@ -99,7 +99,7 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 			// can tell; ask it, proposing no generation.
 			return fast{}
 		}
-		return fast{answered: true, final: true, kind: InProgress, retry: rep.PTTL}
+		return fast{answered: true, final: true, kind: InProgress, retry: rep.Lease}
 	}
 	return fast{}
 }

@@ -2,11 +2,13 @@ package claim_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
+	"io/fs"
 	"net"
 	"os"
-	"strconv"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,40 +25,52 @@ import (
 // faultyRedis is a redis.Scripter in front of a real client that injects
 // faults around script calls. before runs before a script is sent; after
 // sees its reply and may replace it (a reply lost after the script ran).
-// Scripts are told apart by their keys: claim.lua has three
-// (lease, gen, result), complete.lua two ending in the result key.
+// Both are given the script's file name ("claim.lua", "complete.lua", ...),
+// found from its SHA1: every script has the record's one key.
 type faultyRedis struct {
 	redis.Scripter
-	before func(keys []string)
-	after  func(ctx context.Context, keys []string, reply *redis.Cmd) *redis.Cmd
+	before func(script string)
+	after  func(ctx context.Context, script string, reply *redis.Cmd) *redis.Cmd
 }
 
-func (f *faultyRedis) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	if f.before != nil {
-		f.before(keys)
-	}
-	return f.reply(ctx, keys, f.Scripter.Eval(ctx, script, keys, args...))
+func (f *faultyRedis) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return f.run(ctx, shaOf(src), func() *redis.Cmd { return f.Scripter.Eval(ctx, src, keys, args...) })
 }
 
 func (f *faultyRedis) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if f.before != nil {
-		f.before(keys)
-	}
-	return f.reply(ctx, keys, f.Scripter.EvalSha(ctx, sha, keys, args...))
+	return f.run(ctx, sha, func() *redis.Cmd { return f.Scripter.EvalSha(ctx, sha, keys, args...) })
 }
 
-func (f *faultyRedis) reply(ctx context.Context, keys []string, cmd *redis.Cmd) *redis.Cmd {
+func (f *faultyRedis) run(ctx context.Context, sha string, send func() *redis.Cmd) *redis.Cmd {
+	name := scriptNames()[sha]
+	if f.before != nil {
+		f.before(name)
+	}
+	cmd := send()
 	if f.after == nil || cmd.Err() != nil {
 		return cmd // a NOSCRIPT reply did not run the script
 	}
-	return f.after(ctx, keys, cmd)
+	return f.after(ctx, name, cmd)
 }
 
-func isCompleteScript(keys []string) bool {
-	return len(keys) == 2 && strings.HasSuffix(keys[1], ":result")
+func shaOf(src string) string {
+	sum := sha1.Sum([]byte(src))
+	return hex.EncodeToString(sum[:])
 }
 
-func isClaimScript(keys []string) bool { return len(keys) == 3 }
+// scriptNames maps each embedded script's SHA1 to its file name.
+var scriptNames = sync.OnceValue(func() map[string]string {
+	m := map[string]string{}
+	ents, _ := fs.ReadDir(lua.Sources, ".")
+	for _, d := range ents {
+		src, err := fs.ReadFile(lua.Sources, d.Name())
+		if err != nil {
+			panic(err)
+		}
+		m[shaOf(string(src))] = d.Name()
+	}
+	return m
+})
 
 // loadScripts loads the scripts into Redis, so that a wrapper sees each call
 // once (no NOSCRIPT round trip first).
@@ -77,9 +91,13 @@ func (e *env) loadScripts() {
 func (e *env) assertCacheWithinRecord(r claim.Request) {
 	e.t.Helper()
 	ref := e.ref(r)
-	pttl, err := e.rdb.PTTL(e.t.Context(), fastpath.KeysFor(e.prefix, ref).Result).Result()
+	st, err := fastpath.ReadStored(e.t.Context(), e.rdb, fastpath.KeysFor(e.prefix, ref))
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	pttl := st.TTL
+	if st.Kind != fastpath.StoredResult {
+		pttl = 0
 	}
 	rec, err := e.store.Get(e.t.Context(), ref)
 	if err != nil {
@@ -101,8 +119,8 @@ func TestClaimer_RedisCacheNeverOutlivesTheRecord(t *testing.T) {
 	setupSlow := func(t *testing.T) (*env, *claim.Claimer[pgx.Tx]) {
 		e := setup(t, withRedis)
 		e.loadScripts()
-		slow := &faultyRedis{Scripter: e.rdb, before: func(keys []string) {
-			if isCompleteScript(keys) {
+		slow := &faultyRedis{Scripter: e.rdb, before: func(script string) {
+			if script == "complete.lua" {
 				time.Sleep(delay)
 			}
 		}}
@@ -166,8 +184,8 @@ func TestClaimer_RedisCacheNeverOutlivesTheRecord(t *testing.T) {
 func (e *env) lostClaimReplies(store storeapi.Store[pgx.Tx]) *claim.Claimer[pgx.Tx] {
 	e.t.Helper()
 	e.loadScripts()
-	lost := &faultyRedis{Scripter: e.rdb, after: func(ctx context.Context, keys []string, reply *redis.Cmd) *redis.Cmd {
-		if !isClaimScript(keys) {
+	lost := &faultyRedis{Scripter: e.rdb, after: func(ctx context.Context, script string, reply *redis.Cmd) *redis.Cmd {
+		if script != "claim.lua" {
 			return reply
 		}
 		cmd := redis.NewCmd(ctx)
@@ -193,11 +211,11 @@ func setupLostClaimReplies(t *testing.T) (*env, *claim.Claimer[pgx.Tx]) {
 
 func (e *env) redisLeaseExists(r claim.Request) bool {
 	e.t.Helper()
-	n, err := e.rdb.Exists(e.t.Context(), fastpath.KeysFor(e.prefix, e.ref(r)).Lease).Result()
+	st, err := fastpath.ReadStored(e.t.Context(), e.rdb, fastpath.KeysFor(e.prefix, e.ref(r)))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return n == 1
+	return st.Kind == fastpath.StoredLease
 }
 
 func TestClaimer_LostRedisClaimReply(t *testing.T) {
@@ -279,16 +297,12 @@ func TestClaimer_LostRedisClaimReply(t *testing.T) {
 			t.Fatalf("generation %v not newer than %v", tok, prev.Lease.Token())
 		}
 		k := fastpath.KeysFor(e.prefix, e.ref(r))
-		lease, err := e.rdb.HGetAll(t.Context(), k.Lease).Result()
+		st, err := fastpath.ReadStored(t.Context(), e.rdb, k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lease["o"] != tok.Owner.String() || lease["g"] != strconv.FormatUint(tok.Generation, 10) {
-			t.Fatalf("Redis lease = %v, want owner %s at the durable generation %d", lease, tok.Owner, tok.Generation)
-		}
-		gen, err := e.rdb.Get(t.Context(), k.Gen).Uint64()
-		if err != nil || gen < tok.Generation {
-			t.Fatalf("Redis generation counter = %d, %v; want at least the durable %d", gen, err, tok.Generation)
+		if st.Kind != fastpath.StoredLease || st.Owner != tok.Owner.String() || st.Generation != tok.Generation {
+			t.Fatalf("Redis holds %+v, want owner %s's lease at the durable generation %d", st, tok.Owner, tok.Generation)
 		}
 		mustClaim(t, e.c, r, claim.InProgress)
 		if err := out.Lease.Complete(t.Context(), result("ok")); err != nil {

@@ -180,7 +180,7 @@ func (e *env) expireLease(r claim.Request) {
 		e.t.Fatal(err)
 	}
 	if e.rdb != nil {
-		e.rdb.Del(e.t.Context(), fastpath.KeysFor(e.prefix, ref).Lease)
+		e.rdb.Del(e.t.Context(), fastpath.KeysFor(e.prefix, ref).Record)
 	}
 }
 

@@ -93,9 +93,9 @@
 // that: both backends reject a lock or busy timeout of 30 s or more. This
 // assumes the database server's clock does not step back by more than about a
 // minute; a larger step back (a badly set clock corrected backwards) could let
-// a claim after a sweep reuse a generation. Redis proposes max(its counter+1,
-// its clock in milliseconds - 59000) (lua/claim.lua), a second above the
-// store's floor, so its proposals normally lead and are kept.
+// a claim after a sweep reuse a generation. Redis proposes its clock in
+// milliseconds - 59000 (lua/claim.lua), a second above the store's floor,
+// so its proposals normally lead and are kept.
 //
 // # Fencing
 //

@@ -1,87 +1,81 @@
 -- claim.lua: take the lease of one idempotency key, or say why not.
--- KEYS[1]=lease KEYS[2]=gen KEYS[3]=result (one hash tag: one slot)
--- ARGV[1]=fingerprint ARGV[2]=owner ARGV[3]=lease_ms ARGV[4]=retention_ms
--- ARGV[5]="ttl" (optional): a cached reply carries the result's PTTL too
+-- KEYS[1]=rec, the record's one key: absent, a lease or a result (below)
+-- ARGV[1]=fingerprint ARGV[2]=owner ARGV[3]=lease_ms
+-- ARGV[4]="ttl" (optional): a cached reply carries the result's PTTL too
 -- (the in-process replay cache keeps its copy no longer than Redis's).
+-- rec holds one of two strings:
+--   lease  "L" gen ":" lease_ms ":" owner fingerprint     (PX lease_ms)
+--   result "R" gen ":" #fingerprint ":" fingerprint blob  (PX ttl)
+-- gen is a decimal without leading zeros, lease_ms decimal, owner a UUID's
+-- 36-byte text; anything else counts as absent.
 -- Returns one of:
 --   {"cached", fingerprint, generation, blob}  a result with this fingerprint is cached
 --   {"cached", fingerprint, generation, blob, pttl_ms}  the same, asked with "ttl"
 --   {"mismatch"}                                a result with another fingerprint is cached
 --   {"acquired", generation}                    this owner holds the lease now
---   {"busy", generation, owner, pttl_ms, same}  another owner holds a live lease;
+--   {"busy", generation, owner, lease_ms, same} another owner holds a live lease of
+--                                               lease_ms (its length: it ends sooner);
 --                                               same is 1 when it is for this fingerprint
 -- A live lease of this owner with another fingerprint is busy too. A
 -- lease's fingerprint never makes a mismatch: a lease left behind by a
 -- release that did not reach Redis must not make a new request fail for good.
--- A new lease proposes generation = max(counter + 1, Redis clock ms - 59000)
--- and stores it in the counter. The durable store gives a record it creates
--- or restarts at least its own clock ms - 60000: when the two clocks agree
--- within a second the database keeps this proposal and no sync is needed.
--- A counter already ahead of the clock rises by 1. The counter's TTL is
--- raised to the retention, never lowered.
--- Server calls: a replay 1 (HMGET; 2 with "ttl": HMGET, PTTL), a busy duplicate 3 (HMGET, HMGET, PTTL),
--- a new key 7 (HMGET, HMGET, TIME, GET, SET, HSET, PEXPIRE); each read is
--- of a key the script does not write before it.
+-- A new lease proposes generation = Redis clock ms - 59000. The durable
+-- store gives a record it creates or restarts at least its own clock ms -
+-- 60000 and more than the record's last generation: a takeover comes at
+-- least one lease after the lease it takes over was proposed, so while the
+-- two clocks agree within a second the store keeps the proposal and no
+-- sync is needed.
+-- Server calls (EVALSHA included): a replay 2 (3 with "ttl": PTTL), a busy
+-- duplicate 2, a new key 4 (GET, TIME, SET).
 -- Generations travel as decimal strings: a Lua number is a double, exact for
 -- the clock's ~1.8e12 but not above 2^53, and tostring would print 1.8e+12.
 -- Safe to re-run: a second run by the lease holder finds its own lease and
 -- returns the same generation without proposing another.
-local function gt(a, b) -- a > b for canonical decimal strings
-  if #a ~= #b then return #a > #b end
-  return a > b
-end
-
-local function inc(s) -- s + 1 for a canonical decimal string
-  local i = #s
-  while i > 0 and string.sub(s, i, i) == '9' do i = i - 1 end
-  if i == 0 then return '1' .. string.rep('0', #s) end
-  return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) ..
-    string.rep('0', #s - i)
-end
-
-local res = redis.call('HMGET', KEYS[3], 'f', 'g', 'd')
-if res[1] then
-  if res[1] == ARGV[1] then
-    if ARGV[5] == 'ttl' then
-      return {'cached', res[1], res[2], res[3], redis.call('PTTL', KEYS[3])}
-    end
-    return {'cached', res[1], res[2], res[3]}
+-- parse(v) returns the form of rec's value: 'L', gen, lease_ms, owner, fp
+-- or 'R', gen, fp, blob, or nil for any other value (absent, or not one of
+-- the two forms: the scripts treat it as absent).
+local function parse(v)
+  if not v then return nil end
+  local kind = string.sub(v, 1, 1)
+  local a = string.find(v, ':', 2, true)
+  local b = a and string.find(v, ':', a + 1, true)
+  if not b then return nil end
+  local gen, n = string.sub(v, 2, a - 1), string.sub(v, a + 1, b - 1)
+  if not string.match(gen, '^[1-9]%d*$') or not string.match(n, '^%d+$') then
+    return nil
   end
-  return {'mismatch'}
+  if kind == 'L' and #v >= b + 36 then
+    return 'L', gen, n, string.sub(v, b + 1, b + 36), string.sub(v, b + 37)
+  end
+  n = tonumber(n)
+  if kind == 'R' and #v >= b + n then
+    return 'R', gen, string.sub(v, b + 1, b + n), string.sub(v, b + n + 1)
+  end
+  return nil
 end
 
-local lease = redis.call('HMGET', KEYS[1], 'o', 'g', 'f')
-if lease[1] then
-  if lease[1] == ARGV[2] and lease[3] == ARGV[1] then
-    return {'acquired', lease[2]}
+local kind, gen, x, y, z = parse(redis.call('GET', KEYS[1]))
+if kind == 'R' then -- x: fingerprint, y: blob
+  if x ~= ARGV[1] then
+    return {'mismatch'}
   end
+  if ARGV[4] == 'ttl' then
+    return {'cached', x, gen, y, redis.call('PTTL', KEYS[1])}
+  end
+  return {'cached', x, gen, y}
+elseif kind == 'L' then -- x: lease_ms, y: owner, z: fingerprint
   local same = 0
-  if lease[3] == ARGV[1] then same = 1 end
-  return {'busy', lease[2], lease[1], redis.call('PTTL', KEYS[1]), same}
+  if z == ARGV[1] then same = 1 end
+  if y == ARGV[2] and same == 1 then
+    return {'acquired', gen}
+  end
+  return {'busy', gen, y, tonumber(x), same}
 end
 
 -- TIME is {seconds, microseconds}; whole ms since the epoch minus 59 s.
 local now = redis.call('TIME')
-local floor = string.format('%d',
+gen = string.format('%d',
   tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - 59000)
-local retention = ARGV[4]
-local gen = redis.call('GET', KEYS[2])
-if gen and string.match(gen, '^[1-9]%d*$') then
-  gen = inc(gen)
-  if gt(floor, gen) then gen = floor end
-  redis.call('SET', KEYS[2], gen, 'KEEPTTL')
-  -- Keep the counter at least for the retention; never shorten it (PTTL is
-  -- -1 for a counter without a TTL). PEXPIRE's GT would save the PTTL but
-  -- needs Redis 7.
-  if redis.call('PTTL', KEYS[2]) < tonumber(retention) then
-    redis.call('PEXPIRE', KEYS[2], retention)
-  end
-else
-  -- No counter (or not a generation): the clock's proposal, kept for the
-  -- retention.
-  gen = floor
-  redis.call('SET', KEYS[2], gen, 'PX', retention)
-end
-redis.call('HSET', KEYS[1], 'o', ARGV[2], 'g', gen, 'f', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[1], 'L' .. gen .. ':' .. ARGV[3] .. ':' .. ARGV[2] .. ARGV[1],
+  'PX', ARGV[3])
 return {'acquired', gen}

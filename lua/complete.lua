@@ -1,52 +1,75 @@
 -- complete.lua: cache a finished result, and drop the lease if this owner
 -- holds it.
--- KEYS[1]=lease KEYS[2]=result
--- ARGV[1]=owner ('' when refilling the cache from the database: no lease
---         is touched)
+-- KEYS[1]=rec (claim.lua's header gives its two forms, lease and result)
+-- ARGV[1]=owner ('' when refilling the cache from the database: it holds no
+--         lease)
 -- ARGV[2]=generation (decimal) ARGV[3]=fingerprint ARGV[4]=blob
 -- ARGV[5]=ttl_ms (0: cache nothing, only drop the lease)
--- Returns {cached, dropped}: cached is 1 when the result hash holds this
--- result afterwards, dropped is 1 when this owner's lease was deleted.
+-- Returns {cached, dropped}: cached is 1 when rec holds this result
+-- afterwards, dropped is 1 when this call removed ARGV[1]'s lease.
 -- Rules, in order:
 --   1. a lease of another owner with a higher generation means this
 --      completion is stale: nothing is written;
 --   2. a cached result of a higher generation is kept (not overwritten);
 --      the same result (fingerprint, generation, blob) is left as it is,
 --      TTL included, so a re-run changes nothing;
---   3. the lease is deleted only if ARGV[1] holds it.
--- Server calls for a first completion by the lease holder: 5 (HMGET, HMGET,
--- HSET, PEXPIRE, DEL).
--- Safe to re-run: a second run finds the same result cached and no lease of
--- ARGV[1], and writes nothing.
+--   3. otherwise the result is written, replacing the lease the key held
+--      (this owner's, or another owner's of a generation not above this
+--      one: the store committed this result, so that lease is stale);
+--   4. with nothing to cache, the lease is deleted only if ARGV[1] holds it.
+-- Server calls for a first completion by the lease holder (EVALSHA
+-- included): 3 (GET, SET).
+-- Safe to re-run: a second run finds the same result cached and writes
+-- nothing.
 local function gt(a, b) -- a > b for canonical decimal strings
   if #a ~= #b then return #a > #b end
   return a > b
 end
 
-local lease = redis.call('HMGET', KEYS[1], 'o', 'g')
-if lease[1] and lease[1] ~= ARGV[1] and lease[2] and gt(lease[2], ARGV[2]) then
+-- parse(v) returns the form of rec's value: 'L', gen, lease_ms, owner, fp
+-- or 'R', gen, fp, blob, or nil for any other value (absent, or not one of
+-- the two forms: the scripts treat it as absent).
+local function parse(v)
+  if not v then return nil end
+  local kind = string.sub(v, 1, 1)
+  local a = string.find(v, ':', 2, true)
+  local b = a and string.find(v, ':', a + 1, true)
+  if not b then return nil end
+  local gen, n = string.sub(v, 2, a - 1), string.sub(v, a + 1, b - 1)
+  if not string.match(gen, '^[1-9]%d*$') or not string.match(n, '^%d+$') then
+    return nil
+  end
+  if kind == 'L' and #v >= b + 36 then
+    return 'L', gen, n, string.sub(v, b + 1, b + 36), string.sub(v, b + 37)
+  end
+  n = tonumber(n)
+  if kind == 'R' and #v >= b + n then
+    return 'R', gen, string.sub(v, b + 1, b + n), string.sub(v, b + n + 1)
+  end
+  return nil
+end
+
+local v = redis.call('GET', KEYS[1])
+local kind, gen, x, y = parse(v)
+local mine = kind == 'L' and ARGV[1] ~= '' and y == ARGV[1]
+if kind == 'L' and not mine and gt(gen, ARGV[2]) then
   return {0, 0}
 end
 
-local cached = 0
+local dropped = 0
+if mine then dropped = 1 end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
-  local r = redis.call('HMGET', KEYS[2], 'f', 'g', 'd')
-  if r[1] and r[2] and gt(r[2], ARGV[2]) then
-    cached = 0
-  elseif r[1] == ARGV[3] and r[2] == ARGV[2] and r[3] == ARGV[4] then
-    cached = 1
-  else
-    -- The result hash holds f, g and d alone: HSET overwrites all three.
-    redis.call('HSET', KEYS[2], 'f', ARGV[3], 'g', ARGV[2], 'd', ARGV[4])
-    redis.call('PEXPIRE', KEYS[2], ttl)
-    cached = 1
+  if kind == 'R' and gt(gen, ARGV[2]) then
+    return {0, 0}
   end
+  local r = 'R' .. ARGV[2] .. ':' .. #ARGV[3] .. ':' .. ARGV[3] .. ARGV[4]
+  if v ~= r then
+    redis.call('SET', KEYS[1], r, 'PX', ttl)
+  end
+  return {1, dropped}
 end
-
-local dropped = 0
-if ARGV[1] ~= '' and lease[1] == ARGV[1] then
+if mine then
   redis.call('DEL', KEYS[1])
-  dropped = 1
 end
-return {cached, dropped}
+return {0, dropped}

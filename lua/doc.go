@@ -16,37 +16,45 @@
 //
 // Five scripts, embedded in [Sources]: claim.lua (take the lease or say
 // why not, proposing a generation), renew.lua, complete.lua (cache a
-// finished result and drop the lease), release.lua and syncgen.lua (raise
-// the generation counter to the database's). Each file's header states its
+// finished result and drop the lease), release.lua and syncgen.lua (give
+// this owner's lease the database's generation). Each file's header states its
 // keys, arguments, reply, rules and why it is safe to run again; that
 // header is the one description of the script. Lease and expiry timing
 // uses Redis's own clock (PX TTLs), never the caller's, and generations
 // cross the Lua boundary as decimal strings, so generations above 2^53 stay
 // exact.
 //
-// Invariants: no script deletes or changes another owner's lease; no script
-// lowers the generation counter; only claim.lua proposes from it
-// (syncgen.lua raises it to a given value), and never twice for one owner
-// while that owner's lease lives.
+// Invariants: no script deletes or changes another owner's lease, except
+// complete.lua replacing a lease of a generation not above the result it
+// caches (that result is durable, so the lease is stale); only claim.lua
+// proposes a generation, and never twice for one owner while that owner's
+// lease lives.
 //
 // # Key layout
 //
-// One idempotency key (a durable.Ref) has three Redis keys:
+// One idempotency key (a durable.Ref) has one Redis key, a string:
 //
-//	<prefix>:{<h>}:lease    hash {o: owner, g: generation, f: fingerprint}, PX = lease
-//	<prefix>:{<h>}:gen      decimal generation counter, TTL >= retention
-//	<prefix>:{<h>}:result   hash {f: fingerprint, g: generation, d: encoded result},
-//	                        TTL = min(record's remaining retention, CacheTTL)
+//	<prefix>:{<h>}:rec    a lease   "L" gen ":" lease_ms ":" owner fingerprint, PX = lease
+//	                      or a result "R" gen ":" len(fingerprint) ":" fingerprint blob,
+//	                      PX = min(record's remaining retention, CacheTTL)
+//
+// One key per record keeps every script to one read and at most one write:
+// a fresh claim and its completion cost 7 server calls, a busy duplicate
+// or a replay 2 (claim.lua's and complete.lua's headers count them). A
+// lease and a cached result never coexist: the result replaces the lease.
+// There is no generation counter: claim.lua proposes Redis's clock, the
+// durable store decides.
 //
 // h is the 64 lowercase hex digits of durable.Ref.Digest, a SHA-256 over
 // the length-prefixed tenant, operation and key hash. The braces make h the
-// Redis Cluster hash tag: the three keys share one slot, so every script
-// runs on one node with no CROSSSLOT error. No tenant, operation or key
-// appears in a key name, and a client key containing '{' or '}' cannot move
-// the slot, because only hex sits between the braces. The prefix is
-// [Options.Prefix].
+// Redis Cluster hash tag, so a cluster routes by it. No tenant, operation or
+// key appears in a key name, and a client key containing '{' or '}' cannot
+// move the slot, because only hex sits between the braces. The prefix is
+// [Options.Prefix]. Layout v1 (until 2026-12) used three keys per record
+// (:lease, :gen, :result); the two layouts do not share a key, so during a
+// rolling upgrade each runs beside the other, both arbitrated by the store.
 //
-// The result's "d" field is a compact versioned binary encoding of the
+// The blob is a compact versioned binary encoding of the
 // state, status, headers, body, version and resource id. Bodies over
 // [Options.MaxCachedBody] are not cached; their replays come from the
 // durable store.
@@ -82,8 +90,8 @@
 //
 // # Eviction
 //
-// Under any maxmemory-policy but noeviction Redis may evict a generation
-// counter or a lease. That is not fatal, since the durable store
+// Under any maxmemory-policy but noeviction Redis may evict a lease or a
+// cached result. That is not fatal, since the durable store
 // arbitrates, but the fast path is degraded: the Claimer reads the policy
 // once, after Redis first answers a claim, and logs a warning and sets the
 // oncekey.redis.eviction gauge for any other policy.

@@ -53,5 +53,5 @@ func ExampleSources() {
 	// -- complete.lua: cache a finished result, and drop the lease if this owner
 	// -- release.lua: drop the lease, only for the owner that holds it.
 	// -- renew.lua: extend the lease, only for the owner that holds it.
-	// -- syncgen.lua: raise the generation counter to the database's generation.
+	// -- syncgen.lua: give this owner's lease the database's generation.
 }

@@ -1,30 +1,30 @@
--- syncgen.lua: raise the generation counter to the database's generation.
--- KEYS[1]=lease KEYS[2]=gen
--- ARGV[1]=generation (decimal, >= 1) ARGV[2]=owner ('' for none)
--- ARGV[3]=retention_ms
--- Returns {counter, rewritten}: the counter afterwards (decimal string) and
--- 1 when ARGV[2] held the lease and its generation is now ARGV[1].
--- The counter only goes up: counter = max(counter, ARGV[1]); its TTL is
--- raised to at least the retention, never lowered.
--- Safe to re-run: a second run writes the same values.
-local function gt(a, b) -- a > b for canonical decimal strings
-  if #a ~= #b then return #a > #b end
-  return a > b
+-- syncgen.lua: give this owner's lease the database's generation.
+-- KEYS[1]=rec (claim.lua's header gives its forms)
+-- ARGV[1]=generation (decimal, >= 1) ARGV[2]=owner
+-- Returns 1 when ARGV[2] held the lease and its generation is now ARGV[1]
+-- (its TTL unchanged); 0 otherwise, with nothing written.
+-- Called when the durable store picked another generation than claim.lua
+-- proposed, so that complete.lua's staleness rule compares durable
+-- generations.
+-- Server calls (EVALSHA included): 3 (GET, SET).
+-- Safe to re-run: a second run writes the same value.
+-- leaseOwner(v) returns the owner and lease_ms of rec's value when it is a
+-- lease (claim.lua's parse, for the lease form), or nil.
+local function leaseOwner(v)
+  if not v or string.sub(v, 1, 1) ~= 'L' then return nil end
+  local a = string.find(v, ':', 2, true)
+  local b = a and string.find(v, ':', a + 1, true)
+  if not b or #v < b + 36 or not string.match(string.sub(v, 2, a - 1), '^[1-9]%d*$')
+      or not string.match(string.sub(v, a + 1, b - 1), '^%d+$') then
+    return nil
+  end
+  return string.sub(v, b + 1, b + 36), string.sub(v, a + 1, b - 1), a, b
 end
 
-local cur = redis.call('GET', KEYS[2])
-if (not cur) or gt(ARGV[1], cur) then
-  redis.call('SET', KEYS[2], ARGV[1], 'KEEPTTL')
-  cur = ARGV[1]
+local v = redis.call('GET', KEYS[1])
+local owner, _, a = leaseOwner(v)
+if owner == ARGV[2] then
+  redis.call('SET', KEYS[1], 'L' .. ARGV[1] .. string.sub(v, a), 'KEEPTTL')
+  return 1
 end
-local retention = tonumber(ARGV[3])
-if redis.call('PTTL', KEYS[2]) < retention then
-  redis.call('PEXPIRE', KEYS[2], retention)
-end
-
-local rewritten = 0
-if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'o') == ARGV[2] then
-  redis.call('HSET', KEYS[1], 'g', ARGV[1])
-  rewritten = 1
-end
-return {cur, rewritten}
+return 0

@@ -257,7 +257,7 @@ func (f *fixture) expireLease(tenant, key string) {
 		f.t.Fatalf("expire lease: %v (%d rows)", err, tag.RowsAffected())
 	}
 	if f.rdb != nil {
-		f.rdb.Del(context.Background(), fastpath.KeysFor(f.prefix, ref).Lease)
+		f.rdb.Del(context.Background(), fastpath.KeysFor(f.prefix, ref).Record)
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 // BenchmarkClaim compares, on the same client and the same real Redis, a
 // Claim through the wrapper (breaker, per-call timeout, typed reply) with a
 // bare EVALSHA of the same script, at 1 and 50 concurrent callers. Every
-// iteration claims a new scope (the TIME, GET, SET, HSET and PEXPIRE branch).
+// iteration claims a new scope (the GET, TIME and SET branch).
 //
 //	go test -run '^$' -bench BenchmarkClaim -benchtime 20000x ./internal/fastpath/
 func BenchmarkClaim(b *testing.B) {
@@ -46,7 +46,7 @@ func BenchmarkClaim(b *testing.B) {
 	nextRef := func() durable.Ref {
 		return durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: strconv.FormatInt(seq.Add(1), 10)}.Ref(nil)
 	}
-	const leaseMS, retentionMS = 10_000, 60_000
+	const leaseMS = 10_000
 
 	wrapper := func(c *redis.Client) func(b *testing.B, owner uuid.UUID) {
 		s, err := fastpath.New(c, fastpath.Options{Prefix: prefix, Timeout: time.Second})
@@ -54,7 +54,7 @@ func BenchmarkClaim(b *testing.B) {
 			b.Fatal(err)
 		}
 		return func(b *testing.B, owner uuid.UUID) {
-			r, err := s.Claim(ctx, nextRef(), fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: leaseMS * time.Millisecond, Retention: retentionMS * time.Millisecond})
+			r, err := s.Claim(ctx, nextRef(), fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: leaseMS * time.Millisecond})
 			if err != nil || r.Status != fastpath.ClaimAcquired {
 				b.Fatalf("Claim = %+v, %v", r, err)
 			}
@@ -62,7 +62,7 @@ func BenchmarkClaim(b *testing.B) {
 	}
 	bare := func(b *testing.B, owner uuid.UUID) {
 		k := fastpath.KeysFor(prefix, nextRef())
-		if err := ctxClient.EvalSha(ctx, sha, []string{k.Lease, k.Gen, k.Result}, fp, owner.String(), leaseMS, retentionMS).Err(); err != nil {
+		if err := ctxClient.EvalSha(ctx, sha, []string{k.Record}, fp, owner.String(), leaseMS).Err(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -118,7 +118,7 @@ func (c cannedScripter) EvalSha(ctx context.Context, _ string, _ []string, _ ...
 // a go-redis client's.
 func BenchmarkClaimOverhead(b *testing.B) {
 	ref := durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: "k"}.Ref(nil)
-	a := fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: time.Second, Retention: time.Minute}
+	a := fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: time.Second}
 	for _, direct := range []bool{true, false} {
 		// A long timeout: this measures CPU, and 50 spinning callers on few
 		// cores delay goroutines past 50ms.
@@ -211,7 +211,7 @@ func serveCanned(conn net.Conn, reply string) {
 // compare on a shared machine.
 func BenchmarkClaimClientCPU(b *testing.B) {
 	ref := durable.Scope{Tenant: "bench", Operation: "POST /orders", Key: "k"}.Ref(nil)
-	a := fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: 10 * time.Second, Retention: time.Minute}
+	a := fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: 10 * time.Second}
 	const acquired = "*2\r\n$8\r\nacquired\r\n$13\r\n1767225600000\r\n"
 	ctx := context.Background()
 	b.Run("wrapper", func(b *testing.B) {
@@ -232,7 +232,7 @@ func BenchmarkClaimClientCPU(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			k := fastpath.KeysFor("", ref)
-			if err := c.EvalSha(ctx, sha, []string{k.Lease, k.Gen, k.Result}, a.Fingerprint, a.Owner.String(), a.Lease.Milliseconds(), a.Retention.Milliseconds()).Err(); err != nil {
+			if err := c.EvalSha(ctx, sha, []string{k.Record}, a.Fingerprint, a.Owner.String(), a.Lease.Milliseconds()).Err(); err != nil {
 				b.Fatal(err)
 			}
 		}

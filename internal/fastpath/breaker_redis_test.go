@@ -53,7 +53,7 @@ func newBreakerSetup(t *testing.T, ctxTimeouts bool, timeout time.Duration) brea
 
 func (b breakerSetup) claim(t *testing.T) error {
 	t.Helper()
-	_, err := b.s.Claim(context.Background(), refFor(t, "k"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+	_, err := b.s.Claim(context.Background(), refFor(t, "k"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
 	return err
 }
 
@@ -185,7 +185,7 @@ func TestBreaker_Redis(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		for range 10 {
-			_, err := b.s.Claim(ctx, refFor(t, "k"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+			_, err := b.s.Claim(ctx, refFor(t, "k"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
 			if !errors.Is(err, fastpath.ErrUnavailable) {
 				t.Fatalf("Claim = %v", err)
 			}

@@ -18,13 +18,13 @@ import (
 func TestCall_ArgumentsAreTheValues(t *testing.T) {
 	t.Parallel()
 	owner := uuid.New()
-	c := newCall("k1", "k2", "k3")
+	c := newCall("k1")
 	c.str("fp")
 	c.uuid(owner)
 	c.uuid(uuid.Nil)
 	c.int(-7)
 	c.uint(1 << 62)
-	if got, want := c.keys(), []string{"k1", "k2", "k3"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.keys(), []string{"k1"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("keys = %q, want %q", got, want)
 	}
 	want := []any{"fp", owner.String(), "", int64(-7), strconv.FormatUint(1<<62, 10)}
@@ -91,7 +91,7 @@ func TestBreakerOpen_BuildsNothing(t *testing.T) {
 	}
 	s.breaker.Failure(false)
 	k := s.KeysAt([32]byte{1})
-	a := ClaimArgs{Fingerprint: "fp", Owner: uuid.New(), Lease: time.Second, Retention: time.Minute}
+	a := ClaimArgs{Fingerprint: "fp", Owner: uuid.New(), Lease: time.Second}
 	ctx := t.Context()
 	if n := testing.AllocsPerRun(100, func() {
 		if _, err := s.ClaimKeys(ctx, k, a); err != ErrBreakerOpen {

@@ -41,7 +41,7 @@ func TestCluster(t *testing.T) {
 		if err := g.Wait(); err != nil {
 			t.Fatal(err)
 		}
-		// Each finished scope leaves its counter and its cached result.
+		// Each finished scope leaves one key: its cached result.
 		var mu sync.Mutex
 		perMaster := map[string]int64{}
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
@@ -58,8 +58,8 @@ func TestCluster(t *testing.T) {
 		for _, n := range perMaster {
 			total += n
 		}
-		if len(perMaster) != 3 || total != 2*scopes {
-			t.Fatalf("keys per master = %v (total %d), want 3 masters and %d keys", perMaster, total, 2*scopes)
+		if len(perMaster) != 3 || total != scopes {
+			t.Fatalf("keys per master = %v (total %d), want 3 masters and %d keys", perMaster, total, scopes)
 		}
 		for addr, n := range perMaster {
 			if n < total/5 {
@@ -111,15 +111,15 @@ func clusterRound(ctx context.Context, s *fastpath.Scripts, i int) error {
 	fail := func(step string, got any, err error) error {
 		return fmt.Errorf("scope %d: %s = %+v, %v", i, step, got, err)
 	}
-	r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: a, Lease: lease, Retention: retention})
+	r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: a, Lease: lease})
 	if err != nil || r.Status != fastpath.ClaimAcquired || r.Generation < 1_000_000_000_000 {
 		return fail("claim", r, err) // the proposal is Redis's clock in ms - 59s
 	}
-	if r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: b, Lease: lease, Retention: retention}); err != nil || r.Status != fastpath.ClaimBusy {
+	if r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: b, Lease: lease}); err != nil || r.Status != fastpath.ClaimBusy {
 		return fail("second claim", r, err)
 	}
 	tok := fence.Token{Generation: r.Generation + 1, Owner: a}
-	if err := s.SyncGen(ctx, ref, tok, retention); err != nil {
+	if err := s.SyncGen(ctx, ref, tok); err != nil {
 		return fail("syncgen", nil, err)
 	}
 	if held, err := s.Renew(ctx, ref, tok, lease); err != nil || !held {
@@ -128,10 +128,10 @@ func clusterRound(ctx context.Context, s *fastpath.Scripts, i int) error {
 	if cached, err := s.Complete(ctx, ref, tok, fp, durable.Completed, sampleResult(), time.Hour); err != nil || !cached {
 		return fail("complete", cached, err)
 	}
-	if r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: b, Lease: lease, Retention: retention}); err != nil || r.Status != fastpath.ClaimCached || r.Cached.Generation != tok.Generation {
+	if r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: b, Lease: lease}); err != nil || r.Status != fastpath.ClaimCached || r.Cached.Generation != tok.Generation {
 		return fail("replay", r, err)
 	}
-	if r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: otherFP, Owner: b, Lease: lease, Retention: retention}); err != nil || r.Status != fastpath.ClaimMismatch {
+	if r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: otherFP, Owner: b, Lease: lease}); err != nil || r.Status != fastpath.ClaimMismatch {
 		return fail("mismatch", r, err)
 	}
 	if held, err := s.Release(ctx, ref, tok); err != nil || held {

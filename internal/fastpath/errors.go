@@ -43,8 +43,8 @@ var (
 
 	// ErrPolicyUnknown is returned by [CheckEviction] when the eviction
 	// policy cannot be read, for example on a managed Redis that disables
-	// CONFIG. The fast path still works; whether Redis may evict the
-	// generation counter is then unknown.
+	// CONFIG. The fast path still works; whether Redis may evict a lease or
+	// a cached result is then unknown.
 	ErrPolicyUnknown = errors.New("fastpath: cannot read maxmemory-policy (CONFIG GET failed or is disabled)")
 )
 

@@ -15,7 +15,7 @@ const NoEviction = "noeviction"
 // CheckEviction reads maxmemory-policy with CONFIG GET (on every master of
 // a cluster client, returning the first policy found that is not
 // noeviction). Callers log and count a policy other than [NoEviction]: Redis
-// may then evict a generation counter or a lease. That is not fatal, since
+// may then evict a lease or a cached result. That is not fatal, since
 // the durable store arbitrates every claim, but the fast path is degraded.
 // It returns an error matching [ErrPolicyUnknown] when the policy cannot be
 // read (a managed Redis that disables CONFIG, a lost connection). ctx bounds

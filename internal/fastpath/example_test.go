@@ -26,18 +26,18 @@ func Example() {
 	}
 	ctx := context.Background()
 	ref := durable.Scope{Tenant: "acme", Operation: "POST /orders", Key: "7d3f-{user}"}.Ref(nil)
-	fmt.Println(strings.TrimPrefix(s.Keys(ref).Lease, prefix)[:10] + "...}:lease")
+	fmt.Println(strings.TrimPrefix(s.Keys(ref).Record, prefix)[:10] + "...}:rec")
 
 	owner := uuid.New()
-	r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:abc", Owner: owner, Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:abc", Owner: owner, Lease: 30 * time.Second})
 	if errors.Is(err, fastpath.ErrUnavailable) {
 		// Redis is down or the breaker is open: claim in the durable store
 		// alone, with proposed generation 0.
 		fmt.Println("durable store only:", err)
 		return
 	}
-	// The proposal is max(counter + 1, Redis's clock in ms - 59s): for a
-	// fresh key, about the time in ms, as the durable store would choose.
+	// The proposal is Redis's clock in ms - 59s: about the time in ms, as
+	// the durable store would choose.
 	fmt.Println(r.Status, r.Generation > 1_000_000_000_000)
 
 	// The durable claim ran with Proposed = r.Generation and returned the
@@ -47,13 +47,13 @@ func Example() {
 	cached, _ := s.Complete(ctx, ref, tok, "v1:abc", durable.Completed, res, 24*time.Hour)
 	fmt.Println("cached:", cached)
 
-	retry, _ := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:abc", Owner: uuid.New(), Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	retry, _ := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:abc", Owner: uuid.New(), Lease: 30 * time.Second})
 	fmt.Println(retry.Status, retry.Cached.Result.StatusCode, string(retry.Cached.Result.Body))
 
-	other, _ := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:other", Owner: uuid.New(), Lease: 30 * time.Second, Retention: 24 * time.Hour})
+	other, _ := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:other", Owner: uuid.New(), Lease: 30 * time.Second})
 	fmt.Println(other.Status)
 	// Output:
-	// :{1e7268a2...}:lease
+	// :{1e7268a2...}:rec
 	// acquired true
 	// cached: true
 	// cached 201 {"id":1}

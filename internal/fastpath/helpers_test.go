@@ -3,7 +3,6 @@ package fastpath_test
 import (
 	"context"
 	"errors"
-	"regexp"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -80,15 +79,6 @@ func get(t *testing.T, c redis.UniversalClient, key string) string {
 	return v
 }
 
-func hget(t *testing.T, c redis.UniversalClient, key, field string) string {
-	t.Helper()
-	v, err := c.HGet(context.Background(), key, field).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatal(err)
-	}
-	return v
-}
-
 func exists(t *testing.T, c redis.UniversalClient, key string) bool {
 	t.Helper()
 	n, err := c.Exists(context.Background(), key).Result()
@@ -134,12 +124,9 @@ func owners(n int) []uuid.UUID {
 	return o
 }
 
-// proposalLagMS is how far claim.lua's clock term stays behind Redis's
-// clock: it proposes max(counter + 1, TIME in ms - proposalLagMS).
+// proposalLagMS is how far claim.lua's proposal stays behind Redis's
+// clock: a new lease proposes TIME in ms - proposalLagMS.
 const proposalLagMS = 59_000
-
-// decimal is a canonical decimal generation, as the scripts store it.
-var decimal = regexp.MustCompile(`^[1-9][0-9]*$`)
 
 // redisTime reads the server's clock (TIME), the clock claim.lua reads.
 func redisTime(t *testing.T, c redis.UniversalClient) time.Time {
@@ -151,5 +138,46 @@ func redisTime(t *testing.T, c redis.UniversalClient) time.Time {
 	return tm
 }
 
-// clockFloor is claim.lua's clock term for a Redis clock reading.
+// clockFloor is claim.lua's proposal for a Redis clock reading.
 func clockFloor(tm time.Time) uint64 { return uint64(tm.UnixMilli()) - proposalLagMS }
+
+// stored reads what k's record key holds, decoded by fastpath.ReadStored.
+func stored(t *testing.T, c redis.UniversalClient, k fastpath.Keys) fastpath.Stored {
+	t.Helper()
+	st, err := fastpath.ReadStored(context.Background(), c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// leaseValue is the record key's value for a lease, in the spec's layout.
+func leaseValue(g uint64, length time.Duration, owner uuid.UUID, fingerprint string) string {
+	return "L" + genOf(g) + ":" + strconv.FormatInt(length.Milliseconds(), 10) + ":" + owner.String() + fingerprint
+}
+
+// wantLease checks that st is owner's lease at generation g for
+// fingerprint f, of length n, with a TTL in (0, n].
+func wantLease(t *testing.T, st fastpath.Stored, owner uuid.UUID, g uint64, f string, n time.Duration) {
+	t.Helper()
+	if st.Kind != fastpath.StoredLease || st.Owner != owner.String() || st.Generation != g || st.Fingerprint != f || st.Lease != n {
+		t.Errorf("record = %+v, want the lease of %s at generation %d for %q, %v long", st, owner, g, f, n)
+		return
+	}
+	if st.TTL <= 0 || st.TTL > n {
+		t.Errorf("lease TTL = %v, want in (0, %v]", st.TTL, n)
+	}
+}
+
+// wantResult checks that st is the result of generation g for
+// fingerprint f, with a TTL in (lo, hi].
+func wantResult(t *testing.T, st fastpath.Stored, g uint64, f string, lo, hi time.Duration) {
+	t.Helper()
+	if st.Kind != fastpath.StoredResult || st.Generation != g || st.Fingerprint != f {
+		t.Errorf("record = %+v, want the result of generation %d for %q", st, g, f)
+		return
+	}
+	if st.TTL <= lo || st.TTL > hi {
+		t.Errorf("result TTL = %v, want in (%v, %v]", st.TTL, lo, hi)
+	}
+}

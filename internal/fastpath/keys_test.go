@@ -18,20 +18,20 @@ func TestKeysFor(t *testing.T) {
 
 	t.Run("LayoutIsPrefixHashTagSuffix", func(t *testing.T) {
 		k := fastpath.KeysFor("app", ref)
-		want := fastpath.Keys{Lease: "app:{" + h + "}:lease", Gen: "app:{" + h + "}:gen", Result: "app:{" + h + "}:result"}
+		want := fastpath.Keys{Record: "app:{" + h + "}:rec"}
 		if k != want {
 			t.Fatalf("KeysFor = %+v\nwant %+v", k, want)
 		}
 	})
 	t.Run("EmptyPrefixIsDefault", func(t *testing.T) {
-		if got := fastpath.KeysFor("", ref).Lease; !strings.HasPrefix(got, "oncekey:{") {
-			t.Fatalf("Lease = %q", got)
+		if got := fastpath.KeysFor("", ref).Record; !strings.HasPrefix(got, "oncekey:{") {
+			t.Fatalf("Record = %q", got)
 		}
 	})
 	t.Run("NamesRevealNoTenantOperationOrKey", func(t *testing.T) {
-		re := regexp.MustCompile(`^oncekey:\{[0-9a-f]{64}\}:(lease|gen|result)$`)
+		re := regexp.MustCompile(`^oncekey:\{[0-9a-f]{64}\}:rec$`)
 		k := fastpath.KeysFor("", ref)
-		for _, name := range []string{k.Lease, k.Gen, k.Result} {
+		for _, name := range []string{k.Record} {
 			if !re.MatchString(name) {
 				t.Errorf("%q does not match %v", name, re)
 			}
@@ -51,7 +51,7 @@ func TestKeysFor(t *testing.T) {
 			{Tenant: "ab", Operation: "c", Key: "d"},
 			{Tenant: "a", Operation: "b", Key: "d"},
 		} {
-			k := fastpath.KeysFor("", s.Ref(nil)).Lease
+			k := fastpath.KeysFor("", s.Ref(nil)).Record
 			if prev, ok := seen[k]; ok {
 				t.Fatalf("%+v and %+v share %s", prev, s, k)
 			}
@@ -103,8 +103,8 @@ func TestKeysFor_BracesInKeyCannotMoveSlot(t *testing.T) {
 	checkBraceSlots(t, keySlot)
 }
 
-// checkBraceSlots checks, with the slot function given, that all three keys
-// of a client key with braces sit in the slot of the hash, never in the
+// checkBraceSlots checks, with the slot function given, that the key of a
+// client key with braces sit in the slot of the hash, never in the
 // slot of the client's tag.
 func checkBraceSlots(t *testing.T, slot func(string) int64) {
 	t.Helper()
@@ -113,12 +113,12 @@ func checkBraceSlots(t *testing.T, slot func(string) int64) {
 		d := ref.Digest()
 		want := slot(hex.EncodeToString(d[:]))
 		k := fastpath.KeysFor("", ref)
-		for _, name := range []string{k.Lease, k.Gen, k.Result} {
+		for _, name := range []string{k.Record} {
 			if got := slot(name); got != want {
 				t.Errorf("key %q: %s is in slot %d, want %d (its hash's)", key, name, got, want)
 			}
 		}
-		if tagged := slot("oncekey:" + key + ":lease"); tagged == want {
+		if tagged := slot("oncekey:" + key + ":rec"); tagged == want {
 			t.Errorf("key %q: the raw-key name's slot %d equals the hash's; pick another example", key, tagged)
 		}
 	}

@@ -130,7 +130,7 @@ func TestWithHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := func() error {
-		_, err := s.Claim(context.Background(), refFor(t, "k"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+		_, err := s.Claim(context.Background(), refFor(t, "k"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
 		return err
 	}
 	if err := claim(); !errors.Is(err, fastpath.ErrUnavailable) || errors.Is(err, fastpath.ErrBreakerOpen) {

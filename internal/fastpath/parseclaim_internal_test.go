@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -35,6 +37,39 @@ func TestParseClaim_CachedTTL(t *testing.T) {
 			}
 			if err != nil || r.Status != ClaimCached || r.Cached.TTL != tc.wantTTL || r.Cached.Generation != 7 || string(r.Cached.Result.Body) != "{}" {
 				t.Fatalf("parseClaim = %+v, %v; want cached with TTL %v", r, err, tc.wantTTL)
+			}
+		})
+	}
+}
+
+// TestParseClaim_BusyLease: a busy reply carries the holder's lease length
+// (claim.lua's lease_ms, from the record), not a PTTL.
+func TestParseClaim_BusyLease(t *testing.T) {
+	owner := uuid.New()
+	for _, tc := range []struct {
+		name      string
+		reply     []any
+		wantLease time.Duration
+		wantSame  bool
+		corrupt   bool
+	}{
+		{"same request", []any{"busy", "7", owner.String(), int64(30000), int64(1)}, 30 * time.Second, true, false},
+		{"other request", []any{"busy", "7", owner.String(), int64(1500), int64(0)}, 1500 * time.Millisecond, false, false},
+		{"lease not an integer", []any{"busy", "7", owner.String(), "1500", int64(0)}, 0, false, true},
+		{"owner not a uuid", []any{"busy", "7", "short", int64(1500), int64(0)}, 0, false, true},
+		{"generation 0", []any{"busy", "0", owner.String(), int64(1500), int64(0)}, 0, false, true},
+		{"too short", []any{"busy", "7", owner.String(), int64(1500)}, 0, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := parseClaim(tc.reply)
+			if tc.corrupt {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("parseClaim = %+v, %v; want ErrCorrupt", r, err)
+				}
+				return
+			}
+			if err != nil || r.Status != ClaimBusy || r.Generation != 7 || r.Owner != owner || r.Lease != tc.wantLease || r.SameRequest != tc.wantSame {
+				t.Fatalf("parseClaim = %+v, %v; want busy by %s at 7, lease %v, same %v", r, err, owner, tc.wantLease, tc.wantSame)
 			}
 		})
 	}

@@ -22,7 +22,7 @@ func TestCallShorten(t *testing.T) {
 		{ttl: 1000, waited: time.Second, want: 0}, // caches nothing
 		{ttl: 1000, waited: time.Hour, want: 0},
 	} {
-		c := newCall("lease", "result")
+		c := newCall("rec")
 		c.int(tc.ttl)
 		c.ttl = &c.ints[c.ni-1]
 		c.shorten(tc.waited)
@@ -31,7 +31,7 @@ func TestCallShorten(t *testing.T) {
 		}
 	}
 	// A call with no TTL argument is left as it is.
-	c := newCall("lease")
+	c := newCall("rec")
 	c.int(1000)
 	c.shorten(time.Second)
 	if got := *c.args[c.n-1].(*int64); got != 1000 {

@@ -124,7 +124,7 @@ func burst(t *testing.T, s *fastpath.Scripts, n int) []error {
 		wg.Go(func() {
 			<-start
 			_, errs[i] = s.Claim(context.Background(), refFor(t, "k"+uuid.NewString()),
-				fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+				fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
 		})
 	}
 	close(start)

@@ -169,26 +169,19 @@ func TestClaim_DelayedReplyRerun(t *testing.T) {
 			if err := loader.Load(ctx); err != nil {
 				t.Fatal(err)
 			}
+			ref, owner := refFor(t, "k"), uuid.New()
+			k := s.Keys(ref)
+			before := redisTime(t, direct)
 			if err := direct.ConfigResetStat(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
-
-			ref, owner := refFor(t, "k"), uuid.New()
-			k := s.Keys(ref)
-			// A counter far ahead of claim.lua's clock term: every
-			// proposal is counter + 1, so an extra one would show.
-			ahead := clockFloor(redisTime(t, direct)) + 1_000_000_000
-			if err := direct.Set(ctx, k.Gen, genOf(ahead), retention).Err(); err != nil {
-				t.Fatal(err)
-			}
-			want := genOf(ahead + 1)
-			r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease, Retention: retention})
+			r, err := s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease})
 			if c.wantErr {
 				if !errors.Is(err, fastpath.ErrUnavailable) {
 					t.Fatalf("Claim = %+v, %v; want ErrUnavailable", r, err)
 				}
-			} else if err != nil || r.Status != fastpath.ClaimAcquired || r.Generation != ahead+1 {
-				t.Fatalf("Claim = %+v, %v; want Acquired generation %d", r, err, ahead+1)
+			} else if err != nil || r.Status != fastpath.ClaimAcquired {
+				t.Fatalf("Claim = %+v, %v; want Acquired", r, err)
 			}
 
 			runs := scriptRuns(t, direct)
@@ -196,17 +189,20 @@ func TestClaim_DelayedReplyRerun(t *testing.T) {
 				t.Fatalf("claim.lua ran %d times on the server; the test needs the re-run hazard (>= 3)", runs)
 			}
 			t.Logf("one Claim ran claim.lua %d times on the server", runs)
-			if got := get(t, direct, k.Gen); got != want {
-				t.Errorf("counter = %q after %d runs, want %s (one proposal)", got, runs, want)
+			// One proposal (one TIME) and one write, however many runs: the
+			// later runs find the owner's lease and return its generation.
+			calls := commandCalls(t, direct)
+			if calls["time"] != 1 || calls["set"] != 1 || calls["get"] != runs {
+				t.Errorf("server calls %v for %d runs, want one time, one set and a get per run", calls, runs)
 			}
-			if got := hget(t, direct, k.Lease, "o"); got != owner.String() {
-				t.Errorf("lease owner = %q, want %s", got, owner)
+			st := stored(t, direct, k)
+			wantLease(t, st, owner, st.Generation, fp, lease)
+			wantClockProposal(t, st.Generation, before, redisTime(t, direct))
+			if !c.wantErr && r.Generation != st.Generation {
+				t.Errorf("Claim answered generation %d, the lease holds %d", r.Generation, st.Generation)
 			}
-			if got := hget(t, direct, k.Lease, "g"); got != want {
-				t.Errorf("lease generation = %q, want %s", got, want)
-			}
-			if n := direct.DBSize(ctx).Val(); n != 2 {
-				t.Errorf("%d keys on the server, want 2 (lease and counter)", n)
+			if n := direct.DBSize(ctx).Val(); n != 1 {
+				t.Errorf("%d keys on the server, want 1 (the record)", n)
 			}
 		})
 	}

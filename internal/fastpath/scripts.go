@@ -289,9 +289,8 @@ func (s *Scripts) Load(ctx context.Context) error {
 }
 
 // The most arguments of a script command: EVALSHA, the SHA1, the number
-// of keys, 3 keys (claim.lua), 5 arguments (complete.lua; claim.lua
-// asked for the cached TTL).
-const maxCallArgs = 3 + 3 + 5
+// of keys, the record's one key, 5 arguments (complete.lua).
+const maxCallArgs = 3 + 1 + 5
 
 // call is one script command, built in one allocation: the arguments of
 // EVALSHA as go-redis sends them, every string and integer boxed as a
@@ -596,9 +595,6 @@ type ClaimArgs struct {
 	// Lease is the Redis lease's length (at least 1ms; whole milliseconds,
 	// rounded down), measured by Redis's clock.
 	Lease time.Duration
-	// Retention is how long the generation counter is kept at least (at
-	// least 1ms; rounded up to whole milliseconds).
-	Retention time.Duration
 	// WithTTL asks a cached reply for the cached result's remaining time
 	// too ([CachedResult.TTL]): one more server call inside the script.
 	WithTTL bool
@@ -612,8 +608,9 @@ type ClaimReply struct {
 	Generation uint64
 	// Owner is, for ClaimBusy, the holder.
 	Owner uuid.UUID
-	// PTTL is, for ClaimBusy, the lease's remaining time by Redis's clock.
-	PTTL time.Duration
+	// Lease is, for ClaimBusy, the holder's lease length: its lease ends
+	// within this time by Redis's clock, unless renewed.
+	Lease time.Duration
 	// SameRequest is, for ClaimBusy, whether the holder's lease is for the same
 	// fingerprint. When it is not, only the durable store can tell a
 	// mismatch from a lease left behind by a request that never reached it.
@@ -657,18 +654,15 @@ func (s *Scripts) ClaimKeys(ctx context.Context, k Keys, a ClaimArgs) (ClaimRepl
 		return ClaimReply{}, invalid("claim: nil owner")
 	case a.Lease < time.Millisecond:
 		return ClaimReply{}, invalid("claim: lease shorter than 1ms")
-	case a.Retention < time.Millisecond:
-		return ClaimReply{}, invalid("claim: retention shorter than 1ms")
 	}
 	probe, err := s.admit()
 	if err != nil {
 		return ClaimReply{}, err
 	}
-	c := newCall(k.Lease, k.Gen, k.Result)
+	c := newCall(k.Record)
 	c.str(a.Fingerprint)
 	c.uuid(a.Owner)
 	c.int(a.Lease.Milliseconds())
-	c.int(msUp(a.Retention))
 	if a.WithTTL {
 		c.str("ttl")
 	}
@@ -696,12 +690,12 @@ func parseClaim(v any) (ClaimReply, error) {
 		g, gok := generation(arr[1])
 		os, _ := arr[2].(string)
 		owner, oerr := uuid.Parse(os)
-		pttl, pok := arr[3].(int64)
+		lease, lok := arr[3].(int64)
 		same, sok := arr[4].(int64)
-		if !gok || oerr != nil || !pok || !sok {
+		if !gok || oerr != nil || !lok || !sok {
 			return ClaimReply{}, corrupt("claim", v)
 		}
-		return ClaimReply{Status: ClaimBusy, Generation: g, Owner: owner, PTTL: time.Duration(max(pttl, 0)) * time.Millisecond, SameRequest: same == 1}, nil
+		return ClaimReply{Status: ClaimBusy, Generation: g, Owner: owner, Lease: time.Duration(max(lease, 0)) * time.Millisecond, SameRequest: same == 1}, nil
 	case kind == "cached" && (len(arr) == 4 || len(arr) == 5):
 		fp, fok := arr[1].(string)
 		g, gok := generation(arr[2])
@@ -749,7 +743,7 @@ func (s *Scripts) RenewKeys(ctx context.Context, k Keys, tok fence.Token, lease 
 	if err != nil {
 		return false, err
 	}
-	c := newCall(k.Lease)
+	c := newCall(k.Record)
 	c.uuid(tok.Owner)
 	c.int(lease.Milliseconds())
 	v, err := s.run(ctx, probe, "renew", renewScript, c)
@@ -777,7 +771,7 @@ func (s *Scripts) ReleaseKeys(ctx context.Context, k Keys, tok fence.Token) (hel
 	if err != nil {
 		return false, err
 	}
-	c := newCall(k.Lease)
+	c := newCall(k.Record)
 	c.uuid(tok.Owner)
 	v, err := s.run(ctx, probe, "release", releaseScript, c)
 	if err != nil {
@@ -830,7 +824,7 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 	if cache {
 		blob, ttlMS = encodeResultString(state, res), ttl.Milliseconds()
 	}
-	c := newCall(k.Lease, k.Result)
+	c := newCall(k.Record)
 	c.uuid(tok.Owner)
 	c.uint(tok.Generation)
 	c.str(fingerprint)
@@ -855,38 +849,37 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 }
 
 // SyncGen runs syncgen.lua with tok after the durable store answered with
-// another generation than Redis proposed (Redis lost data or went back in
-// time). tok.Owner may be uuid.Nil to raise the counter only.
+// another generation than Redis proposed (Redis lost data, went back in
+// time, or its reply was lost): tok.Owner's lease, if Redis holds it, then
+// carries the durable generation. With tok.Owner uuid.Nil there is no lease
+// to rewrite and no call is made.
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
-func (s *Scripts) SyncGen(ctx context.Context, ref durable.Ref, tok fence.Token, retention time.Duration) error {
-	return s.SyncGenKeys(ctx, s.Keys(ref), tok, retention)
+func (s *Scripts) SyncGen(ctx context.Context, ref durable.Ref, tok fence.Token) error {
+	return s.SyncGenKeys(ctx, s.Keys(ref), tok)
 }
 
 // SyncGenKeys is [Scripts.SyncGen] on keys from [Scripts.KeysAt].
-func (s *Scripts) SyncGenKeys(ctx context.Context, k Keys, tok fence.Token, retention time.Duration) error {
-	switch {
-	case tok.Generation == 0:
+func (s *Scripts) SyncGenKeys(ctx context.Context, k Keys, tok fence.Token) error {
+	if tok.Generation == 0 {
 		return invalid("syncgen: generation 0")
-	case retention < time.Millisecond:
-		return invalid("syncgen: retention shorter than 1ms")
+	}
+	if tok.Owner == uuid.Nil {
+		return nil
 	}
 	probe, err := s.admit()
 	if err != nil {
 		return err
 	}
-	c := newCall(k.Lease, k.Gen)
+	c := newCall(k.Record)
 	c.uint(tok.Generation)
 	c.uuid(tok.Owner)
-	c.int(msUp(retention))
 	v, err := s.run(ctx, probe, "syncgen", syncgenScript, c)
 	if err != nil {
 		return err
 	}
-	if arr, ok := v.([]any); !ok || len(arr) != 2 {
-		return corrupt("syncgen", v)
-	}
-	return nil
+	_, err = flag("syncgen", v)
+	return err
 }
 
 // msUp returns d in whole milliseconds, rounded up.

@@ -20,10 +20,9 @@ import (
 )
 
 const (
-	fp        = "v1:fingerprint-a"
-	otherFP   = "v1:fingerprint-b"
-	lease     = 30 * time.Second
-	retention = time.Hour
+	fp      = "v1:fingerprint-a"
+	otherFP = "v1:fingerprint-b"
+	lease   = 30 * time.Second
 )
 
 func sampleResult() durable.Result {
@@ -76,7 +75,7 @@ func mustClaim(t *testing.T, s *fastpath.Scripts, ref durable.Ref, a fastpath.Cl
 // acquire claims ref for owner and returns the proposed generation.
 func acquire(t *testing.T, s *fastpath.Scripts, ref durable.Ref, owner uuid.UUID) uint64 {
 	t.Helper()
-	r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease, Retention: retention})
+	r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease})
 	if r.Status != fastpath.ClaimAcquired || r.Generation == 0 {
 		t.Fatalf("Claim = %+v, want Acquired", r)
 	}
@@ -91,17 +90,7 @@ func acquireGen(t *testing.T, s *fastpath.Scripts, ref durable.Ref, owner uuid.U
 	}
 }
 
-// acquireAfter claims ref for owner and wants a generation above prev.
-func acquireAfter(t *testing.T, s *fastpath.Scripts, ref durable.Ref, owner uuid.UUID, prev uint64) uint64 {
-	t.Helper()
-	g := acquire(t, s, ref, owner)
-	if g <= prev {
-		t.Fatalf("Claim proposed generation %d, want above %d", g, prev)
-	}
-	return g
-}
-
-// wantClockProposal checks that g is claim.lua's clock term taken between
+// wantClockProposal checks that g is claim.lua's proposal taken between
 // before and after (Redis clock readings): Redis's TIME in ms - 59000.
 func wantClockProposal(t *testing.T, g uint64, before, after time.Time) {
 	t.Helper()
@@ -111,35 +100,40 @@ func wantClockProposal(t *testing.T, g uint64, before, after time.Time) {
 	}
 }
 
+// waitGone waits until key has expired by itself.
+func waitGone(t *testing.T, c redis.UniversalClient, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for exists(t, c, key) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still there after 5s", key)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// complete runs Complete and wants the cached flag want.
+func complete(t *testing.T, s *fastpath.Scripts, ref durable.Ref, tok fence.Token, res durable.Result, ttl time.Duration, want bool) {
+	t.Helper()
+	cached, err := s.Complete(context.Background(), ref, tok, fp, durable.Completed, res, ttl)
+	if err != nil || cached != want {
+		t.Fatalf("Complete(%+v, ttl %v) = %v, %v; want cached %v", tok, ttl, cached, err, want)
+	}
+}
+
 func claimCases() []scriptCase {
 	return []scriptCase{
-		{name: "ClaimFreshKeyProposesRedisClockFloor", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+		{name: "ClaimFreshKeyProposesRedisClockMinus59s", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			before := redisTime(t, e.raw)
 			g := acquire(t, s, ref, o)
 			wantClockProposal(t, g, before, redisTime(t, e.raw))
 			k := s.Keys(ref)
-			if got := hget(t, e.raw, k.Lease, "o"); got != o.String() {
-				t.Errorf("lease owner = %q, want %s", got, o)
-			}
-			// Exact decimal strings everywhere, never a float spelling
-			// such as 1.8e+12.
-			for what, got := range map[string]string{"lease generation": hget(t, e.raw, k.Lease, "g"), "counter": get(t, e.raw, k.Gen)} {
-				if !decimal.MatchString(got) || got != genOf(g) {
-					t.Errorf("%s = %q, want %q", what, got, genOf(g))
-				}
-			}
-			if got := hget(t, e.raw, k.Lease, "f"); got != fp {
-				t.Errorf("lease fingerprint = %q", got)
-			}
-			if d := pttl(t, e.raw, k.Lease); d <= 0 || d > lease {
-				t.Errorf("lease PTTL = %v, want in (0, %v]", d, lease)
-			}
-			if d := pttl(t, e.raw, k.Gen); d <= lease || d > retention {
-				t.Errorf("counter PTTL = %v, want in (%v, %v]", d, lease, retention)
-			}
-			if exists(t, e.raw, k.Result) {
-				t.Error("result key exists after a claim")
+			wantLease(t, stored(t, e.raw, k), o, g, fp, lease)
+			// The spec's bytes: exact decimal strings, never a float
+			// spelling such as 1.8e+12.
+			if got, want := get(t, e.raw, k.Record), "L"+genOf(g)+":30000:"+o.String()+fp; got != want {
+				t.Errorf("record = %q, want %q", got, want)
 			}
 		}},
 		{name: "ClaimGenerationRoundTripsExactly", run: func(t *testing.T, e env, s *fastpath.Scripts) {
@@ -150,174 +144,148 @@ func claimCases() []scriptCase {
 			if g < 1_000_000_000_000 {
 				t.Fatalf("generation %d, want the clock term (ms since 1970 - 59s)", g)
 			}
-			if r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention}); r.Status != fastpath.ClaimBusy || r.Generation != g {
+			if r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease}); r.Status != fastpath.ClaimBusy || r.Generation != g {
 				t.Fatalf("Claim by another owner = %+v, want Busy at %d", r, g)
 			}
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, retention); err != nil {
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}); err != nil {
 				t.Fatal(err)
 			}
 			k := s.Keys(ref)
-			if got := get(t, e.raw, k.Gen); got != genOf(g) {
-				t.Fatalf("counter = %q after SyncGen(%d), want unchanged", got, g)
-			}
-			if cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, fp, durable.Completed, sampleResult(), time.Hour); err != nil || !cached {
-				t.Fatalf("Complete = %v, %v", cached, err)
-			}
-			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
+			wantLease(t, stored(t, e.raw, k), o[0], g, fp, lease)
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o[0]}, sampleResult(), time.Hour, true)
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease})
 			if r.Status != fastpath.ClaimCached || r.Cached.Generation != g {
 				t.Fatalf("Claim = %+v, want Cached at %d", r, g)
 			}
+			wantResult(t, stored(t, e.raw, k), g, fp, 59*time.Minute, time.Hour)
 		}},
-		{name: "ClaimRerunBySameOwnerReturnsSameGenerationWithoutIncrement", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+		{name: "ClaimRerunBySameOwnerReturnsSameGenerationAndWritesNothing", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
+			k := s.Keys(ref)
+			v := get(t, e.raw, k.Record)
 			for range 2 {
-				time.Sleep(3 * time.Millisecond) // the clock term moves on; the re-run must not
+				time.Sleep(3 * time.Millisecond) // the clock moves on; the re-run's proposal must not
 				acquireGen(t, s, ref, o, g)
 			}
-			if got := get(t, e.raw, s.Keys(ref).Gen); got != genOf(g) {
-				t.Errorf("counter = %q after three runs by one owner, want %d", got, g)
+			if got := get(t, e.raw, k.Record); got != v {
+				t.Errorf("record = %q after three runs by one owner, want %q", got, v)
 			}
+			wantLease(t, stored(t, e.raw, k), o, g, fp, lease)
 		}},
-		{name: "ClaimCounterAheadOfClockRisesByOne", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			// A counter above the clock term (the database handed out
-			// higher generations, and SyncGen brought them here) goes on
-			// from where it is, one at a time.
-			ref, o := refFor(t, "k"), owners(3)
-			ahead := clockFloor(redisTime(t, e.raw)) + 1_000_000_000
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: ahead}, retention); err != nil {
-				t.Fatal(err)
-			}
-			k := s.Keys(ref)
-			acquireGen(t, s, ref, o[0], ahead+1)
-			e.expire(t, k.Lease)
-			acquireGen(t, s, ref, o[1], ahead+2)
-			if _, err := s.Release(context.Background(), ref, fence.Token{Generation: ahead + 2, Owner: o[1]}); err != nil {
-				t.Fatal(err)
-			}
-			acquireGen(t, s, ref, o[2], ahead+3)
-			if got := get(t, e.raw, k.Gen); got != genOf(ahead+3) {
-				t.Errorf("counter = %q, want %d", got, ahead+3)
-			}
-		}},
-		{name: "ClaimCounterRisesByOneInDecimalBeyondDoubles", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			// claim.lua adds one to the counter's decimal string: exact
-			// above 2^53, where a Lua number is not, and across a carry.
-			for i, c := range []struct{ counter, want string }{
-				{"9007199254740993", "9007199254740994"}, // 2^53 + 1
-				{"19999999999999999", "20000000000000000"},
-				{"99999999999999999", "100000000000000000"},
-			} {
-				ref := refFor(t, fmt.Sprint("k", i))
-				k := s.Keys(ref)
-				if err := e.raw.Set(context.Background(), k.Gen, c.counter, retention).Err(); err != nil {
-					t.Fatal(err)
-				}
-				want, err := strconv.ParseUint(c.want, 10, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				acquireGen(t, s, ref, uuid.New(), want)
-				if got := get(t, e.raw, k.Gen); got != c.want {
-					t.Errorf("counter = %q after a claim on %q, want %q", got, c.counter, c.want)
-				}
-			}
-		}},
-		{name: "ClaimGivesCounterWithoutTTLTheRetention", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			// A counter left without a TTL (restored, or PERSISTed by
-			// hand) gets the retention, as a new one does.
-			ref := refFor(t, "k")
-			k := s.Keys(ref)
-			ahead := clockFloor(redisTime(t, e.raw)) + 1_000_000
-			if err := e.raw.Set(context.Background(), k.Gen, genOf(ahead), 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			acquireGen(t, s, ref, uuid.New(), ahead+1)
-			if d := pttl(t, e.raw, k.Gen); d <= lease || d > retention {
-				t.Errorf("counter PTTL = %v, want in (%v, %v]", d, lease, retention)
-			}
-		}},
-		{name: "ClaimTreatsCounterThatIsNoGenerationAsAbsent", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			ref := refFor(t, "k")
-			k := s.Keys(ref)
-			if err := e.raw.Set(context.Background(), k.Gen, "not-a-number", 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			before := redisTime(t, e.raw)
-			g := acquire(t, s, ref, uuid.New())
-			wantClockProposal(t, g, before, redisTime(t, e.raw))
-			if got := get(t, e.raw, k.Gen); got != genOf(g) {
-				t.Errorf("counter = %q, want %d", got, g)
-			}
-			if d := pttl(t, e.raw, k.Gen); d <= lease || d > retention {
-				t.Errorf("counter PTTL = %v, want in (%v, %v]", d, lease, retention)
-			}
-		}},
-		{name: "ClaimCounterBehindClockJumpsToClockFloor", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			ref := refFor(t, "k")
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 4}, retention); err != nil {
-				t.Fatal(err)
-			}
-			before := redisTime(t, e.raw)
-			g := acquire(t, s, ref, uuid.New())
-			wantClockProposal(t, g, before, redisTime(t, e.raw))
-			if got := get(t, e.raw, s.Keys(ref).Gen); got != genOf(g) {
-				t.Errorf("counter = %q, want %d", got, g)
-			}
-		}},
-		{name: "ClaimByOtherOwnerSeesBusyWithHolder", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+		{name: "ClaimTakeoverAfterLeaseRanOutProposesHigherGeneration", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			// A takeover comes at least one lease after the lease it
+			// replaces was proposed, so Redis's clock has moved past it.
+			const short = 50 * time.Millisecond
 			ref, o := refFor(t, "k"), owners(2)
-			g := acquire(t, s, ref, o[0])
-			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[0], Lease: short})
+			if r.Status != fastpath.ClaimAcquired {
+				t.Fatalf("Claim = %+v, want Acquired", r)
+			}
+			g := r.Generation
+			k := s.Keys(ref)
+			waitGone(t, e.raw, k.Record) // the lease runs out by itself
+			before := redisTime(t, e.raw)
+			g2 := acquire(t, s, ref, o[1])
+			wantClockProposal(t, g2, before, redisTime(t, e.raw))
+			if g2 <= g {
+				t.Fatalf("takeover proposed %d, want above the replaced lease's %d", g2, g)
+			}
+			// One lease length later, give or take the millisecond between
+			// the script's start and its TIME.
+			if g2 < g+uint64(short.Milliseconds())-1 {
+				t.Errorf("takeover proposed %d, want at least one %v lease above %d", g2, short, g)
+			}
+			wantLease(t, stored(t, e.raw, k), o[1], g2, fp, lease)
+		}},
+		{name: "ClaimTreatsValueThatIsNeitherLeaseNorResultAsAbsent", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			for i, v := range []string{
+				"not-a-record",
+				"",
+				"Rabc",
+				"L1700000000000",
+				"1:30000:" + uuid.NewString() + fp,
+				"X1:30000:" + uuid.NewString() + fp,
+			} {
+				ref, o := refFor(t, fmt.Sprint("k", i)), uuid.New()
+				k := s.Keys(ref)
+				if err := e.raw.Set(context.Background(), k.Record, v, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				before := redisTime(t, e.raw)
+				r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o, Lease: lease})
+				if r.Status != fastpath.ClaimAcquired {
+					t.Fatalf("Claim on %q = %+v, want Acquired", v, r)
+				}
+				wantClockProposal(t, r.Generation, before, redisTime(t, e.raw))
+				// The value without a TTL became a lease with one.
+				wantLease(t, stored(t, e.raw, k), o, r.Generation, fp, lease)
+			}
+		}},
+		{name: "ClaimByOtherOwnerSeesBusyWithHoldersLeaseLength", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			const holderLease = 7 * time.Second
+			ref, o := refFor(t, "k"), owners(2)
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[0], Lease: holderLease})
+			if r.Status != fastpath.ClaimAcquired {
+				t.Fatalf("Claim = %+v, want Acquired", r)
+			}
+			g := r.Generation
+			k := s.Keys(ref)
+			v := get(t, e.raw, k.Record)
+			r = mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease})
 			if r.Status != fastpath.ClaimBusy || r.Generation != g || r.Owner != o[0] || !r.SameRequest {
 				t.Fatalf("Claim = %+v, want Busy by %s at generation %d for the same request", r, o[0], g)
 			}
-			if r.PTTL <= 0 || r.PTTL > lease {
-				t.Errorf("PTTL = %v, want in (0, %v]", r.PTTL, lease)
+			// The holder's lease length (an upper bound of its remaining
+			// time), not the asking claim's.
+			if r.Lease != holderLease {
+				t.Errorf("busy Lease = %v, want the holder's %v", r.Lease, holderLease)
 			}
-			if got := get(t, e.raw, s.Keys(ref).Gen); got != genOf(g) {
-				t.Errorf("counter = %q, want %d", got, g)
+			if got := get(t, e.raw, k.Record); got != v {
+				t.Errorf("record = %q after a busy claim, want %q", got, v)
 			}
 		}},
 		{name: "ClaimWithOtherFingerprintOnLiveLeaseIsBusyNotMismatch", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
-			acquire(t, s, ref, o[0])
+			g := acquire(t, s, ref, o[0])
 			for _, owner := range o { // the holder itself with another fingerprint, too
-				r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: otherFP, Owner: owner, Lease: lease, Retention: retention})
-				if r.Status != fastpath.ClaimBusy || r.Owner != o[0] || r.SameRequest {
+				r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: otherFP, Owner: owner, Lease: lease})
+				if r.Status != fastpath.ClaimBusy || r.Owner != o[0] || r.SameRequest || r.Generation != g || r.Lease != lease {
 					t.Fatalf("Claim by %s = %+v, want Busy for another request", owner, r)
 				}
 			}
-		}},
-		{name: "ClaimAfterLeaseExpiryTakesHigherGeneration", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			ref, o := refFor(t, "k"), owners(2)
-			g := acquire(t, s, ref, o[0])
-			e.expire(t, s.Keys(ref).Lease)
-			acquireAfter(t, s, ref, o[1], g)
-			if got := hget(t, e.raw, s.Keys(ref).Lease, "o"); got != o[1].String() {
-				t.Errorf("lease owner = %q, want %s", got, o[1])
-			}
+			wantLease(t, stored(t, e.raw, s.Keys(ref)), o[0], g, fp, lease)
 		}},
 		{name: "ClaimReplaysCachedResultExactly", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			want := sampleResult()
-			if cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, fp, durable.Completed, want, time.Hour); err != nil || !cached {
-				t.Fatalf("Complete = %v, %v", cached, err)
-			}
-			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease, Retention: retention})
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o[0]}, want, time.Hour, true)
+			k := s.Keys(ref)
+			v := get(t, e.raw, k.Record)
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease})
 			if r.Status != fastpath.ClaimCached || r.Cached == nil {
 				t.Fatalf("Claim = %+v, want Cached", r)
 			}
 			c := r.Cached
-			if c.Fingerprint != fp || c.State != durable.Completed || c.Generation != g {
-				t.Errorf("cached = %q %q %d", c.Fingerprint, c.State, c.Generation)
+			if c.Fingerprint != fp || c.State != durable.Completed || c.Generation != g || c.TTL != 0 {
+				t.Errorf("cached = %q %q %d TTL %v", c.Fingerprint, c.State, c.Generation, c.TTL)
 			}
 			if !reflect.DeepEqual(c.Result, want) {
 				t.Errorf("cached result = %#v\nwant %#v", c.Result, want)
 			}
-			if got := get(t, e.raw, s.Keys(ref).Gen); got != genOf(g) {
-				t.Errorf("counter = %q after a replay, want %d", got, g)
+			if got := get(t, e.raw, k.Record); got != v {
+				t.Errorf("record = %q after a replay, want it unchanged", got)
+			}
+			wantResult(t, stored(t, e.raw, k), g, fp, 59*time.Minute, time.Hour)
+		}},
+		{name: "ClaimWithTTLCarriesCachedCopysTTL", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			g := acquire(t, s, ref, o)
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o}, sampleResult(), 10*time.Minute, true)
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, WithTTL: true})
+			if r.Status != fastpath.ClaimCached || r.Cached.Generation != g || r.Cached.TTL <= 9*time.Minute || r.Cached.TTL > 10*time.Minute {
+				t.Fatalf("Claim WithTTL = %+v, want Cached with a TTL of about 10m", r)
 			}
 		}},
 		{name: "ClaimReplaysCachedFailure", run: func(t *testing.T, e env, s *fastpath.Scripts) {
@@ -327,7 +295,7 @@ func claimCases() []scriptCase {
 			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Failed, want, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
 			if r.Status != fastpath.ClaimCached || r.Cached.State != durable.Failed || !reflect.DeepEqual(r.Cached.Result, want) {
 				t.Fatalf("Claim = %+v", r)
 			}
@@ -335,47 +303,28 @@ func claimCases() []scriptCase {
 		{name: "ClaimWithOtherFingerprintOnCachedResultIsMismatch", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
-			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), time.Hour); err != nil {
-				t.Fatal(err)
-			}
-			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: otherFP, Owner: uuid.New(), Lease: lease, Retention: retention})
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o}, sampleResult(), time.Hour, true)
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: otherFP, Owner: uuid.New(), Lease: lease})
 			if r.Status != fastpath.ClaimMismatch || r.Cached != nil {
 				t.Fatalf("Claim = %+v, want Mismatch", r)
 			}
-			if exists(t, e.raw, s.Keys(ref).Lease) {
-				t.Error("a mismatch took a lease")
-			}
+			// No lease taken: the result is still there.
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), g, fp, 59*time.Minute, time.Hour)
 		}},
-		{name: "ClaimNeverShortensCounterRetention", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			ref, o := refFor(t, "k"), owners(2)
-			g := acquire(t, s, ref, o[0])
-			k := s.Keys(ref)
-			e.expire(t, k.Lease)
-			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: 2 * time.Second})
-			if r.Status != fastpath.ClaimAcquired || r.Generation <= g {
-				t.Fatalf("Claim = %+v, want Acquired above %d", r, g)
-			}
-			if d := pttl(t, e.raw, k.Gen); d <= 2*time.Second {
-				t.Errorf("counter PTTL = %v after a shorter retention, want it kept near %v", d, retention)
-			}
-		}},
-		{name: "ClaimAfterCounterLossProposesClockFloorAgain", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			// Redis lost the key (restart, eviction): the proposal starts
-			// again from the clock term. A lost counter that had run ahead
-			// of the clock is answered by the durable store's
-			// GREATEST(proposed, stored+1) and SyncGen.
+		{name: "ClaimAfterRecordLossProposesRedisClockAgain", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			// Redis lost the key (restart, eviction): the proposal is the
+			// clock again; the durable store's GREATEST(proposed, old+1, its
+			// clock - 60s) and SyncGen answer a proposal that fell behind.
 			ref, o := refFor(t, "k"), owners(2)
 			acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
-			if err := e.raw.Del(context.Background(), k.Lease, k.Gen).Err(); err != nil {
+			if err := e.raw.Del(context.Background(), k.Record).Err(); err != nil {
 				t.Fatal(err)
 			}
 			before := redisTime(t, e.raw)
 			g := acquire(t, s, ref, o[1])
 			wantClockProposal(t, g, before, redisTime(t, e.raw))
-			if d := pttl(t, e.raw, k.Gen); d <= lease || d > retention {
-				t.Errorf("counter PTTL = %v, want in (%v, %v]", d, lease, retention)
-			}
+			wantLease(t, stored(t, e.raw, k), o[1], g, fp, lease)
 		}},
 	}
 }
@@ -384,41 +333,41 @@ func renewCases() []scriptCase {
 	return []scriptCase{
 		{name: "RenewByHolderExtendsLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o, Lease: time.Second, Retention: retention})
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o, Lease: time.Second})
 			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: r.Generation, Owner: o}, 10*time.Minute)
 			if err != nil || !held {
 				t.Fatalf("Renew = %v, %v; want held", held, err)
 			}
-			if d := pttl(t, e.raw, s.Keys(ref).Lease); d <= time.Second || d > 10*time.Minute {
-				t.Errorf("lease PTTL = %v after renew, want in (1s, 10m]", d)
+			st := stored(t, e.raw, s.Keys(ref))
+			if st.Kind != fastpath.StoredLease || st.Owner != o.String() || st.Generation != r.Generation || st.Fingerprint != fp {
+				t.Errorf("record = %+v after renew, want %s's lease at %d", st, o, r.Generation)
+			}
+			if st.TTL <= time.Second || st.TTL > 10*time.Minute {
+				t.Errorf("lease TTL = %v after renew, want in (1s, 10m]", st.TTL)
 			}
 		}},
 		{name: "RenewByStaleOwnerAfterTakeoverFails", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
-			e.expire(t, k.Lease)
-			mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second, Retention: retention})
+			e.expire(t, k.Record)
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: time.Second})
 			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, 10*time.Minute)
 			if err != nil || held {
 				t.Fatalf("stale Renew = %v, %v; want not held", held, err)
 			}
-			if d := pttl(t, e.raw, k.Lease); d > time.Second {
-				t.Errorf("new owner's lease PTTL = %v: the stale renew extended it", d)
-			}
-			if got := hget(t, e.raw, k.Lease, "o"); got != o[1].String() {
-				t.Errorf("lease owner = %q, want %s", got, o[1])
-			}
+			// Not extended: the new owner's lease keeps its TTL of at most 1s.
+			wantLease(t, stored(t, e.raw, k), o[1], r.Generation, fp, time.Second)
 		}},
 		{name: "RenewAfterExpiryDoesNotBringLeaseBack", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
-			e.expire(t, s.Keys(ref).Lease)
+			e.expire(t, s.Keys(ref).Record)
 			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: g, Owner: o}, lease)
 			if err != nil || held {
 				t.Fatalf("Renew = %v, %v; want not held", held, err)
 			}
-			if exists(t, e.raw, s.Keys(ref).Lease) {
+			if exists(t, e.raw, s.Keys(ref).Record) {
 				t.Error("renew recreated an expired lease")
 			}
 		}},
@@ -432,6 +381,16 @@ func renewCases() []scriptCase {
 				t.Fatalf("Renew = %v, %v; want held", held, err)
 			}
 		}},
+		{name: "RenewLeavesResultAlone", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			g := acquire(t, s, ref, o)
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o}, sampleResult(), 10*time.Minute, true)
+			held, err := s.Renew(context.Background(), ref, fence.Token{Generation: g, Owner: o}, time.Hour)
+			if err != nil || held {
+				t.Fatalf("Renew on a result = %v, %v; want not held", held, err)
+			}
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), g, fp, 9*time.Minute, 10*time.Minute)
+		}},
 	}
 }
 
@@ -440,77 +399,137 @@ func completeCases() []scriptCase {
 		{name: "CompleteByHolderCachesAndDropsLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), 10*time.Minute)
-			if err != nil || !cached {
-				t.Fatalf("Complete = %v, %v", cached, err)
-			}
-			k := s.Keys(ref)
-			if exists(t, e.raw, k.Lease) {
-				t.Error("lease still there after the holder completed")
-			}
-			if d := pttl(t, e.raw, k.Result); d <= 9*time.Minute || d > 10*time.Minute {
-				t.Errorf("result PTTL = %v, want about 10m", d)
-			}
-			if got := get(t, e.raw, k.Gen); got != genOf(g) {
-				t.Errorf("counter = %q, want kept at %d", got, g)
-			}
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o}, sampleResult(), 10*time.Minute, true)
+			// The one key holds the result now: the lease is gone.
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), g, fp, 9*time.Minute, 10*time.Minute)
 		}},
 		{name: "CompleteCachesForAtMostCacheTTL", opts: fastpath.Options{CacheTTL: time.Hour}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
-			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), 48*time.Hour); err != nil {
-				t.Fatal(err)
-			}
-			if d := pttl(t, e.raw, s.Keys(ref).Result); d <= 59*time.Minute || d > time.Hour {
-				t.Errorf("result PTTL = %v, want about the 1h cache TTL", d)
-			}
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o}, sampleResult(), 48*time.Hour, true)
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), g, fp, 59*time.Minute, time.Hour)
 		}},
 		{name: "CompleteByStaleOwnerAfterTakeoverKeepsNewLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
-			e.expire(t, k.Lease)
-			acquireAfter(t, s, ref, o[1], g)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}, fp, durable.Completed, sampleResult(), time.Hour)
-			if err != nil || cached {
-				t.Fatalf("stale Complete = %v, %v; want nothing cached", cached, err)
+			e.expire(t, k.Record)
+			g2 := acquire(t, s, ref, o[1])
+			if g2 <= g {
+				t.Fatalf("takeover proposed %d, want above %d", g2, g)
 			}
-			if got := hget(t, e.raw, k.Lease, "o"); got != o[1].String() {
-				t.Errorf("lease owner = %q, want the new owner %s", got, o[1])
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o[0]}, sampleResult(), time.Hour, false)
+			wantLease(t, stored(t, e.raw, k), o[1], g2, fp, lease)
+		}},
+		{name: "CompleteReplacesOtherOwnersLeaseOfLowerOrEqualGeneration", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			// The store committed this result: a lease of another owner
+			// whose generation is not above it is stale, and the result
+			// takes the key.
+			for _, c := range []struct {
+				name   string
+				delta  int64
+				cached bool
+			}{{"lower", -1, false}, {"equal", 0, true}, {"higher", 1, true}} {
+				t.Run(c.name, func(t *testing.T) {
+					ref, o := refFor(t, "k"), owners(2)
+					g := acquire(t, s, ref, o[0])
+					k := s.Keys(ref)
+					v := get(t, e.raw, k.Record)
+					tok := fence.Token{Generation: uint64(int64(g) + c.delta), Owner: o[1]}
+					complete(t, s, ref, tok, sampleResult(), 10*time.Minute, c.cached)
+					if !c.cached {
+						// Stale: the holder's lease is untouched.
+						if got := get(t, e.raw, k.Record); got != v {
+							t.Errorf("record = %q after a stale completion, want %q", got, v)
+						}
+						wantLease(t, stored(t, e.raw, k), o[0], g, fp, lease)
+						return
+					}
+					wantResult(t, stored(t, e.raw, k), tok.Generation, fp, 9*time.Minute, 10*time.Minute)
+					r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[0], Lease: lease})
+					if r.Status != fastpath.ClaimCached || r.Cached.Generation != tok.Generation {
+						t.Fatalf("Claim by the replaced holder = %+v, want Cached at %d", r, tok.Generation)
+					}
+				})
 			}
-			if exists(t, e.raw, k.Result) {
-				t.Error("a stale completion was cached")
+		}},
+		{name: "CompleteRefillReplacesLeaseOfLowerOrEqualGeneration", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			// A refill from the database (no owner) is a committed result
+			// too: it replaces a lease not above it, and keeps one above.
+			for _, c := range []struct {
+				name   string
+				delta  int64
+				cached bool
+			}{{"lower", -1, false}, {"equal", 0, true}} {
+				t.Run(c.name, func(t *testing.T) {
+					ref, o := refFor(t, "k"), uuid.New()
+					g := acquire(t, s, ref, o)
+					k := s.Keys(ref)
+					tok := fence.Token{Generation: uint64(int64(g) + c.delta)}
+					complete(t, s, ref, tok, sampleResult(), time.Hour, c.cached)
+					if c.cached {
+						wantResult(t, stored(t, e.raw, k), tok.Generation, fp, 59*time.Minute, time.Hour)
+					} else {
+						wantLease(t, stored(t, e.raw, k), o, g, fp, lease)
+					}
+				})
 			}
+		}},
+		{name: "CompleteWithTTL0DeletesOnlyItsOwnLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			g := acquire(t, s, ref, o[0])
+			k := s.Keys(ref)
+			v := get(t, e.raw, k.Record)
+			// Another owner, even of a higher generation, caching nothing:
+			// the holder's lease stays as it is.
+			for _, gen := range []uint64{g, g + 1} {
+				complete(t, s, ref, fence.Token{Generation: gen, Owner: o[1]}, sampleResult(), 0, false)
+				if got := get(t, e.raw, k.Record); got != v {
+					t.Fatalf("record = %q after another owner's completion with TTL 0, want %q", got, v)
+				}
+			}
+			wantLease(t, stored(t, e.raw, k), o[0], g, fp, lease)
+			// The holder's own: deleted.
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o[0]}, sampleResult(), 0, false)
+			if exists(t, e.raw, k.Record) {
+				t.Errorf("record = %q after the holder's completion with TTL 0, want none", get(t, e.raw, k.Record))
+			}
+		}},
+		{name: "CompleteWithTTL0LeavesResultAlone", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			g := acquire(t, s, ref, o)
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o}, sampleResult(), 10*time.Minute, true)
+			complete(t, s, ref, fence.Token{Generation: g + 1, Owner: uuid.New()}, sampleResult(), 0, false)
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), g, fp, 9*time.Minute, 10*time.Minute)
 		}},
 		{name: "CompleteAfterOwnLeaseExpiredStillCaches", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			// The durable store accepted the completion; the Redis lease had
 			// simply run out first.
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
-			e.expire(t, s.Keys(ref).Lease)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), time.Hour)
-			if err != nil || !cached {
-				t.Fatalf("Complete = %v, %v; want cached", cached, err)
-			}
+			e.expire(t, s.Keys(ref).Record)
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o}, sampleResult(), time.Hour, true)
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), g, fp, 59*time.Minute, time.Hour)
 		}},
 		{name: "CompleteRerunChangesNothing", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
 			tok := fence.Token{Generation: g, Owner: o}
-			if _, err := s.Complete(context.Background(), ref, tok, fp, durable.Completed, sampleResult(), time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			complete(t, s, ref, tok, sampleResult(), time.Hour, true)
 			k := s.Keys(ref)
-			// Let time pass for the cached copy (by its effect), then re-run.
-			if err := e.raw.PExpire(context.Background(), k.Result, time.Minute).Err(); err != nil {
+			v := get(t, e.raw, k.Record)
+			// Let time pass for the cached copy (by its effect), then re-run,
+			// and refill the same result from the database.
+			if err := e.raw.PExpire(context.Background(), k.Record, time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			cached, err := s.Complete(context.Background(), ref, tok, fp, durable.Completed, sampleResult(), time.Hour)
-			if err != nil || !cached {
-				t.Fatalf("re-run Complete = %v, %v", cached, err)
-			}
-			if d := pttl(t, e.raw, k.Result); d > time.Minute {
-				t.Errorf("result PTTL = %v after a re-run: the re-run extended the cached copy", d)
+			for _, tok := range []fence.Token{tok, {Generation: g}} {
+				complete(t, s, ref, tok, sampleResult(), time.Hour, true)
+				if got := get(t, e.raw, k.Record); got != v {
+					t.Errorf("record = %q after the same result again, want %q", got, v)
+				}
+				// Not extended: the same result is left as it is, TTL too.
+				wantResult(t, stored(t, e.raw, k), g, fp, 0, time.Minute)
 			}
 		}},
 		{name: "CompleteWithLargeBodyCachesNothingButDropsLease", opts: fastpath.Options{MaxCachedBody: 16}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
@@ -521,64 +540,55 @@ func completeCases() []scriptCase {
 				ref, o := refFor(t, "k"+genOf(uint64(c.size))), uuid.New()
 				g := acquire(t, s, ref, o)
 				res := durable.Result{StatusCode: 200, Body: bytes.Repeat([]byte("x"), c.size)}
-				cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, res, time.Hour)
-				if err != nil || cached != c.cached {
-					t.Fatalf("Complete with a %d-byte body = %v, %v; want cached %v", c.size, cached, err, c.cached)
-				}
-				k := s.Keys(ref)
-				if exists(t, e.raw, k.Result) != c.cached {
-					t.Errorf("%d-byte body: result key exists = %v", c.size, !c.cached)
-				}
-				if exists(t, e.raw, k.Lease) {
-					t.Errorf("%d-byte body: lease not dropped", c.size)
+				complete(t, s, ref, fence.Token{Generation: g, Owner: o}, res, time.Hour, c.cached)
+				st := stored(t, e.raw, s.Keys(ref))
+				if c.cached {
+					wantResult(t, st, g, fp, 59*time.Minute, time.Hour)
+				} else if st.Kind != fastpath.StoredNone {
+					t.Errorf("%d-byte body: record = %+v, want none (lease dropped, nothing cached)", c.size, st)
 				}
 			}
 		}},
 		{name: "CompleteWithShortTTLCachesNothingButDropsLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
 			g := acquire(t, s, ref, o)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g, Owner: o}, fp, durable.Completed, sampleResult(), 0)
-			if err != nil || cached {
-				t.Fatalf("Complete = %v, %v", cached, err)
-			}
-			k := s.Keys(ref)
-			if exists(t, e.raw, k.Result) || exists(t, e.raw, k.Lease) {
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o}, sampleResult(), 0, false)
+			if exists(t, e.raw, s.Keys(ref).Record) {
 				t.Error("result cached or lease kept")
-			}
-		}},
-		{name: "CompleteRefillWithoutOwnerLeavesLeases", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			ref, o := refFor(t, "k"), uuid.New()
-			g := acquire(t, s, ref, o)
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: g}, fp, durable.Completed, sampleResult(), time.Hour)
-			if err != nil || !cached {
-				t.Fatalf("refill = %v, %v", cached, err)
-			}
-			if got := hget(t, e.raw, s.Keys(ref).Lease, "o"); got != o.String() {
-				t.Errorf("lease owner = %q after a refill, want %s", got, o)
 			}
 		}},
 		{name: "CompleteKeepsResultOfHigherGeneration", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref := refFor(t, "k")
 			newer := durable.Result{StatusCode: 200, Body: []byte("newer")}
-			if _, err := s.Complete(context.Background(), ref, fence.Token{Generation: 3}, fp, durable.Completed, newer, time.Hour); err != nil {
-				t.Fatal(err)
-			}
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 2}, fp, durable.Completed, sampleResult(), time.Hour)
-			if err != nil || cached {
-				t.Fatalf("older Complete = %v, %v; want not cached", cached, err)
-			}
-			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+			complete(t, s, ref, fence.Token{Generation: 3}, newer, time.Hour, true)
+			complete(t, s, ref, fence.Token{Generation: 2}, sampleResult(), time.Hour, false)
+			r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
 			if r.Status != fastpath.ClaimCached || r.Cached.Generation != 3 || string(r.Cached.Result.Body) != "newer" {
 				t.Fatalf("Claim = %+v, want the generation 3 result", r)
+			}
+			// A higher generation replaces it.
+			complete(t, s, ref, fence.Token{Generation: 4}, sampleResult(), 10*time.Minute, true)
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), 4, fp, 9*time.Minute, 10*time.Minute)
+		}},
+		{name: "CompleteComparesGenerationsBeyondDoublesExactly", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			// complete.lua compares decimal strings: exact above 2^53,
+			// where a Lua number is not, and across a change of length.
+			for i, c := range []struct{ cached, older, newer uint64 }{
+				{1<<53 + 1, 1 << 53, 1<<53 + 2},
+				{99999999999999999, 99999999999999998, 100000000000000000},
+			} {
+				ref := refFor(t, fmt.Sprint("k", i))
+				complete(t, s, ref, fence.Token{Generation: c.cached}, sampleResult(), time.Hour, true)
+				complete(t, s, ref, fence.Token{Generation: c.older}, durable.Result{StatusCode: 500}, time.Hour, false)
+				wantResult(t, stored(t, e.raw, s.Keys(ref)), c.cached, fp, 59*time.Minute, time.Hour)
+				complete(t, s, ref, fence.Token{Generation: c.newer}, sampleResult(), time.Hour, true)
+				wantResult(t, stored(t, e.raw, s.Keys(ref)), c.newer, fp, 59*time.Minute, time.Hour)
 			}
 		}},
 		{name: "CompleteWithoutOwnerOrCacheMakesNoCall", opts: fastpath.Options{MaxCachedBody: -1}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref := refFor(t, "k")
-			cached, err := s.Complete(context.Background(), ref, fence.Token{Generation: 1}, fp, durable.Completed, sampleResult(), time.Hour)
-			if err != nil || cached {
-				t.Fatalf("Complete = %v, %v", cached, err)
-			}
-			if exists(t, e.raw, s.Keys(ref).Result) {
+			complete(t, s, ref, fence.Token{Generation: 1}, sampleResult(), time.Hour, false)
+			if exists(t, e.raw, s.Keys(ref).Record) {
 				t.Error("cached with MaxCachedBody < 0")
 			}
 		}},
@@ -587,7 +597,7 @@ func completeCases() []scriptCase {
 
 func releaseCases() []scriptCase {
 	return []scriptCase{
-		{name: "ReleaseByHolderDropsLeaseKeepsCounter", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+		{name: "ReleaseByHolderDropsLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			held, err := s.Release(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]})
@@ -595,24 +605,27 @@ func releaseCases() []scriptCase {
 				t.Fatalf("Release = %v, %v", held, err)
 			}
 			k := s.Keys(ref)
-			if exists(t, e.raw, k.Lease) {
+			if exists(t, e.raw, k.Record) {
 				t.Error("lease kept after release")
 			}
-			acquireAfter(t, s, ref, o[1], g)
+			// A new claim proposes the clock again: the same generation
+			// within the same millisecond (the store then picks g+1 and a
+			// SyncGen follows), never a lower one.
+			if g2 := acquire(t, s, ref, o[1]); g2 < g {
+				t.Fatalf("Claim after release proposed %d, want at least %d", g2, g)
+			}
 		}},
 		{name: "ReleaseByStaleOwnerKeepsNewLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
-			e.expire(t, k.Lease)
-			acquireAfter(t, s, ref, o[1], g)
+			e.expire(t, k.Record)
+			g2 := acquire(t, s, ref, o[1])
 			held, err := s.Release(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]})
 			if err != nil || held {
 				t.Fatalf("stale Release = %v, %v", held, err)
 			}
-			if got := hget(t, e.raw, k.Lease, "o"); got != o[1].String() {
-				t.Errorf("lease owner = %q, want %s", got, o[1])
-			}
+			wantLease(t, stored(t, e.raw, k), o[1], g2, fp, lease)
 		}},
 		{name: "ReleaseRerunIsNoOp", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
@@ -621,108 +634,127 @@ func releaseCases() []scriptCase {
 			if held, err := s.Release(context.Background(), ref, tok); err != nil || !held {
 				t.Fatalf("Release = %v, %v", held, err)
 			}
-			acquireAfter(t, s, ref, o[1], g)
+			g2 := acquire(t, s, ref, o[1])
 			if held, err := s.Release(context.Background(), ref, tok); err != nil || held {
 				t.Fatalf("re-run Release = %v, %v; want no-op", held, err)
 			}
-			if got := hget(t, e.raw, s.Keys(ref).Lease, "o"); got != o[1].String() {
-				t.Errorf("lease owner = %q, want %s", got, o[1])
+			wantLease(t, stored(t, e.raw, s.Keys(ref)), o[1], g2, fp, lease)
+		}},
+		{name: "ReleaseLeavesResultAlone", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			ref, o := refFor(t, "k"), uuid.New()
+			g := acquire(t, s, ref, o)
+			tok := fence.Token{Generation: g, Owner: o}
+			complete(t, s, ref, tok, sampleResult(), time.Hour, true)
+			if held, err := s.Release(context.Background(), ref, tok); err != nil || held {
+				t.Fatalf("Release after complete = %v, %v; want not held", held, err)
 			}
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), g, fp, 59*time.Minute, time.Hour)
 		}},
 	}
 }
 
 func syncGenCases() []scriptCase {
 	return []scriptCase{
-		{name: "SyncGenRaisesCounterAndHoldersLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+		{name: "SyncGenRewritesHoldersLeaseGenerationAndKeepsTTL", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
-			// The database answered far above Redis's proposal (and its
-			// clock term), so the next proposals rise by 1 from it.
-			db := g + 1_000_000_000
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: db, Owner: o[0]}, retention); err != nil {
+			k := s.Keys(ref)
+			// A TTL the lease length does not give: SyncGen must keep it.
+			if err := e.raw.PExpire(context.Background(), k.Record, 7*time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			k := s.Keys(ref)
-			if got := get(t, e.raw, k.Gen); got != genOf(db) {
-				t.Errorf("counter = %q, want %d", got, db)
+			// The database answered far above Redis's proposal.
+			db := g + 1_000_000_000
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: db, Owner: o[0]}); err != nil {
+				t.Fatal(err)
 			}
-			if got := hget(t, e.raw, k.Lease, "g"); got != genOf(db) {
-				t.Errorf("lease generation = %q, want %d", got, db)
+			// Only the generation changed: owner, lease length, fingerprint
+			// and TTL are kept.
+			if got, want := get(t, e.raw, k.Record), leaseValue(db, lease, o[0], fp); got != want {
+				t.Errorf("record = %q after SyncGen, want %q", got, want)
 			}
-			// A re-run by the holder now reports the synced generation.
+			if d := pttl(t, e.raw, k.Record); d <= 6*time.Minute || d > 7*time.Minute {
+				t.Errorf("lease TTL = %v after SyncGen, want the 7m it had", d)
+			}
+			// A re-run by the holder and a busy claim now report it.
 			acquireGen(t, s, ref, o[0], db)
-			e.expire(t, k.Lease)
-			acquireGen(t, s, ref, o[1], db+1)
-		}},
-		{name: "SyncGenNeverLowersCounter", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			ref, o := refFor(t, "k"), uuid.New()
-			base := acquire(t, s, ref, o)
-			k := s.Keys(ref)
-			for _, c := range []struct{ sync, want uint64 }{{9, 9}, {10, 10}, {9, 10}, {3, 10}, {0, 10}, {10, 10}, {100, 100}, {99, 100}} {
-				to := base + c.sync
-				if c.sync == 0 {
-					to = 1 // far below
-				}
-				if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: to, Owner: o}, retention); err != nil {
-					t.Fatal(err)
-				}
-				if got := get(t, e.raw, k.Gen); got != genOf(base+c.want) {
-					t.Fatalf("counter = %q after SyncGen(%d), want %d", got, to, base+c.want)
-				}
+			if r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease}); r.Status != fastpath.ClaimBusy || r.Generation != db {
+				t.Fatalf("Claim by another owner = %+v, want Busy at %d", r, db)
 			}
 		}},
 		{name: "SyncGenLeavesOtherOwnersLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
 			g := acquire(t, s, ref, o[0])
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g + 5, Owner: o[1]}, retention); err != nil {
+			k := s.Keys(ref)
+			v := get(t, e.raw, k.Record)
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g + 5, Owner: o[1]}); err != nil {
 				t.Fatal(err)
 			}
-			k := s.Keys(ref)
-			if got := hget(t, e.raw, k.Lease, "g"); got != genOf(g) {
-				t.Errorf("other owner's lease generation = %q, want %d", got, g)
+			if got := get(t, e.raw, k.Record); got != v {
+				t.Errorf("record = %q after another owner's SyncGen, want %q", got, v)
 			}
-			if got := get(t, e.raw, k.Gen); got != genOf(g+5) {
-				t.Errorf("counter = %q, want %d", got, g+5)
-			}
+			wantLease(t, stored(t, e.raw, k), o[0], g, fp, lease)
 		}},
-		{name: "SyncGenCreatesLostCounterWithRetention", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			ref := refFor(t, "k")
-			db := clockFloor(redisTime(t, e.raw)) + 1_000_000_000
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: db}, 10*time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			k := s.Keys(ref)
-			if got := get(t, e.raw, k.Gen); got != genOf(db) {
-				t.Errorf("counter = %q, want %d", got, db)
-			}
-			if d := pttl(t, e.raw, k.Gen); d <= 9*time.Minute || d > 10*time.Minute {
-				t.Errorf("counter PTTL = %v, want about 10m", d)
-			}
-			if exists(t, e.raw, k.Lease) {
-				t.Error("SyncGen without owner created a lease")
-			}
-			acquireGen(t, s, ref, uuid.New(), db+1)
-		}},
-		{name: "SyncGenKeepsLongerCounterTTL", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+		{name: "SyncGenLeavesResultAndAbsentKeyAlone", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
-			g := acquire(t, s, ref, o)
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g + 1}, time.Second); err != nil {
+			k := s.Keys(ref)
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: 5, Owner: o}); err != nil {
 				t.Fatal(err)
 			}
-			if d := pttl(t, e.raw, s.Keys(ref).Gen); d <= time.Second {
-				t.Errorf("counter PTTL = %v, want the 1h retention kept", d)
+			if exists(t, e.raw, k.Record) {
+				t.Errorf("SyncGen on an absent key wrote %q", get(t, e.raw, k.Record))
+			}
+			g := acquire(t, s, ref, o)
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o}, sampleResult(), time.Hour, true)
+			v := get(t, e.raw, k.Record)
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g + 5, Owner: o}); err != nil {
+				t.Fatal(err)
+			}
+			if got := get(t, e.raw, k.Record); got != v {
+				t.Errorf("record = %q after SyncGen on a result, want %q", got, v)
+			}
+		}},
+		{name: "SyncGenWithoutOwnerMakesNoCall", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			cs := &countingScripter{Scripter: e.raw}
+			s2, err := fastpath.New(cs, fastpath.Options{Prefix: e.prefix, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, o := refFor(t, "k"), uuid.New()
+			g := acquire(t, s2, ref, o)
+			k := s2.Keys(ref)
+			v := get(t, e.raw, k.Record)
+			before := cs.n.Load()
+			if err := s2.SyncGen(context.Background(), ref, fence.Token{Generation: g + 5}); err != nil {
+				t.Fatal(err)
+			}
+			if n := cs.n.Load() - before; n != 0 {
+				t.Errorf("SyncGen without owner sent %d script calls, want 0", n)
+			}
+			if got := get(t, e.raw, k.Record); got != v {
+				t.Errorf("record = %q, want %q", got, v)
 			}
 		}},
 		{name: "SyncGenKeepsGenerationsAbove2To53Exact", run: func(t *testing.T, e env, s *fastpath.Scripts) {
-			ref, o := refFor(t, "k"), uuid.New()
+			ref, o := refFor(t, "k"), owners(2)
+			acquire(t, s, ref, o[0])
 			const big = 1<<62 + 1
-			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: big}, retention); err != nil {
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: big, Owner: o[0]}); err != nil {
 				t.Fatal(err)
 			}
-			acquireGen(t, s, ref, o, big+1)
-			if got := get(t, e.raw, s.Keys(ref).Gen); got != "4611686018427387906" {
-				t.Errorf("counter = %q", got)
+			k := s.Keys(ref)
+			if got, want := get(t, e.raw, k.Record), leaseValue(big, lease, o[0], fp); got != want || !strings.HasPrefix(got, "L4611686018427387905:") {
+				t.Errorf("record = %q, want %q", got, want)
+			}
+			acquireGen(t, s, ref, o[0], big)
+			if r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease}); r.Status != fastpath.ClaimBusy || r.Generation != big {
+				t.Fatalf("Claim by another owner = %+v, want Busy at %d", r, uint64(big))
+			}
+			// complete.lua's stale rule compares it exactly: big-1 is stale.
+			complete(t, s, ref, fence.Token{Generation: big - 1, Owner: o[1]}, sampleResult(), time.Hour, false)
+			complete(t, s, ref, fence.Token{Generation: big, Owner: o[0]}, sampleResult(), time.Hour, true)
+			if r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease}); r.Status != fastpath.ClaimCached || r.Cached.Generation != big {
+				t.Fatalf("Claim = %+v, want Cached at %d", r, uint64(big))
 			}
 		}},
 	}
@@ -738,11 +770,12 @@ func TestScripts_Errors(t *testing.T) {
 				e := b.new(t)
 				s := e.scripts(t, fastpath.Options{Breaker: fastpath.BreakerOptions{Failures: 1}})
 				ref := refFor(t, "k")
-				if err := e.raw.HSet(context.Background(), s.Keys(ref).Result, "f", fp, "g", "1", "d", "\x02garbage").Err(); err != nil {
+				v := "R1:" + strconv.Itoa(len(fp)) + ":" + fp + "\x02garbage"
+				if err := e.raw.Set(context.Background(), s.Keys(ref).Record, v, time.Hour).Err(); err != nil {
 					t.Fatal(err)
 				}
 				for range 3 {
-					_, err := s.Claim(context.Background(), ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+					_, err := s.Claim(context.Background(), ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
 					if !errors.Is(err, fastpath.ErrCorrupt) || !errors.Is(err, fastpath.ErrUnavailable) {
 						t.Fatalf("Claim on a corrupt result: %v, want ErrCorrupt", err)
 					}
@@ -756,14 +789,51 @@ func TestScripts_Errors(t *testing.T) {
 				e := b.new(t)
 				s := e.scripts(t, fastpath.Options{})
 				ref := refFor(t, "k")
-				if err := e.raw.Set(context.Background(), s.Keys(ref).Lease, "x", time.Hour).Err(); err != nil {
+				if err := e.raw.HSet(context.Background(), s.Keys(ref).Record, "o", "x").Err(); err != nil {
 					t.Fatal(err)
 				}
-				_, err := s.Claim(context.Background(), ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease, Retention: retention})
+				_, err := s.Claim(context.Background(), ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
 				if !errors.Is(err, fastpath.ErrUnavailable) || !strings.Contains(strings.ToUpper(err.Error()), "WRONGTYPE") {
-					t.Fatalf("Claim on a string lease: %v, want ErrUnavailable with WRONGTYPE", err)
+					t.Fatalf("Claim on a hash record: %v, want ErrUnavailable with WRONGTYPE", err)
 				}
 			})
+		})
+	}
+}
+
+// TestClaim_MalformedRecordCountsAsAbsent: the spec (layout v2) and
+// claim.lua's header say a value that is neither a lease ("L" gen ":"
+// lease_ms ":" 36-byte owner fingerprint, gen and lease_ms decimal) nor a
+// result ("R" gen ":" #fp ":" fp blob) counts as absent, as
+// fastpath.ParseStored decodes it. These values start like one of the two
+// forms but are neither.
+func TestClaim_MalformedRecordCountsAsAbsent(t *testing.T) {
+	t.Parallel()
+	e := realEnv(t)
+	for i, v := range []string{
+		"R1:x:" + fp + "blob",                        // length not a number
+		"R1:99:" + fp,                                // length beyond the value
+		"L1:30000:short" + fp,                        // owner not 36 bytes
+		"Lx:y:" + uuid.NewString() + fp,              // generation and lease_ms not decimal
+		"R:" + strconv.Itoa(len(fp)) + ":" + fp + "", // no generation
+	} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			if _, ok := fastpath.ParseStored(v); ok {
+				t.Fatalf("ParseStored(%q) ok; the case is not malformed", v)
+			}
+			s := e.scripts(t, fastpath.Options{Breaker: fastpath.BreakerOptions{Failures: 1}})
+			ref, o := refFor(t, "k"), uuid.New()
+			k := s.Keys(ref)
+			if err := e.raw.Set(context.Background(), k.Record, v, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.Claim(context.Background(), ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o, Lease: lease})
+			if err != nil || r.Status != fastpath.ClaimAcquired {
+				t.Errorf("Claim on %q = %+v, %v; want Acquired (the value counts as absent)", v, r, err)
+			}
+			if st := s.Breaker(); st != fastpath.BreakerClosed {
+				t.Errorf("breaker = %v after a Claim on %q, want closed", st, v)
+			}
 		})
 	}
 }
@@ -782,7 +852,7 @@ func TestScripts_InvalidArguments(t *testing.T) {
 	ctx := context.Background()
 	ref := refFor(t, "k")
 	o := uuid.New()
-	good := fastpath.ClaimArgs{Fingerprint: fp, Owner: o, Lease: lease, Retention: retention}
+	good := fastpath.ClaimArgs{Fingerprint: fp, Owner: o, Lease: lease}
 	with := func(f func(*fastpath.ClaimArgs)) fastpath.ClaimArgs { a := good; f(&a); return a }
 	calls := map[string]func() error{
 		"ClaimEmptyFingerprint": func() error {
@@ -801,10 +871,6 @@ func TestScripts_InvalidArguments(t *testing.T) {
 			_, err := s.Claim(ctx, ref, with(func(a *fastpath.ClaimArgs) { a.Lease = time.Microsecond }))
 			return err
 		},
-		"ClaimNoRetention": func() error {
-			_, err := s.Claim(ctx, ref, with(func(a *fastpath.ClaimArgs) { a.Retention = 0 }))
-			return err
-		},
 		"RenewNilOwner":   func() error { _, err := s.Renew(ctx, ref, fence.Token{Generation: 1}, lease); return err },
 		"RenewShortLease": func() error { _, err := s.Renew(ctx, ref, fence.Token{Generation: 1, Owner: o}, 0); return err },
 		"ReleaseNilOwner": func() error { _, err := s.Release(ctx, ref, fence.Token{Generation: 1}); return err },
@@ -820,8 +886,7 @@ func TestScripts_InvalidArguments(t *testing.T) {
 			_, err := s.Complete(ctx, ref, fence.Token{Generation: 1, Owner: o}, fp, durable.Uncertain, durable.Result{}, time.Hour)
 			return err
 		},
-		"SyncGenGeneration0":    func() error { return s.SyncGen(ctx, ref, fence.Token{Owner: o}, retention) },
-		"SyncGenShortRetention": func() error { return s.SyncGen(ctx, ref, fence.Token{Generation: 1, Owner: o}, 0) },
+		"SyncGenGeneration0": func() error { return s.SyncGen(ctx, ref, fence.Token{Owner: o}) },
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
@@ -829,6 +894,11 @@ func TestScripts_InvalidArguments(t *testing.T) {
 				t.Fatalf("err = %v, want ErrInvalidArgument", err)
 			}
 		})
+	}
+	// Without an owner SyncGen has no lease to rewrite: no call, no error
+	// (the client would fail one).
+	if err := s.SyncGen(ctx, ref, fence.Token{Generation: 1}); err != nil {
+		t.Errorf("SyncGen without owner = %v, want nil with no call", err)
 	}
 	if n := cs.n.Load(); n != 0 {
 		t.Errorf("%d script calls reached the client, want 0", n)

@@ -308,7 +308,7 @@ func EvictedKeys(ctx context.Context, c redis.Cmdable) (int64, error) {
 
 // Fill writes n keys of size bytes under prefix (named prefix:fill:<i>), to
 // push a server running with --maxmemory and allkeys-lru into evicting
-// other keys: leases, generation counters and cached results. It returns
+// other keys: leases and cached results. It returns
 // how many keys it wrote.
 func Fill(ctx context.Context, c redis.Cmdable, prefix string, n, size int) (int, error) {
 	val := strings.Repeat("x", size)

@@ -219,17 +219,27 @@ func TestVanishLease(t *testing.T) {
 	c, prefix := testenv.Redis(t)
 	ctx := t.Context()
 	ref := durable.Scope{Tenant: "t", Operation: "o", Key: "k"}.Ref(nil)
-	lease := fastpath.KeysFor(prefix, ref).Lease
-	if err := c.HSet(ctx, lease, "o", "x").Err(); err != nil {
+	key := fastpath.KeysFor(prefix, ref).Record
+	owner := "11111111-2222-3333-4444-555555555555"
+	if err := c.Set(ctx, key, "L7:30000:"+owner+"fp", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c.PExpire(ctx, lease, time.Hour)
 	ok, err := fault.VanishLease(ctx, c, prefix, ref)
 	if err != nil || !ok {
 		t.Fatalf("VanishLease = %v, %v", ok, err)
 	}
-	if ttl := c.PTTL(ctx, lease).Val(); ttl > time.Millisecond {
+	if ttl := c.PTTL(ctx, key).Val(); ttl > time.Millisecond {
 		t.Fatalf("lease PTTL after VanishLease = %v", ttl)
+	}
+	// A cached result is not a lease: left alone.
+	if err := c.Set(ctx, key, "R7:2:fpblob", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := fault.VanishLease(ctx, c, prefix, ref); err != nil || ok {
+		t.Fatalf("VanishLease on a result = %v, %v; want false", ok, err)
+	}
+	if ttl := c.PTTL(ctx, key).Val(); ttl < time.Minute {
+		t.Fatalf("result PTTL after VanishLease = %v, want untouched", ttl)
 	}
 }
 

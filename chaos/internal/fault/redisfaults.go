@@ -17,15 +17,22 @@ import (
 	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
-// VanishLease makes the Redis lease of ref expire now (PEXPIRE lease 1):
-// the effect of a Redis clock jump, which libfaketime cannot produce on a
-// real redis-server. It reports whether there was a lease to expire.
-func VanishLease(ctx context.Context, c redis.Cmdable, prefix string, ref durable.Ref) (bool, error) {
-	ok, err := c.PExpire(ctx, fastpath.KeysFor(prefix, ref).Lease, time.Millisecond).Result()
+// vanishLease expires the record's key in 1ms when it holds a lease (a
+// result is left alone).
+var vanishLease = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 1) == 'L' then return redis.call('PEXPIRE', KEYS[1], 1) end
+return 0`)
+
+// VanishLease makes the Redis lease of ref expire now (PEXPIRE 1 on the
+// record's key while it holds a lease): the effect of a Redis clock jump,
+// which libfaketime cannot produce on a real redis-server. It reports
+// whether there was a lease to expire.
+func VanishLease(ctx context.Context, c redis.Scripter, prefix string, ref durable.Ref) (bool, error) {
+	n, err := vanishLease.Run(ctx, c, []string{fastpath.KeysFor(prefix, ref).Record}).Int()
 	if err != nil {
 		return false, fmt.Errorf("%w: pexpire lease: %w", ErrRedisProcess, err)
 	}
-	return ok, nil
+	return n == 1, nil
 }
 
 // ScriptSends counts the Lua scripts a go-redis client runs: [ScriptSends.Hook]
