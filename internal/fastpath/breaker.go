@@ -163,9 +163,10 @@ func (b *Breaker) Failure(probe bool) {
 	}
 }
 
-// Abandon records a call whose outcome says nothing about Redis, because
-// the caller's own context ended first. An abandoned probe lets the next
-// call probe instead.
+// Abandon records a call whose outcome says nothing about Redis: the
+// caller's own context ended first, or the process saw the call's timeout
+// too late to have read a reply in time. It neither counts a failure nor
+// clears the count. An abandoned probe lets the next call probe instead.
 func (b *Breaker) Abandon(probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

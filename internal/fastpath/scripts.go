@@ -451,6 +451,7 @@ func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScrip
 		}
 		c.shorten(waited)
 	}
+	deadline := time.Now().Add(s.timeout)
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var v any
@@ -466,6 +467,14 @@ func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScrip
 		return v, nil
 	case ctx.Err() != nil:
 		// The caller gave up; that says nothing about Redis.
+		s.breaker.Abandon(probe)
+	case cctx.Err() != nil && time.Since(deadline) > s.timeout/2:
+		// The timeout was seen more than half a budget after it fired:
+		// this process could not run its goroutines in time, so it could
+		// not have read a reply in time either. That is the caller's CPU
+		// (a burst of requests, a GC pause, a starved container), not
+		// Redis: the call fails, the breaker does not count it. A Redis
+		// that hangs while the process keeps up is still counted.
 		s.breaker.Abandon(probe)
 	default:
 		s.breaker.Failure(probe)
