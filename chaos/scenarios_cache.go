@@ -289,7 +289,13 @@ func (x *cacheWorld) run(ctx context.Context, e *env, ops []*op) error {
 		return err
 	}
 
-	// Swept: the next life is a new record.
+	// Swept: the next life is a new record. The negative control's bug
+	// (an inflated ExpiresIn) is caught in the expired lives above; the
+	// sweep, which waits until records are two minutes old, is left out of
+	// it to keep CI short.
+	if e.cfg.negative == broken.ExpiresInInflated {
+		return nil
+	}
 	before, err := e.presentKeys(ctx, e.records())
 	if err != nil {
 		return err
