@@ -3,6 +3,7 @@ package fastpath_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,5 +77,75 @@ func TestBreaker_TimeoutsSeenLateAreNotRedis(t *testing.T) {
 				t.Fatalf("breaker %v after 5 timeouts seen on time, want open", s.Breaker())
 			}
 		})
+	}
+}
+
+// slowFirst is a hook whose first command's timeout is seen late by late,
+// and every later one on time.
+type slowFirst struct {
+	late  time.Duration
+	calls *atomic.Int32
+}
+
+func (slowFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h slowFirst) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		first := h.calls.Add(1) == 1
+		<-ctx.Done()
+		if first {
+			time.Sleep(h.late)
+		}
+		cmd.SetErr(ctx.Err())
+		return ctx.Err()
+	}
+}
+
+func (slowFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestBreaker_TimeoutsOfCallsSentDuringALagAreNotRedis checks the second
+// half of the rule: a call sent before another call's timeout found the
+// process lagging is not counted either, though its own timeout is seen on
+// time (the run queue had drained by then); a call sent after it is.
+func TestBreaker_TimeoutsOfCallsSentDuringALagAreNotRedis(t *testing.T) {
+	t.Parallel()
+	const timeout = 100 * time.Millisecond
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(slowFirst{late: timeout, calls: new(atomic.Int32)})
+	s, err := fastpath.New(rdb, fastpath.Options{
+		Timeout: timeout,
+		Breaker: fastpath.BreakerOptions{Failures: 1, CoolDown: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func() error {
+		_, err := s.Claim(context.Background(), refFor(t, "k"), fastpath.ClaimArgs{Fingerprint: "fp", Owner: uuid.New(), Lease: time.Second})
+		return err
+	}
+	// The first call times out at 100ms, seen at 200ms: the lag. The
+	// second is sent at 150ms, before that, and times out at 250ms.
+	first := make(chan error, 1)
+	go func() { first <- claim() }()
+	time.Sleep(timeout * 3 / 2)
+	if err := claim(); !errors.Is(err, fastpath.ErrUnavailable) || errors.Is(err, fastpath.ErrBreakerOpen) {
+		t.Fatalf("second call = %v, want a timeout", err)
+	}
+	if err := <-first; !errors.Is(err, fastpath.ErrUnavailable) {
+		t.Fatalf("first call = %v, want a timeout", err)
+	}
+	if st := s.Breaker(); st != fastpath.BreakerClosed {
+		t.Fatalf("breaker %v after timeouts during a lag, want closed", st)
+	}
+	// Sent after the lag was seen, on time: Redis's own failure. The
+	// negative control: one counted failure opens this breaker.
+	if err := claim(); !errors.Is(err, fastpath.ErrUnavailable) {
+		t.Fatalf("third call = %v, want a timeout", err)
+	}
+	if st := s.Breaker(); st != fastpath.BreakerOpen {
+		t.Fatalf("breaker %v after a timeout sent once the lag had passed, want open", st)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -131,9 +133,13 @@ func unhook(c redis.Scripter, opts Options) (redis.Scripter, Options) {
 // Scripts runs the fast-path scripts on one Redis deployment. It is safe for
 // concurrent use.
 type Scripts struct {
-	c             redis.Scripter
-	prefix        string
-	timeout       time.Duration
+	c       redis.Scripter
+	prefix  string
+	timeout time.Duration
+	// epoch is when the Scripts were made; lagSeen is when, since epoch,
+	// a call's timeout last found this process lagging (0: never).
+	epoch         time.Time
+	lagSeen       atomic.Int64
 	maxCachedBody int
 	cacheTTL      time.Duration
 	breaker       *Breaker
@@ -194,6 +200,7 @@ func New(c redis.Scripter, opts Options) (*Scripts, error) {
 		maxCachedBody: opts.MaxCachedBody,
 		cacheTTL:      opts.CacheTTL,
 		direct:        honorsContext(c),
+		epoch:         time.Now(),
 	}
 	switch c := c.(type) {
 	case *redis.Client:
@@ -468,18 +475,44 @@ func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScrip
 	case ctx.Err() != nil:
 		// The caller gave up; that says nothing about Redis.
 		s.breaker.Abandon(probe)
-	case cctx.Err() != nil && time.Since(deadline) > s.timeout/2:
-		// The timeout was seen more than half a budget after it fired:
-		// this process could not run its goroutines in time, so it could
-		// not have read a reply in time either. That is the caller's CPU
-		// (a burst of requests, a GC pause, a starved container), not
-		// Redis: the call fails, the breaker does not count it. A Redis
+	case cctx.Err() != nil && s.lagged(deadline.Add(-s.timeout), deadline):
+		// This process ran too far behind to have read a reply in time:
+		// its CPU (a burst of requests, a GC pause, a starved container),
+		// not Redis. The call fails, the breaker does not count it. A Redis
 		// that hangs while the process keeps up is still counted.
 		s.breaker.Abandon(probe)
 	default:
 		s.breaker.Failure(probe)
 	}
 	return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, name, err)
+}
+
+// lagged reports whether this process ran too far behind to have read the
+// reply of a call sent at sent that timed out at deadline: its lag now
+// (processLag) is over a quarter of the per-call timeout, or such a lag was
+// seen, by another call's timeout, after this call was sent. Calls sent
+// together in a burst time out together, while the run queue ahead of them
+// drains: the first ones see the lag, the last ones may not any more.
+func (s *Scripts) lagged(sent, deadline time.Time) bool {
+	if processLag(deadline) > s.timeout/4 {
+		s.lagSeen.Store(int64(time.Since(s.epoch)))
+		return true
+	}
+	seen := s.lagSeen.Load()
+	return seen != 0 && seen >= int64(sent.Sub(s.epoch))
+}
+
+// processLag returns how far behind this process runs when a call timed out
+// at deadline: the longer of how late the timeout was seen and how long a
+// goroutine that yields waits to run again (the run queue ahead of it).
+// Both are microseconds in a process that keeps up; in a burst of
+// thousands of requests on two cores they were tens of milliseconds, while
+// Redis had answered (bench -workload storm).
+func processLag(deadline time.Time) time.Duration {
+	late := time.Since(deadline)
+	t0 := time.Now()
+	runtime.Gosched()
+	return max(late, time.Since(t0))
 }
 
 // acquire takes a turn on the client's pool for one call, and returns how
