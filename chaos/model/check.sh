@@ -22,7 +22,7 @@ done
 
 jobs=${MODEL_JOBS:-2}
 depth=${MODEL_DEPTH:-20000}
-memlim=${MODEL_MEMLIM:-12000} # MB, per run (r1 needs about 8.7 GB)
+memlim=${MODEL_MEMLIM:-12000} # MB, per run (r1 needs about 3.2 GB)
 
 # NAME  EXPECT  DEFINES
 #   EXPECT: ok, or Pn (a counterexample to property n is required)
