@@ -63,11 +63,7 @@ var scriptNames = sync.OnceValue(func() map[string]string {
 	m := map[string]string{}
 	ents, _ := fs.ReadDir(lua.Sources, ".")
 	for _, d := range ents {
-		src, err := fs.ReadFile(lua.Sources, d.Name())
-		if err != nil {
-			panic(err)
-		}
-		m[shaOf(string(src))] = d.Name()
+		m[shaOf(fastpath.Source(d.Name()))] = d.Name()
 	}
 	return m
 })

@@ -3,11 +3,8 @@
 -- ARGV[1]=fingerprint ARGV[2]=owner ARGV[3]=lease_ms
 -- ARGV[4]="ttl" (optional): a cached reply carries the result's PTTL too
 -- (the in-process replay cache keeps its copy no longer than Redis's).
--- rec holds one of two strings:
---   lease  "L" gen ":" lease_ms ":" owner fingerprint     (PX lease_ms)
---   result "R" gen ":" #fingerprint ":" fingerprint blob  (PX ttl)
--- gen is a decimal without leading zeros, lease_ms decimal, owner a UUID's
--- 36-byte text; anything else counts as absent.
+-- rec holds a lease, a result or nothing: record.lua, the prelude loaded
+-- before this script, gives the two forms and parses them.
 -- Returns one of:
 --   {"cached", fingerprint, generation, blob}  a result with this fingerprint is cached
 --   {"cached", fingerprint, generation, blob, pttl_ms}  the same, asked with "ttl"
@@ -27,33 +24,9 @@
 -- sync is needed.
 -- Server calls (EVALSHA included): a replay 2 (3 with "ttl": PTTL), a busy
 -- duplicate 2, a new key 4 (GET, TIME, SET).
--- Generations travel as decimal strings: a Lua number is a double, exact for
--- the clock's ~1.8e12 but not above 2^53, and tostring would print 1.8e+12.
+-- The proposal is formatted with %d: tostring would print 1.8e+12.
 -- Safe to re-run: a second run by the lease holder finds its own lease and
 -- returns the same generation without proposing another.
--- parse(v) returns the form of rec's value: 'L', gen, lease_ms, owner, fp
--- or 'R', gen, fp, blob, or nil for any other value (absent, or not one of
--- the two forms: the scripts treat it as absent).
-local function parse(v)
-  if not v then return nil end
-  local kind = string.sub(v, 1, 1)
-  local a = string.find(v, ':', 2, true)
-  local b = a and string.find(v, ':', a + 1, true)
-  if not b then return nil end
-  local gen, n = string.sub(v, 2, a - 1), string.sub(v, a + 1, b - 1)
-  if not string.match(gen, '^[1-9]%d*$') or not string.match(n, '^%d+$') then
-    return nil
-  end
-  if kind == 'L' and #v >= b + 36 then
-    return 'L', gen, n, string.sub(v, b + 1, b + 36), string.sub(v, b + 37)
-  end
-  n = tonumber(n)
-  if kind == 'R' and #v >= b + n then
-    return 'R', gen, string.sub(v, b + 1, b + n), string.sub(v, b + n + 1)
-  end
-  return nil
-end
-
 local kind, gen, x, y, z = parse(redis.call('GET', KEYS[1]))
 if kind == 'R' then -- x: fingerprint, y: blob
   if x ~= ARGV[1] then

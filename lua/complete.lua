@@ -1,6 +1,6 @@
 -- complete.lua: cache a finished result, and drop the lease if this owner
 -- holds it.
--- KEYS[1]=rec (claim.lua's header gives its two forms, lease and result)
+-- KEYS[1]=rec (record.lua, the prelude, gives its two forms)
 -- ARGV[1]=owner ('' when refilling the cache from the database: it holds no
 --         lease)
 -- ARGV[2]=generation (decimal) ARGV[3]=fingerprint ARGV[4]=blob
@@ -21,34 +21,6 @@
 -- included): 3 (GET, SET).
 -- Safe to re-run: a second run finds the same result cached and writes
 -- nothing.
-local function gt(a, b) -- a > b for canonical decimal strings
-  if #a ~= #b then return #a > #b end
-  return a > b
-end
-
--- parse(v) returns the form of rec's value: 'L', gen, lease_ms, owner, fp
--- or 'R', gen, fp, blob, or nil for any other value (absent, or not one of
--- the two forms: the scripts treat it as absent).
-local function parse(v)
-  if not v then return nil end
-  local kind = string.sub(v, 1, 1)
-  local a = string.find(v, ':', 2, true)
-  local b = a and string.find(v, ':', a + 1, true)
-  if not b then return nil end
-  local gen, n = string.sub(v, 2, a - 1), string.sub(v, a + 1, b - 1)
-  if not string.match(gen, '^[1-9]%d*$') or not string.match(n, '^%d+$') then
-    return nil
-  end
-  if kind == 'L' and #v >= b + 36 then
-    return 'L', gen, n, string.sub(v, b + 1, b + 36), string.sub(v, b + 37)
-  end
-  n = tonumber(n)
-  if kind == 'R' and #v >= b + n then
-    return 'R', gen, string.sub(v, b + 1, b + n), string.sub(v, b + n + 1)
-  end
-  return nil
-end
-
 local v = redis.call('GET', KEYS[1])
 local kind, gen, x, y = parse(v)
 local mine = kind == 'L' and ARGV[1] ~= '' and y == ARGV[1]

@@ -17,9 +17,10 @@
 // Five scripts, embedded in [Sources]: claim.lua (take the lease or say
 // why not, proposing a generation), renew.lua, complete.lua (cache a
 // finished result and drop the lease), release.lua and syncgen.lua (give
-// this owner's lease the database's generation). Each file's header states its
-// keys, arguments, reply, rules and why it is safe to run again; that
-// header is the one description of the script. Lease and expiry timing
+// this owner's lease the database's generation). Each is loaded after
+// record.lua, a prelude that parses the record's key. Each file's header
+// states its keys, arguments, reply, rules and why it is safe to run again;
+// that header is the one description of the script. Lease and expiry timing
 // uses Redis's own clock (PX TTLs), never the caller's, and generations
 // cross the Lua boundary as decimal strings, so generations above 2^53 stay
 // exact.

@@ -31,7 +31,13 @@ type Options struct {
 	// circuit breaker; claims then go to the durable store alone, and
 	// claim.Claimer logs the opening and the closing as warnings (at most
 	// one line of each kind per 10s) and counts openings in
-	// oncekey.redis.breaker.opens. Defaults to 5.
+	// oncekey.redis.breaker.opens. Defaults to 5. A timeout is not counted
+	// when this process itself ran too far behind to read a reply in time
+	// (a goroutine that yields at the deadline waits over a quarter of
+	// Timeout to run again, or the timeout is seen that late, or such a lag
+	// was seen after the call was sent): a burst of requests on a busy CPU
+	// is not Redis failing. The call still fails and its claim goes to the
+	// durable store.
 	BreakerFailures int
 	// BreakerCoolDown is how long the breaker stays open before it lets
 	// one probe call through. Defaults to 1s.

@@ -22,7 +22,7 @@ func TestSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"claim.lua", "complete.lua", "release.lua", "renew.lua", "syncgen.lua"}
+	want := []string{"claim.lua", "complete.lua", "record.lua", "release.lua", "renew.lua", "syncgen.lua"}
 	if !slices.Equal(onDisk, want) || !slices.Equal(embedded, want) {
 		t.Fatalf("scripts on disk %v, embedded %v; want %v", onDisk, embedded, want)
 	}
@@ -32,7 +32,11 @@ func TestSources(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := string(b)
-		for _, part := range []string{"-- " + name + ": ", "-- KEYS[1]=", "-- ARGV[1]=", "-- Returns ", "-- Safe to re-run"} {
+		parts := []string{"-- " + name + ": ", "-- KEYS[1]=", "-- ARGV[1]=", "-- Returns ", "-- Safe to re-run"}
+		if name == "record.lua" { // the prelude: no keys or reply of its own
+			parts = []string{"-- record.lua: ", "local function parse(v)"}
+		}
+		for _, part := range parts {
 			if !strings.Contains(src, part) {
 				t.Errorf("%s: header lacks %q", name, part)
 			}
@@ -51,6 +55,7 @@ func ExampleSources() {
 	// Output:
 	// -- claim.lua: take the lease of one idempotency key, or say why not.
 	// -- complete.lua: cache a finished result, and drop the lease if this owner
+	// -- record.lua: the prelude put before each script when it is loaded (the
 	// -- release.lua: drop the lease, only for the owner that holds it.
 	// -- renew.lua: extend the lease, only for the owner that holds it.
 	// -- syncgen.lua: give this owner's lease the database's generation.

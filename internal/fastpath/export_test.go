@@ -1,15 +1,8 @@
 package fastpath
 
-import "github.com/oncekey/oncekey/lua"
-
-// ClaimSource returns claim.lua's source, for the benchmark's bare EVALSHA.
-func ClaimSource() string {
-	b, err := lua.Sources.ReadFile("claim.lua")
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
+// ClaimSource returns claim.lua's source as loaded, for the benchmark's
+// bare EVALSHA.
+func ClaimSource() string { return Source("claim.lua") }
 
 // SetDirect forces whether calls run on the caller's goroutine, for the
 // overhead benchmark's canned client.

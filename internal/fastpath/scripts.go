@@ -28,6 +28,20 @@ var (
 	syncgenScript  = script("syncgen.lua")
 )
 
+// Source returns the script name of package lua as it is loaded: the
+// prelude record.lua, then the script.
+func Source(name string) string {
+	pre, err := lua.Sources.ReadFile("record.lua")
+	if err != nil {
+		panic("fastpath: " + err.Error()) // embedded: cannot happen
+	}
+	b, err := lua.Sources.ReadFile(name)
+	if err != nil {
+		panic("fastpath: " + err.Error())
+	}
+	return string(pre) + string(b)
+}
+
 // luaScript is one script, with its EVALSHA and EVAL arguments boxed once.
 type luaScript struct {
 	*redis.Script
@@ -35,11 +49,7 @@ type luaScript struct {
 }
 
 func script(name string) *luaScript {
-	b, err := lua.Sources.ReadFile(name)
-	if err != nil {
-		panic("fastpath: " + err.Error()) // embedded: cannot happen
-	}
-	src := string(b)
+	src := Source(name)
 	rs := redis.NewScript(src)
 	return &luaScript{Script: rs, sha: rs.Hash(), src: src}
 }
