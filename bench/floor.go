@@ -44,6 +44,7 @@ type floors struct {
 	e          *env
 	beginSQL   string // the library's BEGIN (with its SET LOCALs)
 	claimSQL   string // the durable claim: INSERT ... ON CONFLICT ... RETURNING
+	finishSQL  string // the fenced completion: UPDATE ... SET state = 'completed'
 	insertSQL  string // Do's record, inserted finished with the COMMIT
 	pkOnlySQL  string // insertSQL into the record's table with its primary key alone
 	selectSQL  string // a bare read of a stored result
@@ -179,6 +180,48 @@ func (f *floors) captureSQL(ctx context.Context) error {
 	if f.claimSQL == "" {
 		return fmt.Errorf("%w: no claim statement of the expected shape among %d statements", ErrCapture, len(stmts))
 	}
+	return f.captureClaimFirst(ctx)
+}
+
+// finishArgs are the completion's: the record, the token, the result.
+func (f *floors) finishArgs(h []byte, gen int64, owner uuid.UUID) []any {
+	return []any{tenant, operation, h, gen, pgUUID(owner), result.StatusCode, f.headers,
+		result.Body, result.Version, result.ResourceID, f.binHeaders}
+}
+
+// captureClaimFirst records one Do without Redis, claiming first (the
+// default), checks it sent BEGIN, the claim, the order INSERT, the
+// completion and COMMIT, and keeps the completion.
+func (f *floors) captureClaimFirst(ctx context.Context) error {
+	stmts, err := f.e.sql.capture(func() error {
+		_, err := doOrder(ctx, f.e, f.e.noRedis, randName("capture-"))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w: Do: %w", ErrCapture, err)
+	}
+	h := make([]byte, 32)
+	var shape []string
+	for i, s := range stmts {
+		switch {
+		case i == 0 && s.SQL == f.beginSQL:
+			shape = append(shape, "begin")
+		case s.SQL == f.claimSQL:
+			shape = append(shape, "claim")
+		case s.SQL == f.e.insertOrder:
+			shape = append(shape, "order")
+		case strings.Contains(s.SQL, "SET state = 'completed'") && sameShape(f.finishArgs(h, 1, uuid.Nil), s.Args):
+			f.finishSQL = s.SQL
+			shape = append(shape, "complete")
+		case strings.EqualFold(s.SQL, "commit"):
+			shape = append(shape, "commit")
+		default:
+			shape = append(shape, "other")
+		}
+	}
+	if got := strings.Join(shape, ","); got != "begin,claim,order,complete,commit" {
+		return fmt.Errorf("%w: Do (claiming first) sent %s; want begin,claim,order,complete,commit", ErrCapture, got)
+	}
 	return nil
 }
 
@@ -298,6 +341,66 @@ func (f *floors) orderThenCommit(ctx context.Context, key, begin, sql string, ar
 	}
 	if tag.String() != "COMMIT" {
 		return oOther, fmt.Errorf("%w: floor COMMIT answered %q", ErrUnexpected, tag)
+	}
+	return oExecuted, nil
+}
+
+// claimFirst is Do's protocol when it claims first (its default) as its
+// statements alone, with pgx: BEGIN, the claim (reading the generation it
+// grants), the order INSERT, then the completion and COMMIT in one
+// pipeline. It is the floor of running fn once per record life on
+// today's record.
+func (f *floors) claimFirst(ctx context.Context, key string) (outcome, error) {
+	h := sha256.Sum256([]byte(key))
+	owner := uuid.New()
+	conn, err := f.e.pool.Acquire(ctx)
+	if err != nil {
+		return oOther, err
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: f.beginSQL})
+	if err != nil {
+		return oOther, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after COMMIT
+	rows, err := tx.Query(ctx, f.claimSQL, f.claimArgs(h[:], owner)...)
+	if err != nil {
+		return oOther, err
+	}
+	var gen int64
+	if rows.Next() {
+		v, verr := rows.Values()
+		if verr != nil {
+			rows.Close()
+			return oOther, verr
+		}
+		gen, _ = v[0].(int64)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return oOther, err
+	}
+	if gen == 0 {
+		return oOther, fmt.Errorf("%w: the claim of a fresh key granted nothing", ErrUnexpected)
+	}
+	if err := insertOrder(ctx, f.e, tx, key); err != nil {
+		return oOther, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(f.finishSQL, f.finishArgs(h[:], gen, owner)...)
+	b.Queue("commit")
+	br := conn.SendBatch(ctx, b)
+	done, ferr := br.Exec()
+	var tag pgconn.CommandTag
+	var cerr error
+	if ferr == nil {
+		tag, cerr = br.Exec()
+	}
+	if err := errors.Join(ferr, cerr, br.Close()); err != nil {
+		return oOther, err
+	}
+	if done.RowsAffected() != 1 || tag.String() != "COMMIT" {
+		return oOther, fmt.Errorf("%w: floor completion wrote %d rows, COMMIT answered %q", ErrUnexpected, done.RowsAffected(), tag)
 	}
 	return oExecuted, nil
 }
