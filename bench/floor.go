@@ -130,39 +130,25 @@ func plain(v any) any {
 // BEGIN, the order INSERT, then the record INSERT with COMMIT, as the floor
 // sends them.
 func (f *floors) captureSQL(ctx context.Context) error {
-	key := randName("capture-")
-	stmts, err := f.e.sql.capture(func() error {
-		_, err := doOrder(ctx, f.e, f.e.atCommit, key)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%w: Do: %w", ErrCapture, err)
-	}
 	h := make([]byte, 32)
-	var shape []string
-	for i, s := range stmts {
+	err := f.captureDo(ctx, f.e.atCommit, "begin,order,record,commit", func(i int, s pgx.TraceQueryStartData) string {
 		switch {
 		case i == 0 && strings.HasPrefix(strings.ToLower(s.SQL), "begin"):
 			f.beginSQL = s.SQL
-			shape = append(shape, "begin")
-		case s.SQL == f.e.insertOrder:
-			shape = append(shape, "order")
+			return "begin"
 		case isInsertAtCommitSQL(s.SQL) && len(s.Args) > 8 && sameShape(f.insertArgs(h, 1, uuid.Nil), s.Args):
 			// The ninth argument is the byte-exact header encoding of the
 			// (constant) result: the floor sends the library's own bytes.
 			f.insertSQL = s.SQL
 			f.binHeaders, _ = s.Args[8].([]byte)
-			shape = append(shape, "record")
-		case strings.EqualFold(s.SQL, "commit"):
-			shape = append(shape, "commit")
-		default:
-			shape = append(shape, "other")
+			return "record"
 		}
+		return ""
+	})
+	if err != nil {
+		return err
 	}
-	if got := strings.Join(shape, ","); got != "begin,order,record,commit" {
-		return fmt.Errorf("%w: Do sent %s; want begin,order,record,commit", ErrCapture, got)
-	}
-	stmts, err = f.e.sql.capture(func() error {
+	stmts, err := f.e.sql.capture(func() error {
 		out, err := f.e.noRedis.Claim(ctx, request(randName("capture-")))
 		if err == nil && out.Lease != nil {
 			err = out.Lease.Release(ctx)
@@ -193,34 +179,47 @@ func (f *floors) finishArgs(h []byte, gen int64, owner uuid.UUID) []any {
 // default), checks it sent BEGIN, the claim, the order INSERT, the
 // completion and COMMIT, and keeps the completion.
 func (f *floors) captureClaimFirst(ctx context.Context) error {
+	h := make([]byte, 32)
+	return f.captureDo(ctx, f.e.noRedis, "begin,claim,order,complete,commit", func(i int, s pgx.TraceQueryStartData) string {
+		switch {
+		case i == 0 && s.SQL == f.beginSQL:
+			return "begin"
+		case s.SQL == f.claimSQL:
+			return "claim"
+		case strings.Contains(s.SQL, "SET state = 'completed'") && sameShape(f.finishArgs(h, 1, uuid.Nil), s.Args):
+			f.finishSQL = s.SQL
+			return "complete"
+		}
+		return ""
+	})
+}
+
+// captureDo records the statements of one Do of the fresh workload on c,
+// names each with kind (which keeps what it needs; "" for none of its
+// own), and checks the names read want. The order INSERT and COMMIT are
+// named here.
+func (f *floors) captureDo(ctx context.Context, c *claim.Claimer[pgx.Tx], want string, kind func(i int, s pgx.TraceQueryStartData) string) error {
 	stmts, err := f.e.sql.capture(func() error {
-		_, err := doOrder(ctx, f.e, f.e.noRedis, randName("capture-"))
+		_, err := doOrder(ctx, f.e, c, randName("capture-"))
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("%w: Do: %w", ErrCapture, err)
 	}
-	h := make([]byte, 32)
-	var shape []string
+	shape := make([]string, len(stmts))
 	for i, s := range stmts {
-		switch {
-		case i == 0 && s.SQL == f.beginSQL:
-			shape = append(shape, "begin")
-		case s.SQL == f.claimSQL:
-			shape = append(shape, "claim")
+		switch shape[i] = kind(i, s); {
+		case shape[i] != "":
 		case s.SQL == f.e.insertOrder:
-			shape = append(shape, "order")
-		case strings.Contains(s.SQL, "SET state = 'completed'") && sameShape(f.finishArgs(h, 1, uuid.Nil), s.Args):
-			f.finishSQL = s.SQL
-			shape = append(shape, "complete")
+			shape[i] = "order"
 		case strings.EqualFold(s.SQL, "commit"):
-			shape = append(shape, "commit")
+			shape[i] = "commit"
 		default:
-			shape = append(shape, "other")
+			shape[i] = "other"
 		}
 	}
-	if got := strings.Join(shape, ","); got != "begin,claim,order,complete,commit" {
-		return fmt.Errorf("%w: Do (claiming first) sent %s; want begin,claim,order,complete,commit", ErrCapture, got)
+	if got := strings.Join(shape, ","); got != want {
+		return fmt.Errorf("%w: Do sent %s; want %s", ErrCapture, got, want)
 	}
 	return nil
 }

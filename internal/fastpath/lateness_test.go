@@ -14,16 +14,17 @@ import (
 )
 
 // stalled is a go-redis hook standing in for a process that cannot run its
-// goroutines: every command fails with its context's deadline, seen late
+// goroutines: every command fails with its context's deadline, seen late()
 // after the deadline (0: right at it). Nothing reaches a server.
-type stalled struct{ late time.Duration }
+type stalled struct{ late func() time.Duration }
 
 func (stalled) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h stalled) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		late := h.late() // when the command is sent
 		<-ctx.Done()
-		time.Sleep(h.late)
+		time.Sleep(late)
 		cmd.SetErr(ctx.Err())
 		return ctx.Err()
 	}
@@ -32,6 +33,9 @@ func (h stalled) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 func (stalled) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// always returns a late() of d for every command.
+func always(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
 
 // TestBreaker_TimeoutsSeenLateAreNotRedis checks that a call whose timeout
 // the process saw more than half a budget late (its own CPU starvation:
@@ -53,7 +57,7 @@ func TestBreaker_TimeoutsSeenLateAreNotRedis(t *testing.T) {
 			t.Parallel()
 			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1})
 			t.Cleanup(func() { rdb.Close() })
-			rdb.AddHook(stalled{late: c.late})
+			rdb.AddHook(stalled{late: always(c.late)})
 			s, err := fastpath.New(rdb, fastpath.Options{
 				Timeout: timeout,
 				Breaker: fastpath.BreakerOptions{Failures: 3, CoolDown: time.Hour},
@@ -80,31 +84,6 @@ func TestBreaker_TimeoutsSeenLateAreNotRedis(t *testing.T) {
 	}
 }
 
-// slowFirst is a hook whose first command's timeout is seen late by late,
-// and every later one on time.
-type slowFirst struct {
-	late  time.Duration
-	calls *atomic.Int32
-}
-
-func (slowFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h slowFirst) ProcessHook(redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		first := h.calls.Add(1) == 1
-		<-ctx.Done()
-		if first {
-			time.Sleep(h.late)
-		}
-		cmd.SetErr(ctx.Err())
-		return ctx.Err()
-	}
-}
-
-func (slowFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestBreaker_TimeoutsOfCallsSentDuringALagAreNotRedis checks the second
 // half of the rule: a call sent before another call's timeout found the
 // process lagging is not counted either, though its own timeout is seen on
@@ -114,7 +93,13 @@ func TestBreaker_TimeoutsOfCallsSentDuringALagAreNotRedis(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	rdb.AddHook(slowFirst{late: timeout, calls: new(atomic.Int32)})
+	var calls atomic.Int32
+	rdb.AddHook(stalled{late: func() time.Duration { // the first command only
+		if calls.Add(1) == 1 {
+			return timeout
+		}
+		return 0
+	}})
 	s, err := fastpath.New(rdb, fastpath.Options{
 		Timeout: timeout,
 		Breaker: fastpath.BreakerOptions{Failures: 1, CoolDown: time.Hour},
