@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/claim"
@@ -324,24 +325,33 @@ func (f *floors) orderThenCommit(ctx context.Context, key, begin, sql string, ar
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return oOther, err
 	}
+	if _, err := execWithCommit(ctx, conn, sql, args...); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return oOther, err
+	}
+	return oExecuted, nil
+}
+
+// execWithCommit sends sql with args and COMMIT in one pipeline on conn,
+// whose transaction is open, and returns sql's command tag.
+func execWithCommit(ctx context.Context, conn *pgxpool.Conn, sql string, args ...any) (pgconn.CommandTag, error) {
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
 	b.Queue("commit")
 	br := conn.SendBatch(ctx, b)
-	_, ierr := br.Exec()
+	done, err := br.Exec()
 	var tag pgconn.CommandTag
 	var cerr error
-	if ierr == nil {
+	if err == nil {
 		tag, cerr = br.Exec()
 	}
-	if err := errors.Join(ierr, cerr, br.Close()); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return oOther, err
+	if err := errors.Join(err, cerr, br.Close()); err != nil {
+		return done, err
 	}
 	if tag.String() != "COMMIT" {
-		return oOther, fmt.Errorf("%w: floor COMMIT answered %q", ErrUnexpected, tag)
+		return done, fmt.Errorf("%w: floor COMMIT answered %q", ErrUnexpected, tag)
 	}
-	return oExecuted, nil
+	return done, nil
 }
 
 // claimFirst is Do's protocol when it claims first (its default) as its
@@ -385,21 +395,12 @@ func (f *floors) claimFirst(ctx context.Context, key string) (outcome, error) {
 	if err := insertOrder(ctx, f.e, tx, key); err != nil {
 		return oOther, err
 	}
-	b := &pgx.Batch{}
-	b.Queue(f.finishSQL, f.finishArgs(h[:], gen, owner)...)
-	b.Queue("commit")
-	br := conn.SendBatch(ctx, b)
-	done, ferr := br.Exec()
-	var tag pgconn.CommandTag
-	var cerr error
-	if ferr == nil {
-		tag, cerr = br.Exec()
-	}
-	if err := errors.Join(ferr, cerr, br.Close()); err != nil {
+	done, err := execWithCommit(ctx, conn, f.finishSQL, f.finishArgs(h[:], gen, owner)...)
+	if err != nil {
 		return oOther, err
 	}
-	if done.RowsAffected() != 1 || tag.String() != "COMMIT" {
-		return oOther, fmt.Errorf("%w: floor completion wrote %d rows, COMMIT answered %q", ErrUnexpected, done.RowsAffected(), tag)
+	if done.RowsAffected() != 1 {
+		return oOther, fmt.Errorf("%w: floor completion wrote %d rows", ErrUnexpected, done.RowsAffected())
 	}
 	return oExecuted, nil
 }
