@@ -59,8 +59,9 @@ type Outcome struct {
 	// State and Result are set when Kind is Executed or Replayed.
 	State  durable.State
 	Result *durable.Result
-	// RetryAfter hints when to retry an InProgress outcome: the remaining
-	// lease of the holder, at least 1s.
+	// RetryAfter hints when to retry an InProgress outcome, at least 1s:
+	// the holder's remaining lease when the durable store answered, its
+	// lease length (an upper bound) when Redis did.
 	RetryAfter time.Duration
 	// FromCache reports a replay answered without touching the durable
 	// store: by Redis, or by the replay cache in process

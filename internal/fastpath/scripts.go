@@ -611,7 +611,7 @@ const (
 	// generation (ClaimReply.Generation). The durable claim decides next.
 	ClaimAcquired ClaimStatus = iota + 1
 	// ClaimBusy: another owner holds a live lease (ClaimReply.Owner, Generation,
-	// PTTL).
+	// Lease).
 	ClaimBusy
 	// ClaimCached: a finished result with the same fingerprint is cached
 	// (ClaimReply.Cached): replay it.
