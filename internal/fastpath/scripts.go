@@ -468,7 +468,6 @@ func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScrip
 		}
 		c.shorten(waited)
 	}
-	deadline := time.Now().Add(s.timeout)
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var v any
@@ -485,7 +484,7 @@ func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScrip
 	case ctx.Err() != nil:
 		// The caller gave up; that says nothing about Redis.
 		s.breaker.Abandon(probe)
-	case cctx.Err() != nil && s.lagged(deadline.Add(-s.timeout), deadline):
+	case cctx.Err() != nil && s.lagged(cctx):
 		// This process ran too far behind to have read a reply in time:
 		// its CPU (a burst of requests, a GC pause, a starved container),
 		// not Redis. The call fails, the breaker does not count it. A Redis
@@ -498,12 +497,16 @@ func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScrip
 }
 
 // lagged reports whether this process ran too far behind to have read the
-// reply of a call sent at sent that timed out at deadline: its lag now
+// reply of a call whose own timeout, cctx, ended: its lag now
 // (processLag) is over a quarter of the per-call timeout, or such a lag was
 // seen, by another call's timeout, after this call was sent. Calls sent
 // together in a burst time out together, while the run queue ahead of them
 // drains: the first ones see the lag, the last ones may not any more.
-func (s *Scripts) lagged(sent, deadline time.Time) bool {
+func (s *Scripts) lagged(cctx context.Context) bool {
+	// cctx is the call's own timeout: had the caller's context ended
+	// first, the call would have been abandoned already.
+	deadline, _ := cctx.Deadline()
+	sent := deadline.Add(-s.timeout)
 	if processLag(deadline) > s.timeout/4 {
 		s.lagSeen.Store(int64(time.Since(s.epoch)))
 		return true

@@ -345,6 +345,9 @@ func renewCases() []scriptCase {
 			if st.TTL <= time.Second || st.TTL > 10*time.Minute {
 				t.Errorf("lease TTL = %v after renew, want in (1s, 10m]", st.TTL)
 			}
+			if st.Lease != 10*time.Minute { // a busy reply's hint follows the renewal
+				t.Errorf("lease length = %v after a renew of 10m, want 10m", st.Lease)
+			}
 		}},
 		{name: "RenewByStaleOwnerAfterTakeoverFails", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
