@@ -27,7 +27,8 @@ type Stored struct {
 	Fingerprint string
 	// Blob is the result's encoding.
 	Blob string
-	// TTL is the key's remaining time; -1 when it has none, 0 when absent.
+	// TTL is the key's remaining time; negative when it has none, 0 when
+	// absent.
 	TTL time.Duration
 }
 
