@@ -172,7 +172,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 		return out, err
 	}
 	t, p, f, sent := s.t, s.p, s.f, s.sent
-	p.Proposed = f.proposed
+	p.Proposed, p.ExpectNew = f.proposed, f.proposed != 0
 	res, err := c.durableClaim(ctx, *new(TTx), p)
 	if err != nil {
 		c.dropRedisLease(ctx, f, &t, p)

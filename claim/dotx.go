@@ -74,7 +74,7 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		out, err = c.fastOutcome(ctx, opID, f)
 		return out, finish, err
 	}
-	p.Proposed = f.proposed
+	p.Proposed, p.ExpectNew = f.proposed, f.proposed != 0
 	// tx stays open after DoTx answers: a claim that does not acquire must
 	// leave no lock on the record there, or its holder could not finish it
 	// until the caller's transaction ends.

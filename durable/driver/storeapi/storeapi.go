@@ -60,6 +60,12 @@ type ClaimParams struct {
 	// changes nothing. Do leaves it unset: its own transaction ends right
 	// after a claim that did not acquire.
 	NoLockUnlessAcquired bool
+	// ExpectNew tells the store that the caller expects Scope to have no
+	// record: Redis has just granted the key (Proposed is its proposal). A
+	// store may then try a cheaper insert first and, when a record exists
+	// after all (Redis lost it), claim as it would without the hint. Only
+	// the number of statements depends on it, never the outcome.
+	ExpectNew bool
 }
 
 // Validate checks p and returns an error that matches
