@@ -212,6 +212,17 @@ func TestContractUnconfiguredPool(t *testing.T) {
 	}))
 }
 
+// TestContractExpectNew runs the suite with ClaimParams.ExpectNew on every
+// Claim (a Claimer's claim after Redis granted the key): the insert first
+// (claimNewSQL) must change no outcome, on a plain pool that bounds lock
+// waits per statement.
+func TestContractExpectNew(t *testing.T) {
+	t.Parallel()
+	h := harness(fixtureOpts{unconfigured: true})
+	h.ExpectNew = true
+	storetest.Run(t, h)
+}
+
 // TestContractPartitioned runs the suite on a table hash-partitioned into 4
 // (WithPartitions): the store's behaviour must not change.
 func TestContractPartitioned(t *testing.T) {

@@ -77,4 +77,47 @@ type Harness[TTx any] struct {
 	// to finish it while another transaction that claimed it without
 	// acquiring is open.
 	TxLocksDatabase bool
+
+	// ExpectNew runs the suite with ClaimParams.ExpectNew set on every
+	// Claim, as a Claimer sets it when Redis has just granted the key.
+	// Every outcome must stay what it is without it; a Claim that replays a
+	// finished record may take two round trips instead of one.
+	ExpectNew bool
+}
+
+// expectNew is a store whose every Claim carries ExpectNew.
+type expectNew[TTx any] struct{ storeapi.Store[TTx] }
+
+func (s expectNew[TTx]) Claim(ctx context.Context, tx TTx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
+	p.ExpectNew = true
+	return s.Store.Claim(ctx, tx, p)
+}
+
+// withExpectNew returns h with every store it makes wrapped in expectNew,
+// and the functions that take a store given the backend's own.
+func withExpectNew[TTx any](h Harness[TTx]) Harness[TTx] {
+	wrap := func(s storeapi.Store[TTx]) storeapi.Store[TTx] { return expectNew[TTx]{s} }
+	unwrap := func(s storeapi.Store[TTx]) storeapi.Store[TTx] {
+		if w, ok := s.(expectNew[TTx]); ok {
+			return w.Store
+		}
+		return s
+	}
+	g := h
+	g.New = func(t testing.TB) storeapi.Store[TTx] { return wrap(h.New(t)) }
+	g.Unreachable = func(t testing.TB) storeapi.Store[TTx] { return wrap(h.Unreachable(t)) }
+	g.Upgrade = func(t testing.TB, refs []durable.Ref) storeapi.Store[TTx] { return wrap(h.Upgrade(t, refs)) }
+	if h.LoseCommitAck != nil {
+		g.LoseCommitAck = func(t testing.TB) (storeapi.Store[TTx], func()) {
+			s, arm := h.LoseCommitAck(t)
+			return wrap(s), arm
+		}
+	}
+	if h.Statements != nil {
+		g.Statements = func(s storeapi.Store[TTx]) int64 { return h.Statements(unwrap(s)) }
+	}
+	if h.LockWaiters != nil {
+		g.LockWaiters = func(s storeapi.Store[TTx]) int { return h.LockWaiters(unwrap(s)) }
+	}
+	return g
 }

@@ -39,6 +39,9 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	if h.New == nil || h.Unreachable == nil || h.Upgrade == nil {
 		t.Fatal("storetest: Harness.New, Harness.Unreachable and Harness.Upgrade are required")
 	}
+	if h.ExpectNew {
+		h = withExpectNew(h)
+	}
 	c := &contract[TTx]{h: h}
 	tests := []struct {
 		name string
