@@ -42,17 +42,20 @@
 //     is one INSERT into a small orders table the tool creates in its
 //     schema: library and library-no-redis claim first (Do's default: the
 //     claim, the INSERT, the completion, in one transaction), each with its
-//     throughput ratio to floor-claim-first (target 0.90) and its cost
+//     throughput ratio to its floor (target 0.90: floor-claim-new with
+//     Redis, floor-claim-first without) and its cost
 //     ratio to floor-business-tx (issue 30: at most 1.9 with Redis, 1.7
 //     without); library-at-commit and library-at-commit-no-redis, the same
 //     with [claim.WithWriteAtCommit] (the finished record inserted with the
 //     COMMIT), against floor-sql (target 0.85) and at most 1.45 and 1.3 of
 //     floor-business-tx. Floors: floor-claim-first, Do's claim-first
-//     statements (BEGIN, the claim, the order INSERT, the completion with
-//     COMMIT in one pipeline; captured from Do at start-up, which checks
-//     the sequence) issued with pgx, whose own cost ratio has issue 30's
-//     ceiling of 1.5: it is the protocol's price on today's record, what
-//     a slimmer record would lower; floor-sql, the write at commit's own
+//     statements without Redis (BEGIN, the full claim, the order INSERT,
+//     the completion with COMMIT in one pipeline; captured from Do at
+//     start-up, which checks the sequence) issued with pgx, whose own cost
+//     ratio has issue 30's ceiling of 1.5: it is the protocol's price on
+//     today's record, what a slimmer record would lower; floor-claim-new,
+//     the same with the insert Do sends for a key Redis granted
+//     (ClaimParams.ExpectNew) instead of the full claim; floor-sql, the write at commit's own
 //     BEGIN and record INSERT (captured likewise) with the same order
 //     INSERT, the last two in one pipeline;
 //     floor-sql-pk-only, the same into a copy of the record's table with its

@@ -45,6 +45,7 @@ type floors struct {
 	e          *env
 	beginSQL   string // the library's BEGIN (with its SET LOCALs)
 	claimSQL   string // the durable claim: INSERT ... ON CONFLICT ... RETURNING
+	claimNew   string // the claim of a key Redis granted: INSERT ... ON CONFLICT DO NOTHING
 	finishSQL  string // the fenced completion: UPDATE ... SET state = 'completed'
 	insertSQL  string // Do's record, inserted finished with the COMMIT
 	pkOnlySQL  string // insertSQL into the record's table with its primary key alone
@@ -167,7 +168,10 @@ func (f *floors) captureSQL(ctx context.Context) error {
 	if f.claimSQL == "" {
 		return fmt.Errorf("%w: no claim statement of the expected shape among %d statements", ErrCapture, len(stmts))
 	}
-	return f.captureClaimFirst(ctx)
+	if err := f.captureClaimFirst(ctx); err != nil {
+		return err
+	}
+	return f.captureClaimNew(ctx)
 }
 
 // finishArgs are the completion's: the record, the token, the result.
@@ -189,6 +193,26 @@ func (f *floors) captureClaimFirst(ctx context.Context) error {
 			return "claim"
 		case strings.Contains(s.SQL, "SET state = 'completed'") && sameShape(f.finishArgs(h, 1, uuid.Nil), s.Args):
 			f.finishSQL = s.SQL
+			return "complete"
+		}
+		return ""
+	})
+}
+
+// captureClaimNew records one Do with Redis, which claims a key Redis
+// granted with the insert alone (ClaimParams.ExpectNew), checks it sent
+// BEGIN, that insert, the order INSERT, the completion and COMMIT, and keeps
+// the insert.
+func (f *floors) captureClaimNew(ctx context.Context) error {
+	h := make([]byte, 32)
+	return f.captureDo(ctx, f.e.withRedis, "begin,claim,order,complete,commit", func(i int, s pgx.TraceQueryStartData) string {
+		switch {
+		case i == 0 && s.SQL == f.beginSQL:
+			return "begin"
+		case isClaimSQL(s.SQL) && strings.Contains(s.SQL, "DO NOTHING") && sameShape(f.claimArgs(h, uuid.Nil), s.Args):
+			f.claimNew = s.SQL
+			return "claim"
+		case s.SQL == f.finishSQL:
 			return "complete"
 		}
 		return ""
@@ -355,11 +379,12 @@ func execWithCommit(ctx context.Context, conn *pgxpool.Conn, sql string, args ..
 }
 
 // claimFirst is Do's protocol when it claims first (its default) as its
-// statements alone, with pgx: BEGIN, the claim (reading the generation it
-// grants), the order INSERT, then the completion and COMMIT in one
-// pipeline. It is the floor of running fn once per record life on
+// statements alone, with pgx: BEGIN, the claim (claimSQL, Do's without
+// Redis, or claimNew, Do's when Redis granted the key; reading the
+// generation it grants), the order INSERT, then the completion and COMMIT
+// in one pipeline. It is the floor of running fn once per record life on
 // today's record.
-func (f *floors) claimFirst(ctx context.Context, key string) (outcome, error) {
+func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
 	owner := uuid.New()
 	conn, err := f.e.pool.Acquire(ctx)
@@ -372,7 +397,7 @@ func (f *floors) claimFirst(ctx context.Context, key string) (outcome, error) {
 		return oOther, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after COMMIT
-	rows, err := tx.Query(ctx, f.claimSQL, f.claimArgs(h[:], owner)...)
+	rows, err := tx.Query(ctx, claimSQL, f.claimArgs(h[:], owner)...)
 	if err != nil {
 		return oOther, err
 	}
