@@ -119,7 +119,7 @@ FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
 // claims, costs the server about a third of claimSQL's time this way
 // (claimSQL's plan, 12 subplans and an upsert, costs more to start than the
 // insert costs to run), and a key that has a record costs one more round
-// trip. docs/DESIGN.md (# The claim statement) has the measurement.
+// trip. docs/DESIGN.md (§5, step 3) has the measurement.
 const claimNewSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
 INSERT INTO %T (tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
 	lease_expires_at, takeovers, created_at, expires_at, retention_us, operation_digest)
