@@ -115,11 +115,12 @@ FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
 // (ON CONFLICT DO NOTHING takes no lock on it, after waiting for a
 // transaction that inserts or holds it). The claim then runs claimSQL.
 //
-// Why two statements instead of claimSQL alone: a fresh key, which is most
-// claims, costs the server about a third of claimSQL's time this way
-// (claimSQL's plan, 12 subplans and an upsert, costs more to start than the
-// insert costs to run), and a key that has a record costs one more round
-// trip. docs/DESIGN.md (§5, step 3) has the measurement.
+// The store sends it only with ClaimParams.ExpectNew (Redis has just
+// granted the key, so there is most likely no record): the insert alone
+// costs the server about a third less than claimSQL (whose plan, a dozen
+// subplans and an upsert, costs more to start than the insert costs to
+// run), and a key that has a record after all costs one more round trip.
+// docs/DESIGN.md (§5, step 3) has the measurement.
 const claimNewSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
 INSERT INTO %T (tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
 	lease_expires_at, takeovers, created_at, expires_at, retention_us, operation_digest)
