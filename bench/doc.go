@@ -55,7 +55,11 @@
 //     ratio has issue 30's ceiling of 1.5: it is the protocol's price on
 //     today's record, what a slimmer record would lower; floor-claim-new,
 //     the same with the insert Do sends for a key Redis granted
-//     (ClaimParams.ExpectNew) instead of the full claim; floor-sql, the write at commit's own
+//     (ClaimParams.ExpectNew) instead of the full claim;
+//     floor-slim-claim-first, floor-claim-new's statements on issue 30.4's
+//     slim record (the operation digest as the primary key, a BRIN index on
+//     the expiry, no partial index, fillfactor 80: slim.go), what the
+//     record could cost once the library moves to it; floor-sql, the write at commit's own
 //     BEGIN and record INSERT (captured likewise) with the same order
 //     INSERT, the last two in one pipeline;
 //     floor-sql-pk-only, the same into a copy of the record's table with its

@@ -61,6 +61,8 @@ type env struct {
 	// insertKeyRow is floor-key-row's record: one 32-byte key hash into
 	// the run's key_rows table.
 	insertKeyRow string
+	// slimTable is floor-slim-claim-first's record (see slimTableSQL).
+	slimTable string
 
 	withRedis *claim.Claimer[pgx.Tx] // Redis in front
 	noRedis   *claim.Claimer[pgx.Tx] // PostgreSQL only
@@ -150,6 +152,10 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return e, fmt.Errorf("bench: key rows table: %w", err)
 	}
 	e.insertKeyRow = "INSERT INTO " + e.schema + ".key_rows (key_hash) VALUES ($1)"
+	e.slimTable = e.schema + ".record_slim"
+	if _, err := e.pool.Exec(cctx, strings.ReplaceAll(slimTableSQL, "%T", e.slimTable)); err != nil {
+		return e, fmt.Errorf("bench: slim record table: %w", err)
+	}
 	// The storm's effects: no unique constraint, so a second committed
 	// execution of one operation shows as a second row.
 	if _, err := e.pool.Exec(cctx, "CREATE TABLE "+e.schema+".storm_effects (variant text NOT NULL, op text NOT NULL)"); err != nil {

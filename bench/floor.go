@@ -46,6 +46,8 @@ type floors struct {
 	beginSQL   string // the library's BEGIN (with its SET LOCALs)
 	claimSQL   string // the durable claim: INSERT ... ON CONFLICT ... RETURNING
 	claimNew   string // the claim of a key Redis granted: INSERT ... ON CONFLICT DO NOTHING
+	slimClaim  string // slimClaimSQL into the run's slim record table
+	slimFinish string // slimFinishSQL on it
 	finishSQL  string // the fenced completion: UPDATE ... SET state = 'completed'
 	insertSQL  string // Do's record, inserted finished with the COMMIT
 	pkOnlySQL  string // insertSQL into the record's table with its primary key alone
@@ -56,7 +58,9 @@ type floors struct {
 }
 
 func newFloors(ctx context.Context, e *env) (*floors, error) {
-	f := &floors{e: e}
+	f := &floors{e: e,
+		slimClaim:  strings.ReplaceAll(slimClaimSQL, "%T", e.slimTable),
+		slimFinish: strings.ReplaceAll(slimFinishSQL, "%T", e.slimTable)}
 	j, err := json.Marshal(result.Headers)
 	if err != nil {
 		return nil, err

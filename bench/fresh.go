@@ -61,6 +61,7 @@ func freshWorkload(e *env, f *floors) *workload {
 			"the completion) and with WithWriteAtCommit (library-at-commit*: the business INSERT then the finished record with the COMMIT); " +
 			"floors: Do's claim-first statements, BEGIN, the claim, the business INSERT, the completion with COMMIT, issued with pgx, " +
 			"with the full claim Do sends without Redis (floor-claim-first) and with the insert it sends for a key Redis granted (floor-claim-new); " +
+			"floor-claim-new's statements on issue 30.4's slim record (bench/slim.go; floor-slim-claim-first); " +
 			"the write at commit's BEGIN and record INSERT (pipelined with COMMIT) and the business INSERT issued with pgx " +
 			"(floor-sql); the same into a copy of the record's table with its primary key alone (floor-sql-pk-only); " +
 			"the same with a bare 32-byte key row instead of the record (floor-key-row); " +
@@ -95,6 +96,11 @@ func freshWorkload(e *env, f *floors) *workload {
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.claimFirst(ctx, f.claimNew, r.key(i))
+				}},
+			{name: "floor-slim-claim-first", floor: true,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.slimClaimFirst(ctx, r.key(i))
 				}},
 			{name: "floor-sql", floor: true, open: true,
 				costs: []costTarget{{floor: "floor-business-tx"}},

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// slimTableSQL is the record issue 30.4 proposes, as a floor to measure, not
+// a schema the library uses: the operation digest (32 bytes) as the primary
+// key, so neither the claim nor the operations resource needs another
+// B-tree; the state as one byte; no partial index, so a completion that
+// leaves the indexed columns alone is a HOT update; a BRIN index on the
+// expiry for the sweep (the claim sets the expiry a lease past the
+// retention, so a completion within its lease leaves it as it is); room
+// on each page for the completion's new row version (fillfactor 80). It has
+// no index for Pending, which today's pending_idx serves (a partial index on
+// the state, which would make every completion a non-HOT update on
+// PostgreSQL 15); see bench/README.md for what that costs.
+const slimTableSQL = `CREATE TABLE %T (
+	id bytea PRIMARY KEY,
+	tenant_id text NOT NULL,
+	operation text NOT NULL,
+	key_hash bytea NOT NULL,
+	request_hash text NOT NULL,
+	state "char" NOT NULL,
+	generation bigint NOT NULL,
+	owner_token uuid,
+	lease_expires_at timestamptz,
+	status_code integer,
+	response_headers_bin bytea,
+	response_body bytea,
+	response_version integer,
+	resource_id text,
+	takeovers integer NOT NULL DEFAULT 0,
+	created_at timestamptz NOT NULL,
+	completed_at timestamptz,
+	expires_at timestamptz NOT NULL,
+	retention_us bigint NOT NULL
+) WITH (fillfactor = 80);
+CREATE INDEX ON %T USING brin (expires_at)`
+
+// slimClaimSQL claims a key in the slim record: $1 digest, $2 tenant,
+// $3 operation, $4 key hash, $5 fingerprint, $6 proposed generation,
+// $7 owner, $8 lease µs, $9 retention µs.
+const slimClaimSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+INSERT INTO %T (id, tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
+	lease_expires_at, created_at, expires_at, retention_us)
+SELECT $1::bytea, $2::text, $3::text, $4::bytea, $5::text, 'p', GREATEST($6::bigint, 1), $7::uuid,
+	c.now + $8::bigint * interval '1 microsecond', c.now,
+	c.now + ($8::bigint + $9::bigint) * interval '1 microsecond', $9::bigint
+FROM c
+ON CONFLICT (id) DO NOTHING
+RETURNING generation`
+
+// slimFinishSQL completes a slim record, fenced: $1 digest, $2 generation,
+// $3 owner, $4 status, $5 headers, $6 body, $7 version, $8 resource id.
+const slimFinishSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+UPDATE %T SET state = 'c', status_code = $4::integer, response_headers_bin = $5::bytea,
+	response_body = $6::bytea, response_version = $7::integer, resource_id = $8::text,
+	completed_at = (SELECT now FROM c), lease_expires_at = NULL,
+	expires_at = GREATEST(expires_at, (SELECT now FROM c) + retention_us * interval '1 microsecond')
+WHERE id = $1::bytea AND generation = $2::bigint AND owner_token = $3::uuid AND state IN ('p', 'u')`
+
+// slimClaimFirst is floor-claim-new's protocol on the slim record: the
+// library's BEGIN, the claim insert, the order INSERT, then the fenced
+// completion and COMMIT in one pipeline.
+func (f *floors) slimClaimFirst(ctx context.Context, key string) (outcome, error) {
+	h := sha256.Sum256([]byte(key))
+	digest := sha256.Sum256(h[:])
+	owner := uuid.New()
+	conn, err := f.e.pool.Acquire(ctx)
+	if err != nil {
+		return oOther, err
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: f.beginSQL})
+	if err != nil {
+		return oOther, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after COMMIT
+	var gen int64
+	if err := tx.QueryRow(ctx, f.slimClaim, digest[:], tenant, operation, h[:], fingerprint, int64(0), pgUUID(owner),
+		leaseUs, retentionUs).Scan(&gen); err != nil {
+		return oOther, err
+	}
+	if err := insertOrder(ctx, f.e, tx, key); err != nil {
+		return oOther, err
+	}
+	done, err := execWithCommit(ctx, conn, f.slimFinish, digest[:], gen, pgUUID(owner),
+		result.StatusCode, f.binHeaders, result.Body, result.Version, result.ResourceID)
+	if err != nil {
+		return oOther, err
+	}
+	if done.RowsAffected() != 1 {
+		return oOther, fmt.Errorf("%w: slim completion wrote %d rows", ErrUnexpected, done.RowsAffected())
+	}
+	return oExecuted, nil
+}
