@@ -100,42 +100,64 @@ func recordSize(ctx context.Context, e *env) (*workload, []extra, error) {
 		}
 		logf("size: %d of %d records", seed*(hi+1), n)
 	}
-	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE `+e.table); err != nil {
-		return w, nil, fmt.Errorf("bench: size: vacuum: %w", err)
+	out, err := measureTable(ctx, e, e.table, "")
+	if err != nil {
+		return w, nil, err
+	}
+	out[0].Note = fmt.Sprintf("written and measured in %s", fmtDur(time.Since(start)))
+	// The same records in issue 30.4's slim record (slim.go), for the size
+	// after.
+	slimStmt := strings.NewReplacer("%S", e.slimTable, "%T", e.table).Replace(slimCopySQL)
+	if _, err := e.pool.Exec(ctx, slimStmt); err != nil {
+		return w, nil, fmt.Errorf("bench: size: slim copy: %w", err)
+	}
+	slim, err := measureTable(ctx, e, e.slimTable, "slim ")
+	if err != nil {
+		return w, nil, err
+	}
+	return w, append(out, slim...), nil
+}
+
+// measureTable runs VACUUM ANALYZE on table and returns the bytes per
+// record of its heap, TOAST, each index and the whole, each name prefixed
+// with prefix.
+func measureTable(ctx context.Context, e *env, table, prefix string) ([]extra, error) {
+	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE `+table); err != nil {
+		return nil, fmt.Errorf("bench: size: vacuum: %w", err)
 	}
 	var count, heap, toast, total int64
 	var width float64
-	if err := e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+e.table+`),
+	if err := e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+table+`),
 		pg_relation_size(c.oid), COALESCE(pg_total_relation_size(NULLIF(c.reltoastrelid, 0)), 0), pg_total_relation_size(c.oid),
-		(SELECT avg(pg_column_size(t.*)) FROM (SELECT * FROM `+e.table+` LIMIT 10000) t)
-		FROM pg_class c WHERE c.oid = $1::regclass`, e.table).Scan(&count, &heap, &toast, &total, &width); err != nil {
-		return w, nil, fmt.Errorf("bench: size: %w", err)
+		(SELECT avg(pg_column_size(t.*)) FROM (SELECT * FROM `+table+` LIMIT 10000) t)
+		FROM pg_class c WHERE c.oid = $1::regclass`, table).Scan(&count, &heap, &toast, &total, &width); err != nil {
+		return nil, fmt.Errorf("bench: size: %w", err)
 	}
 	per1 := func(b int64) float64 { return float64(b) / float64(count) }
 	out := []extra{
-		{Name: "records", Value: float64(count), Note: fmt.Sprintf("written and measured in %s", fmtDur(time.Since(start)))},
-		{Name: "row (pg_column_size)", Value: width, Unit: "B/record", Note: "the tuple's data, averaged over 10,000 rows"},
-		{Name: "heap", Value: per1(heap), Unit: "B/record", Note: "pg_relation_size: tuples, their headers and line pointers, page free space (fillfactor)"},
-		{Name: "TOAST", Value: per1(toast), Unit: "B/record"},
+		{Name: prefix + "records", Value: float64(count)},
+		{Name: prefix + "row (pg_column_size)", Value: width, Unit: "B/record", Note: "the tuple's data, averaged over 10,000 rows"},
+		{Name: prefix + "heap", Value: per1(heap), Unit: "B/record", Note: "pg_relation_size: tuples, their headers and line pointers, page free space (fillfactor)"},
+		{Name: prefix + "TOAST", Value: per1(toast), Unit: "B/record"},
 	}
 	irows, err := e.pool.Query(ctx, `SELECT c.relname, pg_relation_size(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		WHERE i.indrelid = $1::regclass ORDER BY c.relname`, e.table)
+		WHERE i.indrelid = $1::regclass ORDER BY c.relname`, table)
 	if err != nil {
-		return w, nil, fmt.Errorf("bench: size: indexes: %w", err)
+		return nil, fmt.Errorf("bench: size: indexes: %w", err)
 	}
 	defer irows.Close()
 	for irows.Next() {
 		var name string
 		var b int64
 		if err := irows.Scan(&name, &b); err != nil {
-			return w, nil, fmt.Errorf("bench: size: indexes: %w", err)
+			return nil, fmt.Errorf("bench: size: indexes: %w", err)
 		}
-		out = append(out, extra{Name: "index " + name, Value: per1(b), Unit: "B/record"})
+		out = append(out, extra{Name: prefix + "index " + name, Value: per1(b), Unit: "B/record"})
 	}
 	if err := irows.Err(); err != nil {
-		return w, nil, fmt.Errorf("bench: size: indexes: %w", err)
+		return nil, fmt.Errorf("bench: size: indexes: %w", err)
 	}
-	out = append(out, extra{Name: "total", Value: per1(total), Unit: "B/record",
+	out = append(out, extra{Name: prefix + "total", Value: per1(total), Unit: "B/record",
 		Note: fmt.Sprintf("pg_total_relation_size %.2f GB for %d records", float64(total)/1e9, count)})
-	return w, out, nil
+	return out, nil
 }

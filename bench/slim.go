@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -12,7 +14,8 @@ import (
 // slimTableSQL is the record issue 30.4 proposes, as a floor to measure, not
 // a schema the library uses: the operation digest (32 bytes) as the primary
 // key, so neither the claim nor the operations resource needs another
-// B-tree; the state as one byte; no partial index, so a completion that
+// B-tree; the fingerprint as its 32-byte digest and the state as one byte;
+// the headers in their byte-exact form only (no jsonb copy); no partial index, so a completion that
 // leaves the indexed columns alone is a HOT update; a BRIN index on the
 // expiry for the sweep (the claim sets the expiry a lease past the
 // retention, so a completion within its lease leaves it as it is); room
@@ -25,7 +28,7 @@ const slimTableSQL = `CREATE TABLE %T (
 	tenant_id text NOT NULL,
 	operation text NOT NULL,
 	key_hash bytea NOT NULL,
-	request_hash text NOT NULL,
+	request_hash bytea NOT NULL,
 	state "char" NOT NULL,
 	generation bigint NOT NULL,
 	owner_token uuid,
@@ -44,12 +47,12 @@ const slimTableSQL = `CREATE TABLE %T (
 CREATE INDEX ON %T USING brin (expires_at)`
 
 // slimClaimSQL claims a key in the slim record: $1 digest, $2 tenant,
-// $3 operation, $4 key hash, $5 fingerprint, $6 proposed generation,
+// $3 operation, $4 key hash, $5 fingerprint digest, $6 proposed generation,
 // $7 owner, $8 lease µs, $9 retention µs.
 const slimClaimSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
 INSERT INTO %T (id, tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
 	lease_expires_at, created_at, expires_at, retention_us)
-SELECT $1::bytea, $2::text, $3::text, $4::bytea, $5::text, 'p', GREATEST($6::bigint, 1), $7::uuid,
+SELECT $1::bytea, $2::text, $3::text, $4::bytea, $5::bytea, 'p', GREATEST($6::bigint, 1), $7::uuid,
 	c.now + $8::bigint * interval '1 microsecond', c.now,
 	c.now + ($8::bigint + $9::bigint) * interval '1 microsecond', $9::bigint
 FROM c
@@ -64,6 +67,21 @@ UPDATE %T SET state = 'c', status_code = $4::integer, response_headers_bin = $5:
 	completed_at = (SELECT now FROM c), lease_expires_at = NULL,
 	expires_at = GREATEST(expires_at, (SELECT now FROM c) + retention_us * interval '1 microsecond')
 WHERE id = $1::bytea AND generation = $2::bigint AND owner_token = $3::uuid AND state IN ('p', 'u')`
+
+// fingerprintDigest is the workloads' fingerprint in the slim record's
+// compact form: the 32 bytes its hex stands for.
+var fingerprintDigest, _ = hex.DecodeString(strings.TrimPrefix(fingerprint, "v1:"))
+
+// slimCopySQL fills the slim record table %S from the library's table %T,
+// row for row, in its compact forms; recordSize measures both.
+const slimCopySQL = `INSERT INTO %S (id, tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
+	lease_expires_at, status_code, response_headers_bin, response_body, response_version, resource_id, takeovers,
+	created_at, completed_at, expires_at, retention_us)
+SELECT operation_digest, tenant_id, operation, key_hash, decode(substr(request_hash, 4), 'hex'),
+	CASE state WHEN 'processing' THEN 'p' WHEN 'completed' THEN 'c' WHEN 'failed' THEN 'f' ELSE 'u' END,
+	generation, owner_token, lease_expires_at, status_code, response_headers_bin, response_body, response_version,
+	resource_id, takeovers, created_at, completed_at, expires_at, retention_us
+FROM %T`
 
 // slimClaimFirst is floor-claim-new's protocol on the slim record: the
 // library's BEGIN, the claim insert, the order INSERT, then the fenced
@@ -83,7 +101,7 @@ func (f *floors) slimClaimFirst(ctx context.Context, key string) (outcome, error
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after COMMIT
 	var gen int64
-	if err := tx.QueryRow(ctx, f.slimClaim, digest[:], tenant, operation, h[:], fingerprint, int64(0), pgUUID(owner),
+	if err := tx.QueryRow(ctx, f.slimClaim, digest[:], tenant, operation, h[:], fingerprintDigest, int64(0), pgUUID(owner),
 		leaseUs, retentionUs).Scan(&gen); err != nil {
 		return oOther, err
 	}
