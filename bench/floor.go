@@ -391,6 +391,29 @@ func execWithCommit(ctx context.Context, conn *pgxpool.Conn, sql string, args ..
 func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
 	owner := uuid.New()
+	return f.claimThenComplete(ctx, key, func(tx pgx.Tx) (int64, error) {
+		rows, err := tx.Query(ctx, claimSQL, f.claimArgs(h[:], owner)...)
+		if err != nil {
+			return 0, err
+		}
+		defer rows.Close()
+		var gen int64
+		if rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				return 0, err
+			}
+			gen, _ = v[0].(int64)
+		}
+		rows.Close()
+		return gen, rows.Err()
+	}, func(gen int64) (string, []any) { return f.finishSQL, f.finishArgs(h[:], gen, owner) })
+}
+
+// claimThenComplete runs the library's BEGIN, claim (which returns the
+// generation it granted), the order INSERT, then the completion finish
+// gives for that generation and COMMIT in one pipeline, on one connection.
+func (f *floors) claimThenComplete(ctx context.Context, key string, claim func(pgx.Tx) (int64, error), finish func(gen int64) (string, []any)) (outcome, error) {
 	conn, err := f.e.pool.Acquire(ctx)
 	if err != nil {
 		return oOther, err
@@ -401,21 +424,8 @@ func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome,
 		return oOther, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after COMMIT
-	rows, err := tx.Query(ctx, claimSQL, f.claimArgs(h[:], owner)...)
+	gen, err := claim(tx)
 	if err != nil {
-		return oOther, err
-	}
-	var gen int64
-	if rows.Next() {
-		v, verr := rows.Values()
-		if verr != nil {
-			rows.Close()
-			return oOther, verr
-		}
-		gen, _ = v[0].(int64)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return oOther, err
 	}
 	if gen == 0 {
@@ -424,7 +434,8 @@ func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome,
 	if err := insertOrder(ctx, f.e, tx, key); err != nil {
 		return oOther, err
 	}
-	done, err := execWithCommit(ctx, conn, f.finishSQL, f.finishArgs(h[:], gen, owner)...)
+	sql, args := finish(gen)
+	done, err := execWithCommit(ctx, conn, sql, args...)
 	if err != nil {
 		return oOther, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strings"
 
 	"github.com/google/uuid"
@@ -90,31 +89,13 @@ func (f *floors) slimClaimFirst(ctx context.Context, key string) (outcome, error
 	h := sha256.Sum256([]byte(key))
 	digest := sha256.Sum256(h[:])
 	owner := uuid.New()
-	conn, err := f.e.pool.Acquire(ctx)
-	if err != nil {
-		return oOther, err
-	}
-	defer conn.Release()
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: f.beginSQL})
-	if err != nil {
-		return oOther, err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after COMMIT
-	var gen int64
-	if err := tx.QueryRow(ctx, f.slimClaim, digest[:], tenant, operation, h[:], fingerprintDigest, int64(0), pgUUID(owner),
-		leaseUs, retentionUs).Scan(&gen); err != nil {
-		return oOther, err
-	}
-	if err := insertOrder(ctx, f.e, tx, key); err != nil {
-		return oOther, err
-	}
-	done, err := execWithCommit(ctx, conn, f.slimFinish, digest[:], gen, pgUUID(owner),
-		result.StatusCode, f.binHeaders, result.Body, result.Version, result.ResourceID)
-	if err != nil {
-		return oOther, err
-	}
-	if done.RowsAffected() != 1 {
-		return oOther, fmt.Errorf("%w: slim completion wrote %d rows", ErrUnexpected, done.RowsAffected())
-	}
-	return oExecuted, nil
+	return f.claimThenComplete(ctx, key, func(tx pgx.Tx) (int64, error) {
+		var gen int64
+		err := tx.QueryRow(ctx, f.slimClaim, digest[:], tenant, operation, h[:], fingerprintDigest, int64(0), pgUUID(owner),
+			leaseUs, retentionUs).Scan(&gen)
+		return gen, err
+	}, func(gen int64) (string, []any) {
+		return f.slimFinish, []any{digest[:], gen, pgUUID(owner),
+			result.StatusCode, f.binHeaders, result.Body, result.Version, result.ResourceID}
+	})
 }
