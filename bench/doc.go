@@ -56,10 +56,13 @@
 //     today's record, what a slimmer record would lower; floor-claim-new,
 //     the same with the insert Do sends for a key Redis granted
 //     (ClaimParams.ExpectNew) instead of the full claim;
-//     floor-slim-claim-first, floor-claim-new's statements on issue 30.4's
-//     slim record (the operation digest as the primary key, a BRIN index on
-//     the expiry, no partial index, fillfactor 80: slim.go), what the
-//     record could cost once the library moves to it; floor-sql, the write at commit's own
+//     floor-slim-claim-first and floor-slim-pending-claim-first,
+//     floor-claim-new's statements on issue 30.4's slim record (the
+//     operation digest as the primary key, compact columns, fillfactor 80:
+//     slim.go), the first with a B-tree on the expiry alone (HOT
+//     completions, no index for Pending), the second with today's partial
+//     sweep and pending indexes (non-HOT completions): what the record
+//     could cost once the library moves to it; floor-sql, the write at commit's own
 //     BEGIN and record INSERT (captured likewise) with the same order
 //     INSERT, the last two in one pipeline;
 //     floor-sql-pk-only, the same into a copy of the record's table with its

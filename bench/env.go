@@ -61,8 +61,9 @@ type env struct {
 	// insertKeyRow is floor-key-row's record: one 32-byte key hash into
 	// the run's key_rows table.
 	insertKeyRow string
-	// slimTable is floor-slim-claim-first's record (see slimTableSQL).
-	slimTable string
+	// slimTable and slimPendingTable are the slim record (slimTableSQL)
+	// with each index set (slimHotIndexes, slimPendingIndexes).
+	slimTable, slimPendingTable string
 
 	withRedis *claim.Claimer[pgx.Tx] // Redis in front
 	noRedis   *claim.Claimer[pgx.Tx] // PostgreSQL only
@@ -152,8 +153,11 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return e, fmt.Errorf("bench: key rows table: %w", err)
 	}
 	e.insertKeyRow = "INSERT INTO " + e.schema + ".key_rows (key_hash) VALUES ($1)"
-	e.slimTable = e.schema + ".record_slim"
-	if _, err := e.pool.Exec(cctx, strings.ReplaceAll(slimTableSQL, "%T", e.slimTable)); err != nil {
+	e.slimTable, e.slimPendingTable = e.schema+".record_slim", e.schema+".record_slim_pending"
+	if err := createSlim(cctx, e, e.slimTable, slimHotIndexes); err != nil {
+		return e, fmt.Errorf("bench: slim record table: %w", err)
+	}
+	if err := createSlim(cctx, e, e.slimPendingTable, slimPendingIndexes); err != nil {
 		return e, fmt.Errorf("bench: slim record table: %w", err)
 	}
 	// The storm's effects: no unique constraint, so a second committed

@@ -43,24 +43,23 @@ var (
 // floors cannot drift from what they are compared to.
 type floors struct {
 	e          *env
-	beginSQL   string // the library's BEGIN (with its SET LOCALs)
-	claimSQL   string // the durable claim: INSERT ... ON CONFLICT ... RETURNING
-	claimNew   string // the claim of a key Redis granted: INSERT ... ON CONFLICT DO NOTHING
-	slimClaim  string // slimClaimSQL into the run's slim record table
-	slimFinish string // slimFinishSQL on it
-	finishSQL  string // the fenced completion: UPDATE ... SET state = 'completed'
-	insertSQL  string // Do's record, inserted finished with the COMMIT
-	pkOnlySQL  string // insertSQL into the record's table with its primary key alone
-	selectSQL  string // a bare read of a stored result
-	sha        string // claim.lua's SHA1
-	headers    string // result.Headers as JSON text, encoded once (the store sends it as text)
-	binHeaders []byte // result.Headers in the store's byte-exact encoding, captured
+	beginSQL   string         // the library's BEGIN (with its SET LOCALs)
+	claimSQL   string         // the durable claim: INSERT ... ON CONFLICT ... RETURNING
+	claimNew   string         // the claim of a key Redis granted: INSERT ... ON CONFLICT DO NOTHING
+	slim       slimStatements // on the slim record with slimHotIndexes
+	slimPend   slimStatements // on the slim record with slimPendingIndexes
+	finishSQL  string         // the fenced completion: UPDATE ... SET state = 'completed'
+	insertSQL  string         // Do's record, inserted finished with the COMMIT
+	pkOnlySQL  string         // insertSQL into the record's table with its primary key alone
+	selectSQL  string         // a bare read of a stored result
+	sha        string         // claim.lua's SHA1
+	headers    string         // result.Headers as JSON text, encoded once (the store sends it as text)
+	binHeaders []byte         // result.Headers in the store's byte-exact encoding, captured
 }
 
 func newFloors(ctx context.Context, e *env) (*floors, error) {
 	f := &floors{e: e,
-		slimClaim:  strings.ReplaceAll(slimClaimSQL, "%T", e.slimTable),
-		slimFinish: strings.ReplaceAll(slimFinishSQL, "%T", e.slimTable)}
+		slim: slimFor(e.slimTable), slimPend: slimFor(e.slimPendingTable)}
 	j, err := json.Marshal(result.Headers)
 	if err != nil {
 		return nil, err

@@ -61,7 +61,9 @@ func freshWorkload(e *env, f *floors) *workload {
 			"the completion) and with WithWriteAtCommit (library-at-commit*: the business INSERT then the finished record with the COMMIT); " +
 			"floors: Do's claim-first statements, BEGIN, the claim, the business INSERT, the completion with COMMIT, issued with pgx, " +
 			"with the full claim Do sends without Redis (floor-claim-first) and with the insert it sends for a key Redis granted (floor-claim-new); " +
-			"floor-claim-new's statements on issue 30.4's slim record (bench/slim.go; floor-slim-claim-first); " +
+			"floor-claim-new's statements on issue 30.4's slim record (bench/slim.go), with a B-tree on the expiry alone " +
+			"(floor-slim-claim-first: HOT completions, no index for Pending) and with today's partial sweep and pending indexes " +
+			"(floor-slim-pending-claim-first); " +
 			"the write at commit's BEGIN and record INSERT (pipelined with COMMIT) and the business INSERT issued with pgx " +
 			"(floor-sql); the same into a copy of the record's table with its primary key alone (floor-sql-pk-only); " +
 			"the same with a bare 32-byte key row instead of the record (floor-key-row); " +
@@ -100,7 +102,12 @@ func freshWorkload(e *env, f *floors) *workload {
 			{name: "floor-slim-claim-first", floor: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
-					return f.slimClaimFirst(ctx, r.key(i))
+					return f.slimClaimFirst(ctx, f.slim, r.key(i))
+				}},
+			{name: "floor-slim-pending-claim-first", floor: true,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.slimClaimFirst(ctx, f.slimPend, r.key(i))
 				}},
 			{name: "floor-sql", floor: true, open: true,
 				costs: []costTarget{{floor: "floor-business-tx"}},

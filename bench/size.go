@@ -107,15 +107,18 @@ func recordSize(ctx context.Context, e *env) (*workload, []extra, error) {
 	out[0].Note = fmt.Sprintf("written and measured in %s", fmtDur(time.Since(start)))
 	// The same records in issue 30.4's slim record (slim.go), for the size
 	// after.
-	slimStmt := strings.NewReplacer("%S", e.slimTable, "%T", e.table).Replace(slimCopySQL)
-	if _, err := e.pool.Exec(ctx, slimStmt); err != nil {
-		return w, nil, fmt.Errorf("bench: size: slim copy: %w", err)
+	for _, t := range []struct{ table, prefix string }{{e.slimTable, "slim "}, {e.slimPendingTable, "slim-pending "}} {
+		stmt := strings.NewReplacer("%S", t.table, "%T", e.table).Replace(slimCopySQL)
+		if _, err := e.pool.Exec(ctx, stmt); err != nil {
+			return w, nil, fmt.Errorf("bench: size: slim copy: %w", err)
+		}
+		slim, err := measureTable(ctx, e, t.table, t.prefix)
+		if err != nil {
+			return w, nil, err
+		}
+		out = append(out, slim...)
 	}
-	slim, err := measureTable(ctx, e, e.slimTable, "slim ")
-	if err != nil {
-		return w, nil, err
-	}
-	return w, append(out, slim...), nil
+	return w, out, nil
 }
 
 // measureTable runs VACUUM ANALYZE on table and returns the bytes per
