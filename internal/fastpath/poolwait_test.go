@@ -264,14 +264,26 @@ func TestPoolWait_UnresponsiveRedisStillOpensBreaker(t *testing.T) {
 					t.Fatalf("call %d: %v, want ErrUnavailable", i, err)
 				}
 			}
-			if opens.n.Load() == 0 || s.Breaker() != fastpath.BreakerOpen {
-				t.Fatalf("breaker opened %d times (now %v) on a Redis that never answers, want open", opens.n.Load(), s.Breaker())
+			// A timeout seen while this process lags (a loaded CI machine)
+			// fails its call but is not counted by the breaker (see
+			// Scripts.run), and its turn goes to a caller still waiting:
+			// each such call lets one more through.
+			lagged := fastpath.LaggedCalls(s)
+			if sent-lagged < 3 {
+				t.Fatalf("%d of the %d timeouts came while this process lagged: fewer than three counted, so this burst tested nothing", lagged, sent)
+			}
+			if counted := sent - lagged; opens.n.Load() == 0 || s.Breaker() != fastpath.BreakerOpen {
+				t.Fatalf("breaker opened %d times (now %v) after %d counted timeouts on a Redis that never answers, want open",
+					opens.n.Load(), s.Breaker(), counted)
+			}
+			if lagged > 0 {
+				t.Logf("%d of the %d timeouts came while this process lagged, not counted by the breaker", lagged, sent)
 			}
 			// Three failures open it: the first two waves of two, and at
 			// most a wave more racing the opening.
-			if sent > 3*pool || open < callers-3*pool {
-				t.Fatalf("%d calls timed out and %d returned ErrBreakerOpen; want at most %d timed out, the rest turned away once the breaker opened",
-					sent, open, 3*pool)
+			if sent > 3*pool+lagged {
+				t.Fatalf("%d calls timed out (%d while this process lagged) and %d returned ErrBreakerOpen; want at most %d+%d timed out, the rest turned away once the breaker opened",
+					sent, lagged, open, 3*pool, lagged)
 			}
 		})
 	}

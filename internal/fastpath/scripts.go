@@ -147,9 +147,11 @@ type Scripts struct {
 	prefix  string
 	timeout time.Duration
 	// epoch is when the Scripts were made; lagSeen is when, since epoch,
-	// a call's timeout last found this process lagging (0: never).
+	// a call's timeout last found this process lagging (0: never);
+	// lagCalls counts the timed-out calls not counted for that reason.
 	epoch         time.Time
 	lagSeen       atomic.Int64
+	lagCalls      atomic.Int64
 	maxCachedBody int
 	cacheTTL      time.Duration
 	breaker       *Breaker
@@ -489,6 +491,7 @@ func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScrip
 		// its CPU (a burst of requests, a GC pause, a starved container),
 		// not Redis. The call fails, the breaker does not count it. A Redis
 		// that hangs while the process keeps up is still counted.
+		s.lagCalls.Add(1)
 		s.breaker.Abandon(probe)
 	default:
 		s.breaker.Failure(probe)
