@@ -26,7 +26,7 @@ type statement struct {
 }
 
 // hotStatements returns every statement the store sends for one record
-// (claim, replay read, renew, handover, complete, fail, mark uncertain,
+// (claim, its insert-first form, replay read, renew, handover, complete, fail, mark uncertain,
 // release, adopt, Do's insert at commit), with the arguments its methods bind, for a record held
 // by a fresh claim.
 func hotStatements(t testing.TB, s *internalStore) []statement {
@@ -52,6 +52,8 @@ func hotStatements(t testing.TB, s *internalStore) []statement {
 	return []statement{
 		{"claim", s.q.claim, append(refArgs(ref), p.Fingerprint, int64(0), pgUUID(p.Owner), lease,
 			p.Retention.Microseconds(), digest[:])},
+		{"claim of a key Redis granted (insert first)", s.q.claimNew, append(refArgs(fresh), p.Fingerprint, int64(7), pgUUID(p.Owner), lease,
+			p.Retention.Microseconds(), freshDigest[:])},
 		{"get (replay read, re-read)", s.q.get, refArgs(ref)},
 		{"renew", s.q.renew, fenceArgs(ref, tok, lease)},
 		{"handover", s.q.handover, fenceArgs(ref, tok, pgUUID(uuid.New()), lease)},
@@ -101,7 +103,7 @@ func TestPartitionPruning(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		if st.sql == s.q.insertCompleted {
+		if st.sql == s.q.insertCompleted || st.sql == s.q.claimNew {
 			// A one-row INSERT reads nothing: its plan names the parent
 			// only, and the row is routed to its partition as it is
 			// written.

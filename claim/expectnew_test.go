@@ -1,0 +1,123 @@
+package claim_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
+	"github.com/oncekey/oncekey/lua"
+)
+
+// hints records the ExpectNew hint of every durable claim a Claimer sends.
+type hints struct {
+	storeapi.Store[pgx.Tx]
+	mu   sync.Mutex
+	seen []bool
+}
+
+func (h *hints) Claim(ctx context.Context, tx pgx.Tx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
+	h.mu.Lock()
+	h.seen = append(h.seen, p.ExpectNew)
+	h.mu.Unlock()
+	return h.Store.Claim(ctx, tx, p)
+}
+
+// take returns the hints recorded since the last take.
+func (h *hints) take() []bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.seen
+	h.seen = nil
+	return s
+}
+
+// The Claimer tells the store to expect a new record (ExpectNew: on
+// PostgreSQL, a plain insert first, the full claim only if it inserted
+// nothing) only when Redis has just granted the key. Without Redis, or
+// with its breaker open, the full claim goes first, so a replay the
+// database answers stays one statement. Outcomes never depend on the
+// hint (the store contract runs with it on every claim,
+// TestContractExpectNew); this test forces when it is set, for each
+// entry point. Redis emptied after a completion grants the key again: the
+// hint is then wrong, and the store must still replay, not run fn again.
+func TestClaimer_ExpectNewOnlyWhenRedisGranted(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, mode)
+			e.orders()
+			h := &hints{Store: e.store}
+			c := e.newClaimer(h)
+			if mode == breakerOpen {
+				// setup's Claimer has a Redis that never answers; so does this one.
+				var err error
+				c, err = claim.New[pgx.Tx](h, claim.WithRedis(deadRedis(t), lua.Options{Prefix: "dead", BreakerFailures: 1, BreakerCoolDown: time.Hour}))
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx := t.Context()
+			granted := mode == withRedis
+			want := func(what string, w ...bool) {
+				t.Helper()
+				if got := h.take(); !slices.Equal(got, w) {
+					t.Fatalf("%s: store claims carried ExpectNew %v; want %v", what, got, w)
+				}
+			}
+
+			if out, err := c.Claim(ctx, req("en-claim", "v1:a")); err != nil || out.Kind != claim.Acquired {
+				t.Fatalf("Claim = %v, %v", out.Kind, err)
+			}
+			want("fresh Claim", granted)
+
+			r := req("en-do", "v1:a")
+			out, err := c.Do(ctx, r, e.insertOrder)
+			if err != nil || out.Kind != claim.Executed {
+				t.Fatalf("Do = %v, %v", out.Kind, err)
+			}
+			want("fresh Do", granted)
+
+			tx, err := e.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			txOut, finish, err := c.DoTx(ctx, tx, req("en-dotx", "v1:a"), e.insertOrder)
+			if err != nil || txOut.Kind != claim.Executed {
+				t.Fatalf("DoTx = %v, %v", txOut.Kind, err)
+			}
+			err = tx.Commit(ctx)
+			finish(ctx, err)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want("fresh DoTx", granted)
+
+			// Redis loses the finished record: it grants the key again,
+			// the hint says new, and the store finds the record.
+			e.flushRedis()
+			rep, err := c.Do(ctx, r, e.insertOrder)
+			if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != string(out.Result.Body) {
+				t.Fatalf("Do after Redis lost the record = %v, %v; want the replay", rep.Kind, err)
+			}
+			if mode == withRedis {
+				want("Do after Redis lost the record", true)
+			} else {
+				want("Do of a finished key", false)
+			}
+			e.wantOrders(t, out.OperationID, 1)
+			rec, err := e.store.Get(ctx, e.ref(r))
+			if err != nil || rec.State != durable.Completed {
+				t.Fatalf("record = %v, %v; want completed", rec.State, err)
+			}
+		})
+	}
+}
