@@ -33,7 +33,9 @@
 //   - [github.com/oncekey/oncekey/durable/driver/storeapi]: the claim
 //     protocol a store implements (durable/postgres, durable/sqlite), with
 //     [github.com/oncekey/oncekey/durable/driver/headers] and
-//     [github.com/oncekey/oncekey/durable/driver/txmark].
+//     [github.com/oncekey/oncekey/durable/driver/txmark], and
+//     [github.com/oncekey/oncekey/durable/driver/storeopt], the option
+//     checks both stores share.
 //   - [github.com/oncekey/oncekey/durable/driver/wire]: the wire forms (the
 //     Idempotency-Key header, stored results) the adapters share.
 //   - [github.com/oncekey/oncekey/durable/driver/pgmigrate]: the migration

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncekey/oncekey/durable/driver/storeopt"
 )
 
 // Defaults of the options.
@@ -14,9 +16,6 @@ const (
 	defaultTable           = "idempotency_requests"
 	defaultLockTimeout     = 5 * time.Second
 	defaultIdleInTxTimeout = 15 * time.Second
-	// maxLockTimeout bounds lock_timeout: a claim must never wait anywhere
-	// near the 60 s the generation floor leaves (see durable's "Generations").
-	maxLockTimeout = 30 * time.Second
 )
 
 // Runtime parameters that [ConfigurePool] sets and [New] looks for.
@@ -39,16 +38,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{table: defaultTable, lockTimeout: defaultLockTimeout, idleInTx: defaultIdleInTxTimeout}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&c); err != nil {
-			return config{}, err
-		}
-	}
-	return c, nil
+	return storeopt.Apply(config{table: defaultTable, lockTimeout: defaultLockTimeout, idleInTx: defaultIdleInTxTimeout}, opts)
 }
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
@@ -87,8 +77,8 @@ func WithTable(table string) Option {
 // records. The secret is copied; it must not be empty.
 func WithKeySecret(secret []byte) Option {
 	return func(c *config) error {
-		if len(secret) == 0 {
-			return fmt.Errorf("%w: WithKeySecret: empty secret", ErrConfig)
+		if err := storeopt.CheckKeySecret(ErrConfig, secret); err != nil {
+			return err
 		}
 		c.secret = append([]byte(nil), secret...)
 		return nil
@@ -103,8 +93,8 @@ func WithKeySecret(secret []byte) Option {
 // "Generations"). See the package documentation for where it applies.
 func WithLockTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d < time.Millisecond || d >= maxLockTimeout {
-			return fmt.Errorf("%w: WithLockTimeout: must be at least 1ms and less than 30s", ErrConfig)
+		if err := storeopt.CheckLockWait(ErrConfig, "WithLockTimeout", d); err != nil {
+			return err
 		}
 		c.lockTimeout = d
 		return nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
+	"github.com/oncekey/oncekey/durable/driver/storeopt"
 	"github.com/oncekey/oncekey/durable/driver/txmark"
 )
 
@@ -25,10 +26,6 @@ import (
 const (
 	defaultTable       = "idempotency_requests"
 	defaultBusyTimeout = 5 * time.Second
-	// maxBusyTimeout bounds the busy timeout: a claim must never wait
-	// anywhere near the 60 s the generation floor leaves (see durable's
-	// "Generations").
-	maxBusyTimeout = 30 * time.Second
 )
 
 // maxConns bounds the connections of a database from Open: one writer at a
@@ -70,8 +67,8 @@ func WithTable(name string) Option {
 func WithKeySecret(secret []byte) Option {
 	s := append([]byte(nil), secret...)
 	return func(c *config) error {
-		if len(s) == 0 {
-			return fmt.Errorf("%w: WithKeySecret: empty secret", ErrConfig)
+		if err := storeopt.CheckKeySecret(ErrConfig, s); err != nil {
+			return err
 		}
 		c.secret = s
 		return nil
@@ -89,8 +86,8 @@ func WithKeySecret(secret []byte) Option {
 // DSN's busy_timeout is the caller's to set, under the same bound.
 func WithBusyTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d < time.Millisecond || d >= maxBusyTimeout {
-			return fmt.Errorf("%w: WithBusyTimeout: must be at least 1ms and less than 30s", ErrConfig)
+		if err := storeopt.CheckLockWait(ErrConfig, "WithBusyTimeout", d); err != nil {
+			return err
 		}
 		c.busyTimeout = d
 		return nil
@@ -98,16 +95,7 @@ func WithBusyTimeout(d time.Duration) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{table: defaultTable, busyTimeout: defaultBusyTimeout}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&c); err != nil {
-			return config{}, err
-		}
-	}
-	return c, nil
+	return storeopt.Apply(config{table: defaultTable, busyTimeout: defaultBusyTimeout}, opts)
 }
 
 // store is the SQLite implementation of [durable.Store] with *sql.Tx
