@@ -263,10 +263,7 @@ func TestAsync_InvalidTenant(t *testing.T) {
 func TestAsync_ForeignFormatIsNotReplayedAsSuccess(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 2*time.Second)
-	e.setWork(func(ctx context.Context, job Job) (durable.Result, error) {
-		e.calls.Add(1)
-		return durable.Result{StatusCode: 0, Body: []byte{0x0a, 0x02, 'o', 'k'}, Version: 1001}, nil
-	})
+	e.setAnswer(durable.Result{StatusCode: 0, Body: []byte{0x0a, 0x02, 'o', 'k'}, Version: 1001}, nil)
 	cl := e.client(true)
 	h := e.handler(cl)
 	const body = `{"service":"api","version":"1"}`

@@ -125,10 +125,7 @@ func TestAsync_StoreOutageAtCompletionCatchesAOneAttemptSettlement(t *testing.T)
 func TestAsync_WorkErrorIsUncertainAndNotRunAgain(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 2*time.Second)
-	e.setWork(func(ctx context.Context, j Job) (durable.Result, error) {
-		e.calls.Add(1)
-		return durable.Result{}, errors.New("downstream timed out")
-	})
+	e.setAnswer(durable.Result{}, errors.New("downstream timed out"))
 	cl := e.client(true)
 	out := e.enqueue(cl, "uncertain")
 	rec := e.waitState("acme", out.OperationID, durable.Uncertain)

@@ -119,6 +119,15 @@ func itoa(n int) string {
 
 func (e *env) setWork(w Work) { e.work.Store(&w) }
 
+// setAnswer sets a work that counts each run in e.calls and returns res
+// and err, with no downstream call.
+func (e *env) setAnswer(res durable.Result, err error) {
+	e.setWork(func(context.Context, Job) (durable.Result, error) {
+		e.calls.Add(1)
+		return res, err
+	})
+}
+
 func (e *env) effects(op string) int {
 	var n int
 	if err := e.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.schema.Name+`.effects WHERE op = $1`, op).Scan(&n); err != nil {

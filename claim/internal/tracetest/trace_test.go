@@ -21,8 +21,8 @@ import (
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/settletest"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -55,14 +55,7 @@ type fixture struct {
 
 func setup(t *testing.T, mode redisMode, opts ...claim.Option) *fixture {
 	t.Helper()
-	s := testenv.Postgres(t)
-	if err := postgres.Migrate(t.Context(), s.Pool, postgres.WithSchema(s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.New(s.Pool, postgres.WithSchema(s.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := settletest.Store(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -97,6 +90,17 @@ func setup(t *testing.T, mode redisMode, opts ...claim.Option) *fixture {
 		t.Fatal(err)
 	}
 	return &fixture{t: t, exp: exp, c: c, forget: forget}
+}
+
+// acquire claims secretKey (body "a") on c and fails the test, naming
+// the step what, unless the claim was acquired.
+func acquire(t *testing.T, ctx context.Context, c *claim.Claimer[pgx.Tx], what string) claim.Outcome {
+	t.Helper()
+	out, err := c.Claim(ctx, request(secretKey, "a"))
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatalf("%s: %v %v", what, out.Kind, err)
+	}
+	return out
 }
 
 func request(key, body string) claim.Request {
@@ -171,10 +175,7 @@ func TestTraces_ClaimCompleteReplay(t *testing.T) {
 	t.Parallel()
 	f := setup(t, liveRedis)
 	ctx := t.Context()
-	out, err := f.c.Claim(ctx, request(secretKey, "a"))
-	if err != nil || out.Kind != claim.Acquired {
-		t.Fatalf("claim: %v %v", out.Kind, err)
-	}
+	out := acquire(t, ctx, f.c, "claim")
 	work, stop := out.Lease.KeepAlive(context.WithoutCancel(ctx))
 	// Propagation: the work's context carries the operation identity as
 	// baggage, for a downstream call to send and log.
@@ -245,10 +246,7 @@ func TestTraces_RedisDownTakeoverFenced(t *testing.T) {
 	// (ErrLeaseExpired), which is not what this test is about.
 	f := setup(t, deadRedis, claim.WithLease(time.Second), claim.WithStartMargin(0))
 	ctx := t.Context()
-	first, err := f.c.Claim(ctx, request(secretKey, "a"))
-	if err != nil || first.Kind != claim.Acquired {
-		t.Fatalf("claim: %v %v", first.Kind, err)
-	}
+	first := acquire(t, ctx, f.c, "claim")
 	want(t, f.one("oncekey.claim"),
 		attribute.String("oncekey.outcome", "acquired"),
 		attribute.Bool("oncekey.redis.answered", false),
@@ -258,10 +256,7 @@ func TestTraces_RedisDownTakeoverFenced(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond) // let the lease expire (by the database's clock)
 
 	f.exp.Reset()
-	second, err := f.c.Claim(ctx, request(secretKey, "a"))
-	if err != nil || second.Kind != claim.Acquired {
-		t.Fatalf("takeover: %v %v", second.Kind, err)
-	}
+	second := acquire(t, ctx, f.c, "takeover")
 	g1, g2 := first.Lease.Token().Generation, second.Lease.Token().Generation
 	want(t, f.one("oncekey.claim"),
 		attribute.Bool("oncekey.takeover", true),
@@ -466,11 +461,7 @@ func TestTraces_Off(t *testing.T) {
 	if _, err := claim.New[pgx.Tx](nil, claim.WithTracerProvider(nil)); !errors.Is(err, claim.ErrConfig) {
 		t.Fatalf("nil TracerProvider: %v", err)
 	}
-	s := testenv.Postgres(t)
-	if err := postgres.Migrate(t.Context(), s.Pool, postgres.WithSchema(s.Name)); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := postgres.New(s.Pool, postgres.WithSchema(s.Name))
+	_, st := settletest.Store(t)
 	c, err := claim.New[pgx.Tx](st)
 	if err != nil {
 		t.Fatal(err)
@@ -481,10 +472,7 @@ func TestTraces_Off(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	ctx, callerSpan := tp.Tracer("caller").Start(t.Context(), "caller")
-	out, err := c.Claim(ctx, request(secretKey, "a"))
-	if err != nil || out.Kind != claim.Acquired {
-		t.Fatalf("claim: %v %v", out.Kind, err)
-	}
+	out := acquire(t, ctx, c, "claim")
 	work, stop := out.Lease.KeepAlive(context.WithoutCancel(ctx))
 	if n := baggage.FromContext(work).Len(); n != 0 {
 		t.Fatalf("baggage without traces: %d members", n)
@@ -507,10 +495,7 @@ func TestTraces_Reconcile(t *testing.T) {
 	t.Parallel()
 	f := setup(t, liveRedis)
 	ctx := t.Context()
-	out, err := f.c.Claim(ctx, request(secretKey, "a"))
-	if err != nil || out.Kind != claim.Acquired {
-		t.Fatalf("claim: %v %v", out.Kind, err)
-	}
+	out := acquire(t, ctx, f.c, "claim")
 	if err := out.Lease.MarkUncertain(ctx); err != nil {
 		t.Fatal(err)
 	}
