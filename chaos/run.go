@@ -362,20 +362,9 @@ func (e *env) close() {
 
 // cleanRedis deletes the scenario's keys from the user's Redis.
 func (e *env) cleanRedis() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	c := redis.NewClient(e.redisOpt)
 	defer c.Close()
-	iter := c.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		c.Del(ctx, keys[:n]...)
-		keys = keys[n:]
-	}
+	flushPrefix(context.Background(), c, e.prefix, 10*time.Second)
 }
 
 // fault counts one fired fault of kind.

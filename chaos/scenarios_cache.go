@@ -670,7 +670,7 @@ func (x *cacheWorld) flushEvery(ctx context.Context, d time.Duration) (stop func
 				return
 			case <-time.After(d):
 			}
-			if n := flushPrefix(ctx, rc, e.prefix); n > 0 {
+			if n := flushPrefix(ctx, rc, e.prefix, 5*time.Second); n > 0 {
 				e.fault("redis-flushed")
 				x.flushes.Add(1)
 			}
@@ -683,10 +683,10 @@ func (x *cacheWorld) flushEvery(ctx context.Context, d time.Duration) (stop func
 	}
 }
 
-// flushPrefix deletes every key under prefix and returns how many it
-// deleted.
-func flushPrefix(ctx context.Context, rc *redis.Client, prefix string) int64 {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+// flushPrefix deletes every key under prefix, within timeout, and returns
+// how many it deleted.
+func flushPrefix(ctx context.Context, rc *redis.Client, prefix string, timeout time.Duration) int64 {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	iter := rc.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 	var keys []string

@@ -348,6 +348,23 @@ func (s *Set) start(ctx context.Context, req testcontainers.GenericContainerRequ
 	return c, net.JoinHostPort(host, mp.Port()), nil
 }
 
+// launch starts req, a server listening at ep, and waits until ping
+// answers at the host:port the host reaches it on; the URL it returns is
+// urlFormat with that host:port. own fixes its host port (see [Server]).
+func (s *Set) launch(ctx context.Context, req testcontainers.GenericContainerRequest, ep endpoint, own bool, urlFormat string, ping func(ctx context.Context, addr string) error) (testcontainers.Container, string, error) {
+	if own && !s.opts.HostNetwork {
+		if err := fixedHostPort(&req, ep.port); err != nil {
+			return nil, "", err
+		}
+	}
+	c, addr, err := s.start(ctx, req, ep)
+	if err != nil {
+		return c, "", err
+	}
+	err = s.await(ctx, c, func(ctx context.Context) error { return ping(ctx, addr) })
+	return c, fmt.Sprintf(urlFormat, addr), err
+}
+
 // await calls ping until it succeeds, the container stops, or the
 // deadline; the error carries the end of the container's log.
 func (s *Set) await(ctx context.Context, c testcontainers.Container, ping func(context.Context) error) error {
@@ -424,22 +441,14 @@ func postgresCmd(ep endpoint, settings []string) []string {
 // startPostgres starts req, a PostgreSQL listening at ep, and waits until
 // it accepts connections; own fixes its host port (see [Server]).
 func (s *Set) startPostgres(ctx context.Context, req testcontainers.GenericContainerRequest, ep endpoint, own bool) (testcontainers.Container, string, error) {
-	if own && !s.opts.HostNetwork {
-		if err := fixedHostPort(&req, ep.port); err != nil {
-			return nil, "", err
-		}
-	}
-	c, addr, err := s.start(ctx, req, ep)
-	if err != nil {
-		return c, "", err
-	}
-	u := "postgres://postgres@" + addr + "/test?sslmode=disable"
-	err = s.await(ctx, c, func(ctx context.Context) error { return pingPostgres(ctx, u) })
-	return c, u, err
+	return s.launch(ctx, req, ep, own, postgresURL, pingPostgres)
 }
 
-func pingPostgres(ctx context.Context, u string) error {
-	conn, err := pgx.Connect(ctx, u)
+// postgresURL is the format of the URL of the PostgreSQL at an address.
+const postgresURL = "postgres://postgres@%s/test?sslmode=disable"
+
+func pingPostgres(ctx context.Context, addr string) error {
+	conn, err := pgx.Connect(ctx, fmt.Sprintf(postgresURL, addr))
 	if err != nil {
 		return err
 	}
@@ -447,8 +456,8 @@ func pingPostgres(ctx context.Context, u string) error {
 	return conn.Ping(ctx)
 }
 
-// postgresAddr is the host:port of a URL made by [Set.postgres].
-func postgresAddr(u string) string {
+// urlAddr is the host:port of a URL made by [Set.launch].
+func urlAddr(u string) string {
 	pu, err := url.Parse(u)
 	if err != nil {
 		return ""
@@ -474,34 +483,13 @@ func (s *Set) redis(ctx context.Context, own bool, more ...string) (testcontaine
 		cmd = append(cmd, "--repl-diskless-sync-delay", "0")
 	}
 	cmd = append(cmd, more...)
-	req := s.request(s.opts.RedisImage, ep, nil, nil, cmd...)
-	if own && !s.opts.HostNetwork {
-		if err := fixedHostPort(&req, ep.port); err != nil {
-			return nil, "", err
-		}
-	}
-	c, addr, err := s.start(ctx, req, ep)
-	if err != nil {
-		return c, "", err
-	}
-	u := "redis://" + addr + "/0"
-	err = s.await(ctx, c, func(ctx context.Context) error { return pingRedis(ctx, addr) })
-	return c, u, err
+	return s.launch(ctx, s.request(s.opts.RedisImage, ep, nil, nil, cmd...), ep, own, "redis://%s/0", pingRedis)
 }
 
 func pingRedis(ctx context.Context, addr string) error {
 	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rc.Close()
 	return rc.Ping(ctx).Err()
-}
-
-// redisAddr is the host:port of a URL made by [Set.redis].
-func redisAddr(u string) string {
-	pu, err := url.Parse(u)
-	if err != nil {
-		return ""
-	}
-	return pu.Host
 }
 
 func (s *Set) nats(ctx context.Context) (testcontainers.Container, string, error) {
@@ -513,30 +501,35 @@ func (s *Set) nats(ctx context.Context) (testcontainers.Container, string, error
 	if ep.listen != "" {
 		cmd = append(cmd, "-a", ep.listen)
 	}
-	c, addr, err := s.start(ctx, s.request(s.opts.NATSImage, ep, nil, nil, cmd...), ep)
+	return s.launch(ctx, s.request(s.opts.NATSImage, ep, nil, nil, cmd...), ep, false, "nats://%s", pingNATS)
+}
+
+// dial connects to addr over TCP, ctx's deadline the connection's.
+func dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return c, "", err
+		return nil, err
 	}
-	u := "nats://" + addr
-	err = s.await(ctx, c, func(ctx context.Context) error {
-		// The server greets every connection with an INFO line.
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		if dl, ok := ctx.Deadline(); ok {
-			_ = conn.SetReadDeadline(dl)
-		}
-		line, err := bufio.NewReader(conn).ReadString('\n')
-		if err != nil {
-			return err
-		}
-		if !strings.HasPrefix(line, "INFO ") {
-			return fmt.Errorf("unexpected greeting %q", line)
-		}
-		return nil
-	})
-	return c, u, err
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	return conn, nil
+}
+
+// pingNATS expects the INFO line the server greets every connection with.
+func pingNATS(ctx context.Context, addr string) error {
+	conn, err := dial(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "INFO ") {
+		return fmt.Errorf("unexpected greeting %q", line)
+	}
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 
 	"github.com/testcontainers/testcontainers-go"
@@ -41,28 +40,18 @@ func (s *Set) rabbitmq(ctx context.Context) (testcontainers.Container, string, e
 			"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
 		}
 	}
-	c, addr, err := s.start(ctx, s.request(s.opts.RabbitMQImage, ep, env, nil, "rabbitmq-server"), ep)
-	if err != nil {
-		return c, "", err
-	}
-	u := "amqp://guest:guest@" + addr + "/"
-	err = s.await(ctx, c, func(ctx context.Context) error { return pingAMQP(ctx, addr) })
-	return c, u, err
+	return s.launch(ctx, s.request(s.opts.RabbitMQImage, ep, env, nil, "rabbitmq-server"), ep, false, "amqp://guest:guest@%s/", pingAMQP)
 }
 
 // pingAMQP opens a connection, sends the AMQP 0-9-1 protocol header and
 // expects the broker's Connection.Start (a method frame on channel 0),
 // which it sends only once it accepts clients.
 func pingAMQP(ctx context.Context, addr string) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	conn, err := dial(ctx, addr)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
 	if _, err := conn.Write([]byte("AMQP\x00\x00\x09\x01")); err != nil {
 		return err
 	}

@@ -311,13 +311,7 @@ func (s *Set) NewSentinel(ctx context.Context, primary *Server, o SentinelOption
 [ -s /tmp/sentinel.conf ] || printf '%s' "$1" >/tmp/sentinel.conf
 exec redis-server /tmp/sentinel.conf --sentinel`
 		req := s.request(s.opts.RedisImage, ep, nil, []string{"/bin/sh", "-c", script, "sh"}, conf)
-		c, addr, err := s.start(ctx, req, ep)
-		if err != nil {
-			return c, "", err
-		}
-		u := "redis://" + addr
-		err = s.await(ctx, c, func(ctx context.Context) error { return pingRedis(ctx, addr) })
-		return c, u, err
+		return s.launch(ctx, req, ep, false, "redis://%s", pingRedis)
 	})
 }
 

@@ -84,11 +84,11 @@ func (s *Set) newServer(ctx context.Context, svc Service, what string, settings 
 	}
 	switch svc {
 	case Redis:
-		sv.addr = redisAddr(u)
+		sv.addr = urlAddr(u)
 		sv.ping = func(ctx context.Context) error { return pingRedis(ctx, sv.addr) }
 	case Postgres:
-		sv.addr = postgresAddr(u)
-		sv.ping = func(ctx context.Context) error { return pingPostgres(ctx, u) }
+		sv.addr = urlAddr(u)
+		sv.ping = func(ctx context.Context) error { return pingPostgres(ctx, sv.addr) }
 	}
 	fmt.Fprintf(s.opts.Log, "containers: %s of its own at %s (container %.12s)\n", what, u, c.GetContainerID())
 	return sv, nil

@@ -1,8 +1,10 @@
 // Package loopback holds what the test kit's server processes (redisproc,
 // pgbouncer) and the chaos suite's clusters share: a free loopback port,
-// another try when a process took the port first, and what a test does
-// when the server's binary is not installed. Like the rest of testkit it
-// is not for applications and promises nothing between versions.
+// another try when a process took the port first, a server process started
+// and waited for until it answers ([StartProcess], on Unix), and what a
+// test does when the server's binary is not installed. Like the rest of
+// testkit it is not for applications and promises nothing between
+// versions.
 package loopback
 
 import (

@@ -67,8 +67,7 @@ type Bouncer struct {
 	runAs  *user.User // nil unless run as root
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd exits
+	proc *loopback.Process // nil while not running
 }
 
 // TB is the part of testing.TB that [Start] uses. The package does not
@@ -245,12 +244,11 @@ func (b *Bouncer) Close() {
 }
 
 func (b *Bouncer) killLocked() {
-	if b.cmd == nil {
+	if b.proc == nil {
 		return
 	}
-	_ = b.cmd.Process.Kill()
-	<-b.done
-	b.cmd, b.done = nil, nil
+	b.proc.Kill()
+	b.proc = nil
 }
 
 // server is the [databases] connection settings of the target.
@@ -338,56 +336,32 @@ func (b *Bouncer) chown() error {
 }
 
 func (b *Bouncer) start() error {
-	logPath := filepath.Join(b.dir, "pgbouncer.log")
-	var offset int64
-	if fi, err := os.Stat(logPath); err == nil {
-		offset = fi.Size()
-	}
 	args := []string{filepath.Join(b.dir, "pgbouncer.ini")}
 	if b.runAs != nil {
 		args = append([]string{"-u", b.runAs.Username}, args...)
 	}
 	cmd := exec.Command(b.bin, args...)
 	cmd.Dir = b.dir
-	cmd.SysProcAttr = sysProcAttr()
-	var stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
+	proc, err := loopback.StartProcess(cmd, loopback.ProcessOptions{
+		Name:    "pgbouncer",
+		Addr:    b.Addr(),
+		Log:     filepath.Join(b.dir, "pgbouncer.log"),
+		Poll:    20 * time.Millisecond,
+		Timeout: startTimeout,
+		Ready: func(pid int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := b.ping(ctx); err != nil {
+				return err
+			}
+			return b.ours(pid)
+		},
+	})
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-
-	deadline := time.Now().Add(startTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := b.ping(ctx)
-		cancel()
-		if err == nil {
-			if err = b.ours(cmd.Process.Pid); err == nil {
-				break
-			}
-		}
-		select {
-		case <-done:
-			log := b.Log()
-			if int64(len(log)) >= offset {
-				log = log[offset:]
-			}
-			if strings.Contains(log, "Address already in use") || strings.Contains(stderr.String(), "Address already in use") {
-				return loopback.ErrAddrInUse
-			}
-			return fmt.Errorf("pgbouncer exited: %s%s", stderr.String(), log)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-done
-			return fmt.Errorf("no answer from %s within %v (last: %v): %s%s", b.Addr(), startTimeout, err, stderr.String(), b.Log())
-		}
-	}
 	b.mu.Lock()
-	b.cmd, b.done = cmd, done
+	b.proc = proc
 	b.mu.Unlock()
 	return nil
 }

@@ -47,8 +47,7 @@ type Server struct {
 	opts Options
 
 	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{} // closed when cmd exits
+	proc   *loopback.Process // nil while not running
 	paused bool
 }
 
@@ -155,15 +154,7 @@ func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
 func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.done == nil {
-		return false
-	}
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
-	}
+	return s.proc != nil && !s.proc.Exited()
 }
 
 // Log returns the server's log so far, for failure messages.
@@ -183,10 +174,10 @@ func (s *Server) Close() {
 func (s *Server) signal(sig syscall.Signal, paused bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
+	if s.proc == nil {
 		return fmt.Errorf("redisproc: %s is not running", s.Addr())
 	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
+	if err := s.proc.Signal(sig); err != nil {
 		return fmt.Errorf("redisproc: signal %v to %s: %w", sig, s.Addr(), err)
 	}
 	s.paused = paused
@@ -194,15 +185,14 @@ func (s *Server) signal(sig syscall.Signal, paused bool) error {
 }
 
 func (s *Server) killLocked() {
-	if s.cmd == nil {
+	if s.proc == nil {
 		return
 	}
 	if s.paused {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		_ = s.proc.Signal(syscall.SIGCONT)
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd, s.done, s.paused = nil, nil, false
+	s.proc.Kill()
+	s.proc, s.paused = nil, false
 }
 
 func (s *Server) args() []string {
@@ -232,48 +222,21 @@ func (s *Server) args() []string {
 }
 
 func (s *Server) start() error {
-	// The log is appended to across restarts; remember where this run starts.
-	logPath := filepath.Join(s.dir, "redis.log")
-	var offset int64
-	if fi, err := os.Stat(logPath); err == nil {
-		offset = fi.Size()
-	}
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.Dir = s.dir
-	cmd.SysProcAttr = sysProcAttr()
-	var stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
+	proc, err := loopback.StartProcess(cmd, loopback.ProcessOptions{
+		Name:    "redis-server",
+		Addr:    s.Addr(),
+		Log:     filepath.Join(s.dir, "redis.log"),
+		Ready:   func(pid int) error { return ping(s.Addr(), pid) },
+		Poll:    10 * time.Millisecond,
+		Timeout: startTimeout,
+	})
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-
-	deadline := time.Now().Add(startTimeout)
-	for {
-		if ping(s.Addr(), cmd.Process.Pid) == nil {
-			break
-		}
-		select {
-		case <-done:
-			log := s.Log()
-			if int64(len(log)) >= offset {
-				log = log[offset:]
-			}
-			if strings.Contains(log, "Address already in use") {
-				return loopback.ErrAddrInUse
-			}
-			return fmt.Errorf("redis-server exited: %s%s", stderr.String(), log)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-done
-			return fmt.Errorf("no PONG from %s within %v: %s", s.Addr(), startTimeout, s.Log())
-		}
-	}
 	s.mu.Lock()
-	s.cmd, s.done, s.paused = cmd, done, false
+	s.proc, s.paused = proc, false
 	s.mu.Unlock()
 	return nil
 }

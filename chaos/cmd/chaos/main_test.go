@@ -27,19 +27,27 @@ func TestRun_ListAndUsage(t *testing.T) {
 	}
 }
 
-func TestRun_TableAndJSON(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "report.json")
+// runChaos runs the command against the test servers with args: it fails
+// the test unless the command exits 0, reports each of want its output
+// lacks, and returns the output.
+func runChaos(t *testing.T, args []string, want ...string) string {
+	t.Helper()
 	var out, errb bytes.Buffer
-	code := run([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t),
-		"-scenario", "mismatch,crash-before-commit", "-iterations", "4", "-seed", "3", "-json", file}, &out, &errb)
+	code := run(append([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t)}, args...), &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"chaos: mismatch", "scenario", "faults injected", "crash-before-commit", "no violations"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s%s", w, out.String(), errb.String())
 		}
 	}
+	return out.String()
+}
+
+// readReport reads the JSON report the command wrote to file.
+func readReport(t *testing.T, file string) chaos.Report {
+	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -48,18 +56,22 @@ func TestRun_TableAndJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
+	return rep
+}
+
+func TestRun_TableAndJSON(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "report.json")
+	runChaos(t, []string{"-scenario", "mismatch,crash-before-commit", "-iterations", "4", "-seed", "3", "-json", file},
+		"chaos: mismatch", "scenario", "faults injected", "crash-before-commit", "no violations")
+	rep := readReport(t, file)
 	if rep.Seed != 3 || len(rep.Results) != 2 || rep.Results[0].FaultsTotal == 0 {
 		t.Fatalf("report = %+v", rep)
 	}
 }
 
 func TestRun_NegativeControlIsCaught(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := run([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t),
-		"-negative", "complete-without-fence", "-scenario", "paused-owner", "-iterations", "8"}, &out, &errb)
-	if code != 0 || !strings.Contains(out.String(), "caught the broken store") {
-		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
-	}
+	runChaos(t, []string{"-negative", "complete-without-fence", "-scenario", "paused-owner", "-iterations", "8"},
+		"caught the broken store")
 }
 
 // TestRun_BrokenSettlementIsCaught runs a negative control of the
@@ -69,12 +81,8 @@ func TestRun_NegativeControlIsCaught(t *testing.T) {
 // (chaos's revealing): in the full rotation a loaded machine once let 24
 // operations, three chances, pass.
 func TestRun_BrokenSettlementIsCaught(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := run([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t),
-		"-negative", "one-attempt", "-scenario", "grpc-windows", "-iterations", "12"}, &out, &errb)
-	if code != 0 || !strings.Contains(out.String(), "caught the broken store") {
-		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
-	}
+	runChaos(t, []string{"-negative", "one-attempt", "-scenario", "grpc-windows", "-iterations", "12"},
+		"caught the broken store")
 }
 
 // TestRun_HTMLReportOfViolations runs the broken settlement of
@@ -85,20 +93,9 @@ func TestRun_BrokenSettlementIsCaught(t *testing.T) {
 func TestRun_HTMLReportOfViolations(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "html")
 	file := filepath.Join(t.TempDir(), "report.json")
-	var out, errb bytes.Buffer
-	code := run([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t),
-		"-negative", "one-attempt", "-scenario", "grpc-windows", "-iterations", "12", "-json", file, "-html", dir}, &out, &errb)
-	if code != 0 || !strings.Contains(out.String(), "HTML report in") {
-		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep chaos.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	out := runChaos(t, []string{"-negative", "one-attempt", "-scenario", "grpc-windows", "-iterations", "12", "-json", file, "-html", dir},
+		"HTML report in")
+	rep := readReport(t, file)
 	index, err := os.ReadFile(filepath.Join(dir, "index.html"))
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +137,7 @@ func TestRun_HTMLReportOfViolations(t *testing.T) {
 		}
 	}
 	if pages == 0 {
-		t.Fatalf("no violation names an operation:\n%s", out.String())
+		t.Fatalf("no violation names an operation:\n%s", out)
 	}
 }
 
@@ -148,12 +145,7 @@ func TestRun_HTMLReportOfViolations(t *testing.T) {
 // summary alone.
 func TestRun_HTMLReportOfACleanRun(t *testing.T) {
 	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	code := run([]string{"-redis", testenv.RedisURL(t), "-postgres", testenv.DatabaseURL(t),
-		"-scenario", "mismatch", "-iterations", "4", "-seed", "3", "-html", dir}, &out, &errb)
-	if code != 0 {
-		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
-	}
+	runChaos(t, []string{"-scenario", "mismatch", "-iterations", "4", "-seed", "3", "-html", dir})
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package pgbouncer
+package loopback
 
 import "syscall"
 
