@@ -17,7 +17,9 @@ func TestDemo_EmbeddedDefault(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := run(ctx, options{backend: backend.Config{Name: "consumer"}, demo: true}, &out)
+	o := options{demo: true}
+	o.Backend = backend.Config{Name: "consumer"}
+	err := run(ctx, o, &out)
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}

@@ -10,23 +10,21 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
+// options are the command line: the flags every example has
+// (program.Flags: -postgres, -redis, -data, -v) and its own.
 type options struct {
-	backend backend.Config
+	program.Flags
 	natsURL string
 	demo    bool
-	verbose bool
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
-	o := options{backend: backend.Config{Name: "consumer"}}
-	fs := program.FlagSet("consumer", stderr)
-	o.backend.RegisterFlags(fs, getenv)
+	var o options
+	fs := o.Flags.FlagSet("consumer", stderr, getenv, "log at debug level to stderr")
 	fs.StringVar(&o.natsURL, "nats", getenv("NATS_URL"), "NATS URL, with JetStream (default $NATS_URL); empty: an in-process NATS server")
-	fs.BoolVar(&o.verbose, "v", false, "log at debug level to stderr")
 	fs.BoolVar(&o.demo, "demo", false, "publish duplicates and redeliveries, kill a consumer mid-charge, print the story and exit")
 	err := program.Parse(fs, args)
 	return o, err
@@ -35,7 +33,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 func main() { program.Main(parseOptions, run) }
 
 func run(ctx context.Context, o options, out io.Writer) error {
-	log, b, err := program.Start(ctx, o.backend, o.verbose, out) // prints which stores it runs on
+	log, b, err := program.Start(ctx, o.Flags, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}

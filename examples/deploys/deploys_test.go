@@ -21,7 +21,8 @@ import (
 // otherwise.
 func TestDemo_EmbeddedDefault(t *testing.T) {
 	var out bytes.Buffer
-	o := options{backend: backend.Config{Name: "deploys", DataDir: t.TempDir(), RedisPrefix: "deploys-test"}, demo: true}
+	o := options{demo: true}
+	o.Backend = backend.Config{Name: "deploys", DataDir: t.TempDir(), RedisPrefix: "deploys-test"}
 	if err := run(t.Context(), o, &out); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
@@ -35,7 +36,7 @@ func TestDemo_EmbeddedDefault(t *testing.T) {
 func TestParseOptions(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": "postgres://db", "REDIS_URL": "redis://r"}
 	o, err := parseOptions([]string{"-demo"}, func(k string) string { return env[k] }, &bytes.Buffer{})
-	if err != nil || !o.demo || o.backend.DatabaseURL != "postgres://db" || o.backend.RedisURL != "redis://r" || o.addr != "127.0.0.1:8082" {
+	if err != nil || !o.demo || o.Backend.DatabaseURL != "postgres://db" || o.Backend.RedisURL != "redis://r" || o.addr != "127.0.0.1:8082" {
 		t.Fatalf("parseOptions = %+v, %v", o, err)
 	}
 	if _, err := parseOptions([]string{"extra"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {

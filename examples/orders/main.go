@@ -4,26 +4,23 @@ import (
 	"context"
 	"io"
 
-	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
-// options are the command line.
+// options are the command line: the flags every example has
+// (program.Flags: -postgres, -redis, -data, -v) and its own.
 type options struct {
-	backend backend.Config
-	addr    string
-	demo    bool
-	verbose bool
+	program.Flags
+	addr string
+	demo bool
 }
 
 // parseOptions reads the command line; getenv supplies DATABASE_URL and
 // REDIS_URL (os.Getenv; tests pass their own).
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
-	o := options{backend: backend.Config{Name: "orders"}}
-	fs := program.FlagSet("orders", stderr)
-	o.backend.RegisterFlags(fs, getenv)
+	var o options
+	fs := o.Flags.FlagSet("orders", stderr, getenv, "log at debug level to stderr (every Redis fallback, for one); by default warnings and errors")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address (the demo listens on 127.0.0.1:0)")
-	fs.BoolVar(&o.verbose, "v", false, "log at debug level to stderr (every Redis fallback, for one); by default warnings and errors")
 	fs.BoolVar(&o.demo, "demo", false, "start on a free port, fire the demo requests at itself, print what happened and exit")
 	err := program.Parse(fs, args)
 	return o, err
@@ -36,7 +33,7 @@ func main() { program.Main(parseOptions, run) }
 // returns its verdict. The sweeper stops after the server, before the
 // stores close.
 func run(ctx context.Context, o options, out io.Writer) error {
-	log, b, err := program.Start(ctx, o.backend, o.verbose, out) // prints which stores it runs on
+	log, b, err := program.Start(ctx, o.Flags, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/examples/internal/apptest"
 	"github.com/oncekey/oncekey/examples/internal/demokit"
+	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
 const book = `{"item":"book","quantity":1}`
@@ -27,11 +28,7 @@ const book = `{"item":"book","quantity":1}`
 // requests, and removes its temporary database.
 func TestDemo_NoServicesNamed(t *testing.T) {
 	t.Parallel()
-	o := apptest.ParseDemo(t, parseOptions)
-	apptest.WantNoServices(t, o.backend)
-	o.backend.RedisTimeout = testRedisTimeout
-	out := apptest.RunDemo(t, run, o)
-	wantStory(t, out)
+	out := readmeDemo.Embedded(t)
 	for _, want := range []string{"durable store: SQLite ", "(embedded default: no -postgres or DATABASE_URL", "redis: in-process miniredis"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -63,11 +60,11 @@ func TestDemo_UnreachableRedisRunsOnTheDurableStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, logs bytes.Buffer
-	o.backend.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	o.Backend.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if err := run(t.Context(), o, &out); err != nil {
 		t.Fatalf("demo with Redis at a closed port: %v\n%s", err, &out)
 	}
-	wantStory(t, out.String())
+	readmeDemo.WantStory(t, out.String())
 	if want := "redis: " + addr + "/0 unreachable (named by -redis or REDIS_URL); running on SQLite alone"; !strings.Contains(out.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, &out)
 	}
@@ -79,14 +76,16 @@ func TestDemo_UnreachableRedisRunsOnTheDurableStore(t *testing.T) {
 // The README's second demo command: the same story on PostgreSQL and Redis.
 func TestDemo_OnPostgresAndRedis(t *testing.T) {
 	t.Parallel()
-	out := apptest.RunDemo(t, run, options{demo: true, backend: realServers(t)})
-	wantStory(t, out)
-	apptest.WantPostgres(t, out)
+	readmeDemo.OnRealServers(t)
 }
 
-func wantStory(t *testing.T, out string) {
-	t.Helper()
-	apptest.WantStory(t, out,
+// readmeDemo is the demo as the README runs it (-demo), and the story it
+// tells.
+var readmeDemo = apptest.Demo[options]{
+	Parse: parseOptions,
+	Run:   run,
+	Flags: func(o *options) *program.Flags { return &o.Flags },
+	Story: []string{
 		"1. 20 concurrent POST /orders with one key: 20 × 201",
 		"; 1 executed, 19 replayed",
 		"2. the same key for another item: 422 Idempotency key reused",
@@ -95,7 +94,7 @@ func wantStory(t *testing.T, out string) {
 		"(the service saw 2 requests)",
 		"has 2 (step 1's 20 requests made one, step 4 one)",
 		"demo: every expectation held",
-	)
+	},
 }
 
 // The demo's expectations can fail: against a service that creates an
@@ -240,15 +239,15 @@ func TestParseOptions(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": "postgres://db.example/x", "REDIS_URL": "redis://cache.example/0"}
 	o, err := parseOptions(nil, emptyEnv, io.Discard)
-	if err != nil || o.backend.DatabaseURL != "" || o.backend.RedisURL != "" || o.demo {
+	if err != nil || o.Backend.DatabaseURL != "" || o.Backend.RedisURL != "" || o.demo {
 		t.Errorf("no env, no flags: %+v, %v; want the embedded default", o, err)
 	}
 	o, err = parseOptions(nil, func(k string) string { return env[k] }, io.Discard)
-	if err != nil || o.backend.DatabaseURL != env["DATABASE_URL"] || o.backend.RedisURL != env["REDIS_URL"] {
+	if err != nil || o.Backend.DatabaseURL != env["DATABASE_URL"] || o.Backend.RedisURL != env["REDIS_URL"] {
 		t.Errorf("env: %+v, %v; want the URLs from the environment", o, err)
 	}
 	o, err = parseOptions([]string{"-postgres", "postgres://flag.example/y", "-redis", "", "-data", "d", "-demo"}, func(k string) string { return env[k] }, io.Discard)
-	if err != nil || o.backend.DatabaseURL != "postgres://flag.example/y" || o.backend.RedisURL != "" || o.backend.DataDir != "d" || !o.demo {
+	if err != nil || o.Backend.DatabaseURL != "postgres://flag.example/y" || o.Backend.RedisURL != "" || o.Backend.DataDir != "d" || !o.demo {
 		t.Errorf("flags: %+v, %v; want the flags to win", o, err)
 	}
 	if _, err := parseOptions([]string{"extra"}, emptyEnv, io.Discard); err == nil {

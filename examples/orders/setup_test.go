@@ -19,13 +19,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
-// testRedisTimeout is the Redis budget in tests (apptest.RedisTimeout).
-const testRedisTimeout = apptest.RedisTimeout
-
-// realServers names a fresh PostgreSQL schema and a fresh Redis key
-// prefix, both removed when the test ends.
-func realServers(t *testing.T) backend.Config { return apptest.RealServers(t, "orders") }
-
 // forEachBackend runs test as a parallel subtest on each backend: the
 // embedded default, and the real servers found by testenv.
 func forEachBackend(t *testing.T, test func(t *testing.T, f *fixture)) {

@@ -6,16 +6,15 @@ import (
 	"io"
 	"time"
 
-	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
-// options are the command line.
+// options are the command line: the flags every example has
+// (program.Flags: -postgres, -redis, -data, -v) and its own.
 type options struct {
-	backend        backend.Config
+	program.Flags
 	addr           string
 	demo           bool
-	verbose        bool
 	gatewayMode    gatewayMode
 	gatewayTimeout time.Duration
 	reconcileEvery time.Duration
@@ -33,11 +32,9 @@ const (
 // parseOptions reads the command line; getenv supplies DATABASE_URL and
 // REDIS_URL (os.Getenv; tests pass their own).
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
-	o := options{backend: backend.Config{Name: "payments"}}
-	fs := program.FlagSet("payments", stderr)
-	o.backend.RegisterFlags(fs, getenv)
+	var o options
+	fs := o.Flags.FlagSet("payments", stderr, getenv, "log at debug level to stderr (every Redis fallback, every uncertain payment); by default warnings and errors")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "listen address (the demo listens on 127.0.0.1:0)")
-	fs.BoolVar(&o.verbose, "v", false, "log at debug level to stderr (every Redis fallback, every uncertain payment); by default warnings and errors")
 	fs.BoolVar(&o.demo, "demo", false, "start on a free port, fire the demo requests at itself, print what happened and exit")
 	mode := fs.String("gateway-mode", "normal", "what the fake gateway does with charges: normal, timeout-after-charge or timeout-before-charge")
 	fs.DurationVar(&o.gatewayTimeout, "gateway-timeout", 2*time.Second, "how long the service waits for the gateway")
@@ -68,7 +65,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		o.addr, o.gatewayMode = "127.0.0.1:0", modeNormal
 		o.gatewayTimeout, o.reconcileEvery = demoGatewayTimeout, demoReconcileEvery
 	}
-	log, b, err := program.Start(ctx, o.backend, o.verbose, out) // prints which stores it runs on
+	log, b, err := program.Start(ctx, o.Flags, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}

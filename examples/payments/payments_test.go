@@ -11,6 +11,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/examples/internal/apptest"
 	"github.com/oncekey/oncekey/examples/internal/demokit"
+	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
 const pay = `{"amount":1299,"currency":"EUR"}`
@@ -20,11 +21,7 @@ const pay = `{"amount":1299,"currency":"EUR"}`
 // path resolved by the reconciler.
 func TestDemo_NoServicesNamed(t *testing.T) {
 	t.Parallel()
-	o := apptest.ParseDemo(t, parseOptions)
-	apptest.WantNoServices(t, o.backend)
-	o.backend.RedisTimeout = testRedisTimeout
-	out := apptest.RunDemo(t, run, o)
-	wantStory(t, out)
+	out := readmeDemo.Embedded(t)
 	if !strings.Contains(out, "redis: in-process miniredis") {
 		t.Errorf("output does not say it runs on the embedded default:\n%s", out)
 	}
@@ -32,16 +29,16 @@ func TestDemo_NoServicesNamed(t *testing.T) {
 
 func TestDemo_OnPostgresAndRedis(t *testing.T) {
 	t.Parallel()
-	o := apptest.ParseDemo(t, parseOptions)
-	o.backend = realServers(t)
-	out := apptest.RunDemo(t, run, o)
-	wantStory(t, out)
-	apptest.WantPostgres(t, out)
+	readmeDemo.OnRealServers(t)
 }
 
-func wantStory(t *testing.T, out string) {
-	t.Helper()
-	apptest.WantStory(t, out,
+// readmeDemo is the demo as the README runs it (-demo), and the story it
+// tells.
+var readmeDemo = apptest.Demo[options]{
+	Parse: parseOptions,
+	Run:   run,
+	Flags: func(o *options) *program.Flags { return &o.Flags },
+	Story: []string{
 		"1. 20 concurrent POST /payments with one key: 20 × 201, all for charge ch_0001; 1 executed, 19 replayed",
 		"the gateway was asked once",
 		"2. the same key for another amount: 422 Idempotency key reused",
@@ -49,7 +46,7 @@ func wantStory(t *testing.T, out string) {
 		"got 201 (Idempotent-Replayed: true) for charge ch_0002; the gateway was asked to charge once",
 		"gateway: 2 charges from 2 charge requests, for the 2 payments",
 		"demo: every expectation held",
-	)
+	},
 }
 
 // The gateway charges, then times out: 202 uncertain, to the request and
@@ -168,13 +165,13 @@ func TestParseOptions(t *testing.T) {
 	if err != nil || o.gatewayMode != modeTimeoutAfterCharge || o.gatewayTimeout != time.Second || o.reconcileEvery != 3*time.Second {
 		t.Errorf("flags: %+v, %v", o, err)
 	}
-	if o.backend.DatabaseURL != "" || o.backend.RedisURL != "" {
-		t.Errorf("no env: %+v; want the embedded default", o.backend)
+	if o.Backend.DatabaseURL != "" || o.Backend.RedisURL != "" {
+		t.Errorf("no env: %+v; want the embedded default", o.Backend)
 	}
 	env := map[string]string{"DATABASE_URL": "postgres://db.example/x", "REDIS_URL": "redis://cache.example/0"}
 	o, err = parseOptions(nil, func(k string) string { return env[k] }, io.Discard)
-	if err != nil || o.backend.DatabaseURL != env["DATABASE_URL"] || o.backend.RedisURL != env["REDIS_URL"] {
-		t.Errorf("env: %+v, %v", o.backend, err)
+	if err != nil || o.Backend.DatabaseURL != env["DATABASE_URL"] || o.Backend.RedisURL != env["REDIS_URL"] {
+		t.Errorf("env: %+v, %v", o.Backend, err)
 	}
 	for _, bad := range [][]string{{"-gateway-mode", "flaky"}, {"-gateway-timeout", "0s"}, {"-reconcile-every", "-1s"}, {"stray"}} {
 		if _, err := parseOptions(bad, emptyEnv, io.Discard); err == nil {

@@ -17,18 +17,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testRedisTimeout is the Redis budget in tests (apptest.RedisTimeout).
-const testRedisTimeout = apptest.RedisTimeout
-
 // testGatewayTimeout is how long the service waits for the gateway in
 // tests: the timeout modes' tests wait it out, and a loaded CI machine
 // must not turn the fake gateway's normal answer into a timeout (200ms
 // made fifty concurrent duplicates end uncertain once in CI).
 const testGatewayTimeout = 2 * time.Second
-
-// realServers names a fresh PostgreSQL schema and a fresh Redis key
-// prefix, both removed when the test ends.
-func realServers(t *testing.T) backend.Config { return apptest.RealServers(t, "payments") }
 
 // forEachBackend runs test as a parallel subtest on each backend: the
 // embedded default, and the real servers found by testenv.

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,24 +14,15 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimhttp"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/durable/sqlite"
+	"github.com/oncekey/oncekey/examples/internal/apptest"
 )
 
+// claimer returns a Claimer on the examples' embedded store, a SQLite file
+// removed when the test ends, without Redis: these tests are about routes.
 func claimer(t *testing.T) *claim.Claimer[*sql.Tx] {
 	t.Helper()
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "oncekey.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := sqlite.Migrate(t.Context(), db); err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.New(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := claim.New[*sql.Tx](st)
+	b := apptest.Open(t, apptest.Embedded(t, "routers"))
+	c, err := claim.New(b.SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,14 +21,13 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
-	"github.com/oncekey/oncekey/examples/internal/backend"
 	"github.com/oncekey/oncekey/examples/internal/program"
 )
 
-// options are the command line.
+// options are the command line: the flags every example has
+// (program.Flags: -postgres, -redis, -data, -v).
 type options struct {
-	backend backend.Config
-	verbose bool
+	program.Flags
 	// newKey returns a fresh idempotency key (uuid.NewString); tests pass
 	// their own, to check that none is printed.
 	newKey func() string
@@ -37,10 +36,8 @@ type options struct {
 // parseOptions reads the command line; getenv supplies DATABASE_URL and
 // REDIS_URL (os.Getenv; tests pass their own).
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
-	o := options{backend: backend.Config{Name: "telemetry"}, newKey: uuid.NewString}
-	fs := program.FlagSet("telemetry", stderr)
-	o.backend.RegisterFlags(fs, getenv)
-	fs.BoolVar(&o.verbose, "v", false, "print the library's logs at debug level (by default info and above)")
+	o := options{newKey: uuid.NewString}
+	fs := o.Flags.FlagSet("telemetry", stderr, getenv, "print the library's logs at debug level (by default info and above)")
 	err := program.Parse(fs, args)
 	return o, err
 }
@@ -78,8 +75,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.newKey == nil {
 		o.newKey = uuid.NewString
 	}
-	log := program.Logger(out, o.verbose, slog.LevelInfo)
-	b, err := program.OpenBackend(ctx, o.backend, nil, out) // prints which stores it runs on
+	log := program.Logger(out, o.Verbose, slog.LevelInfo)
+	b, err := program.OpenBackend(ctx, o.Backend, nil, out) // prints which stores it runs on
 	if err != nil {
 		return err
 	}
@@ -95,7 +92,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	// it would answer the takeover in progress for as long as the stalled
 	// lease's key stays; the workflow part then runs on the durable store
 	// alone.
-	memRedis := o.backend.RedisURL == ""
+	memRedis := o.Backend.RedisURL == ""
 	// The durable store's transaction type decides the type parameter,
 	// hence the two branches.
 	if b.Postgres != nil {

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncekey/oncekey/examples/internal/backend"
+	"github.com/oncekey/oncekey/examples/internal/program"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestRun(t *testing.T) {
 			keys := []string{"3c1f2b9e-idempotency-key-of-the-test", "77d0a5e4-second-idempotency-key"}
 			var out bytes.Buffer
 			n := 0
-			o := options{backend: bc.config(t), verbose: true, newKey: func() string {
+			o := options{Flags: program.Flags{Backend: bc.config(t), Verbose: true}, newKey: func() string {
 				n++
 				return keys[(n-1)%len(keys)]
 			}}
@@ -80,7 +81,7 @@ func TestParseOptions(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": "postgres://db", "REDIS_URL": "redis://r"}
 	var errb bytes.Buffer
 	o, err := parseOptions([]string{"-v"}, func(k string) string { return env[k] }, &errb)
-	if err != nil || o.backend.DatabaseURL != "postgres://db" || o.backend.RedisURL != "redis://r" || !o.verbose || o.newKey == nil {
+	if err != nil || o.Backend.DatabaseURL != "postgres://db" || o.Backend.RedisURL != "redis://r" || !o.Verbose || o.newKey == nil {
 		t.Fatalf("options %+v, err %v", o, err)
 	}
 	if _, err := parseOptions([]string{"extra"}, func(string) string { return "" }, &errb); err == nil {

@@ -1,8 +1,9 @@
 // Package apptest is the test setup the end-to-end tests of orders and
 // payments share: the two backends every test runs on (the embedded
 // default, and real PostgreSQL and Redis found by testkit/testenv), the
-// service under test behind an httptest server, and the requests sent to
-// it, read back in full.
+// demo run on each, the service under test behind an httptest server, and
+// the requests sent to it, read back in full. The routers tests take their
+// store from it too.
 //
 // It is an internal package because it is scaffolding for the examples'
 // tests, not part of the library.
@@ -24,6 +25,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/examples/internal/backend"
+	"github.com/oncekey/oncekey/examples/internal/program"
 	"github.com/oncekey/oncekey/examples/internal/web"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
@@ -77,44 +79,76 @@ func ForEachFixture[F any](t *testing.T, name string, setup func(*testing.T, bac
 	})
 }
 
-// RunDemo runs a program's run with options o (their -demo set) and
-// returns what it printed; it fails the test if run returns an error.
-func RunDemo[O any](t *testing.T, run func(ctx context.Context, o O, out io.Writer) error, o O) string {
-	t.Helper()
-	var out bytes.Buffer
-	if err := run(t.Context(), o, &out); err != nil {
-		t.Fatalf("demo: %v\n%s", err, &out)
-	}
-	return out.String()
+// Demo is a program's demo as the tests run it: as the command line
+// "-demo" runs it, in an empty environment, on the embedded default or on
+// the test servers.
+type Demo[O any] struct {
+	// Parse and Run are the program's parseOptions and run.
+	Parse func(args []string, getenv func(string) string, stderr io.Writer) (O, error)
+	Run   func(ctx context.Context, o O, out io.Writer) error
+	// Flags returns the flags every program has, in o (&o.Flags).
+	Flags func(o *O) *program.Flags
+	// Story is what the demo's output must hold ([WantStory]).
+	Story []string
 }
 
-// ParseDemo returns the options parse reads from the command line "-demo"
-// in an empty environment; it fails the test on an error.
-func ParseDemo[O any](t *testing.T, parse func(args []string, getenv func(string) string, stderr io.Writer) (O, error)) O {
+// Embedded runs the demo with no service named: it fails the test if the
+// options "-demo" gives name a service or a data folder (the program would
+// not run on its embedded default), gives the run the tests' Redis budget
+// ([RedisTimeout]) and fails the test unless the demo returns nil and its
+// output tells the story. It returns the output.
+func (d Demo[O]) Embedded(t *testing.T) string {
 	t.Helper()
-	o, err := parse([]string{"-demo"}, EmptyEnv, io.Discard)
+	o := d.parse(t)
+	f := d.Flags(&o)
+	if cfg := f.Backend; cfg.DatabaseURL != "" || cfg.RedisURL != "" || cfg.DataDir != "" {
+		t.Fatalf("options name services: %+v", cfg)
+	}
+	f.Backend.RedisTimeout = RedisTimeout
+	return d.run(t, o)
+}
+
+// OnRealServers runs the demo on the test servers ([RealServers]) and
+// fails the test unless it returns nil, its output tells the story and
+// says it runs on PostgreSQL.
+func (d Demo[O]) OnRealServers(t *testing.T) {
+	t.Helper()
+	o := d.parse(t)
+	f := d.Flags(&o)
+	f.Backend = RealServers(t, f.Backend.Name)
+	if out := d.run(t, o); !strings.Contains(out, "durable store: PostgreSQL at ") {
+		t.Errorf("output does not name PostgreSQL:\n%s", out)
+	}
+}
+
+// WantStory fails the test unless out, the output of a run of the demo,
+// tells its story and reports no failure.
+func (d Demo[O]) WantStory(t *testing.T, out string) {
+	t.Helper()
+	WantStory(t, out, d.Story...)
+}
+
+// parse returns the options of the command line "-demo" in an empty
+// environment; it fails the test on an error.
+func (d Demo[O]) parse(t *testing.T) O {
+	t.Helper()
+	o, err := d.Parse([]string{"-demo"}, EmptyEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return o
 }
 
-// WantPostgres fails the test unless a program's output says it runs on
-// PostgreSQL.
-func WantPostgres(t *testing.T, out string) {
+// run runs the demo with options o and returns what it printed; it fails
+// the test unless the run returns nil and the output tells the story.
+func (d Demo[O]) run(t *testing.T, o O) string {
 	t.Helper()
-	if !strings.Contains(out, "durable store: PostgreSQL at ") {
-		t.Errorf("output does not name PostgreSQL:\n%s", out)
+	var out bytes.Buffer
+	if err := d.Run(t.Context(), o, &out); err != nil {
+		t.Fatalf("demo: %v\n%s", err, &out)
 	}
-}
-
-// WantNoServices fails the test if cfg names a service or a data folder:
-// the program would not run on its embedded default.
-func WantNoServices(t *testing.T, cfg backend.Config) {
-	t.Helper()
-	if cfg.DatabaseURL != "" || cfg.RedisURL != "" || cfg.DataDir != "" {
-		t.Fatalf("options name services: %+v", cfg)
-	}
+	d.WantStory(t, out.String())
+	return out.String()
 }
 
 // Open opens cfg, closed when the test ends.

@@ -1,14 +1,15 @@
 // Package program is the plumbing the example programs share: the life of a
-// command (parse the flags, run until interrupted, exit with a status), the
-// logger, opening the backend and saying which one it is, serving HTTP with
-// a graceful shutdown, and running background loops (a sweeper, a
-// reconciler) that stop before the stores close.
+// command (the flags they all have, parse the flags, run until interrupted,
+// exit with a status), the logger, opening the backend and saying which one
+// it is, serving HTTP with a graceful shutdown, and running background
+// loops (a sweeper, a reconciler) that stop before the stores close.
 //
 // It holds nothing about oncekey: each example builds its Claimer, its
-// middleware and its handlers itself, in its own service.go, and defines
-// its own flags in its own main.go (examples/internal/readmecheck reads
-// them from there). It is an internal package because it is scaffolding
-// for the examples, not part of the library.
+// middleware and its handlers itself, in its own service.go. The flags
+// every program has are [Flags]; each defines its own in its own main.go
+// (examples/internal/readmecheck reads them from there and from here). It
+// is an internal package because it is scaffolding for the examples, not
+// part of the library.
 package program
 
 import (
@@ -51,11 +52,26 @@ func Main[O any](parse func(args []string, getenv func(string) string, stderr io
 	}
 }
 
-// FlagSet returns an empty flag set named after the program that reports
-// its errors (and -help) to stderr instead of exiting.
-func FlagSet(name string, stderr io.Writer) *flag.FlagSet {
+// Flags are the flags every example program has: -postgres, -redis and
+// -data, which name the services it runs on (backend.Config.RegisterFlags),
+// and -v. A program's options embed them beside its own flags.
+type Flags struct {
+	Backend backend.Config
+	Verbose bool
+}
+
+// FlagSet returns the flag set of the program name, which reports its
+// errors (and -help) to stderr instead of exiting, with f's flags on it,
+// and names the program in f.Backend. getenv supplies the defaults of
+// -postgres and -redis (DATABASE_URL and REDIS_URL); verbose is the help
+// text of -v, which says what the program logs. The program defines its
+// own flags on the returned set.
+func (f *Flags) FlagSet(name string, stderr io.Writer, getenv func(string) string, verbose string) *flag.FlagSet {
+	f.Backend.Name = name
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	f.Backend.RegisterFlags(fs, getenv)
+	fs.BoolVar(&f.Verbose, "v", false, verbose)
 	return fs
 }
 
@@ -81,12 +97,12 @@ func Logger(w io.Writer, verbose bool, level slog.Level) *slog.Logger {
 }
 
 // Start begins a program's run: its logger (to stderr at warning level, at
-// debug level when verbose) and its backend, opened with that logger as
+// debug level with -v) and the backend f names, opened with that logger as
 // [OpenBackend] opens it (which prints which stores it runs on). The
 // caller closes the backend.
-func Start(ctx context.Context, cfg backend.Config, verbose bool, out io.Writer) (*slog.Logger, *backend.Backend, error) {
-	log := Logger(os.Stderr, verbose, slog.LevelWarn)
-	b, err := OpenBackend(ctx, cfg, log, out)
+func Start(ctx context.Context, f Flags, out io.Writer) (*slog.Logger, *backend.Backend, error) {
+	log := Logger(os.Stderr, f.Verbose, slog.LevelWarn)
+	b, err := OpenBackend(ctx, f.Backend, log, out)
 	return log, b, err
 }
 

@@ -24,8 +24,8 @@ var flagFuncs = map[string]int{
 
 // flagDefs reads the flags a package's non-test files define on a FlagSet
 // named fs: name → default when it is a string literal, "" otherwise. A
-// call of RegisterFlags adds registered's flags.
-func flagDefs(dir string, registered map[string]string) (flags map[string]string, isMain bool, err error) {
+// call of a method named registers adds registered's flags.
+func flagDefs(dir, registers string, registered map[string]string) (flags map[string]string, isMain bool, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, false, err
@@ -50,7 +50,7 @@ func flagDefs(dir string, registered map[string]string) (flags map[string]string
 			if !ok {
 				return true
 			}
-			if sel.Sel.Name == "RegisterFlags" {
+			if sel.Sel.Name == registers {
 				for k, v := range registered {
 					flags[k] = v
 				}
@@ -80,15 +80,24 @@ func flagDefs(dir string, registered map[string]string) (flags map[string]string
 }
 
 // examplePrograms returns the programs of the examples module (its
-// directories of package main) with their flags.
+// directories of package main) with their flags: their own, and those of
+// program.Flags (its FlagSet method registers -v and backend.Config's
+// flags, by RegisterFlags).
 func examplePrograms(t *testing.T, root string) map[string]map[string]string {
 	t.Helper()
-	registered, _, err := flagDefs(filepath.Join(root, "internal", "backend"), nil)
+	backendFlags, _, err := flagDefs(filepath.Join(root, "internal", "backend"), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(registered) == 0 {
+	if len(backendFlags) == 0 {
 		t.Fatal("backend.RegisterFlags defines no flags: the extraction is broken")
+	}
+	registered, _, err := flagDefs(filepath.Join(root, "internal", "program"), "RegisterFlags", backendFlags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := registered["v"]; !ok || len(registered) != len(backendFlags)+1 {
+		t.Fatalf("program.Flags defines %v: the extraction is broken", registered)
 	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
@@ -99,7 +108,7 @@ func examplePrograms(t *testing.T, root string) map[string]map[string]string {
 		if !e.IsDir() || e.Name() == "internal" {
 			continue
 		}
-		flags, isMain, err := flagDefs(filepath.Join(root, e.Name()), registered)
+		flags, isMain, err := flagDefs(filepath.Join(root, e.Name()), "FlagSet", registered)
 		if err != nil {
 			t.Fatal(err)
 		}
