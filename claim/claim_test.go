@@ -292,7 +292,7 @@ func TestClaimer_ConcurrentDuplicates(t *testing.T) {
 	}
 	// One logical operation: the winner's durable claim and completion. Every
 	// duplicate was answered by Redis.
-	if n := e.stmts.n.Load(); n > 2 {
+	if n := e.stmts.Count(); n > 2 {
 		t.Fatalf("durable statements = %d for one logical operation, want at most 2", n)
 	}
 	for i, k := range outcomes {

@@ -31,12 +31,12 @@ func TestClaimer_DoWritesTheRecordAtCommit(t *testing.T) {
 			e := setup(t, mode, claim.WithWriteAtCommit())
 			e.orders()
 			r := req("at-commit", "v1:a")
-			e.stmts.n.Store(0)
+			e.stmts.Reset()
 			out, err := e.c.Do(t.Context(), r, e.insertOrder)
 			if err != nil || out.Kind != claim.Executed {
 				t.Fatalf("Do = %v, %v", out.Kind, err)
 			}
-			if n := e.stmts.n.Load(); n != want.fresh {
+			if n := e.stmts.Count(); n != want.fresh {
 				t.Fatalf("fresh Do sent %d statements; want %d", n, want.fresh)
 			}
 			rec, err := e.store.Get(t.Context(), e.ref(r))
@@ -44,12 +44,12 @@ func TestClaimer_DoWritesTheRecordAtCommit(t *testing.T) {
 				string(rec.Result.Body) != string(out.Result.Body) {
 				t.Fatalf("record = %+v, %v; want completed with the result", rec, err)
 			}
-			e.stmts.n.Store(0)
+			e.stmts.Reset()
 			rep, err := e.c.Do(t.Context(), r, e.insertOrder)
 			if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != string(out.Result.Body) {
 				t.Fatalf("retry = %v, %v", rep.Kind, err)
 			}
-			if n := e.stmts.n.Load(); n != want.replay {
+			if n := e.stmts.Count(); n != want.replay {
 				t.Fatalf("replay sent %d statements; want %d", n, want.replay)
 			}
 			e.wantOrders(t, out.OperationID, 1)
@@ -194,7 +194,7 @@ func TestClaimer_DoAfterRedisLostTheKeyReplays(t *testing.T) {
 	}
 	e.wantOrders(t, out.OperationID, 1)
 	// Redis has it again.
-	e.stmts.n.Store(0)
+	e.stmts.Reset()
 	if rep, err := e.c.Do(t.Context(), r, e.insertOrder); err != nil || !rep.FromCache {
 		t.Fatalf("third Do = %+v, %v; want a replay from Redis", rep, err)
 	}

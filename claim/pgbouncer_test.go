@@ -27,11 +27,7 @@ import (
 func bouncedStore(t *testing.T, b *pgbouncer.Bouncer, mode pgx.QueryExecMode, configure bool) (durable.Store[pgx.Tx], *pgxpool.Pool, string) {
 	t.Helper()
 	sch := testenv.Postgres(t)
-	cfg, err := pgxpool.ParseConfig(b.URL(b.Database()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.DefaultQueryExecMode = mode
+	cfg := b.PoolConfig(t, b.Database(), mode)
 	opts := []postgres.Option{postgres.WithSchema(sch.Name)}
 	if configure {
 		if err := postgres.ConfigurePool(cfg, opts...); err != nil {

@@ -25,12 +25,11 @@ const (
 	warnTimeouts   = "not configured with postgres.ConfigurePool"
 )
 
-// settingsStmts counts the Claimer's settings reads (the statement that
-// starts as postgres.CheckDurability's does).
+// settingsStmts counts the Claimer's settings reads (isSettingsRead).
 type settingsStmts struct{ n atomic.Int64 }
 
 func (c *settingsStmts) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.HasPrefix(d.SQL, "select current_setting('synchronous_commit'") {
+	if isSettingsRead(d.SQL) {
 		c.n.Add(1)
 	}
 	return ctx

@@ -1,9 +1,7 @@
 package claim_test
 
 import (
-	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,25 +27,12 @@ const (
 
 var modes = []string{withRedis, withoutRed, breakerOpen}
 
-// counter is a pgx tracer counting statements sent to PostgreSQL.
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	// The Claimer's one-time durability check belongs to no operation.
-	if !strings.HasPrefix(d.SQL, "select current_setting('synchronous_commit'") {
-		c.n.Add(1)
-	}
-	return ctx
+// isSettingsRead tells the Claimer's one-time read of the store's settings
+// (the statement that starts as postgres.CheckDurability's does) apart: it
+// belongs to no operation.
+func isSettingsRead(sql string) bool {
+	return strings.HasPrefix(sql, "select current_setting('synchronous_commit'")
 }
-func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-// A batch is one round trip too.
-func (c *counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *counter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 type env struct {
 	t      *testing.T
@@ -57,7 +42,7 @@ type env struct {
 	rdb    *redis.Client // nil without Redis
 	prefix string
 	c      *claim.Claimer[pgx.Tx]
-	stmts  *counter
+	stmts  *testenv.StatementCounter // leaves out the settings read
 }
 
 // setup returns a Claimer on a fresh schema, in the given Redis mode.
@@ -65,7 +50,7 @@ func setup(t *testing.T, mode string, opts ...claim.Option) *env {
 	t.Helper()
 	s := testenv.Postgres(t)
 	cfg := poolConfig(t, s.URL)
-	ctr := &counter{}
+	ctr := &testenv.StatementCounter{Skip: isSettingsRead}
 	cfg.ConnConfig.Tracer = ctr
 	pool, st := migratedStore(t, cfg, s.Name)
 	e := &env{t: t, schema: s, pool: pool, store: st.(storeapi.Store[pgx.Tx]), stmts: ctr}
@@ -83,7 +68,7 @@ func setup(t *testing.T, mode string, opts ...claim.Option) *env {
 		t.Fatal(err)
 	}
 	e.c = c
-	ctr.n.Store(0)
+	ctr.Reset()
 	return e
 }
 

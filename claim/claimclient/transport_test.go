@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/durable/driver/wire"
+	"github.com/oncekey/oncekey/internal/roundtriptest"
 )
 
 // fakeClock is the injected clock and sleep: Sleep records each duration
@@ -105,25 +106,6 @@ func newTransport(t *testing.T, clk *fakeClock, opts []claimclient.Option, c ...
 	return tr
 }
 
-func send(t *testing.T, tr http.RoundTripper, req *http.Request) (*http.Response, string) {
-	t.Helper()
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		t.Fatalf("RoundTrip: %v", err)
-	}
-	defer resp.Body.Close()
-	return resp, readAll(t, resp.Body)
-}
-
-func post(t *testing.T, url, body string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body)) // sets GetBody
-	if err != nil {
-		t.Fatal(err)
-	}
-	return req
-}
-
 func unavailable(w http.ResponseWriter, retryAfter string) {
 	if retryAfter != "" {
 		w.Header().Set("Retry-After", retryAfter)
@@ -148,7 +130,7 @@ func TestTransport_503sStayWithinBudgetAndBackoff(t *testing.T) {
 	const requests = 200
 	retries := 0
 	for range requests {
-		resp, _ := send(t, tr, post(t, s.srv.URL, `{"n":1}`))
+		resp, _ := roundtriptest.Send(t, tr, roundtriptest.Post(t, s.srv.URL, `{"n":1}`))
 		if resp.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("status = %d", resp.StatusCode)
 		}
@@ -197,7 +179,7 @@ func TestTransport_HonoursRetryAfter(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 			})
 			tr := newTransport(t, clk, []claimclient.Option{claimclient.WithBaseDelay(100 * time.Millisecond)})
-			if resp, _ := send(t, tr, post(t, s.srv.URL, "x")); resp.StatusCode != http.StatusCreated {
+			if resp, _ := roundtriptest.Send(t, tr, roundtriptest.Post(t, s.srv.URL, "x")); resp.StatusCode != http.StatusCreated {
 				t.Fatalf("status = %d", resp.StatusCode)
 			}
 			sleeps := clk.take()
@@ -212,7 +194,7 @@ func TestTransport_HonoursRetryAfter(t *testing.T) {
 		clk := newFakeClock()
 		s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "3600") })
 		tr := newTransport(t, clk, []claimclient.Option{claimclient.WithMaxRetryAfter(time.Minute)})
-		if resp, _ := send(t, tr, post(t, s.srv.URL, "x")); resp.StatusCode != http.StatusServiceUnavailable || s.attempts.Load() != 1 || len(clk.take()) != 0 {
+		if resp, _ := roundtriptest.Send(t, tr, roundtriptest.Post(t, s.srv.URL, "x")); resp.StatusCode != http.StatusServiceUnavailable || s.attempts.Load() != 1 || len(clk.take()) != 0 {
 			t.Fatalf("status %d after %d attempts", resp.StatusCode, s.attempts.Load())
 		}
 	})
@@ -227,7 +209,7 @@ func TestTransport_NeverSleepsPastTheDeadline(t *testing.T) {
 	deadline := clk.Now().Add(250 * time.Millisecond)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	resp, _ := send(t, tr, post(t, s.srv.URL, "x").WithContext(ctx))
+	resp, _ := roundtriptest.Send(t, tr, roundtriptest.Post(t, s.srv.URL, "x").WithContext(ctx))
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status = %d", resp.StatusCode)
 	}
@@ -251,7 +233,7 @@ func TestTransport_CancelDuringSleepReturnsTheCause(t *testing.T) {
 		<-ctx.Done()
 		return context.Cause(ctx)
 	}})
-	_, err := tr.RoundTrip(post(t, s.srv.URL, "x").WithContext(ctx))
+	_, err := tr.RoundTrip(roundtriptest.Post(t, s.srv.URL, "x").WithContext(ctx))
 	if !errors.Is(err, cause) {
 		t.Fatalf("err = %v, want the cancel cause", err)
 	}
@@ -316,7 +298,7 @@ func TestTransport_WhatIsRetried(t *testing.T) {
 				fmt.Fprint(w, "done")
 			})
 			clk := newFakeClock()
-			resp, body := send(t, newTransport(t, clk, nil), post(t, s.srv.URL, "payload"))
+			resp, body := roundtriptest.Send(t, newTransport(t, clk, nil), roundtriptest.Post(t, s.srv.URL, "payload"))
 			retried := s.attempts.Load() == 2
 			if retried != tc.retry {
 				t.Fatalf("attempts = %d, want retry=%v", s.attempts.Load(), tc.retry)
@@ -343,7 +325,7 @@ func TestTransport_InspectedProblemStaysReadable(t *testing.T) {
 		w.WriteHeader(http.StatusConflict)
 		fmt.Fprint(w, problem)
 	})
-	if _, body := send(t, newTransport(t, newFakeClock(), nil), post(t, s.srv.URL, "x")); body != problem {
+	if _, body := roundtriptest.Send(t, newTransport(t, newFakeClock(), nil), roundtriptest.Post(t, s.srv.URL, "x")); body != problem {
 		t.Fatalf("body = %q, want %q", body, problem)
 	}
 }
@@ -361,8 +343,8 @@ func TestTransport_Keys(t *testing.T) {
 
 	t.Run("AddedQuotedAndKeptAcrossRetries", func(t *testing.T) {
 		for range 2 {
-			req := post(t, s.srv.URL, "x")
-			send(t, tr, req)
+			req := roundtriptest.Post(t, s.srv.URL, "x")
+			roundtriptest.Send(t, tr, req)
 			if req.Header.Get("Idempotency-Key") != "" {
 				t.Fatal("the caller's request was modified")
 			}
@@ -383,9 +365,9 @@ func TestTransport_Keys(t *testing.T) {
 	})
 
 	t.Run("CallersKeyIsKept", func(t *testing.T) {
-		req := post(t, s.srv.URL, "x")
+		req := roundtriptest.Post(t, s.srv.URL, "x")
 		req.Header.Set("Idempotency-Key", "stripe-style-key")
-		send(t, tr, req)
+		roundtriptest.Send(t, tr, req)
 		s.mu.Lock()
 		keys := append([]string(nil), s.keys...)
 		s.keys = nil
@@ -397,7 +379,7 @@ func TestTransport_Keys(t *testing.T) {
 
 	t.Run("SafeMethodsGetNone", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, s.srv.URL, nil)
-		send(t, tr, req)
+		roundtriptest.Send(t, tr, req)
 		s.mu.Lock()
 		keys := append([]string(nil), s.keys...)
 		s.keys = nil
@@ -411,9 +393,9 @@ func TestTransport_Keys(t *testing.T) {
 func TestTransport_UnrewindableBodyIsSentOnce(t *testing.T) {
 	t.Parallel()
 	s := newStub(t, func(_ int64, w http.ResponseWriter, _ *http.Request) { unavailable(w, "") })
-	req := post(t, s.srv.URL, "x")
+	req := roundtriptest.Post(t, s.srv.URL, "x")
 	req.Body, req.GetBody = io.NopCloser(strings.NewReader("x")), nil
-	resp, _ := send(t, newTransport(t, newFakeClock(), nil), req)
+	resp, _ := roundtriptest.Send(t, newTransport(t, newFakeClock(), nil), req)
 	if resp.StatusCode != http.StatusServiceUnavailable || s.attempts.Load() != 1 {
 		t.Fatalf("status %d, attempts %d; want one attempt", resp.StatusCode, s.attempts.Load())
 	}
@@ -431,7 +413,7 @@ func TestTransport_RetriesConnectionErrors(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	clk := newFakeClock()
-	resp, _ := send(t, newTransport(t, clk, nil), post(t, s.srv.URL, "x"))
+	resp, _ := roundtriptest.Send(t, newTransport(t, clk, nil), roundtriptest.Post(t, s.srv.URL, "x"))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if resp.StatusCode != http.StatusCreated || len(s.keys) != 2 || s.keys[0] != s.keys[1] || s.keys[0] == "" {
@@ -550,7 +532,7 @@ func TestTransport_RewindsTheBodyWithGetBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := post(t, "http://example.invalid/orders", "payload")
+	req := roundtriptest.Post(t, "http://example.invalid/orders", "payload")
 	getBody := req.GetBody
 	calls := 0
 	req.GetBody = func() (io.ReadCloser, error) { calls++; return getBody() }
@@ -578,13 +560,4 @@ func TestNewKey(t *testing.T) {
 		}
 		seen[k] = true
 	}
-}
-
-func readAll(t *testing.T, r io.Reader) string {
-	t.Helper()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimgrpc"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/testkit/entrytest"
+	"github.com/oncekey/oncekey/testkit/loopback"
 	"github.com/oncekey/oncekey/testkit/settletest"
 )
 
@@ -77,7 +78,7 @@ func (grpcDriver) Start(env entrytest.Env) entrytest.Adapter {
 	// production server's recovery interceptor does, outside the guard.
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recoverPanics, authenticate, guard))
 	srv.RegisterService(&ordersDesc, conformanceService{env: env})
-	return &grpcAdapter{cc: dial(t, serve(t, srv))}
+	return &grpcAdapter{cc: dial(t, loopback.Serve(t, srv.Serve, srv.Stop))}
 }
 
 // Encode is what an operator or a Reconciler stores to resolve a call of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/lua"
+	"github.com/oncekey/oncekey/testkit/loopback"
 	"github.com/oncekey/oncekey/testkit/settletest"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
@@ -158,29 +158,9 @@ func setup(t testing.TB, cfg config) *fixture {
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
 	srv.RegisterService(&ordersDesc, f)
-	f.addr = serve(t, srv)
+	f.addr = loopback.Serve(t, srv.Serve, srv.Stop)
 	f.conn = f.dial(cfg.client...)
 	return f
-}
-
-// serve serves srv on a loopback listener until the test ends, and
-// returns its address.
-func serve(t testing.TB, srv *grpc.Server) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return lis.Addr().String()
 }
 
 // dial returns a client connection to addr, closed when the test ends.

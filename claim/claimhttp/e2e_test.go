@@ -3,13 +3,13 @@ package claimhttp_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oncekey/oncekey/claim/claimclient"
+	"github.com/oncekey/oncekey/internal/roundtriptest"
 )
 
 // dropAfterCommit wraps the guarded service: on its first request it lets
@@ -62,9 +62,9 @@ func TestTransport_AgainstServerThatDropsTheResponseAfterCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			req := post(t, srv.URL+"/orders", `{"item":"book"}`)
+			req := roundtriptest.Post(t, srv.URL+"/orders", `{"item":"book"}`)
 			req.Header.Set("Authorization", "Bearer acme")
-			resp, body := send(t, tr, req)
+			resp, body := roundtriptest.Send(t, tr, req)
 			if resp.StatusCode != http.StatusCreated || resp.Header.Get(claimclient.HeaderReplayed) != "true" {
 				t.Fatalf("status %d replayed=%q body %s; want the replay of the committed order", resp.StatusCode, resp.Header.Get(claimclient.HeaderReplayed), body)
 			}
@@ -95,9 +95,9 @@ func TestTransport_StopsAtAReplayedFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := post(t, srv.URL+"/orders", `{"item":"book","status":503}`)
+	req := roundtriptest.Post(t, srv.URL+"/orders", `{"item":"book","status":503}`)
 	req.Header.Set("Authorization", "Bearer acme")
-	resp, body := send(t, tr, req)
+	resp, body := roundtriptest.Send(t, tr, req)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get(claimclient.HeaderReplayed) != "true" {
 		t.Fatalf("status %d replayed=%q body %s; want the replayed 503", resp.StatusCode, resp.Header.Get(claimclient.HeaderReplayed), body)
 	}
@@ -115,25 +115,6 @@ type countingBase struct {
 func (c *countingBase) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.calls.Add(1)
 	return c.next.RoundTrip(r)
-}
-
-func post(t *testing.T, url, body string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body)) // sets GetBody
-	if err != nil {
-		t.Fatal(err)
-	}
-	return req
-}
-
-func send(t *testing.T, tr http.RoundTripper, req *http.Request) (*http.Response, string) {
-	t.Helper()
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		t.Fatalf("RoundTrip: %v", err)
-	}
-	defer resp.Body.Close()
-	return resp, readAll(t, resp.Body)
 }
 
 // Fifty clients send the same request at once; each has its own Transport
@@ -180,7 +161,7 @@ func TestMiddleware_ConcurrentIdenticalRequests(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					req := post(t, srv.URL+"/orders", `{"item":"book"}`)
+					req := roundtriptest.Post(t, srv.URL+"/orders", `{"item":"book"}`)
 					req.Header.Set("Authorization", "Bearer acme")
 					req.Header.Set("Idempotency-Key", `"same-for-all-fifty"`)
 					resp, err := tr.RoundTrip(req)
@@ -189,7 +170,7 @@ func TestMiddleware_ConcurrentIdenticalRequests(t *testing.T) {
 						return
 					}
 					defer resp.Body.Close()
-					statuses[i], bodies[i] = resp.StatusCode, readAll(t, resp.Body)
+					statuses[i], bodies[i] = resp.StatusCode, roundtriptest.ReadAll(t, resp.Body)
 				})
 			}
 			wg.Wait()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -305,15 +304,6 @@ func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int, typ, ke
 		t.Fatalf("problem body echoes the key: %s", w.Body)
 	}
 	return p
-}
-
-func readAll(t *testing.T, r io.Reader) string {
-	t.Helper()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 type httptestRecorder = httptest.ResponseRecorder

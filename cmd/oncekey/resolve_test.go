@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimgrpc"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/testkit/loopback"
 )
 
 const grpcMethod = "/oncekey.test.Orders/Create"
@@ -152,20 +152,7 @@ func grpcServer(t *testing.T, d testDB) (*grpc.ClientConn, *atomic.Int64) {
 	}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(guard))
 	srv.RegisterService(&desc, struct{}{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(loopback.Serve(t, srv.Serve, srv.Stop), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

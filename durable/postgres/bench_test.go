@@ -33,7 +33,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	b.Run("pool", func(b *testing.B) {
 		f := newFixture(b, fixtureOpts{})
 		ctx, prefix := context.Background(), testenv.Name("k")
-		before := f.stmts.n.Load()
+		before := f.stmts.Count()
 		i := 0
 		for b.Loop() {
 			r, err := f.s.Claim(ctx, nil, params(prefix, i))
@@ -45,12 +45,12 @@ func BenchmarkClaimComplete(b *testing.B) {
 			}
 			i++
 		}
-		b.ReportMetric(float64(f.stmts.n.Load()-before)/float64(i), "stmts/op")
+		b.ReportMetric(float64(f.stmts.Count()-before)/float64(i), "stmts/op")
 	})
 	b.Run("tx", func(b *testing.B) {
 		f := newFixture(b, fixtureOpts{})
 		ctx, prefix := context.Background(), testenv.Name("k")
-		before := f.stmts.n.Load()
+		before := f.stmts.Count()
 		i := 0
 		for b.Loop() {
 			err := f.s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
@@ -65,7 +65,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			}
 			i++
 		}
-		b.ReportMetric(float64(f.stmts.n.Load()-before)/float64(i), "stmts/op")
+		b.ReportMetric(float64(f.stmts.Count()-before)/float64(i), "stmts/op")
 		b.ReportMetric(1, "tx/op")
 	})
 }

@@ -100,12 +100,12 @@ func TestInsertAtCommit_WritesTheFinishedRecordWithTheCommit(t *testing.T) {
 		sc := scope()
 		ref, _ := f.s.Ref(sc)
 		p, tok := claimParams(sc, time.Second), freshToken()
-		before := f.stmts.n.Load()
+		before := f.stmts.Count()
 		if err := w.InsertAtCommit(ctx, p, tok, write(sc.Key, state)); err != nil {
 			t.Fatalf("InsertAtCommit(%v) = %v", state, err)
 		}
 		// BEGIN, the business INSERT, then the record's INSERT with COMMIT.
-		if n := f.stmts.n.Load() - before; n != 3 {
+		if n := f.stmts.Count() - before; n != 3 {
 			t.Fatalf("InsertAtCommit took %d round trips; want 3", n)
 		}
 		rec, err := f.s.Get(ctx, ref)

@@ -34,13 +34,9 @@ import (
 func bouncerFixture(t testing.TB, b *pgbouncer.Bouncer, mode pgx.QueryExecMode, proxy, migrate bool, opts ...postgres.Option) *fixture {
 	t.Helper()
 	sch := testenv.Postgres(t)
-	cfg, err := pgxpool.ParseConfig(b.URL(b.Database()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.DefaultQueryExecMode = mode
+	cfg := b.PoolConfig(t, b.Database(), mode)
 	opts = append([]postgres.Option{postgres.WithSchema(sch.Name)}, opts...)
-	f := &fixture{schema: sch, stmts: &counter{}, app: sch.Name, opts: opts}
+	f := &fixture{schema: sch, stmts: &testenv.StatementCounter{}, app: sch.Name, opts: opts}
 	// application_name is one of the few parameters PgBouncer carries per
 	// client (it sets it on the server session each transaction runs on).
 	cfg.ConnConfig.RuntimeParams["application_name"] = f.app
@@ -51,6 +47,7 @@ func bouncerFixture(t testing.TB, b *pgbouncer.Bouncer, mode pgx.QueryExecMode, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var err error
 	if f.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -153,11 +150,7 @@ func startBouncer(t testing.TB, opts pgbouncer.Options) *pgbouncer.Bouncer {
 // parameters when configure.
 func bouncerPool(t testing.TB, b *pgbouncer.Bouncer, database string, mode pgx.QueryExecMode, configure bool, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(b.URL(database))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.DefaultQueryExecMode = mode
+	cfg := b.PoolConfig(t, database, mode)
 	if configure {
 		if err := postgres.ConfigurePool(cfg); err != nil {
 			t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,29 +19,12 @@ import (
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
-// counter counts statements (round trips) through a pgx tracer: one per
-// Query, QueryRow or Exec, one per batch. Prepares done once per
-// connection by the statement cache are not counted.
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *counter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // fixture is one store on a fresh schema.
 type fixture struct {
 	s      storeapi.Store[pgx.Tx]
 	pool   *pgxpool.Pool
 	schema testenv.Schema
-	stmts  *counter
+	stmts  *testenv.StatementCounter
 	app    string // application_name of the store's sessions
 	proxy  *pgproxy.Cutter
 	opts   []postgres.Option // the store's options, for Migrate
@@ -82,7 +64,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f := &fixture{schema: sch, stmts: &counter{}, app: sch.Name}
+	f := &fixture{schema: sch, stmts: &testenv.StatementCounter{}, app: sch.Name}
 	cfg.ConnConfig.RuntimeParams["application_name"] = f.app
 	if o.genericPlans {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
@@ -188,7 +170,7 @@ func harness(o fixtureOpts) storetest.Harness[pgx.Tx] {
 			_, err := tx.Exec(ctx, `INSERT INTO durabletest_orders VALUES (1), (1)`)
 			return err
 		},
-		Statements:  func(s storeapi.Store[pgx.Tx]) int64 { return fixtureOf(s).stmts.n.Load() },
+		Statements:  func(s storeapi.Store[pgx.Tx]) int64 { return fixtureOf(s).stmts.Count() },
 		LockWaiters: func(s storeapi.Store[pgx.Tx]) int { return fixtureOf(s).lockWaiters() },
 	}
 }

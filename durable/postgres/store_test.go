@@ -61,7 +61,7 @@ var result = durable.Result{StatusCode: 201, Body: []byte(`{"id":1}`), Version: 
 
 // secondStore opens another store on f's schema with its own pool and
 // statement counter (and f's application_name, so f.lockWaiters sees it).
-func secondStore(t testing.TB, f *fixture, opts ...postgres.Option) (storeapi.Store[pgx.Tx], *counter) {
+func secondStore(t testing.TB, f *fixture, opts ...postgres.Option) (storeapi.Store[pgx.Tx], *testenv.StatementCounter) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(f.schema.URL)
 	if err != nil {
@@ -70,7 +70,7 @@ func secondStore(t testing.TB, f *fixture, opts ...postgres.Option) (storeapi.St
 	if err := postgres.ConfigurePool(cfg, opts...); err != nil {
 		t.Fatal(err)
 	}
-	c := &counter{}
+	c := &testenv.StatementCounter{}
 	cfg.ConnConfig.Tracer = c
 	cfg.ConnConfig.RuntimeParams["application_name"] = f.app
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
@@ -314,9 +314,9 @@ func TestStore_ClaimAfterWaitingSeesTheCommittedVersion(t *testing.T) {
 		}
 		done := make(chan out, 1)
 		go func() {
-			before := stmts.n.Load()
+			before := stmts.Count()
 			res, err := other.Claim(ctx, nil, claimParams(sc, time.Hour))
-			done <- out{res, err, stmts.n.Load() - before}
+			done <- out{res, err, stmts.Count() - before}
 		}()
 		waitLockWaiter(t, f)
 		if err := tx.Commit(ctx); err != nil {
@@ -577,7 +577,7 @@ func TestStore_RestartClearsTheStoredResult(t *testing.T) {
 func TestStore_ClaimCompleteInTxIsOneTransaction(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
 	sc := scope()
-	before := f.stmts.n.Load()
+	before := f.stmts.Count()
 	err := f.s.InTx(ctxOf(t), func(ctx context.Context, tx pgx.Tx) error {
 		res, err := f.s.Claim(ctx, tx, claimParams(sc, time.Hour))
 		if err != nil {
@@ -588,7 +588,7 @@ func TestStore_ClaimCompleteInTxIsOneTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := f.stmts.n.Load() - before; n != 4 {
+	if n := f.stmts.Count() - before; n != 4 {
 		t.Fatalf("InTx(Claim, Complete) took %d statements; want 4 (BEGIN, claim, complete, COMMIT)", n)
 	}
 }

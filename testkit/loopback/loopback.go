@@ -2,9 +2,10 @@
 // pgbouncer) and the chaos suite's clusters share: a free loopback port,
 // another try when a process took the port first, a server process started
 // and waited for until it answers ([StartProcess], on Unix), and what a
-// test does when the server's binary is not installed. Like the rest of
-// testkit it is not for applications and promises nothing between
-// versions.
+// test does when the server's binary is not installed. It also serves a
+// server of the test's own process (a gRPC server, say) on a loopback
+// listener while the test runs ([Serve]). Like the rest of testkit it is
+// not for applications and promises nothing between versions.
 package loopback
 
 import (
@@ -83,6 +84,29 @@ func OnFreePort(start func(port int) error) error {
 		}
 	}
 	return err
+}
+
+// Serve serves, in the test's process, on a listener of its own on a
+// loopback port the kernel picks, until the test ends: then it calls stop
+// and waits for serve to return. serve is the server's Serve
+// (grpc.Server.Serve, http.Server.Serve), stop what makes it return
+// (grpc.Server.Stop). It returns the listener's address.
+func Serve(t TB, serve func(net.Listener) error, stop func()) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("loopback: listen: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = serve(lis)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	return lis.Addr().String()
 }
 
 // TB is the part of testing.TB the test kit's Start functions use; the

@@ -3,9 +3,12 @@ package loopback
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 )
 
@@ -96,5 +99,37 @@ func TestFreePort_BelowTheEphemeralRange(t *testing.T) {
 			t.Fatalf("port %d from FreePort is not free: %v", port, err)
 		}
 		l.Close()
+	}
+}
+
+// TestServe_UntilTheTestEnds: a server given to Serve answers on the
+// address it returns while the test runs; when the test ends, stop is
+// called and Serve's cleanup waits for serve to return, after which
+// nothing answers there.
+func TestServe_UntilTheTestEnds(t *testing.T) {
+	var addr string
+	var returned atomic.Bool
+	t.Run("Serving", func(t *testing.T) {
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "up") })}
+		serve := func(l net.Listener) error {
+			defer returned.Store(true)
+			return srv.Serve(l)
+		}
+		addr = Serve(t, serve, func() { srv.Close() })
+		resp, err := http.Get("http://" + addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if b, _ := io.ReadAll(resp.Body); string(b) != "up" {
+			t.Fatalf("answer %q, want up", b)
+		}
+	})
+	if !returned.Load() {
+		t.Fatal("serve still running after the test ended")
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatalf("%s still accepts connections after the test ended", addr)
 	}
 }

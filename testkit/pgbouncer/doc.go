@@ -22,7 +22,7 @@
 // otherwise.
 //
 //	b := pgbouncer.Start(t, pgbouncer.Options{}) // pool_mode = transaction
-//	cfg, _ := pgxpool.ParseConfig(b.URL("test"))
+//	cfg := b.PoolConfig(t, "test", pgx.QueryExecModeExec) // no named prepared statements
 //	_, err := b.Admin(ctx, "RECONNECT")
 //
 // It is part of oncekey's unstable module seam (package testkit): not for

@@ -17,7 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekey/oncekey/testkit/loopback"
 )
@@ -178,6 +180,21 @@ func (b *Bouncer) URL(database string) string {
 
 // Database returns the target's database name (the one in DATABASE_URL).
 func (b *Bouncer) Database() string { return b.target.Database }
+
+// PoolConfig returns the configuration of a pgx pool on [Bouncer.URL] of
+// database, with mode as its DefaultQueryExecMode: behind transaction
+// pooling, a mode without named prepared statements
+// (pgx.QueryExecModeExec, QueryExecModeCacheDescribe). It fails the test
+// when the URL does not parse.
+func (b *Bouncer) PoolConfig(t TB, database string, mode pgx.QueryExecMode) *pgxpool.Config {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(b.URL(database))
+	if err != nil {
+		t.Fatalf("pgbouncer: pool config: %v", err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	return cfg
+}
 
 // Admin runs command on the admin console (database "pgbouncer": SHOW
 // POOLS, SHOW SERVERS, RECONNECT, KILL db, PAUSE, RESUME, ...) and returns

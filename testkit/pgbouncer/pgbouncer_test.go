@@ -13,16 +13,13 @@ import (
 	"github.com/oncekey/oncekey/testkit/pgbouncer"
 )
 
-func connect(t *testing.T, url string) *pgx.Conn {
+// connect opens a connection through b to its target's database, without
+// named prepared statements.
+func connect(t *testing.T, b *pgbouncer.Bouncer) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
-	c, err := pgx.ConnectConfig(ctx, cfg)
+	c, err := pgx.ConnectConfig(ctx, b.PoolConfig(t, b.Database(), pgx.QueryExecModeExec).ConnConfig)
 	if err != nil {
 		t.Fatalf("connect through pgbouncer: %v", err)
 	}
@@ -45,8 +42,8 @@ func backendPID(t *testing.T, c *pgx.Conn) uint32 {
 // used last.
 func TestTransactionPooling(t *testing.T) {
 	b := pgbouncer.Start(t, pgbouncer.Options{PoolSize: 2})
-	a := connect(t, b.URL(b.Database()))
-	other := connect(t, b.URL(b.Database()))
+	a := connect(t, b)
+	other := connect(t, b)
 	first := backendPID(t, a)
 	tx, err := other.Begin(t.Context())
 	if err != nil {
@@ -95,7 +92,7 @@ func TestAdminRestartClose(t *testing.T) {
 	if mode != "transaction" {
 		t.Fatalf("pool_mode = %q, want transaction", mode)
 	}
-	c := connect(t, b.URL(b.Database()))
+	c := connect(t, b)
 	before := backendPID(t, c)
 	if _, err := b.Admin(ctx, "KILL "+b.Database()); err != nil {
 		t.Fatal(err)
@@ -110,7 +107,7 @@ func TestAdminRestartClose(t *testing.T) {
 	if b.Port() != port {
 		t.Fatalf("port %d after restart, want %d", b.Port(), port)
 	}
-	c2 := connect(t, b.URL(b.Database()))
+	c2 := connect(t, b)
 	if after := backendPID(t, c2); after == before {
 		t.Fatalf("server session %d survived KILL and restart", after)
 	}

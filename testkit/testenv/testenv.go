@@ -23,6 +23,9 @@
 // Redis test gets its own key prefix, whose keys are deleted when it ends. So
 // packages and tests run in parallel against the same servers.
 //
+// [StatementCounter] counts the statements a pool sends, for the tests
+// that check round trips.
+//
 // It is part of oncekey's unstable module seam (package testkit): not for
 // applications, no compatibility promise between versions.
 package testenv
