@@ -23,16 +23,6 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkClaimer -benchtime 2000x ./claim/
 
-// benchStmts counts statements sent to PostgreSQL (BEGIN and COMMIT
-// included).
-type benchStmts struct{ n atomic.Int64 }
-
-func (c *benchStmts) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *benchStmts) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
 // benchCmds counts Redis commands.
 type benchCmds struct{ n atomic.Int64 }
 
@@ -52,7 +42,7 @@ func (c *benchCmds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 type benchFixture struct {
 	c     *claim.Claimer[pgx.Tx]
-	stmts *benchStmts
+	stmts *testenv.StatementCounter // round trips to PostgreSQL: BEGIN, COMMIT and each batch included
 	cmds  *benchCmds
 }
 
@@ -65,7 +55,7 @@ func newBenchFixture(b *testing.B, luaOpts *lua.Options) *benchFixture {
 	if err := postgres.ConfigurePool(cfg); err != nil {
 		b.Fatal(err)
 	}
-	f := &benchFixture{stmts: &benchStmts{}, cmds: &benchCmds{}}
+	f := &benchFixture{stmts: &testenv.StatementCounter{}, cmds: &benchCmds{}}
 	cfg.ConnConfig.Tracer = f.stmts
 	_, st := migratedStore(b, cfg, s.Name)
 	var opts []claim.Option
@@ -105,7 +95,7 @@ func emptyWrite(context.Context, pgx.Tx, claim.Op) (durable.Result, error) { ret
 // than the wall time of a round trip to the servers.
 func (f *benchFixture) loop(b *testing.B, op func(i int)) {
 	b.ReportAllocs()
-	s0, c0 := f.stmts.n.Load(), f.cmds.n.Load()
+	s0, c0 := f.stmts.Count(), f.cmds.n.Load()
 	cpu0 := processCPU(b)
 	i := 0
 	for b.Loop() {
@@ -113,7 +103,7 @@ func (f *benchFixture) loop(b *testing.B, op func(i int)) {
 		i++
 	}
 	cpu := processCPU(b) - cpu0 // 0 where the platform does not tell
-	b.ReportMetric(float64(f.stmts.n.Load()-s0)/float64(i), "stmts/op")
+	b.ReportMetric(float64(f.stmts.Count()-s0)/float64(i), "stmts/op")
 	b.ReportMetric(float64(f.cmds.n.Load()-c0)/float64(i), "redis/op")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(i), "cpu-ns/op")
 }
