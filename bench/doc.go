@@ -42,8 +42,10 @@
 //     is one INSERT into a small orders table the tool creates in its
 //     schema: library and library-no-redis claim first (Do's default: the
 //     claim, the INSERT, the completion, in one transaction), each with its
-//     throughput ratio to its floor (target 0.90: floor-claim-new with
-//     Redis, floor-claim-first without) and its cost
+//     throughput ratio to its floor (target 0.90: floor-claim-new, the
+//     insert first, which a Claimer sends for a key Redis granted and,
+//     without Redis, once its recent claims were mostly new keys, as they
+//     are here after the first 16) and its cost
 //     ratio to floor-business-tx (issue 30: at most 1.9 with Redis, 1.7
 //     without); library-at-commit and library-at-commit-no-redis, the same
 //     with [claim.WithWriteAtCommit] (the finished record inserted with the

@@ -74,7 +74,7 @@ func freshWorkload(e *env, f *floors) *workload {
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.withRedis, r.key(i))
 				}},
-			{name: "library-no-redis", vs: "floor-claim-first", target: 0.90, open: true,
+			{name: "library-no-redis", vs: "floor-claim-new", target: 0.90, open: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.7}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.noRedis, r.key(i))

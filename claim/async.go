@@ -73,10 +73,12 @@ func (c *Claimer[TTx]) claimTxAny(ctx context.Context, txAny any, r Request) (Ou
 		return out, false, nil
 	}
 	sent := time.Now()
+	c.hint(&p, fast{})
 	res, err := c.store.Claim(ctx, tx, p)
 	if err != nil {
 		return Outcome{OperationID: t.opID}, false, c.claimErr(ctx, err)
 	}
+	c.guess.observe(p, res)
 	if !res.Acquired {
 		return c.existing(ctx, &t, p, fast{}, res.Record, sent, true), false, nil
 	}

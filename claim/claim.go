@@ -172,7 +172,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 		return out, err
 	}
 	t, p, f, sent := s.t, s.p, s.f, s.sent
-	p.Proposed, p.ExpectNew = f.proposed, f.proposed != 0
+	c.hint(&p, f)
 	res, err := c.durableClaim(ctx, *new(TTx), p)
 	if err != nil {
 		c.dropRedisLease(ctx, f, &t, p)
@@ -274,6 +274,9 @@ func (c *Claimer[TTx]) existing(ctx context.Context, t *target, p storeapi.Claim
 func (c *Claimer[TTx]) durableClaim(ctx context.Context, tx TTx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
 	ctx, span := c.tr.start(ctx, spanDurableClaim)
 	res, err := c.store.Claim(ctx, tx, p)
+	if err == nil {
+		c.guess.observe(p, res)
+	}
 	if span.IsRecording() {
 		switch {
 		case err != nil:

@@ -43,6 +43,8 @@ type Claimer[TTx any] struct {
 	// breaker logs and counts the Redis breaker's changes; nil without
 	// Redis.
 	breaker *breakerLog
+	// guess sets ExpectNew on the claims Redis did not grant (newGuess).
+	guess newGuess
 	// pause replaces the sweep's pause between batches in tests.
 	pause func(ctx context.Context, d time.Duration) error
 }

@@ -180,7 +180,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		// The record exists: claim it as below. fn's first run rolled back.
 		*d = doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
 	}
-	d.p.Proposed, d.p.ExpectNew = f.proposed, f.proposed != 0
+	c.hint(&d.p, f)
 	p = d.p
 
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)

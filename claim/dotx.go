@@ -74,7 +74,7 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		out, err = c.fastOutcome(ctx, opID, f)
 		return out, finish, err
 	}
-	p.Proposed, p.ExpectNew = f.proposed, f.proposed != 0
+	c.hint(&p, f)
 	// tx stays open after DoTx answers: a claim that does not acquire must
 	// leave no lock on the record there, or its holder could not finish it
 	// until the caller's transaction ends.
@@ -90,6 +90,7 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		c.dropRedisLease(ctx, f, &t, p)
 		return Outcome{OperationID: opID}, finish, c.claimErr(ctx, err)
 	}
+	c.guess.observe(p, claimed)
 	if !claimed.Acquired {
 		return c.existing(ctx, &t, p, f, claimed.Record, sent, true), finish, nil
 	}

@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +15,31 @@ import (
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/lua"
 )
+
+// hintClaimer returns a Claimer over a store that records the ExpectNew
+// hint of every durable claim, with setup's Redis in front (for
+// BreakerOpen, one that never answers).
+func hintClaimer(t *testing.T, e *env, mode string) (*claim.Claimer[pgx.Tx], *hints) {
+	t.Helper()
+	h := &hints{Store: e.store}
+	if mode != breakerOpen {
+		return e.newClaimer(h), h
+	}
+	c, err := claim.New[pgx.Tx](h, claim.WithRedis(deadRedis(t), lua.Options{Prefix: "dead", BreakerFailures: 1, BreakerCoolDown: time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, h
+}
+
+// wantHints fails the test unless the durable claims since the last call
+// carried the ExpectNew hints want.
+func (h *hints) want(t *testing.T, what string, want ...bool) {
+	t.Helper()
+	if got := h.take(); !slices.Equal(got, want) {
+		t.Fatalf("%s: store claims carried ExpectNew %v; want %v", what, got, want)
+	}
+}
 
 // hints records the ExpectNew hint of every durable claim a Claimer sends.
 type hints struct {
@@ -40,38 +66,26 @@ func (h *hints) take() []bool {
 
 // The Claimer tells the store to expect a new record (ExpectNew: on
 // PostgreSQL, a plain insert first, the full claim only if it inserted
-// nothing) only when Redis has just granted the key. Without Redis, or
-// with its breaker open, the full claim goes first, so a replay the
-// database answers stays one statement. Outcomes never depend on the
+// nothing) when Redis has just granted the key. Without Redis's grant (no
+// Redis, or its breaker open) a Claimer starts with the full claim first,
+// so a replay the database answers stays one statement, and sets the hint
+// only once its recent claims were mostly new keys
+// (TestClaimer_ExpectNewLearnsWithoutRedis). Outcomes never depend on the
 // hint (the store contract runs with it on every claim,
-// TestContractExpectNew); this test forces when it is set, for each
-// entry point. Redis emptied after a completion grants the key again: the
-// hint is then wrong, and the store must still replay, not run fn again.
-func TestClaimer_ExpectNewOnlyWhenRedisGranted(t *testing.T) {
+// TestContractExpectNew); this test forces when it is set, for each entry
+// point. Redis emptied after a completion grants the key again: the hint
+// is then wrong, and the store must still replay, not run fn again.
+func TestClaimer_ExpectNewWhenRedisGranted(t *testing.T) {
 	t.Parallel()
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t, mode)
 			e.orders()
-			h := &hints{Store: e.store}
-			c := e.newClaimer(h)
-			if mode == breakerOpen {
-				// setup's Claimer has a Redis that never answers; so does this one.
-				var err error
-				c, err = claim.New[pgx.Tx](h, claim.WithRedis(deadRedis(t), lua.Options{Prefix: "dead", BreakerFailures: 1, BreakerCoolDown: time.Hour}))
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			c, h := hintClaimer(t, e, mode)
 			ctx := t.Context()
 			granted := mode == withRedis
-			want := func(what string, w ...bool) {
-				t.Helper()
-				if got := h.take(); !slices.Equal(got, w) {
-					t.Fatalf("%s: store claims carried ExpectNew %v; want %v", what, got, w)
-				}
-			}
+			want := func(what string, w ...bool) { t.Helper(); h.want(t, what, w...) }
 
 			if out, err := c.Claim(ctx, req("en-claim", "v1:a")); err != nil || out.Kind != claim.Acquired {
 				t.Fatalf("Claim = %v, %v", out.Kind, err)
@@ -117,6 +131,48 @@ func TestClaimer_ExpectNewOnlyWhenRedisGranted(t *testing.T) {
 			rec, err := e.store.Get(ctx, e.ref(r))
 			if err != nil || rec.State != durable.Completed {
 				t.Fatalf("record = %v, %v; want completed", rec.State, err)
+			}
+		})
+	}
+}
+
+// Without Redis's grant, the hint follows the Claimer's recent claims: off
+// at first, on after 16 new keys in a row (each then costs the plain
+// insert alone), off again once found records outweigh new keys two to
+// one. Every outcome stays right while the guess is wrong: a replay with
+// the hint on replays, and fn ran once per key.
+func TestClaimer_ExpectNewLearnsWithoutRedis(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{withoutRed, breakerOpen} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, mode)
+			e.orders()
+			c, h := hintClaimer(t, e, mode)
+			ctx := t.Context()
+			var reqs []claim.Request
+			var first []claim.Outcome
+			for i := range 17 {
+				r := req(fmt.Sprintf("learn-%d", i), "v1:a")
+				out, err := c.Do(ctx, r, e.insertOrder)
+				if err != nil || out.Kind != claim.Executed {
+					t.Fatalf("Do %d = %v, %v", i, out.Kind, err)
+				}
+				reqs, first = append(reqs, r), append(first, out)
+			}
+			h.want(t, "17 new keys", slices.Concat(slices.Repeat([]bool{false}, 16), []bool{true})...)
+
+			// Replays: the first carries the hint (the insert finds the
+			// record), and from the second the full claim goes first again.
+			for i, r := range reqs[:3] {
+				rep, err := c.Do(ctx, r, e.insertOrder)
+				if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != string(first[i].Result.Body) {
+					t.Fatalf("replay %d = %v, %v; want the first answer", i, rep.Kind, err)
+				}
+			}
+			h.want(t, "3 replays after 17 new keys", true, false, false)
+			for _, out := range first {
+				e.wantOrders(t, out.OperationID, 1)
 			}
 		})
 	}
