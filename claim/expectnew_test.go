@@ -16,23 +16,26 @@ import (
 	"github.com/oncekey/oncekey/lua"
 )
 
-// hintClaimer returns a Claimer over a store that records the ExpectNew
-// hint of every durable claim, with setup's Redis in front (for
-// BreakerOpen, one that never answers).
-func hintClaimer(t *testing.T, e *env, mode string) (*claim.Claimer[pgx.Tx], *hints) {
+// hintSetup returns setup's env for mode, with its orders table, and a
+// Claimer over a store that records the ExpectNew hint of every durable
+// claim, with setup's Redis in front (for BreakerOpen, one that never
+// answers).
+func hintSetup(t *testing.T, mode string) (*env, *claim.Claimer[pgx.Tx], *hints) {
 	t.Helper()
+	e := setup(t, mode)
+	e.orders()
 	h := &hints{Store: e.store}
 	if mode != breakerOpen {
-		return e.newClaimer(h), h
+		return e, e.newClaimer(h), h
 	}
 	c, err := claim.New[pgx.Tx](h, claim.WithRedis(deadRedis(t), lua.Options{Prefix: "dead", BreakerFailures: 1, BreakerCoolDown: time.Hour}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, h
+	return e, c, h
 }
 
-// wantHints fails the test unless the durable claims since the last call
+// want fails the test unless the durable claims since the last call
 // carried the ExpectNew hints want.
 func (h *hints) want(t *testing.T, what string, want ...bool) {
 	t.Helper()
@@ -80,9 +83,7 @@ func TestClaimer_ExpectNewWhenRedisGranted(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			e := setup(t, mode)
-			e.orders()
-			c, h := hintClaimer(t, e, mode)
+			e, c, h := hintSetup(t, mode)
 			ctx := t.Context()
 			granted := mode == withRedis
 			want := func(what string, w ...bool) { t.Helper(); h.want(t, what, w...) }
@@ -146,9 +147,7 @@ func TestClaimer_ExpectNewLearnsWithoutRedis(t *testing.T) {
 	for _, mode := range []string{withoutRed, breakerOpen} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			e := setup(t, mode)
-			e.orders()
-			c, h := hintClaimer(t, e, mode)
+			e, c, h := hintSetup(t, mode)
 			ctx := t.Context()
 			var reqs []claim.Request
 			var first []claim.Outcome
