@@ -180,6 +180,17 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		// The record exists: claim it as below. fn's first run rolled back.
 		*d = doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
 	}
+	if c.atCommit == nil && f.proposed == 0 && c.guess.recorded() {
+		// Most recent claims Redis did not grant found a record: one read
+		// answers a finished one without a transaction (newGuess).
+		out, done, _, err := c.readFirst(ctx, d, f)
+		if done {
+			if err == nil || errors.Is(err, durable.ErrMismatch) {
+				c.guess.observeRead()
+			}
+			return out, err
+		}
+	}
 	c.hint(&d.p, f)
 	p = d.p
 

@@ -137,11 +137,13 @@ func TestClaimer_ExpectNewWhenRedisGranted(t *testing.T) {
 	}
 }
 
-// Without Redis's grant, the hint follows the Claimer's recent claims: off
-// at first, on after 16 new keys in a row (each then costs the plain
-// insert alone), off again once found records outweigh new keys two to
-// one. Every outcome stays right while the guess is wrong: a replay with
-// the hint on replays, and fn ran once per key.
+// Without Redis's grant, the guess follows the Claimer's recent claims:
+// the full claim in Do's transaction at first; the hint on after 16 new
+// keys in a row (each then costs the plain insert alone), off again once
+// found records outweigh new keys two to one; and once found records are
+// well ahead, Do reads first: a replay is then one statement, a new key
+// one more than in the transaction alone. Every outcome stays right while
+// the guess is wrong: replays replay, and fn ran once per key.
 func TestClaimer_ExpectNewLearnsWithoutRedis(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{withoutRed, breakerOpen} {
@@ -151,27 +153,113 @@ func TestClaimer_ExpectNewLearnsWithoutRedis(t *testing.T) {
 			ctx := t.Context()
 			var reqs []claim.Request
 			var first []claim.Outcome
-			for i := range 17 {
+			fresh := func(i int) (stmts int64) {
+				t.Helper()
 				r := req(fmt.Sprintf("learn-%d", i), "v1:a")
+				e.stmts.Reset()
 				out, err := c.Do(ctx, r, e.insertOrder)
 				if err != nil || out.Kind != claim.Executed {
 					t.Fatalf("Do %d = %v, %v", i, out.Kind, err)
 				}
 				reqs, first = append(reqs, r), append(first, out)
+				return e.stmts.Count()
+			}
+			replay := func(i int) (stmts int64) {
+				t.Helper()
+				e.stmts.Reset()
+				rep, err := c.Do(ctx, reqs[i], e.insertOrder)
+				if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != string(first[i].Result.Body) {
+					t.Fatalf("replay of %d = %v, %v; want the first answer", i, rep.Kind, err)
+				}
+				return e.stmts.Count()
+			}
+			inTx := fresh(0) // cold: the full claim in the transaction
+			for i := 1; i < 17; i++ {
+				fresh(i)
 			}
 			h.want(t, "17 new keys", slices.Concat(slices.Repeat([]bool{false}, 16), []bool{true})...)
 
 			// Replays: the first carries the hint (the insert finds the
 			// record), and from the second the full claim goes first again.
-			for i, r := range reqs[:3] {
-				rep, err := c.Do(ctx, r, e.insertOrder)
-				if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != string(first[i].Result.Body) {
-					t.Fatalf("replay %d = %v, %v; want the first answer", i, rep.Kind, err)
-				}
+			for i := range 3 {
+				replay(i)
 			}
 			h.want(t, "3 replays after 17 new keys", true, false, false)
+			// 14 more found records take the score below -16: Do reads first.
+			for i := range 14 {
+				if n := replay(3 + i); n != 3 {
+					t.Fatalf("replay %d in Do's transaction sent %d statements; want BEGIN, the claim, COMMIT", 3+i, n)
+				}
+			}
+			h.want(t, "14 more replays", slices.Repeat([]bool{false}, 14)...)
+			if n := replay(0); n != 1 {
+				t.Fatalf("a replay once found records are well ahead sent %d statements; want the read alone", n)
+			}
+			h.want(t, "a replay answered by the read")
+			if n := fresh(17); n != inTx+1 {
+				t.Fatalf("a new key while reading first sent %d statements; want the read and the transaction's %d", n, inTx)
+			}
+			h.want(t, "a new key after the read", false)
 			for _, out := range first {
 				e.wantOrders(t, out.OperationID, 1)
+			}
+		})
+	}
+}
+
+// Concurrent duplicates without Redis, with the guess at each of its three
+// settings: new keys (the plain insert first), neither (the full claim in
+// the transaction) and recorded keys (Do reads first). Each key's fn runs
+// once, and every caller gets the first caller's answer, whether it waited
+// on the row, read an uncommitted record as absent, or replayed from the
+// read.
+func TestClaimer_GuessUnderConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	for _, score := range []int32{32, 0, -32} {
+		t.Run(fmt.Sprintf("score=%d", score), func(t *testing.T) {
+			t.Parallel()
+			e, c, _ := hintSetup(t, withoutRed)
+			ctx := t.Context()
+			const keys, dups = 12, 6
+			var wg sync.WaitGroup
+			outs := make([][dups]claim.Outcome, keys)
+			errs := make(chan error, keys*dups)
+			for k := range keys {
+				for d := range dups {
+					wg.Go(func() {
+						claim.SetGuess(c, score) // held there: each call sees it
+						out, err := c.Do(ctx, req(fmt.Sprintf("dup-%d", k), "v1:a"), e.insertOrder)
+						if err != nil {
+							errs <- fmt.Errorf("key %d, call %d: %w", k, d, err)
+						}
+						outs[k][d] = out
+					})
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			for k := range keys {
+				executed := 0
+				for d, out := range outs[k] {
+					switch out.Kind {
+					case claim.Executed:
+						executed++
+					case claim.Replayed:
+					default:
+						t.Fatalf("key %d, call %d: %v; want executed or replayed", k, d, out.Kind)
+					}
+					if string(out.Result.Body) != string(outs[k][0].Result.Body) || out.OperationID != outs[k][0].OperationID {
+						t.Fatalf("key %d: call %d answered %s (%s), call 0 %s (%s)", k, d,
+							out.Result.Body, out.OperationID, outs[k][0].Result.Body, outs[k][0].OperationID)
+					}
+				}
+				if executed != 1 {
+					t.Fatalf("key %d executed %d times", k, executed)
+				}
+				e.wantOrders(t, outs[k][0].OperationID, 1)
 			}
 		})
 	}

@@ -26,3 +26,8 @@ func SetSweepPause[TTx any](c *Claimer[TTx], f func(ctx context.Context, d time.
 func SetBreakerLogClock[TTx any](c *Claimer[TTx], now func() time.Time) {
 	c.breaker.now = now
 }
+
+// SetGuess sets c's guess of whether keys Redis did not grant are new
+// (newGuess): 32 sends the plain insert first, -32 makes Do read first,
+// 0 is where a Claimer starts.
+func SetGuess[TTx any](c *Claimer[TTx], score int32) { c.guess.score.Store(score) }

@@ -7,8 +7,9 @@ import (
 )
 
 // The guess sets the hint from guessOn new keys in a row, drops it once
-// found records outweigh new keys two to one, ignores the claims Redis
-// granted, and stays within [0, guessMax].
+// found records outweigh new keys two to one, reads first once found
+// records are about half of guessOn ahead, ignores the claims Redis
+// granted, and stays within ±guessMax.
 func TestNewGuess(t *testing.T) {
 	var g newGuess
 	none := storeapi.ClaimParams{}
@@ -66,7 +67,42 @@ func TestNewGuess(t *testing.T) {
 	for range 100 {
 		g.observe(none, found[0])
 	}
-	if s := g.score.Load(); s != 0 {
-		t.Fatalf("score %d after a long run of found records; want 0", s)
+	if s := g.score.Load(); s != -guessMax || !g.recorded() || g.likely() {
+		t.Fatalf("score %d after a long run of found records; want %d, reading first", s, -guessMax)
+	}
+
+	// From the start, guessOn/guessMiss found records make Do read first;
+	// reads that find a record count like claims that do.
+	var r newGuess
+	for i := range guessOn / guessMiss {
+		if r.recorded() {
+			t.Fatalf("reading first after %d found records; want it from %d", i, guessOn/guessMiss)
+		}
+		if i%2 == 0 {
+			r.observe(none, found[1])
+		} else {
+			r.observeRead()
+		}
+	}
+	if !r.recorded() {
+		t.Fatalf("not reading first after %d found records (score %d)", guessOn/guessMiss, r.score.Load())
+	}
+	// One found record in three keeps it; one in four does not.
+	for range 50 {
+		r.observeRead()
+		r.observe(none, fresh)
+		r.observe(none, fresh)
+	}
+	if !r.recorded() {
+		t.Fatalf("not reading first with one found record in three (score %d)", r.score.Load())
+	}
+	for range 50 {
+		r.observeRead()
+		r.observe(none, fresh)
+		r.observe(none, fresh)
+		r.observe(none, fresh)
+	}
+	if r.recorded() {
+		t.Fatalf("reading first with one found record in four (score %d)", r.score.Load())
 	}
 }
