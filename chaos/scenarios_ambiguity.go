@@ -23,6 +23,7 @@ import (
 func registry() []scenario {
 	return append([]scenario{
 		{name: "concurrent", forces: "window 1: the same key from several clients at once (some with Redis, some without): one effect", setup: setupConcurrent},
+		{name: "no-redis", forces: "every client without Redis, claiming first: duplicates, lost responses and reused keys meet at the database, where the Claimers' guesses move (the plain insert first while keys are new, a read first once duplicates dominate); nothing may change an outcome", setup: setupNoRedis},
 		{name: "mismatch", forces: "window 2: the same key with a different payload: rejected, never run", setup: setupMismatch},
 		{name: "lost-response", forces: "window 3: committed, the response lost, the client retries: replayed", setup: setupLostResponse},
 		{name: "crash-before-commit", forces: "window 4: the worker crashes (or fails transiently) before the commit: the retry is safe", setup: setupCrash},
@@ -108,6 +109,37 @@ func setupConcurrent(ctx context.Context, e *env) (*workload, error) {
 				e.hold(ctx, "redis-latency", e.cfg.Lease, func() (func(), error) { return px.Latency(e.cfg.Lease/10, e.cfg.Lease/20) })
 			})
 		}
+	}
+	return w, nil
+}
+
+// setupNoRedis runs every client without Redis, so each durable claim is
+// one Redis did not grant and the Claimers' guesses decide its statements
+// (claim/newguess.go): the clients that claim first (the even ones) see one
+// new key for two found records per burst, and read first within a few
+// operations. Dropped acknowledgements add replays; a reused key with
+// another payload must be rejected from the read as from the claim.
+func setupNoRedis(ctx context.Context, e *env) (*workload, error) {
+	w, _, err := e.standardOn(ctx, storeOpts{}, func(int) redis.Scripter { return nil }, claimerOpts{})
+	if err != nil {
+		return nil, err
+	}
+	w.startOp = func(_ context.Context, o *op) {
+		e.fault("concurrent-burst")
+		if !e.planned(o, "drop", 0.4, 0) {
+			e.planned(o, "mismatch", 0.3, 1)
+		}
+	}
+	w.dropAck = func(o *op, _ int) bool { return o.take("drop") }
+	w.fingerprint = func(o *op, c int) string {
+		epoch, fp, _ := o.get()
+		if c == 2 && o.planned("mismatch") {
+			if o.take("mismatch") {
+				e.fault("different-payload")
+			}
+			return fingerprintOf(o.key, epoch, "other payload")
+		}
+		return fp
 	}
 	return w, nil
 }

@@ -98,6 +98,9 @@ func TestCheck_EveryInvariantCanFail(t *testing.T) {
 		{"StaleCompletionAccepted", check.NoStaleCompletion, func(in *check.Input) {
 			in.Calls[3].Kind = history.Complete
 		}},
+		{"ReplayToAnotherPayload", check.Linearizable, func(in *check.Input) {
+			in.Calls[4].Fingerprint = "another payload's"
+		}},
 		{"ReplayBeforeAnyCompletion", check.Linearizable, func(in *check.Input) {
 			in.Calls[4].Start, in.Calls[4].End = ms(100), ms(105)
 		}},

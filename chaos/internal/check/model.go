@@ -38,7 +38,9 @@ var phantom = uuid.Max
 //   - A Complete is accepted only from the current token (or again, with
 //     the same body, from the token that already stored it): no completion
 //     from a stale token.
-//   - A Replay returns exactly the stored body.
+//   - A Replay returns exactly the stored body, and only to a request of
+//     the fingerprint that stored it: a key reused with another payload is
+//     rejected, never answered with the first payload's result.
 //   - A Mismatch needs a claim with another fingerprint.
 //   - An ambiguous call either did nothing or did what it tried.
 func step(s record, c history.Call) []record {
@@ -100,7 +102,9 @@ func step(s record, c history.Call) []record {
 		}
 		return nil
 	case history.Replay:
-		if s.done && s.body == c.Body {
+		// A history that did not record a fingerprint (either side) is
+		// judged by the body alone.
+		if s.done && s.body == c.Body && (s.fp == "" || c.Fingerprint == "" || s.fp == c.Fingerprint) {
 			return []record{s}
 		}
 		return nil
