@@ -131,9 +131,25 @@ func setupNoRedis(ctx context.Context, e *env) (*workload, error) {
 		}
 	}
 	w.dropAck = func(o *op, _ int) bool { return o.take("drop") }
-	w.fingerprint = func(o *op, c int) string {
+	w.fingerprint = e.otherPayload(2)
+	return w, nil
+}
+
+func setupMismatch(ctx context.Context, e *env) (*workload, error) {
+	return e.plainWith(ctx, func(w *workload) {
+		w.startOp = func(_ context.Context, o *op) { e.planned(o, "mismatch", 0.6, 0) }
+		w.fingerprint = e.otherPayload(1)
+	})
+}
+
+// otherPayload is a workload's fingerprint function under which client
+// sends another payload for the operations planned "mismatch" (the
+// "different-payload" fault, counted once per operation) and every other
+// call the operation's own.
+func (e *env) otherPayload(client int) func(o *op, c int) string {
+	return func(o *op, c int) string {
 		epoch, fp, _ := o.get()
-		if c == 2 && o.planned("mismatch") {
+		if c == client && o.planned("mismatch") {
 			if o.take("mismatch") {
 				e.fault("different-payload")
 			}
@@ -141,23 +157,6 @@ func setupNoRedis(ctx context.Context, e *env) (*workload, error) {
 		}
 		return fp
 	}
-	return w, nil
-}
-
-func setupMismatch(ctx context.Context, e *env) (*workload, error) {
-	return e.plainWith(ctx, func(w *workload) {
-		w.startOp = func(_ context.Context, o *op) { e.planned(o, "mismatch", 0.6, 0) }
-		w.fingerprint = func(o *op, c int) string {
-			epoch, fp, _ := o.get()
-			if c == 1 && o.planned("mismatch") {
-				if o.take("mismatch") {
-					e.fault("different-payload")
-				}
-				return fingerprintOf(o.key, epoch, "other payload")
-			}
-			return fp
-		}
-	})
 }
 
 func setupLostResponse(ctx context.Context, e *env) (*workload, error) {
