@@ -95,40 +95,24 @@ func NewPatroni(ctx context.Context, n int, synchronous bool) (_ *Patroni, err e
 	if err := p.startEtcd(ctx); err != nil {
 		return nil, err
 	}
-	for i := range n {
-		node := &patroniNode{name: fmt.Sprintf("node%d", i+1), done: make(chan struct{})}
-		if node.pgPort, err = freePort(); err != nil {
-			return nil, err
-		}
-		if node.rest, err = freePort(); err != nil {
-			return nil, err
-		}
-		if node.dcs, err = NewProxy(fmt.Sprintf("127.0.0.1:%d", p.etcdPort)); err != nil {
-			return nil, err
-		}
-		if node.repl, err = NewProxy(fmt.Sprintf("127.0.0.1:%d", node.pgPort)); err != nil {
-			return nil, err
-		}
-		node.configFile = filepath.Join(dir, node.name+".yml")
-		if err := os.WriteFile(node.configFile, []byte(p.config(node, bin)), 0o644); err != nil {
-			return nil, err
-		}
-		p.nodes = append(p.nodes, node)
-	}
 	if os.Geteuid() == 0 {
 		if out, err := exec.CommandContext(ctx, "chown", "-R", "postgres:postgres", dir).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("fault: chown %s: %w: %s", dir, err, out)
 		}
 	}
 	// The first node bootstraps alone (initdb), then the others clone it.
-	if err := p.startNode(p.nodes[0]); err != nil {
-		return nil, err
-	}
-	if _, err := p.WaitLeader(ctx, 90*time.Second); err != nil {
-		return nil, err
-	}
-	for _, node := range p.nodes[1:] {
-		if err := p.startNode(node); err != nil {
+	// Each node's ports are picked just before it starts: picked with the
+	// first node's, a port stayed free for a minute or more while it
+	// bootstrapped, another test took it, and Patroni exited ("Couldn't
+	// start a service on ...").
+	for i := range n {
+		if err := p.addNode(fmt.Sprintf("node%d", i+1), bin); err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			continue
+		}
+		if _, err := p.WaitLeader(ctx, 90*time.Second); err != nil {
 			return nil, err
 		}
 	}
@@ -237,6 +221,30 @@ tags:
   nosync: false
 `, p.scope, n.name, n.rest, n.rest, n.dcs.Addr(), int(PatroniTTL/time.Second), p.sync,
 		n.pgPort, n.repl.Addr(), data, bin, filepath.Join(p.dir, n.name+".pgpass"), p.dir)
+}
+
+// addNode picks the ports of a new node named name, starts its proxies,
+// writes its configuration and starts it.
+func (p *Patroni) addNode(name, bin string) (err error) {
+	node := &patroniNode{name: name, done: make(chan struct{})}
+	p.nodes = append(p.nodes, node) // so that Close closes its proxies
+	if node.pgPort, err = freePort(); err != nil {
+		return err
+	}
+	if node.rest, err = freePort(); err != nil {
+		return err
+	}
+	if node.dcs, err = NewProxy(fmt.Sprintf("127.0.0.1:%d", p.etcdPort)); err != nil {
+		return err
+	}
+	if node.repl, err = NewProxy(fmt.Sprintf("127.0.0.1:%d", node.pgPort)); err != nil {
+		return err
+	}
+	node.configFile = filepath.Join(p.dir, node.name+".yml")
+	if err := os.WriteFile(node.configFile, []byte(p.config(node, bin)), 0o644); err != nil {
+		return err
+	}
+	return p.startNode(node)
 }
 
 func (p *Patroni) startNode(n *patroniNode) error {
