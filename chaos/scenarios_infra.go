@@ -192,11 +192,30 @@ func setupEviction(ctx context.Context, e *env) (*workload, error) {
 		return nil, err
 	}
 	w.run = func(ctx context.Context, e *env, ops []*op) error {
+		// Fill until the server evicts before the first operation, so every
+		// run works against a full server however short it is: a few rounds
+		// on a quick run once left 3 MB unreached and nothing evicted.
+		round := 0
+		for ; ; round++ {
+			n, err := fault.EvictedKeys(ctx, admin)
+			if err != nil {
+				return err
+			}
+			if n > before {
+				break
+			}
+			if round == 64 {
+				return fmt.Errorf("chaos: redis-eviction: %d fill rounds evicted nothing", round)
+			}
+			if _, err := fault.Fill(ctx, admin, fmt.Sprintf("fill%d", round), 400, 2048); err != nil {
+				return err
+			}
+		}
 		stop := make(chan struct{})
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			for round := 0; ; round++ {
+			for ; ; round++ {
 				_, _ = fault.Fill(ctx, admin, fmt.Sprintf("fill%d", round), 400, 2048)
 				select {
 				case <-stop:
