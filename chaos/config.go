@@ -117,6 +117,7 @@ func NegativeModes() map[string][]string {
 		string(broken.CommitOverExisting):        {"redis-restart", "redis-failover", "redis-eviction"},
 		string(broken.UnresolvedStaysProcessing): {"reconcile-unresolved"},
 		string(broken.ExpiresInInflated):         {"replay-cache"},
+		string(broken.ReplayIgnoresFingerprint):  {"mismatch", "no-redis"},
 		string(broken.OneAttempt):                {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
 		string(broken.ReleaseOnError):            {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
 		string(broken.NoRecover):                 {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},

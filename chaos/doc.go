@@ -118,7 +118,12 @@
 //   - expires-in-inflated: a live record's remaining life reported an
 //     hour longer than it is, so the replay caches (in process and
 //     Redis's refilled copies) keep a result past its record and replay a
-//     key's previous life (replay-cache).
+//     key's previous life (replay-cache);
+//   - replay-ignores-fingerprint: a claim that found a finished record of
+//     another payload answers it as the caller's own, so a reused key
+//     replays the first payload's result (mismatch, no-redis; in no-redis
+//     only the model's rule that a replay goes to the payload that stored
+//     it catches it).
 //
 // Three more break the settlement engine every entry point shares rather
 // than the store, for the whole process while a scenario runs; each is

@@ -78,6 +78,14 @@ const (
 	// copies keep a result past its record, and answer a retry that should
 	// have started the key's next life with the previous life's result.
 	ExpiresInInflated Mode = "expires-in-inflated"
+	// ReplayIgnoresFingerprint answers a claim that found a finished
+	// record of another request (a key reused with another payload) with
+	// that record as if it were the caller's own: the reused key is
+	// answered with the first payload's result instead of a mismatch, and
+	// the Claimer caches it in Redis under the second payload's
+	// fingerprint. Reads (Get) are untouched, so a Claimer that reads
+	// first still compares fingerprints itself.
+	ReplayIgnoresFingerprint Mode = "replay-ignores-fingerprint"
 )
 
 // inflation is how much longer than it is [ExpiresInInflated] reports a
@@ -87,7 +95,7 @@ const inflation = time.Hour
 // Modes lists every mode.
 func Modes() []Mode {
 	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease, CommitOverExisting,
-		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing, ExpiresInInflated}
+		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing, ExpiresInInflated, ReplayIgnoresFingerprint}
 }
 
 // Breaks says, in a line, what the mode breaks.
@@ -109,6 +117,8 @@ func (m Mode) Breaks() string {
 		return "a dead worker's record the Reconciler could not resolve left processing under the adopted lease, not marked uncertain"
 	case ExpiresInInflated:
 		return "a live record's remaining life (ExpiresIn) reported an hour longer than it is: caches keep its result past the record"
+	case ReplayIgnoresFingerprint:
+		return "a finished record of another payload answered as the caller's own: a reused key replays the first payload's result"
 	case OneAttempt:
 		return "the settlement engine stops the lease and tries the finishing write once"
 	case ReleaseOnError:
@@ -200,6 +210,15 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, p storeapi.ClaimParams) (s
 			rec := *res.Record
 			res.Record = &rec
 			inflate(&rec)
+		}
+		return res, err
+	case ReplayIgnoresFingerprint:
+		res, err := s.Store.Claim(ctx, tx, p)
+		if errors.Is(err, durable.ErrMismatch) && res.Record != nil && res.Record.State.Finished() {
+			rec := *res.Record
+			rec.Fingerprint = p.Fingerprint
+			res.Record = &rec
+			return res, nil
 		}
 		return res, err
 	}
