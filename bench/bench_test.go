@@ -346,6 +346,52 @@ func TestReport_CostTargetsAreCeilings(t *testing.T) {
 	}
 }
 
+// Each missed target gets a line that says, from the same run, where the
+// variant differs from its floor or which floor bounds it; a met target
+// gets none.
+func TestReport_MissedSaysWhatBoundsIt(t *testing.T) {
+	t.Parallel()
+	cfg := config{duration: time.Second, round: time.Second}
+	mk := func(name string, floor bool, ops int64, cpu time.Duration, vs string, target float64, costs ...costTarget) *variant {
+		v := &variant{name: name, floor: floor, vs: vs, target: target, costs: costs}
+		v.st = stats{ops: ops, elapsed: time.Second, rounds: 1, cpu: cpu * time.Duration(ops)}
+		return v
+	}
+	biz := costTarget{floor: "business"}
+	vars := []*variant{
+		// 0.80 of its floor; 2.50× business against its floor's 2.00×.
+		mk("library", false, 40, 150*time.Microsecond, "floor", 0.90, costTarget{floor: "business", atMost: 1.7}),
+		// A floor over its own ceiling.
+		mk("floor", true, 50, 100*time.Microsecond, "", 0, costTarget{floor: "business", atMost: 1.5}),
+		// 2.00× business against a floor of 1.25×: the library's share.
+		mk("lean", false, 50, 90*time.Microsecond, "lean-floor", 0.5, costTarget{floor: "business", atMost: 1.45}),
+		mk("lean-floor", true, 80, 60*time.Microsecond, "", 0, biz),
+		// Meets both: no line.
+		mk("fine", false, 90, 60*time.Microsecond, "lean-floor", 1.0, costTarget{floor: "business", atMost: 1.2}),
+		mk("business", true, 100, 50*time.Microsecond, "", 0),
+	}
+	rep := newReport(cfg)
+	rep.add(&workload{name: "w", variants: vars}, nil)
+	got := rep.Workloads[0].Missed
+	want := []string{
+		"library is 0.80 of floor (target ≥ 0.90); a request beyond the floor's: +50µs of this process's CPU (150µs against 100µs), +0.00 Redis calls, +0.00 statements, +0 allocations",
+		"library costs 2.50× business (ceiling 1.70×): bounded by its floor, floor alone costs 2.00×, over the ceiling; the library adds 1.25× on top",
+		"floor costs 2.00× business (ceiling 1.50×): a floor, the protocol's statements alone with no library code; the record and its round trips bound it",
+		"lean costs 2.00× business (ceiling 1.45×): its floor lean-floor costs 1.25×, within the ceiling; the library's own share misses it (0.62 of the floor)",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("missed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var out bytes.Buffer
+	rep.table(&out)
+	if !strings.Contains(out.String(), "- w, missed: "+want[1]) {
+		t.Errorf("table lacks the missed lines:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "fine is") || strings.Contains(out.String(), "fine costs") {
+		t.Errorf("a met target got a line:\n%s", out.String())
+	}
+}
+
 // A cost with no ceiling is reported, and judged by nothing.
 func TestReport_CostWithoutTargetIsOnlyReported(t *testing.T) {
 	t.Parallel()

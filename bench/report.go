@@ -37,6 +37,9 @@ type workloadReport struct {
 	Rounds   int             `json:"rounds"`
 	Variants []variantReport `json:"variants"`
 	Extras   []extra         `json:"extras,omitempty"`
+	// Missed says, for each target a variant missed, where the variant
+	// differs from its floor in this run, or which floor bounds it.
+	Missed []string `json:"missed,omitempty"`
 }
 
 type variantReport struct {
@@ -172,7 +175,67 @@ func (rep *report) add(w *workload, extras []extra) {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: check failed: %s = %g (want %s) %s", w.name, x.Name, x.Value, x.Target, x.Note))
 		}
 	}
+	wr.Missed = missed(wr.Variants)
 	rep.Workloads = append(rep.Workloads, wr)
+}
+
+// missed explains each target the variants missed, from the same run: for
+// a throughput ratio, what a request of the variant spends beyond one of
+// its floor (this process's CPU, Redis calls, statements, allocations; on
+// a machine the client shares with the servers, that is where the time
+// goes); for a cost ceiling, whether the variant's own floor already costs
+// more than the ceiling (the protocol's statements on this record bound
+// it, not the library), or the library's share misses it.
+func missed(vs []variantReport) []string {
+	find := func(name string) *variantReport {
+		for i := range vs {
+			if vs[i].Name == name {
+				return &vs[i]
+			}
+		}
+		return nil
+	}
+	costTo := func(v *variantReport, base string) *costReport {
+		for i := range v.Costs {
+			if v.Costs[i].Vs == base {
+				return &v.Costs[i]
+			}
+		}
+		return nil
+	}
+	var out []string
+	for i := range vs {
+		v := &vs[i]
+		if f := find(v.Vs); v.Meets != nil && !*v.Meets && f != nil {
+			out = append(out, fmt.Sprintf("%s is %.2f of %s (target ≥ %.2f); a request beyond the floor's: %+.0fµs of this process's CPU (%.0fµs against %.0fµs), %+.2f Redis calls, %+.2f statements, %+.0f allocations",
+				v.Name, v.Ratio, f.Name, v.Target, v.CPUus-f.CPUus, v.CPUus, f.CPUus,
+				v.RedisPerReq-f.RedisPerReq, v.SQLPerReq-f.SQLPerReq, v.AllocsPer-f.AllocsPer))
+		}
+		for _, c := range v.Costs {
+			if c.Meets == nil || *c.Meets {
+				continue
+			}
+			head := fmt.Sprintf("%s costs %.2f× %s (ceiling %.2f×)", v.Name, c.Ratio, c.Vs, c.Target)
+			f := find(v.Vs)
+			var fc *costReport
+			if f != nil {
+				fc = costTo(f, c.Vs)
+			}
+			switch {
+			case v.Floor:
+				out = append(out, head+": a floor, the protocol's statements alone with no library code; the record and its round trips bound it")
+			case fc != nil && fc.Ratio > c.Target:
+				out = append(out, fmt.Sprintf("%s: bounded by its floor, %s alone costs %.2f×, over the ceiling; the library adds %.2f× on top",
+					head, f.Name, fc.Ratio, c.Ratio/fc.Ratio))
+			case fc != nil:
+				out = append(out, fmt.Sprintf("%s: its floor %s costs %.2f×, within the ceiling; the library's own share misses it (%.2f of the floor)",
+					head, f.Name, fc.Ratio, v.Ratio))
+			default:
+				out = append(out, head+": no floor in this run bounds it")
+			}
+		}
+	}
+	return out
 }
 
 func metMark(ok bool) string {
@@ -259,6 +322,11 @@ func (rep *report) closedTable(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	rep.extrasOnly(w)
+	for _, wr := range rep.Workloads {
+		for _, m := range wr.Missed {
+			fmt.Fprintf(w, "- %s, missed: %s\n", wr.Name, m)
+		}
+	}
 }
 
 // extrasOnly writes each workload's own figures and checks, a line each.
