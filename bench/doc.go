@@ -58,6 +58,11 @@
 //     today's record, what a slimmer record would lower; floor-claim-new,
 //     the same with the insert Do sends for a key Redis granted
 //     (ClaimParams.ExpectNew) instead of the full claim;
+//     floor-claim-in-begin, floor-claim-new with the insert sent in the
+//     query that opens the transaction (one round trip fewer), through a
+//     PL/pgSQL function the tool creates in its schema (its plan prepared
+//     once per connection) called with literal, hex-encoded arguments,
+//     measured, not used by the library (beginclaim.go);
 //     floor-slim-claim-first and floor-slim-pending-claim-first,
 //     floor-claim-new's statements on issue 30.4's slim record (the
 //     operation digest as the primary key, compact columns, fillfactor 80:
@@ -114,7 +119,12 @@
 // Targets are floors or ceilings: a throughput ratio must reach its
 // target ("≥" in the table, "target" in the JSON), a cost ratio must stay
 // at or under its own ("≤", "costs" with "at_most"). A missed target is
-// reported, never a failure.
+// reported, never a failure. Under the table, a "missed" line for each
+// says from the same run what bounds it: for a throughput ratio, what a
+// request spends beyond its floor's (this process's CPU, Redis calls,
+// statements, allocations); for a cost ceiling, whether the variant's own
+// floor already costs more than the ceiling (the protocol's statements on
+// today's record bound it) or the library's share misses it.
 //
 // # Open loop
 //

@@ -72,6 +72,9 @@ func newFloors(ctx context.Context, e *env) (*floors, error) {
 	if f.pkOnlySQL = strings.Replace(f.insertSQL, into, "INSERT INTO "+e.pkOnlyTable+" ", 1); !strings.Contains(f.insertSQL, into) {
 		return nil, fmt.Errorf("%w: the record INSERT does not start %q", ErrCapture, into)
 	}
+	if err := f.createClaimInBegin(ctx); err != nil {
+		return nil, err
+	}
 	if err := f.captureScript(ctx); err != nil {
 		return nil, err
 	}
@@ -413,12 +416,18 @@ func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome,
 // generation it granted), the order INSERT, then the completion finish
 // gives for that generation and COMMIT in one pipeline, on one connection.
 func (f *floors) claimThenComplete(ctx context.Context, key string, claim func(pgx.Tx) (int64, error), finish func(gen int64) (string, []any)) (outcome, error) {
+	return f.claimThenCompleteFrom(ctx, key, f.beginSQL, claim, finish)
+}
+
+// claimThenCompleteFrom is claimThenComplete with begin as the query that
+// opens the transaction.
+func (f *floors) claimThenCompleteFrom(ctx context.Context, key, begin string, claim func(pgx.Tx) (int64, error), finish func(gen int64) (string, []any)) (outcome, error) {
 	conn, err := f.e.pool.Acquire(ctx)
 	if err != nil {
 		return oOther, err
 	}
 	defer conn.Release()
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: f.beginSQL})
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
 		return oOther, err
 	}

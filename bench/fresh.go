@@ -99,6 +99,11 @@ func freshWorkload(e *env, f *floors) *workload {
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.claimFirst(ctx, f.claimNew, r.key(i))
 				}},
+			{name: "floor-claim-in-begin", floor: true,
+				costs: []costTarget{{floor: "floor-business-tx"}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.claimInBegin(ctx, r.key(i))
+				}},
 			{name: "floor-slim-claim-first", floor: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
