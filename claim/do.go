@@ -192,6 +192,11 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		}
 	}
 	c.hint(&d.p, f)
+	if c.atCommit != nil {
+		// doAtCommit found the record: the plain insert would only find
+		// it again, a statement for nothing.
+		d.p.ExpectNew = false
+	}
 	p = d.p
 
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)

@@ -264,3 +264,47 @@ func TestClaimer_GuessUnderConcurrentDuplicates(t *testing.T) {
 		})
 	}
 }
+
+// With WithWriteAtCommit, Do reads first on its own when Redis did not
+// answer; the guess adds no second read, whatever it says: a replay is the
+// read alone, and a key another worker holds costs the same statements at
+// every score.
+func TestClaimer_GuessAddsNoReadToWriteAtCommit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withoutRed, claim.WithWriteAtCommit())
+	e.orders()
+	ctx := t.Context()
+	done := req("at-commit-done", "v1:a")
+	first, err := e.c.Do(ctx, done, e.insertOrder)
+	if err != nil || first.Kind != claim.Executed {
+		t.Fatalf("Do = %v, %v", first.Kind, err)
+	}
+	held := req("at-commit-held", "v1:a")
+	lease := mustClaim(t, e.c, held, claim.Acquired).Lease
+	t.Cleanup(func() { _ = lease.Release(context.WithoutCancel(ctx)) })
+	stmts := map[int32][2]int64{}
+	for _, score := range []int32{0, 32, -32} {
+		claim.SetGuess(e.c, score)
+		e.stmts.Reset()
+		rep, err := e.c.Do(ctx, done, e.insertOrder)
+		if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != string(first.Result.Body) {
+			t.Fatalf("score %d: replay = %v, %v; want the first answer", score, rep.Kind, err)
+		}
+		replay := e.stmts.Count()
+		e.stmts.Reset()
+		busy, err := e.c.Do(ctx, held, e.insertOrder)
+		if err != nil || busy.Kind != claim.InProgress {
+			t.Fatalf("score %d: Do on a held key = %v, %v; want InProgress", score, busy.Kind, err)
+		}
+		stmts[score] = [2]int64{replay, e.stmts.Count()}
+	}
+	if stmts[0][0] != 1 {
+		t.Errorf("a replay with the write at commit sent %d statements; want its read alone", stmts[0][0])
+	}
+	for _, score := range []int32{32, -32} {
+		if stmts[score] != stmts[0] {
+			t.Errorf("score %d: replay and held key sent %v statements; at score 0 %v", score, stmts[score], stmts[0])
+		}
+	}
+	e.wantOrders(t, first.OperationID, 1)
+}
