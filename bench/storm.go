@@ -218,6 +218,7 @@ type burstSide struct {
 	tally
 	n       int64
 	elapsed time.Duration
+	cpu     time.Duration // this process's CPU while the side's bursts ran
 }
 
 // fire releases n requests at once, each on its own goroutine, and waits
@@ -241,10 +242,19 @@ func (s *burstSide) fire(ctx context.Context, n int64, op func(ctx context.Conte
 			s.add(lat, o, err)
 		})
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), processCPU()
 	close(start)
 	wg.Wait()
 	s.elapsed += time.Since(t0)
+	s.cpu += processCPU() - cpu0
+}
+
+// cpuPer is this process's CPU per request of the side, in µs.
+func (s *burstSide) cpuPer() float64 {
+	if s.n == 0 {
+		return 0
+	}
+	return us(s.cpu) / float64(s.n)
 }
 
 func (s *burstSide) rate() float64 {
@@ -300,7 +310,7 @@ func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 	do := stormDo(book, c)
 	var lib, floor burstSide
 	n, dups := int64(size.keys*size.dups), int64(size.dups)
-	var claims int64
+	var claims, stmts int64
 	for t := range size.trials {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -313,6 +323,7 @@ func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 		before := e.counts()
 		lib.fire(ctx, n, func(ctx context.Context, i int64) (outcome, error) { return do(ctx, r, i) })
 		claims += e.counts().claims - before.claims
+		stmts += e.counts().sql - before.sql
 		if err := book.after(ctx, r, n); err != nil {
 			return nil, err
 		}
@@ -337,7 +348,10 @@ func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 				size.trials, size.keys, size.dups, burstPool,
 				lib.rate(), fmtDur(lib.h.quantile(0.5)), fmtDur(lib.h.quantile(0.99)),
 				lib.outcomes[oExecuted], lib.outcomes[oReplayRedis], lib.outcomes[oReplayDB], lib.outcomes[oInProgress], lib.errs,
-				floor.rate(), fmtDur(floor.h.quantile(0.5)), fmtDur(floor.h.quantile(0.99)))},
+				floor.rate(), fmtDur(floor.h.quantile(0.5)), fmtDur(floor.h.quantile(0.99))) +
+				fmt.Sprintf("; a request here costs this process %.0fµs of CPU against the floor's %.0fµs, and %.2f statements "+
+					"(the executions' transactions, which share the machine with the servers)",
+					lib.cpuPer(), floor.cpuPer(), float64(stmts)/float64(max(lib.n, 1)))},
 		{Name: "burst: breaker openings", Value: float64(opens.Load()), Target: "== 0", Meets: boolp(opens.Load() == 0),
 			Note: fmt.Sprintf("%d durable claims for %d keys", claims, keys)},
 		{Name: "burst: most executions of one key", Value: float64(most), Target: "== 1", Check: true,
