@@ -53,6 +53,6 @@ func (f *floors) claimInBegin(ctx context.Context, key string) (outcome, error) 
 	gen := time.Now().Add(-30 * time.Second).UnixMilli()
 	begin := fmt.Sprintf("%s; SELECT %s.claim_in_begin(convert_from('\\x%x'::bytea, 'UTF8'), convert_from('\\x%x'::bytea, 'UTF8'), '\\x%x'::bytea, convert_from('\\x%x'::bytea, 'UTF8'), %d::bigint, '%s'::uuid, %d::bigint, %d::bigint, '\\x%x'::bytea)",
 		f.beginSQL, f.e.schema, tenant, operation, h[:], fingerprint, gen, owner, leaseUs, retentionUs, h[:])
-	return f.claimThenCompleteFrom(ctx, key, begin, func(pgx.Tx) (int64, error) { return gen, nil },
+	return f.claimThenComplete(ctx, key, begin, func(pgx.Tx) (int64, error) { return gen, nil },
 		func(gen int64) (string, []any) { return f.finishSQL, f.finishArgs(h[:], gen, owner) })
 }

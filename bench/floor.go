@@ -393,7 +393,7 @@ func execWithCommit(ctx context.Context, conn *pgxpool.Conn, sql string, args ..
 func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
 	owner := uuid.New()
-	return f.claimThenComplete(ctx, key, func(tx pgx.Tx) (int64, error) {
+	return f.claimThenComplete(ctx, key, f.beginSQL, func(tx pgx.Tx) (int64, error) {
 		rows, err := tx.Query(ctx, claimSQL, f.claimArgs(h[:], owner)...)
 		if err != nil {
 			return 0, err
@@ -412,16 +412,11 @@ func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome,
 	}, func(gen int64) (string, []any) { return f.finishSQL, f.finishArgs(h[:], gen, owner) })
 }
 
-// claimThenComplete runs the library's BEGIN, claim (which returns the
-// generation it granted), the order INSERT, then the completion finish
-// gives for that generation and COMMIT in one pipeline, on one connection.
-func (f *floors) claimThenComplete(ctx context.Context, key string, claim func(pgx.Tx) (int64, error), finish func(gen int64) (string, []any)) (outcome, error) {
-	return f.claimThenCompleteFrom(ctx, key, f.beginSQL, claim, finish)
-}
-
-// claimThenCompleteFrom is claimThenComplete with begin as the query that
-// opens the transaction.
-func (f *floors) claimThenCompleteFrom(ctx context.Context, key, begin string, claim func(pgx.Tx) (int64, error), finish func(gen int64) (string, []any)) (outcome, error) {
+// claimThenComplete runs begin (the library's BEGIN, or more in the same
+// query), claim (which returns the generation it granted), the order
+// INSERT, then the completion finish gives for that generation and COMMIT
+// in one pipeline, on one connection.
+func (f *floors) claimThenComplete(ctx context.Context, key, begin string, claim func(pgx.Tx) (int64, error), finish func(gen int64) (string, []any)) (outcome, error) {
 	conn, err := f.e.pool.Acquire(ctx)
 	if err != nil {
 		return oOther, err

@@ -121,7 +121,7 @@ func (f *floors) slimClaimFirst(ctx context.Context, s slimStatements, key strin
 	h := sha256.Sum256([]byte(key))
 	digest := sha256.Sum256(h[:])
 	owner := uuid.New()
-	return f.claimThenComplete(ctx, key, func(tx pgx.Tx) (int64, error) {
+	return f.claimThenComplete(ctx, key, f.beginSQL, func(tx pgx.Tx) (int64, error) {
 		var gen int64
 		err := tx.QueryRow(ctx, s.claim, digest[:], tenant, operation, h[:], fingerprintDigest, int64(0), pgUUID(owner),
 			leaseUs, retentionUs).Scan(&gen)

@@ -173,30 +173,29 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	}
 	t, p, f, sent := s.t, s.p, s.f, s.sent
 	d := &doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
+	read := false // the record was just read: it exists
 	if c.atCommit != nil {
 		if out, done, err := c.doAtCommit(ctx, d, f); done {
 			return out, err
 		}
 		// The record exists: claim it as below. fn's first run rolled back.
 		*d = doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
-	}
-	if c.atCommit == nil && f.proposed == 0 && c.guess.recorded() {
+		read = true
+	} else if f.proposed == 0 && c.guess.recorded() {
 		// Most recent claims Redis did not grant found a record: one read
 		// answers a finished one without a transaction (newGuess).
-		out, done, _, err := c.readFirst(ctx, d, f)
+		out, done, absent, err := c.readFirst(ctx, d, f)
 		if done {
 			if err == nil || errors.Is(err, durable.ErrMismatch) {
 				c.guess.observeRead()
 			}
 			return out, err
 		}
+		read = !absent
 	}
 	c.hint(&d.p, f)
-	if c.atCommit != nil {
-		// doAtCommit found the record: the plain insert would only find
-		// it again, a statement for nothing.
-		d.p.ExpectNew = false
-	}
+	// A record just read would only be found again by the plain insert.
+	d.p.ExpectNew = d.p.ExpectNew && !read
 	p = d.p
 
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
