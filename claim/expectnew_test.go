@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -305,6 +306,32 @@ func TestClaimer_GuessAddsNoReadToWriteAtCommit(t *testing.T) {
 		if stmts[score] != stmts[0] {
 			t.Errorf("score %d: replay and held key sent %v statements; at score 0 %v", score, stmts[score], stmts[0])
 		}
+	}
+	e.wantOrders(t, first.OperationID, 1)
+}
+
+// While Do reads first, a key reused with another payload is rejected
+// from the read: ErrMismatch, one statement, fn not run.
+func TestClaimer_ReadFirstRejectsAnotherPayload(t *testing.T) {
+	t.Parallel()
+	e, c, _ := hintSetup(t, withoutRed)
+	ctx := t.Context()
+	first, err := c.Do(ctx, req("read-first-reused", "v1:a"), e.insertOrder)
+	if err != nil || first.Kind != claim.Executed {
+		t.Fatalf("Do = %v, %v", first.Kind, err)
+	}
+	claim.SetGuess(c, -32)
+	e.stmts.Reset()
+	ran := false
+	_, err = c.Do(ctx, req("read-first-reused", "v1:b"), func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+		ran = true
+		return durable.Result{}, nil
+	})
+	if !errors.Is(err, durable.ErrMismatch) || ran {
+		t.Fatalf("Do with another payload = %v, fn ran %v; want ErrMismatch, fn not run", err, ran)
+	}
+	if n := e.stmts.Count(); n != 1 {
+		t.Errorf("the mismatch sent %d statements; want the read alone", n)
 	}
 	e.wantOrders(t, first.OperationID, 1)
 }
