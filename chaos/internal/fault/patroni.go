@@ -1,6 +1,7 @@
 package fault
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,10 +117,51 @@ func NewPatroni(ctx context.Context, n int, synchronous bool) (_ *Patroni, err e
 			return nil, err
 		}
 	}
-	if err := p.WaitHealthy(ctx, 120*time.Second); err != nil {
-		return nil, err
+	// A replica's ports are bound only once it has cloned the leader,
+	// seconds after they were picked: another test can take one
+	// meanwhile. Such a node is started again on new ports (twice at
+	// most) rather than failing the cluster.
+	for retries := 0; ; retries++ {
+		err := p.waitHealthy(ctx, 120*time.Second, p.portTaken)
+		if err == nil {
+			return p, nil
+		}
+		i := slices.IndexFunc(p.nodes, p.portTaken)
+		if i <= 0 || retries == 2 {
+			return nil, err
+		}
+		if err := p.replaceNode(i, bin); err != nil {
+			return nil, err
+		}
 	}
-	return p, nil
+}
+
+// nodePort picks the PostgreSQL port of the node named name; a test
+// replaces it to hand a node a port that is taken.
+var nodePort = func(string) (int, error) { return freePort() }
+
+// portTaken reports whether node n's log says a port it was given was
+// taken by the time it bound it.
+func (p *Patroni) portTaken(n *patroniNode) bool {
+	b, _ := os.ReadFile(filepath.Join(p.dir, n.name+".log"))
+	return bytes.Contains(b, []byte("could not create listen socket")) || bytes.Contains(b, []byte("Couldn't start a service"))
+}
+
+// replaceNode kills replica i, drops its data, log and proxies, and starts
+// it again under the same name on new ports.
+func (p *Patroni) replaceNode(i int, bin string) error {
+	old := p.nodes[i]
+	if err := p.Kill(i); err != nil {
+		return err
+	}
+	old.dcs.Close()
+	old.repl.Close()
+	_ = os.Rename(filepath.Join(p.dir, old.name+".log"), filepath.Join(p.dir, old.name+".port-taken.log"))
+	if err := os.RemoveAll(filepath.Join(p.dir, old.name)); err != nil {
+		return err
+	}
+	p.nodes[i] = &patroniNode{name: old.name}
+	return p.setUpNode(p.nodes[i], bin)
 }
 
 func (p *Patroni) startEtcd(ctx context.Context) error {
@@ -223,12 +265,17 @@ tags:
 		n.pgPort, n.repl.Addr(), data, bin, filepath.Join(p.dir, n.name+".pgpass"), p.dir)
 }
 
-// addNode picks the ports of a new node named name, starts its proxies,
-// writes its configuration and starts it.
-func (p *Patroni) addNode(name, bin string) (err error) {
-	node := &patroniNode{name: name, done: make(chan struct{})}
+// addNode adds a node named name and sets it up (setUpNode).
+func (p *Patroni) addNode(name, bin string) error {
+	node := &patroniNode{name: name}
 	p.nodes = append(p.nodes, node) // so that Close closes its proxies
-	if node.pgPort, err = freePort(); err != nil {
+	return p.setUpNode(node, bin)
+}
+
+// setUpNode picks the ports of node, starts its proxies, writes its
+// configuration and starts it.
+func (p *Patroni) setUpNode(node *patroniNode, bin string) (err error) {
+	if node.pgPort, err = nodePort(node.name); err != nil {
 		return err
 	}
 	if node.rest, err = freePort(); err != nil {
@@ -356,10 +403,19 @@ func (p *Patroni) WaitLeader(ctx context.Context, d time.Duration, not ...int) (
 // one as the primary and, in synchronous mode, one as the synchronous
 // standby (GET /sync answers 200).
 func (p *Patroni) WaitHealthy(ctx context.Context, d time.Duration) error {
+	return p.waitHealthy(ctx, d, nil)
+}
+
+// waitHealthy is WaitHealthy that also ends, with an error, once broken
+// (when not nil) holds for a node.
+func (p *Patroni) waitHealthy(ctx context.Context, d time.Duration, broken func(*patroniNode) bool) error {
 	deadline := time.Now().Add(d)
 	for {
 		if p.healthy() {
 			return nil
+		}
+		if i := slices.IndexFunc(p.nodes, func(n *patroniNode) bool { return broken != nil && broken(n) }); i >= 0 {
+			return fmt.Errorf("fault: patroni: %s cannot start\n%s", p.nodes[i].name, p.Logs())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("fault: patroni: cluster not healthy within %s\n%s", d, p.Logs())

@@ -3,6 +3,9 @@ package fault
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,6 +26,23 @@ func TestPatroni_FailoverKeepsAcknowledgedCommits(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
+	// node2's first port is taken (held here), as another test took one
+	// in CI: the cluster must still come up, node2 on a port of its own.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	handed := false
+	nodePort = func(name string) (int, error) {
+		if name == "node2" && !handed {
+			handed = true
+			return takenPort, nil
+		}
+		return freePort()
+	}
+	defer func() { nodePort = func(string) (int, error) { return freePort() } }()
 	p, err := NewPatroni(ctx, 3, true)
 	if (errors.Is(err, ErrNoPatroni) || errors.Is(err, ErrNoPostgres)) && !testenv.CI() {
 		t.Skip(err)
@@ -31,6 +51,12 @@ func TestPatroni_FailoverKeepsAcknowledgedCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	if !handed || p.nodes[1].pgPort == takenPort {
+		t.Fatalf("node2 was handed the taken port %d: %v; it runs on %d", takenPort, handed, p.nodes[1].pgPort)
+	}
+	if _, err := os.Stat(filepath.Join(p.dir, "node2.port-taken.log")); err != nil {
+		t.Fatalf("node2 was not started again after its port was taken: %v", err)
+	}
 
 	exec := func(sql string, args ...any) error {
 		c, err := pgx.Connect(ctx, p.URL())
