@@ -50,12 +50,17 @@ var ErrNothingToRollBack = errors.New("pgmigrate: no applied migration to roll b
 // versions were recorded: Up records them first.
 var ErrUnrecorded = errors.New("pgmigrate: the table exists but no versions are recorded (migrated by an earlier version); run up first to record them")
 
-// Migration is one numbered pair of files.
+// Migration is one numbered pair of files: NNN_name.up.sql, or for a
+// contract step NNN_name.contract.sql, and NNN_name.down.sql.
 type Migration struct {
 	Version int
 	Name    string // the base name without .up.sql, e.g. "001_create_idempotency_requests"
-	up      string // file names in the FS
-	down    string
+	// Contract marks a contract step: [Up] never runs it; [Contract] does,
+	// once the operator knows no instance of a version before its expand
+	// step runs any more.
+	Contract bool
+	up       string // file names in the FS (the .contract.sql file for a contract step)
+	down     string
 }
 
 // Target names where the migrations apply. Schema empty means the
@@ -75,26 +80,35 @@ func (t Target) qualify(name string) string {
 	return t.Schema + "." + name
 }
 
-// List returns the migrations of fsys (files NNN_name.up.sql at its root,
-// each with its .down.sql), in version order.
+// List returns the migrations of fsys (files NNN_name.up.sql or
+// NNN_name.contract.sql at its root, each with its .down.sql), in version
+// order.
 func List(fsys fs.FS) ([]Migration, error) {
 	ups, err := fs.Glob(fsys, "*.up.sql")
 	if err != nil {
 		return nil, err
 	}
+	contracts, err := fs.Glob(fsys, "*.contract.sql")
+	if err != nil {
+		return nil, err
+	}
 	var ms []Migration
-	for _, up := range ups {
-		base := strings.TrimSuffix(path.Base(up), ".up.sql")
+	for _, up := range append(ups, contracts...) {
+		ext := ".up.sql"
+		if strings.HasSuffix(up, ".contract.sql") {
+			ext = ".contract.sql"
+		}
+		base := strings.TrimSuffix(path.Base(up), ext)
 		num, _, ok := strings.Cut(base, "_")
 		v, err := strconv.Atoi(num)
 		if !ok || err != nil || v < 1 {
 			return nil, fmt.Errorf("pgmigrate: %s: the name must start with a positive number and '_'", up)
 		}
-		down := strings.TrimSuffix(up, ".up.sql") + ".down.sql"
+		down := strings.TrimSuffix(up, ext) + ".down.sql"
 		if _, err := fs.Stat(fsys, down); err != nil {
 			return nil, fmt.Errorf("pgmigrate: %s has no %s", up, down)
 		}
-		ms = append(ms, Migration{Version: v, Name: base, up: up, down: down})
+		ms = append(ms, Migration{Version: v, Name: base, Contract: ext == ".contract.sql", up: up, down: down})
 	}
 	slices.SortFunc(ms, func(a, b Migration) int { return a.Version - b.Version })
 	for i := 1; i < len(ms); i++ {
@@ -168,6 +182,9 @@ func Up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) ([]int, e
 	}
 	var recorded []int
 	for _, m := range ms {
+		if m.Contract {
+			continue // the operator's step: Contract
+		}
 		q, err := t.sql(fsys, m.up)
 		if err != nil {
 			return nil, err
@@ -188,6 +205,73 @@ func Up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) ([]int, e
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return recorded, nil
+}
+
+// ErrNoContract is returned by [Contract] when the build has no contract
+// step left to apply.
+var ErrNoContract = errors.New("pgmigrate: no contract step to apply")
+
+// Contract applies the lowest contract step not recorded yet: it runs its
+// .contract.sql file and records its version, in one transaction under the
+// lock, after checking that every migration below it is recorded (the
+// expand steps it relies on). It returns the step applied, or
+// [ErrNoContract].
+func Contract(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Migration, error) {
+	ms, err := List(fsys)
+	if err != nil {
+		return Migration{}, err
+	}
+	tx, err := begin(ctx, pool, t, false)
+	if err != nil {
+		return Migration{}, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	vt, _, err := exists(ctx, tx, t)
+	if err != nil {
+		return Migration{}, err
+	}
+	if !vt {
+		return Migration{}, fmt.Errorf("pgmigrate: contract: no versions are recorded: run up first")
+	}
+	got := map[int]bool{}
+	rows, err := tx.Query(ctx, `SELECT version FROM `+t.Table+VersionSuffix)
+	if err != nil {
+		return Migration{}, fmt.Errorf("read versions: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return Migration{}, fmt.Errorf("read versions: %w", err)
+		}
+		got[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return Migration{}, fmt.Errorf("read versions: %w", err)
+	}
+	for _, m := range ms {
+		switch {
+		case got[m.Version]:
+			continue
+		case !m.Contract:
+			return Migration{}, fmt.Errorf("pgmigrate: contract: %s is not applied: run up first", m.Name)
+		}
+		q, err := t.sql(fsys, m.up)
+		if err != nil {
+			return Migration{}, err
+		}
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return Migration{}, fmt.Errorf("%s: %w", path.Base(m.up), err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+t.Table+VersionSuffix+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			return Migration{}, fmt.Errorf("record %s: %w", m.Name, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return Migration{}, fmt.Errorf("commit: %w", err)
+		}
+		return m, nil
+	}
+	return Migration{}, ErrNoContract
 }
 
 // Down rolls back the highest recorded version: it runs its down file and
