@@ -127,9 +127,9 @@ func (s *store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (s
 	}
 	ref := p.Scope.Ref(s.cfg.secret)
 	res := storeapi.ClaimResult{Ref: ref}
-	digest := ref.Digest()
-	args := append(refArgs(ref), p.Fingerprint, int64(p.Proposed), pgUUID(p.Owner),
-		p.Lease.Microseconds(), p.Retention.Microseconds(), digest[:])
+	h, digest := ref.KeyHash, ref.Digest()
+	args := []any{ref.Tenant, ref.Operation, h[:], p.Fingerprint, int64(p.Proposed), pgUUID(p.Owner),
+		p.Lease.Microseconds(), p.Retention.Microseconds(), digest[:]}
 	for range 3 {
 		// A key Redis has just granted most likely has no record: the
 		// cheaper insert alone claims it (claimNewSQL says why it comes
@@ -169,7 +169,7 @@ func (s *store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (s
 		if !raw.valid() {
 			// The conflicting row was committed after this statement's
 			// snapshot: read it with a new one.
-			err := q.QueryRow(ctx, s.q.get, refArgs(ref)...).Scan(raw.targets()...)
+			err := q.QueryRow(ctx, s.q.get, keyArgs(ref)...).Scan(raw.targets()...)
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // deleted since (swept): claim again
 			}

@@ -29,9 +29,28 @@
 // index) and 004 a partial index on the records ever taken over, for
 // [durable.Store.Stats].
 //
+// # The digest as the key (006, 007)
+//
+// 006 gives every row its digest and makes sure the primary key
+// constraint is named <table>_pkey. From 006 on, the store names a record
+// by its digest and its scope's columns in every statement, and its claim
+// upserts ON CONFLICT ON CONSTRAINT <table>_pkey, whatever that key's
+// columns. 007 is a contract step: Migrate never runs it; the operator runs
+// "oncekey migrate contract -yes" (or the file
+// 007_digest_primary_key.contract.sql, in one transaction) once every
+// instance runs a version with 006. It makes operation_digest the primary
+// key and drops the (tenant_id, operation, key_hash) key's index and 003's
+// operation index: every write maintains one B-tree fewer, and a narrower
+// one (measured in bench/README.md). An instance of a version before 006
+// claims ON CONFLICT (tenant_id, operation, key_hash), which fails once
+// 007 is applied; 007's down file puts the old key back. 007 reads the
+// table twice while writes wait (NOT NULL, the index build): run it at a
+// quiet time. It refuses a partitioned table, which keeps the old key.
+//
 // [Migrate] records each applied version in the table <table>_migrations
-// beside it; the operator CLI (cmd/oncekey: migrate status, migrate down)
-// reports them and rolls back one step with the .down.sql files.
+// beside it; the operator CLI (cmd/oncekey: migrate status, migrate
+// contract, migrate down) reports them, applies contract steps and rolls
+// back one step with the .down.sql files.
 //
 // # Partitions
 //
@@ -43,7 +62,8 @@
 // claim relies on, is unchanged: a key hashes to one partition, whose
 // primary key index arbitrates the INSERT ... ON CONFLICT. Every statement
 // for one record (the claim and its replay read, Get, Renew, Handover,
-// Complete, Fail, MarkUncertain, Release, Adopt) names the full key, so the
+// Complete, Fail, MarkUncertain, Release, Adopt) names the full key (and
+// the digest), so the
 // planner prunes it to one partition for the arguments it is sent with
 // (PostgreSQL keeps planning these statements for their arguments: a generic
 // plan costs more). The read by operation identity (the claim package's

@@ -26,6 +26,9 @@ var migrationFiles embed.FS
 // (table idempotency_requests in the search_path's first schema), and create
 // the table unpartitioned: for [WithPartitions], create the partitioned
 // table and its partitions first (as Migrate does), and 001 then finds it.
+// A contract step (007_digest_primary_key.contract.sql, see the package
+// documentation) is not an up file, so golang-migrate leaves it alone: run
+// it as it is once every instance runs a version with 006.
 func Migrations() fs.FS {
 	sub, err := fs.Sub(migrationFiles, "migration")
 	if err != nil {

@@ -50,18 +50,18 @@ func hotStatements(t testing.TB, s *internalStore) []statement {
 	}
 	lease := time.Minute.Microseconds()
 	return []statement{
-		{"claim", s.q.claim, append(refArgs(ref), p.Fingerprint, int64(0), pgUUID(p.Owner), lease,
-			p.Retention.Microseconds(), digest[:])},
-		{"claim of a key Redis granted (insert first)", s.q.claimNew, append(refArgs(fresh), p.Fingerprint, int64(7), pgUUID(p.Owner), lease,
-			p.Retention.Microseconds(), freshDigest[:])},
-		{"get (replay read, re-read)", s.q.get, refArgs(ref)},
+		{"claim", s.q.claim, []any{ref.Tenant, ref.Operation, ref.KeyHash[:], p.Fingerprint, int64(0), pgUUID(p.Owner), lease,
+			p.Retention.Microseconds(), digest[:]}},
+		{"claim of a key Redis granted (insert first)", s.q.claimNew, []any{fresh.Tenant, fresh.Operation, fresh.KeyHash[:], p.Fingerprint, int64(7), pgUUID(p.Owner), lease,
+			p.Retention.Microseconds(), freshDigest[:]}},
+		{"get (replay read, re-read)", s.q.get, keyArgs(ref)},
 		{"renew", s.q.renew, fenceArgs(ref, tok, lease)},
 		{"handover", s.q.handover, fenceArgs(ref, tok, pgUUID(uuid.New()), lease)},
 		{"complete", s.q.complete, fenceArgs(ref, tok, 201, jsonHeaders, body, 1, "", bin)},
 		{"fail", s.q.fail, fenceArgs(ref, tok, 402, jsonHeaders, body, 1, "", bin)},
 		{"mark uncertain", s.q.markUncertain, fenceArgs(ref, tok)},
 		{"release", s.q.release, fenceArgs(ref, tok)},
-		{"adopt", s.q.adopt, append(refArgs(ref), int64(0), pgUUID(uuid.New()), lease)},
+		{"adopt", s.q.adopt, append(keyArgs(ref), int64(0), pgUUID(uuid.New()), lease)},
 		{"insert at commit (Do's record)", s.q.insertCompleted, []any{fresh.Tenant, fresh.Operation, fresh.KeyHash[:], p.Fingerprint,
 			time.Now().Add(-30 * time.Second).UnixMilli(), pgUUID(uuid.New()), 201, jsonHeaders, bin, body, 1, "",
 			p.Retention.Microseconds(), freshDigest[:]}},
@@ -123,7 +123,7 @@ func TestPartitionPruning(t *testing.T) {
 	all := []statement{
 		{"operation lookup", s.q.operation, []any{digest[:], "tenant"}},
 		// Negative control: the claim's key without key_hash cannot prune.
-		{"read without key_hash", strings.Replace(s.q.get, "AND r.key_hash = $3::bytea", "", 1), []any{"tenant", "POST /orders"}},
+		{"read without key_hash", strings.NewReplacer("AND r.key_hash = $3::bytea", "", "r.operation_digest = $4::bytea AND ", "").Replace(s.q.get), []any{"tenant", "POST /orders"}},
 	}
 	for _, st := range all {
 		plan, raw, err := explain(ctx, s.pool, st.sql, st.args...)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncekey/oncekey/durable/driver/pgmigrate"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/testkit/pgproxy"
@@ -43,6 +44,9 @@ type fixtureOpts struct {
 	partitions int
 	// genericPlans: the sessions run with plan_cache_mode=force_generic_plan.
 	genericPlans bool
+	// contracted: after Migrate, migration 007's contract step (the digest
+	// as the primary key). The default table, unqualified.
+	contracted bool
 }
 
 var fixtures sync.Map // storeapi.Store[pgx.Tx] → *fixture
@@ -95,6 +99,11 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	if !o.noMigrate {
 		if err := postgres.Migrate(ctx, f.pool, f.opts...); err != nil {
 			t.Fatalf("Migrate: %v", err)
+		}
+	}
+	if o.contracted {
+		if _, err := pgmigrate.Contract(ctx, f.pool, postgres.Migrations(), pgmigrate.Target{Schema: sch.Name, Table: pgmigrate.DefaultTable}); err != nil {
+			t.Fatalf("contract: %v", err)
 		}
 	}
 	fixtures.Store(f.s, f)
@@ -203,6 +212,14 @@ func TestContractExpectNew(t *testing.T) {
 	h := harness(fixtureOpts{unconfigured: true})
 	h.ExpectNew = true
 	storetest.Run(t, h)
+}
+
+// TestContractDigestKey runs the suite on a table whose primary key is the
+// operation digest (migration 007's contract step): the statements are the
+// same as before it, and so must be every outcome.
+func TestContractDigestKey(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, harness(fixtureOpts{contracted: true}))
 }
 
 // TestContractPartitioned runs the suite on a table hash-partitioned into 4

@@ -46,6 +46,12 @@ const recCols = `r.tenant_id, r.operation, r.key_hash, r.request_hash, r.state::
 //     locked and nothing is written: a replay answered by the database is
 //     one indexed read, not a locking upsert.
 //   - ins inserts the record, or takes it over when the rule allows
+//     (its conflict target is the primary key by its constraint's name,
+//     which migration 006 makes sure of: (tenant_id, operation, key_hash)
+//     until 007's contract step makes it the operation digest, and always
+//     on a partitioned table; the statement is the same for both, and
+//     every statement names the record by the digest and the scope's
+//     columns, so either index finds it and a partitioned table prunes)
 //     (EXCLUDED.created_at is the statement's clock). A takeover keeps
 //     created_at, so "ins.created_at <> c.now" tells a takeover apart. Its
 //     generation is GREATEST($5, stored+1) for a takeover of an expired
@@ -64,7 +70,7 @@ const claimSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 fin AS MATERIALIZED (
 	SELECT ` + recCols + `
 	FROM %T r, c n
-	WHERE r.tenant_id = $1::text AND r.operation = $2::text AND r.key_hash = $3::bytea
+	WHERE r.operation_digest = $9::bytea AND r.tenant_id = $1::text AND r.operation = $2::text AND r.key_hash = $3::bytea
 		AND r.state IN ('completed', 'failed') AND r.expires_at > n.now
 ),
 ins AS (
@@ -75,7 +81,7 @@ ins AS (
 		(SELECT now FROM c) + $7::bigint * interval '1 microsecond', 0, (SELECT now FROM c),
 		(SELECT now FROM c) + $8::bigint * interval '1 microsecond', $8::bigint, $9::bytea
 	WHERE NOT EXISTS (SELECT 1 FROM fin)
-	ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
+	ON CONFLICT ON CONSTRAINT %PKEY DO UPDATE SET
 		generation = CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL
 			THEN GREATEST($5::bigint, t.generation + 1) ELSE GREATEST(EXCLUDED.generation, t.generation + 1) END,
 		retention_us = CASE WHEN t.state = 'processing' AND t.owner_token IS NOT NULL
@@ -97,11 +103,11 @@ ins AS (
 		OR (t.state IN ('completed', 'failed') AND t.expires_at <= EXCLUDED.created_at)
 	RETURNING t.generation, t.created_at
 ),
-old AS (SELECT 1 FROM %T WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3),
+old AS (SELECT 1 FROM %T WHERE operation_digest = $9 AND tenant_id = $1 AND operation = $2 AND key_hash = $3),
 cur AS (
 	SELECT ` + recCols + `
 	FROM %T r, (SELECT clock_timestamp() AS now) n
-	WHERE r.tenant_id = $1 AND r.operation = $2 AND r.key_hash = $3
+	WHERE r.operation_digest = $9 AND r.tenant_id = $1 AND r.operation = $2 AND r.key_hash = $3
 		AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM fin)
 	FOR SHARE OF r
 ),
@@ -113,7 +119,8 @@ FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
 // that does not exist, exactly as claimSQL's ins inserts one ($1-$9 as
 // there), returning its generation; no row when the scope has a record
 // (ON CONFLICT DO NOTHING takes no lock on it, after waiting for a
-// transaction that inserts or holds it). The claim then runs claimSQL.
+// transaction that inserts or holds it; naming no target, it arbitrates on
+// the primary key whichever its columns). The claim then runs claimSQL.
 //
 // The store sends it only with ClaimParams.ExpectNew (Redis has just
 // granted the key, so there is most likely no record): the insert alone
@@ -129,7 +136,7 @@ SELECT $1::text, $2::text, $3::bytea, $4::text, 'processing',
 	c.now + $7::bigint * interval '1 microsecond', 0, c.now,
 	c.now + $8::bigint * interval '1 microsecond', $8::bigint, $9::bytea
 FROM c
-ON CONFLICT (tenant_id, operation, key_hash) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING generation`
 
 // insertFinishedSQL writes the record of a Do whose transaction is its lease
@@ -156,10 +163,11 @@ SELECT $1::text, $2::text, $3::bytea, $4::text, '%S', $5::bigint, $6::uuid,
 FROM c
 WHERE 1 / (CASE WHEN $5::bigint >= %FLOOR THEN 1 ELSE 0 END) = 1`
 
-// getSQL reads one record: $1 tenant, $2 operation, $3 key hash.
+// getSQL reads one record: $1 tenant, $2 operation, $3 key hash,
+// $4 operation digest (keyArgs).
 const getSQL = `SELECT ` + recCols + `
 FROM %T r, (SELECT clock_timestamp() AS now) n
-WHERE r.tenant_id = $1::text AND r.operation = $2::text AND r.key_hash = $3::bytea`
+WHERE r.operation_digest = $4::bytea AND r.tenant_id = $1::text AND r.operation = $2::text AND r.key_hash = $3::bytea`
 
 // operationSQL reads one record by its operation identity, within one
 // tenant: $1 operation digest, $2 tenant.
@@ -168,19 +176,20 @@ FROM %T r, (SELECT clock_timestamp() AS now) n
 WHERE r.operation_digest = $1::bytea AND r.tenant_id = $2::text`
 
 // fenceWhere matches the record AND its current token: $1 tenant,
-// $2 operation, $3 key hash, $4 generation, $5 owner.
-const fenceWhere = `WHERE tenant_id = $1::text AND operation = $2::text AND key_hash = $3::bytea
-	AND generation = $4::bigint AND owner_token = $5::uuid`
+// $2 operation, $3 key hash, $4 operation digest (keyArgs), $5 generation,
+// $6 owner.
+const fenceWhere = `WHERE operation_digest = $4::bytea AND tenant_id = $1::text AND operation = $2::text AND key_hash = $3::bytea
+	AND generation = $5::bigint AND owner_token = $6::uuid`
 
-// finishSQL completes or fails (%S is the state): $6 status, $7 headers
-// (the lossy jsonb copy), $8 body, $9 version, $10 resource id, $11 headers
+// finishSQL completes or fails (%S is the state): $7 status, $8 headers
+// (the lossy jsonb copy), $9 body, $10 version, $11 resource id, $12 headers
 // byte for byte. The record keeps a full retention after it finished:
 // expires_at = GREATEST(expires_at, now + retention), with a row written by
 // the previous version (no retention_us) read as expires_at - created_at.
 const finishSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
-UPDATE %T SET state = '%S', status_code = $6::integer, response_headers = $7::jsonb,
-	response_headers_bin = $11::bytea,
-	response_body = $8::bytea, response_version = $9::integer, resource_id = $10::text,
+UPDATE %T SET state = '%S', status_code = $7::integer, response_headers = $8::jsonb,
+	response_headers_bin = $12::bytea,
+	response_body = $9::bytea, response_version = $10::integer, resource_id = $11::text,
 	completed_at = (SELECT now FROM c), lease_expires_at = NULL,
 	expires_at = GREATEST(expires_at, (SELECT now FROM c)
 		+ COALESCE(retention_us * interval '1 microsecond', expires_at - created_at))
@@ -189,14 +198,14 @@ UPDATE %T SET state = '%S', status_code = $6::integer, response_headers = $7::js
 const markUncertainSQL = `UPDATE %T SET state = 'uncertain', lease_expires_at = NULL
 ` + fenceWhere + ` AND state = 'processing'`
 
-// renewSQL: $6 lease µs. An uncertain record is renewed only once adopted
+// renewSQL: $7 lease µs. An uncertain record is renewed only once adopted
 // (its lease is set).
-const renewSQL = `UPDATE %T SET lease_expires_at = clock_timestamp() + $6::bigint * interval '1 microsecond'
+const renewSQL = `UPDATE %T SET lease_expires_at = clock_timestamp() + $7::bigint * interval '1 microsecond'
 ` + fenceWhere + ` AND (state = 'processing' OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`
 
-// handoverSQL: $6 new owner, $7 lease µs. Returns the new generation.
-const handoverSQL = `UPDATE %T SET generation = generation + 1, owner_token = $6::uuid,
-	lease_expires_at = clock_timestamp() + $7::bigint * interval '1 microsecond'
+// handoverSQL: $7 new owner, $8 lease µs. Returns the new generation.
+const handoverSQL = `UPDATE %T SET generation = generation + 1, owner_token = $7::uuid,
+	lease_expires_at = clock_timestamp() + $8::bigint * interval '1 microsecond'
 ` + fenceWhere + ` AND state = 'processing'
 RETURNING generation`
 
@@ -206,21 +215,22 @@ RETURNING generation`
 const releaseSQL = `UPDATE %T SET state = 'processing', owner_token = NULL, lease_expires_at = NULL
 ` + fenceWhere + ` AND (state = 'processing' OR (state = 'uncertain' AND lease_expires_at IS NOT NULL))`
 
-// adoptSQL: $1 tenant, $2 operation, $3 key hash, $4 proposed, $5 owner,
-// $6 lease µs. Returns the new generation (NULL when nothing was adopted)
+// adoptSQL: $1 tenant, $2 operation, $3 key hash, $4 operation digest
+// (keyArgs), $5 proposed, $6 owner, $7 lease µs. Returns the new
+// generation (NULL when nothing was adopted)
 // and whether the record exists.
 const adoptSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 u AS (
-	UPDATE %T t SET generation = GREATEST($4::bigint, t.generation + 1), owner_token = $5::uuid,
-		lease_expires_at = (SELECT now FROM c) + $6::bigint * interval '1 microsecond',
+	UPDATE %T t SET generation = GREATEST($5::bigint, t.generation + 1), owner_token = $6::uuid,
+		lease_expires_at = (SELECT now FROM c) + $7::bigint * interval '1 microsecond',
 		takeovers = t.takeovers + 1
-	WHERE t.tenant_id = $1::text AND t.operation = $2::text AND t.key_hash = $3::bytea
+	WHERE t.operation_digest = $4::bytea AND t.tenant_id = $1::text AND t.operation = $2::text AND t.key_hash = $3::bytea
 		AND ((t.state = 'uncertain' AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= (SELECT now FROM c)))
 			OR (t.state = 'processing' AND t.owner_token IS NOT NULL AND t.lease_expires_at <= (SELECT now FROM c)))
 	RETURNING t.generation
 )
 SELECT (SELECT generation FROM u),
-	EXISTS (SELECT 1 FROM %T WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3)`
+	EXISTS (SELECT 1 FROM %T WHERE operation_digest = $4 AND tenant_id = $1 AND operation = $2 AND key_hash = $3)`
 
 // pendingSQL: $1 stale-for µs, $2 limit. Fewest takeovers first, then
 // oldest: every adoption counts one, so records the Reconciler could not
@@ -240,7 +250,7 @@ LIMIT $2::integer`
 // concurrent claim.
 const sweepSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 v AS (
-	SELECT tenant_id, operation, key_hash FROM %T
+	SELECT operation_digest, tenant_id, operation, key_hash FROM %T
 	WHERE (state IN ('completed', 'failed') OR (state = 'processing' AND owner_token IS NULL))
 		AND expires_at <= (SELECT now FROM c)
 		AND generation < %SWEEPMAX
@@ -249,7 +259,8 @@ v AS (
 	FOR UPDATE SKIP LOCKED
 )
 DELETE FROM %T t USING v
-WHERE t.tenant_id = v.tenant_id AND t.operation = v.operation AND t.key_hash = v.key_hash`
+WHERE t.operation_digest = v.operation_digest AND t.tenant_id = v.tenant_id AND t.operation = v.operation
+	AND t.key_hash = v.key_hash`
 
 // statsExactSQL counts every record exactly in one sequential scan. Stats
 // runs it only while the table is small (statsExactMaxPages); its cost grows
@@ -340,12 +351,14 @@ FROM (
 // transaction; sent in the same round trip as the statement it guards.
 const setLockTimeoutSQL = `SELECT set_config('lock_timeout', $1::text, true)`
 
-func buildQueries(table string) queries {
+// buildQueries fills in table (schema-qualified or not), whose name without
+// the schema is name.
+func buildQueries(table, name string) queries {
 	clock := func(at string) string { return strings.ReplaceAll(clockMs, "%C", at) }
 	floor := "(" + clock("(SELECT now FROM c)") + " - " + strconv.Itoa(generationFloorLagMs) + ")"
 	sweepMax := "(" + clock("(SELECT now FROM c)") + " - " + strconv.Itoa(sweepGenerationMarginMs) + ")"
 	f := func(q, state string) string {
-		return strings.NewReplacer("%SWEEPMAX", sweepMax, "%FLOOR", floor, "%T", table, "%S", state).Replace(q)
+		return strings.NewReplacer("%SWEEPMAX", sweepMax, "%FLOOR", floor, "%PKEY", name+"_pkey", "%T", table, "%S", state).Replace(q)
 	}
 	return queries{
 		claim:           f(claimSQL, ""),

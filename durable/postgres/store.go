@@ -71,7 +71,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (durable.Store[pgx.Tx], error) {
 	s := &store{
 		pool:   pool,
 		cfg:    c,
-		q:      buildQueries(table),
+		q:      buildQueries(table, c.table),
 		lockMs: millis(c.lockTimeout),
 		beginSQL: "begin isolation level read committed; set local lock_timeout = " + millis(c.lockTimeout) +
 			"; set local idle_in_transaction_session_timeout = " + millis(c.idleInTx),
@@ -158,9 +158,14 @@ func (s *store) exec(ctx context.Context, q querier, sql string, args []any) (in
 	return tag.RowsAffected(), err
 }
 
-func refArgs(ref durable.Ref) []any {
-	h := ref.KeyHash
-	return []any{ref.Tenant, ref.Operation, h[:]}
+// keyArgs are the first four arguments of every statement that names one
+// record by its key (getSQL, fenceWhere, adoptSQL): the scope's columns and
+// the operation digest. The digest is the primary key once migration 007
+// (a contract step) is applied; the scope's columns are the key before it,
+// and what a partitioned table is partitioned by.
+func keyArgs(ref durable.Ref) []any {
+	h, d := ref.KeyHash, ref.Digest()
+	return []any{ref.Tenant, ref.Operation, h[:], d[:]}
 }
 
 func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
@@ -258,7 +263,7 @@ func (s *store) Get(ctx context.Context, ref durable.Ref) (durable.Record, error
 
 func (s *store) get(ctx context.Context, q querier, ref durable.Ref) (durable.Record, error) {
 	var raw rawRecord
-	if err := q.QueryRow(ctx, s.q.get, refArgs(ref)...).Scan(raw.targets()...); err != nil {
+	if err := q.QueryRow(ctx, s.q.get, keyArgs(ref)...).Scan(raw.targets()...); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return durable.Record{}, errGetNotFound // the common answer before a fresh Do: not built per call
 		}

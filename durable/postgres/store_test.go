@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -900,6 +901,14 @@ func TestMigrate_002ConvertsExistingRows(t *testing.T) {
 			ref.Tenant, ref.Operation, ref.KeyHash[:], fp, state, tok.Owner, status, hdrs, retention.Microseconds())
 		if err != nil {
 			t.Fatalf("insert a legacy row: %v", err)
+		}
+		// Once the table has the column, with its digest: every version
+		// since 003 writes it, and 006 leaves none without.
+		d := ref.Digest()
+		if _, err := f.pool.Exec(ctx, `DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'idempotency_requests'::regclass
+			AND attname = 'operation_digest') THEN UPDATE idempotency_requests SET operation_digest = '\x`+hex.EncodeToString(d[:])+`'::bytea
+			WHERE key_hash = '\x`+hex.EncodeToString(ref.KeyHash[:])+`'::bytea; END IF; END $$`); err != nil {
+			t.Fatal(err)
 		}
 		return ref, tok
 	}

@@ -2,14 +2,19 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"io/fs"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/pgmigrate"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/durable/postgres"
 )
@@ -131,5 +136,141 @@ func TestOperationIndex(t *testing.T) {
 	}
 	if !strings.Contains(plan.String(), "idempotency_requests_operation_idx") {
 		t.Fatalf("the operation read does not use its index:\n%s", plan.String())
+	}
+}
+
+// indexesOf lists the table's indexes as "name: definition, primary".
+func indexesOf(t *testing.T, f *fixture) map[string]string {
+	t.Helper()
+	rows, err := f.pool.Query(t.Context(), `SELECT c.relname, pg_get_indexdef(i.indexrelid), i.indisprimary
+	FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'idempotency_requests'::regclass`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var name, def string
+		var primary bool
+		if err := rows.Scan(&name, &def, &primary); err != nil {
+			t.Fatal(err)
+		}
+		if primary {
+			def += " PRIMARY"
+		}
+		got[name] = def
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestMigrateContract runs 007's contract step under a store holding a
+// finished and a held record, with the same store instance before and
+// after: the digest becomes the primary key, the old key's index and 003's
+// go, and the store replays, completes and claims through it unchanged.
+// A claim as the version before 006 sends it (ON CONFLICT on the old key's
+// columns) then fails, which is why the step is the operator's; Migrate
+// does not undo it, and its down file does (the old claim works again).
+func TestMigrateContract(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{})
+	ctx := t.Context()
+	claim := func(key string) storeapi.ClaimResult {
+		t.Helper()
+		res, err := f.s.Claim(ctx, nil, storeapi.ClaimParams{Scope: durable.Scope{Tenant: "t", Operation: "POST /x", Key: key},
+			Fingerprint: "v1:fp", Owner: uuid.New(), Lease: time.Minute, Retention: time.Hour})
+		if err != nil {
+			t.Fatalf("claim %s: %v", key, err)
+		}
+		return res
+	}
+	done, held := claim("k-done"), claim("k-held")
+	if err := f.s.Complete(ctx, nil, done.Ref, done.Token, durable.Result{StatusCode: 201}); err != nil {
+		t.Fatal(err)
+	}
+	// The claim statement of the version before 006, on a fresh key.
+	oldClaim := func() error {
+		_, err := f.pool.Exec(ctx, `INSERT INTO idempotency_requests (tenant_id, operation, key_hash, request_hash, state,
+			generation, owner_token, lease_expires_at, created_at, expires_at, operation_digest)
+			VALUES ('t', 'POST /x', sha256(random()::text::bytea), 'v1:fp', 'processing', 1, gen_random_uuid(),
+				now() + interval '1 minute', now(), now() + interval '1 hour', sha256(random()::text::bytea))
+			ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET generation = EXCLUDED.generation`)
+		return err
+	}
+	if err := oldClaim(); err != nil {
+		t.Fatalf("the previous version's claim before the contract step: %v", err)
+	}
+	tg := pgmigrate.Target{Schema: f.schema.Name, Table: pgmigrate.DefaultTable}
+	m, err := pgmigrate.Contract(ctx, f.pool, postgres.Migrations(), tg)
+	if err != nil || m.Version != 7 {
+		t.Fatalf("contract: %+v %v; want version 7", m, err)
+	}
+	if _, err := pgmigrate.Contract(ctx, f.pool, postgres.Migrations(), tg); !errors.Is(err, pgmigrate.ErrNoContract) {
+		t.Fatalf("contract again: %v; want ErrNoContract", err)
+	}
+	check := func(when string) {
+		t.Helper()
+		idx := indexesOf(t, f)
+		if !strings.HasSuffix(idx["idempotency_requests_pkey"], "(operation_digest) PRIMARY") {
+			t.Errorf("%s: primary key %q; want operation_digest", when, idx["idempotency_requests_pkey"])
+		}
+		for name, def := range idx {
+			if strings.Contains(def, "(tenant_id, operation, key_hash)") || name == "idempotency_requests_operation_idx" {
+				t.Errorf("%s: %s is still there: %s", when, name, def)
+			}
+		}
+	}
+	check("after the contract step")
+	if err := postgres.Migrate(ctx, f.pool, f.opts...); err != nil {
+		t.Fatal(err)
+	}
+	check("after Migrate")
+
+	if res := claim("k-done"); res.Acquired || res.Record == nil || res.Record.State != durable.Completed {
+		t.Fatalf("replay after the contract step: %+v", res)
+	}
+	if err := f.s.Complete(ctx, nil, held.Ref, held.Token, durable.Result{StatusCode: 201}); err != nil {
+		t.Fatalf("complete a record held across the contract step: %v", err)
+	}
+	if rec, err := f.s.Operation(ctx, "t", held.Ref.Digest()); err != nil || rec.State != durable.Completed {
+		t.Fatalf("Operation: %+v %v", rec, err)
+	}
+	if res := claim("k-new"); !res.Acquired {
+		t.Fatalf("a new key after the contract step: %+v", res)
+	}
+	var pgErr *pgconn.PgError
+	if err := oldClaim(); !errors.As(err, &pgErr) || pgErr.Code != "42P10" {
+		t.Fatalf("the previous version's claim after the contract step: %v; want 42P10 (no matching key)", err)
+	}
+
+	if m, err := pgmigrate.Down(ctx, f.pool, postgres.Migrations(), tg); err != nil || m.Version != 7 {
+		t.Fatalf("down: %+v %v; want 7", m, err)
+	}
+	idx := indexesOf(t, f)
+	if !strings.HasSuffix(idx["idempotency_requests_pkey"], "(tenant_id, operation, key_hash) PRIMARY") || idx["idempotency_requests_operation_idx"] == "" {
+		t.Fatalf("after 007's down: %v; want the old primary key and 003's index", idx)
+	}
+	if err := oldClaim(); err != nil {
+		t.Fatalf("the previous version's claim after 007's down: %v", err)
+	}
+	if res := claim("k-done"); res.Acquired || res.Record == nil {
+		t.Fatalf("replay after 007's down: %+v", res)
+	}
+}
+
+// TestMigrateContractRefusesPartitioned: a table partitioned by the old key
+// cannot take the digest as its primary key; the step says so and changes
+// nothing.
+func TestMigrateContractRefusesPartitioned(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{partitions: 4, opts: []postgres.Option{postgres.WithPartitions(4)}})
+	before := indexesOf(t, f)
+	_, err := pgmigrate.Contract(t.Context(), f.pool, postgres.Migrations(), pgmigrate.Target{Schema: f.schema.Name, Table: pgmigrate.DefaultTable})
+	if err == nil || !strings.Contains(err.Error(), "partitioned") {
+		t.Fatalf("contract on a partitioned table: %v; want refused", err)
+	}
+	if after := indexesOf(t, f); !maps.Equal(before, after) {
+		t.Fatalf("indexes changed: %v → %v", before, after)
 	}
 }

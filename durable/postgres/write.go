@@ -111,7 +111,7 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func fenceArgs(ref durable.Ref, tok fence.Token, more ...any) []any {
-	return append(append(refArgs(ref), int64(tok.Generation), pgUUID(tok.Owner)), more...)
+	return append(append(keyArgs(ref), int64(tok.Generation), pgUUID(tok.Owner)), more...)
 }
 
 func (s *store) finish(ctx context.Context, q querier, op string, state durable.State, ref durable.Ref, tok fence.Token, res durable.Result) error {
@@ -251,7 +251,7 @@ func (s *store) Adopt(ctx context.Context, ref durable.Ref, owner uuid.UUID, pro
 		gen   *int64
 		exist bool
 	)
-	args := append(refArgs(ref), int64(proposed), pgUUID(owner), lease.Microseconds())
+	args := append(keyArgs(ref), int64(proposed), pgUUID(owner), lease.Microseconds())
 	if err := s.queryRow(ctx, s.pool, s.q.adopt, args, &gen, &exist); err != nil {
 		if isAmbiguous(err) {
 			rctx, cancel := detached(ctx)

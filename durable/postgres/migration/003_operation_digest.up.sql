@@ -35,4 +35,16 @@ END
 $$;
 
 -- The operation resource: by digest, then tenant (checked by the query).
-CREATE INDEX IF NOT EXISTS idempotency_requests_operation_idx ON idempotency_requests (operation_digest);
+-- Not once the table has a unique index on the digest (006's, or the
+-- primary key 007 makes of it), which serves the same reads.
+DO $$
+BEGIN
+	IF to_regclass('idempotency_requests') IS NOT NULL AND NOT EXISTS (
+		SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid = to_regclass('idempotency_requests') AND i.indisunique AND i.indnkeyatts = 1
+			AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = 'operation_digest'
+	) THEN
+		CREATE INDEX IF NOT EXISTS idempotency_requests_operation_idx ON idempotency_requests (operation_digest);
+	END IF;
+END
+$$;
