@@ -8,7 +8,7 @@
 //
 // Subcommands:
 //
-//	migrate up|status|down   apply (printing each version applied), report or roll back one step of the schema
+//	migrate up|status|contract|down   apply (printing each version applied), report, apply the next contract step or roll back one step of the schema
 //	stats                    records by state, stale, expired, takeovers, durability of acknowledged commits
 //	inspect                  one operation, by tenant + operation + key, or by operation id
 //	pending                  uncertain and stale processing operations, fewest takeovers first, then oldest
@@ -94,7 +94,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"migrate", "apply (up), report (status) or roll back one step (down -yes) of the schema", runMigrate},
+		{"migrate", "apply (up), report (status), contract (contract -yes) or roll back one step (down -yes) of the schema", runMigrate},
 		{"stats", "records by state, oldest unexpired, stale, expired awaiting sweep, takeovers, durability", runStats},
 		{"inspect", "one operation, by -tenant -operation -key or by -tenant -id", runInspect},
 		{"pending", "uncertain and stale processing operations, fewest takeovers first, then oldest", runPending},

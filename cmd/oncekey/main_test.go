@@ -134,7 +134,7 @@ func TestBadInputIsUsageError(t *testing.T) {
 		{[]string{"stats", "-database-url", db, "-table", "Bad-Name"}, "invalid configuration"},
 		{[]string{"stats", "-nope"}, "flag provided but not defined: -nope"},
 		{[]string{"stats", "-database-url", db, "extra"}, `unexpected argument "extra"`},
-		{[]string{"migrate", "-database-url", db}, "want exactly one of up, status, down"},
+		{[]string{"migrate", "-database-url", db}, "want exactly one of up, status, contract, down"},
 		{[]string{"migrate", "-database-url", db, "sideways"}, `unknown action "sideways"`},
 		{[]string{"migrate", "-database-url", db, "down"}, "add -yes to confirm"},
 		{[]string{"inspect", "-database-url", db}, "-tenant is required"},
@@ -245,12 +245,26 @@ func TestMigrate(t *testing.T) {
 	if err != nil || len(ms) < 2 {
 		t.Fatalf("migrations: %v %v", ms, err)
 	}
-	last := ms[len(ms)-1]
+	var ups, contracts []pgmigrate.Migration
+	for _, m := range ms {
+		if m.Contract {
+			contracts = append(contracts, m)
+		} else {
+			ups = append(ups, m)
+		}
+	}
+	if len(contracts) == 0 || !ms[len(ms)-1].Contract {
+		t.Fatalf("this test wants the last migration to be a contract step: %v", ms)
+	}
+	last, lastUp := ms[len(ms)-1], ups[len(ups)-1]
+	const contractNo = " no (contract step"
 	code, out, errs := mig("status")
 	want(t, "status of an empty schema", code, 0, out, errs)
-	if strings.Count(out, " no\n") != len(ms) {
+	if strings.Count(out, " no\n") != len(ups) || strings.Count(out, contractNo) != len(contracts) {
 		t.Fatalf("status of an empty schema:\n%s", out)
 	}
+	code, out, errs = mig("contract")
+	want(t, "contract without -yes", code, 2, out, errs)
 	// Two deploys at once: both succeed, each version recorded once.
 	var wg sync.WaitGroup
 	codes := make([]int, 4)
@@ -263,30 +277,65 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("concurrent up %d: exit %d", i, c)
 		}
 	}
-	var recorded int
-	if err := s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+s.Name+`.idem_migrations`).Scan(&recorded); err != nil || recorded != len(ms) {
-		t.Fatalf("recorded versions: %d, %v; want %d", recorded, err, len(ms))
+	recorded := func() int {
+		var n int
+		if err := s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+s.Name+`.idem_migrations`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := recorded(); n != len(ups) {
+		t.Fatalf("recorded versions: %d; want %d (up applies no contract step)", n, len(ups))
+	}
+	code, out, errs = mig("up")
+	want(t, "up again", code, 0, out, errs)
+	if !strings.Contains(out, fmt.Sprintf("up to date: version %d (%s)", lastUp.Version, lastUp.Name)) {
+		t.Fatalf("up again: %s", out)
 	}
 	code, out, errs = mig("status")
 	want(t, "status", code, 0, out, errs)
-	if strings.Contains(out, " no\n") || !strings.Contains(out, last.Name) {
+	if strings.Contains(out, " no\n") || strings.Count(out, contractNo) != len(contracts) || !strings.Contains(out, lastUp.Name) {
 		t.Fatalf("status after up:\n%s", out)
+	}
+	for _, m := range contracts {
+		code, out, errs = mig("-yes", "contract")
+		want(t, "contract", code, 0, out, errs)
+		if !strings.Contains(out, fmt.Sprintf("applied contract step %d", m.Version)) {
+			t.Fatalf("contract: %s; want step %d", out, m.Version)
+		}
+	}
+	code, out, errs = mig("-yes", "contract")
+	want(t, "contract with none left", code, 0, out, errs)
+	if !strings.Contains(out, "no contract step left") {
+		t.Fatalf("contract with none left: %s", out)
+	}
+	if code, out, _ = mig("status"); code != 0 || strings.Contains(out, " no") || recorded() != len(ms) {
+		t.Fatalf("status after contract (%d recorded):\n%s", recorded(), out)
 	}
 	code, out, errs = mig("-yes", "down")
 	want(t, "down", code, 0, out, errs)
 	if !strings.Contains(out, fmt.Sprintf("rolled back version %d", last.Version)) {
 		t.Fatalf("down did not roll back the last version: %s", out)
 	}
-	code, out, _ = mig("status")
-	if code != 0 || strings.Count(out, " no\n") != 1 || !regexp.MustCompile(last.Name+` +no\n`).MatchString(out) {
-		t.Fatalf("status after down (want only %s not applied):\n%s", last.Name, out)
+	code, out, errs = mig("-yes", "down")
+	want(t, "down", code, 0, out, errs)
+	if !strings.Contains(out, fmt.Sprintf("rolled back version %d", lastUp.Version)) {
+		t.Fatalf("the second down did not roll back the last up version: %s", out)
 	}
-	// The library's Migrate (what services run) brings it back and records it.
+	code, out, _ = mig("status")
+	if code != 0 || strings.Count(out, " no\n") != 1 || !regexp.MustCompile(lastUp.Name+` +no\n`).MatchString(out) {
+		t.Fatalf("status after down (want only %s and the contract steps not applied):\n%s", lastUp.Name, out)
+	}
+	// The library's Migrate (what services run) brings it back and records
+	// it, and leaves the contract steps to the operator.
 	if err := postgres.Migrate(context.Background(), s.Pool, postgres.WithSchema(s.Name), postgres.WithTable("idem")); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, _ = mig("status"); code != 0 || strings.Contains(out, " no\n") {
+	if code, out, _ = mig("status"); code != 0 || strings.Contains(out, " no\n") || strings.Count(out, contractNo) != len(contracts) {
 		t.Fatalf("status after Migrate:\n%s", out)
+	}
+	if code, out, errs = mig("-yes", "contract"); code != 0 {
+		t.Fatalf("contract again: %d %s %s", code, out, errs)
 	}
 	// Down to nothing, one step each, newest first; 001's drops the table.
 	for i := len(ms) - 1; i >= 0; i-- {

@@ -12,26 +12,32 @@ import (
 
 func runMigrate(e *env, args []string) error {
 	var d dbFlags
-	fs := newFlags(e, "migrate", "migrate up|status|down [flags]\n\n"+
+	fs := newFlags(e, "migrate", "migrate up|status|contract|down [flags]\n\n"+
 		"  up      apply every migration and record its version (idempotent; what postgres.Migrate does at start-up);\n"+
 		"          prints each version it applied, or \"up to date\" when there was none\n"+
 		"  status  list the migrations of this build and whether each is recorded as applied\n"+
+		"  contract apply the next contract step (with -yes): a change up never makes because an instance of an\n"+
+		"          earlier version fails on it (007: the operation digest becomes the primary key); run it once every\n"+
+		"          instance runs this version; it locks the table while it builds an index\n"+
 		"  down    roll back the last applied migration (one step, with -yes); 001's down drops the table and every record\n\n"+
-		"up and down are serialized with every instance's Migrate by an advisory lock. Flags go before or after the action.")
+		"up, contract and down are serialized with every instance's Migrate by an advisory lock. Flags go before or after the action.")
 	d.register(fs, 5*time.Minute)
-	yes := fs.Bool("yes", false, "down: confirm rolling back (required)")
+	yes := fs.Bool("yes", false, "contract, down: confirm (required)")
 	pos, err := parse(fs, args, -1)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("want exactly one of up, status, down")
+		return usagef("want exactly one of up, status, contract, down")
 	}
 	action := pos[0]
 	switch action {
-	case "up", "status", "down":
+	case "up", "status", "contract", "down":
 	default:
-		return usagef("unknown action %q: want up, status or down", action)
+		return usagef("unknown action %q: want up, status, contract or down", action)
+	}
+	if action == "contract" && !*yes {
+		return usagef("contract makes a change instances of earlier versions fail on: add -yes once every instance runs this version")
 	}
 	if action == "down" && !*yes {
 		return usagef("down rolls back a migration (001's drops every record): add -yes to confirm")
@@ -45,6 +51,17 @@ func runMigrate(e *env, args []string) error {
 	switch action {
 	case "up":
 		return migrateUp(e, b, d)
+	case "contract":
+		m, err := pgmigrate.Contract(b.ctx, b.pool, fsys, d.target())
+		if errors.Is(err, pgmigrate.ErrNoContract) {
+			fmt.Fprintln(e.stdout, "no contract step left to apply")
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("contract: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "applied contract step %d (%s)\n", m.Version, m.Name)
+		return nil
 	case "down":
 		m, err := pgmigrate.Down(b.ctx, b.pool, fsys, d.target())
 		if errors.Is(err, pgmigrate.ErrNothingToRollBack) || errors.Is(err, pgmigrate.ErrUnrecorded) {
@@ -64,6 +81,9 @@ func runMigrate(e *env, args []string) error {
 	fmt.Fprintln(w, "VERSION\tNAME\tAPPLIED")
 	for _, m := range st.Migrations {
 		at := "no"
+		if m.Contract {
+			at = "no (contract step: migrate contract -yes once every instance runs this version)"
+		}
 		if m.Applied {
 			at = m.AppliedAt.UTC().Format(time.RFC3339)
 		}
@@ -110,7 +130,12 @@ func migrateUp(e *env, b *db, d dbFlags) error {
 			}
 		}
 	}
-	last := ms[len(ms)-1]
+	var last pgmigrate.Migration // the last one up applies
+	for _, m := range ms {
+		if !m.Contract {
+			last = m
+		}
+	}
 	if len(recorded) == 0 {
 		fmt.Fprintf(e.stdout, "up to date: version %d (%s)\n", last.Version, last.Name)
 		return nil
