@@ -687,6 +687,19 @@ func TestRealMain_Records(t *testing.T) {
 	if got["records"] != 3000 || got["heap"] < 100 || indexes < 2 || got["index idempotency_requests_pkey"] <= 0 || got["total"] < parts-1 {
 		t.Fatalf("size figures = %v (indexes %d, heap+TOAST+indexes %.1f), want 3000 records, each part and a total covering them", got, indexes, parts)
 	}
+	// After the contract step: the same records, the digest's primary key,
+	// one index fewer (the old key's and the operation index go, the
+	// digest's comes).
+	dkIndexes := 0
+	for name := range got {
+		if strings.HasPrefix(name, "digest-key index ") {
+			dkIndexes++
+		}
+	}
+	if got["digest-key records"] != 3000 || got["digest-key index idempotency_requests_pkey"] <= 0 || dkIndexes != indexes-1 ||
+		got["digest-key index idempotency_requests_operation_idx"] != 0 {
+		t.Fatalf("size after the contract step = %v (%d indexes, %d before); want 3000 records and one index fewer", got, dkIndexes, indexes)
+	}
 	if code := realMain([]string{"-records", "3000", "-workload", "fresh"}, &bytes.Buffer{}, &stderr); code != 2 {
 		t.Errorf("-records with -workload: exit %d, want 2", code)
 	}

@@ -58,6 +58,11 @@
 //     today's record, what a slimmer record would lower; floor-claim-new,
 //     the same with the insert Do sends for a key Redis granted
 //     (ClaimParams.ExpectNew) instead of the full claim;
+//     library-digest-key, library-no-redis-digest-key and
+//     floor-claim-new-digest-key, library, library-no-redis and
+//     floor-claim-new on a second table of the tool's schema carried over by
+//     migration 007's contract step (oncekey migrate contract: the
+//     operation digest as the primary key), with the same targets;
 //     floor-claim-in-begin, floor-claim-new with the insert sent in the
 //     query that opens the transaction (one round trip fewer), through a
 //     PL/pgSQL function the tool creates in its schema (its plan prepared

@@ -18,6 +18,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/pgmigrate"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
@@ -64,6 +65,11 @@ type env struct {
 	// slimTable and slimPendingTable are the slim record (slimTableSQL)
 	// with each index set (slimHotIndexes, slimPendingIndexes).
 	slimTable, slimPendingTable string
+	// digestKeyTable is a second store's table, migrated and then
+	// contracted (migration 007: the operation digest as its primary key);
+	// digestKey and digestKeyNoRedis are withRedis and noRedis over it.
+	digestKeyTable              string
+	digestKey, digestKeyNoRedis *claim.Claimer[pgx.Tx]
 
 	withRedis *claim.Claimer[pgx.Tx] // Redis in front
 	noRedis   *claim.Claimer[pgx.Tx] // PostgreSQL only
@@ -165,6 +171,16 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 	if _, err := e.pool.Exec(cctx, "CREATE TABLE "+e.schema+".storm_effects (variant text NOT NULL, op text NOT NULL)"); err != nil {
 		return e, fmt.Errorf("bench: storm effects table: %w", err)
 	}
+	dkStore, err := e.digestKeyStore(cctx)
+	if err != nil {
+		return e, err
+	}
+	if e.digestKey, err = e.claimerOn(dkStore, e.rdb, nil); err != nil {
+		return e, err
+	}
+	if e.digestKeyNoRedis, err = e.claimerOn(dkStore, nil, nil); err != nil {
+		return e, err
+	}
 	e.withRedis, err = e.claimer(e.rdb, func(s fastpath.BreakerState) {
 		if s == fastpath.BreakerOpen {
 			e.opens.Add(1)
@@ -194,6 +210,28 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 // front (none when nil), and more options. onChange, when set, sees the
 // breaker's states.
 func (e *env) claimer(c *redis.Client, onChange func(fastpath.BreakerState), more ...claim.Option) (*claim.Claimer[pgx.Tx], error) {
+	return e.claimerOn(e.store, c, onChange, more...)
+}
+
+// digestKeyTableName is the digest-keyed store's table, in the env's schema.
+const digestKeyTableName = "record_digest_key"
+
+// digestKeyStore creates the digest-keyed store's table (Migrate, then the
+// contract step oncekey migrate contract runs) and returns its store.
+func (e *env) digestKeyStore(ctx context.Context) (durable.Store[pgx.Tx], error) {
+	opts := []postgres.Option{postgres.WithSchema(e.schema), postgres.WithTable(digestKeyTableName)}
+	if err := postgres.Migrate(ctx, e.pool, opts...); err != nil {
+		return nil, err
+	}
+	if _, err := pgmigrate.Contract(ctx, e.pool, postgres.Migrations(), pgmigrate.Target{Schema: e.schema, Table: digestKeyTableName}); err != nil {
+		return nil, fmt.Errorf("bench: contract %s: %w", digestKeyTableName, err)
+	}
+	e.digestKeyTable = e.schema + "." + digestKeyTableName
+	return postgres.New(e.pool, opts...)
+}
+
+// claimerOn is claimer over store s.
+func (e *env) claimerOn(s durable.Store[pgx.Tx], c *redis.Client, onChange func(fastpath.BreakerState), more ...claim.Option) (*claim.Claimer[pgx.Tx], error) {
 	opts := append([]claim.Option{claim.WithLease(benchLease), claim.WithRetention(benchRetention)}, more...)
 	if c != nil {
 		var rc redis.Scripter = c
@@ -202,7 +240,7 @@ func (e *env) claimer(c *redis.Client, onChange func(fastpath.BreakerState), mor
 		}
 		opts = append(opts, claim.WithRedis(rc, lua.Options{Prefix: e.prefix, Timeout: e.cfg.redisTimeout}))
 	}
-	return claim.New[pgx.Tx](e.store, opts...)
+	return claim.New[pgx.Tx](s, opts...)
 }
 
 // counts returns the counters now.

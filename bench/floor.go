@@ -180,9 +180,10 @@ func (f *floors) captureSQL(ctx context.Context) error {
 	return f.captureClaimNew(ctx)
 }
 
-// finishArgs are the completion's: the record, the token, the result.
+// finishArgs are the completion's: the record (h is its key hash and, as
+// in claimArgs, its operation digest), the token, the result.
 func (f *floors) finishArgs(h []byte, gen int64, owner uuid.UUID) []any {
-	return []any{tenant, operation, h, gen, pgUUID(owner), result.StatusCode, f.headers,
+	return []any{tenant, operation, h, h, gen, pgUUID(owner), result.StatusCode, f.headers,
 		result.Body, result.Version, result.ResourceID, f.binHeaders}
 }
 
@@ -391,6 +392,17 @@ func execWithCommit(ctx context.Context, conn *pgxpool.Conn, sql string, args ..
 // in one pipeline. It is the floor of running fn once per record life on
 // today's record.
 func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome, error) {
+	return f.claimFirstOn(ctx, claimSQL, f.finishSQL, key)
+}
+
+// onDigestKey is sql (one of the library's statements) on the digest-keyed
+// table instead of the store's.
+func (f *floors) onDigestKey(sql string) string {
+	return strings.ReplaceAll(sql, f.e.table+" ", f.e.digestKeyTable+" ")
+}
+
+// claimFirstOn is claimFirst with the completion finishSQL.
+func (f *floors) claimFirstOn(ctx context.Context, claimSQL, finishSQL, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
 	owner := uuid.New()
 	return f.claimThenComplete(ctx, key, f.beginSQL, func(tx pgx.Tx) (int64, error) {
@@ -409,7 +421,7 @@ func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome,
 		}
 		rows.Close()
 		return gen, rows.Err()
-	}, func(gen int64) (string, []any) { return f.finishSQL, f.finishArgs(h[:], gen, owner) })
+	}, func(gen int64) (string, []any) { return finishSQL, f.finishArgs(h[:], gen, owner) })
 }
 
 // claimThenComplete runs begin (the library's BEGIN, or more in the same

@@ -61,6 +61,7 @@ func freshWorkload(e *env, f *floors) *workload {
 			"the completion) and with WithWriteAtCommit (library-at-commit*: the business INSERT then the finished record with the COMMIT); " +
 			"floors: Do's claim-first statements, BEGIN, the claim, the business INSERT, the completion with COMMIT, issued with pgx, " +
 			"with the full claim Do sends without Redis (floor-claim-first) and with the insert it sends for a key Redis granted (floor-claim-new); " +
+			"library, library-no-redis and floor-claim-new on a table carried over by migration 007's contract step (the digest as the primary key: *-digest-key); " +
 			"floor-claim-new's statements on issue 30.4's slim record (bench/slim.go), with a B-tree on the expiry alone " +
 			"(floor-slim-claim-first: HOT completions, no index for Pending) and with today's partial sweep and pending indexes " +
 			"(floor-slim-pending-claim-first); " +
@@ -78,6 +79,16 @@ func freshWorkload(e *env, f *floors) *workload {
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.7}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.noRedis, r.key(i))
+				}},
+			{name: "library-digest-key", vs: "floor-claim-new-digest-key", target: 0.90, open: true,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.9}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return doOrder(ctx, e, e.digestKey, r.key(i))
+				}},
+			{name: "library-no-redis-digest-key", vs: "floor-claim-new-digest-key", target: 0.90, open: true,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.7}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return doOrder(ctx, e, e.digestKeyNoRedis, r.key(i))
 				}},
 			{name: "library-at-commit", vs: "floor-sql", target: 0.85,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.45}},
@@ -98,6 +109,11 @@ func freshWorkload(e *env, f *floors) *workload {
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.claimFirst(ctx, f.claimNew, r.key(i))
+				}},
+			{name: "floor-claim-new-digest-key", floor: true,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.claimFirstOn(ctx, f.onDigestKey(f.claimNew), f.onDigestKey(f.finishSQL), r.key(i))
 				}},
 			{name: "floor-claim-in-begin", floor: true,
 				costs: []costTarget{{floor: "floor-business-tx"}},

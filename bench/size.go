@@ -7,6 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncekey/oncekey/durable/driver/pgmigrate"
+	"github.com/oncekey/oncekey/durable/postgres"
 )
 
 // sizeSeed is how many records -records writes through the library; the
@@ -18,7 +21,8 @@ const sizeSeed = 1000
 // them with new key hashes and operation digests (and times a second
 // apart) up to N (in statements of
 // about a million rows), VACUUM ANALYZE, and the bytes per record of the
-// table's heap, its TOAST, each index and the whole. The copies carry
+// table's heap, its TOAST, each index and the whole, before and after
+// migration 007's contract step (timed). The copies carry
 // exactly the columns the library wrote, so a change of the record's
 // layout shows here as it would on a user's table.
 func recordSize(ctx context.Context, e *env) (*workload, []extra, error) {
@@ -105,6 +109,19 @@ func recordSize(ctx context.Context, e *env) (*workload, []extra, error) {
 		return w, nil, err
 	}
 	out[0].Note = fmt.Sprintf("written and measured in %s", fmtDur(time.Since(start)))
+	// The same table carried over by migration 007's contract step (the
+	// operation digest as the primary key; oncekey migrate contract), timed.
+	cstart := time.Now()
+	if _, err := pgmigrate.Contract(ctx, e.pool, postgres.Migrations(), pgmigrate.Target{Schema: e.schema, Table: pgmigrate.DefaultTable}); err != nil {
+		return w, nil, fmt.Errorf("bench: size: contract: %w", err)
+	}
+	took := time.Since(cstart)
+	contracted, err := measureTable(ctx, e, e.table, "digest-key ")
+	if err != nil {
+		return w, nil, err
+	}
+	contracted[0].Note = fmt.Sprintf("after oncekey migrate contract (007), which took %s", fmtDur(took))
+	out = append(out, contracted...)
 	// The same records in issue 30.4's slim record (slim.go), for the size
 	// after.
 	for _, t := range []struct{ table, prefix string }{{e.slimTable, "slim "}, {e.slimPendingTable, "slim-pending "}} {
