@@ -536,8 +536,13 @@ func (f *floors) selectRow(ctx context.Context, key string) (outcome, error) {
 // that is already completed: what the statement itself costs a database
 // replay, without the library around it.
 func (f *floors) claimRow(ctx context.Context, key string) (outcome, error) {
-	h := sha256.Sum256([]byte(key))
-	rows, err := f.e.pool.Query(ctx, f.claimSQL, f.claimArgs(h[:], uuid.New())...)
+	// The record the library wrote: its key hash and its operation digest,
+	// which the statement names it by.
+	ref := scope(key).Ref(nil)
+	digest := ref.Digest()
+	args := f.claimArgs(ref.KeyHash[:], uuid.New())
+	args[len(args)-1] = digest[:]
+	rows, err := f.e.pool.Query(ctx, f.claimSQL, args...)
 	if err != nil {
 		return oOther, err
 	}

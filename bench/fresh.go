@@ -80,12 +80,12 @@ func freshWorkload(e *env, f *floors) *workload {
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.noRedis, r.key(i))
 				}},
-			{name: "library-digest-key", vs: "floor-claim-new-digest-key", target: 0.90, open: true,
+			{name: "library-digest-key", vs: "floor-claim-new-digest-key", target: 0.90,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.9}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.digestKey, r.key(i))
 				}},
-			{name: "library-no-redis-digest-key", vs: "floor-claim-new-digest-key", target: 0.90, open: true,
+			{name: "library-no-redis-digest-key", vs: "floor-claim-new-digest-key", target: 0.90,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.7}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.digestKeyNoRedis, r.key(i))
