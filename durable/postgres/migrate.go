@@ -27,8 +27,10 @@ var migrationFiles embed.FS
 // the table unpartitioned: for [WithPartitions], create the partitioned
 // table and its partitions first (as Migrate does), and 001 then finds it.
 // A contract step (007_digest_primary_key.contract.sql, see the package
-// documentation) is not an up file, so golang-migrate leaves it alone: run
-// it as it is once every instance runs a version with 006.
+// documentation) is not an up file: golang-migrate finds no up file for
+// version 7 and records it without running anything (its down file does
+// nothing until the step is applied). Run the contract file as it is,
+// once every instance runs a version with 006.
 func Migrations() fs.FS {
 	sub, err := fs.Sub(migrationFiles, "migration")
 	if err != nil {
