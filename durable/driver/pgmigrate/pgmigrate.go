@@ -2,7 +2,7 @@
 // the numbered migration files (NNN_name.up.sql and NNN_name.down.sql) of
 // that package on a schema and table, records the applied versions in the
 // database, and rolls back one step. durable/postgres.Migrate runs [Up]; the
-// operator CLI (cmd/oncekey) runs [Up], [Status] and [Down].
+// operator CLI (cmd/oncekey) runs [Up], [Status], [Contract] and [Down].
 //
 // Versions are recorded in a table named after the store's table with the
 // suffix "_migrations" (version, name, applied_at), in the same schema.
@@ -12,7 +12,13 @@
 // Up, and a new numbered pair of files is applied and recorded by the next
 // Up without any other change.
 //
-// Up and Down run in one transaction each, serialized by the same
+// A contract step (NNN_name.contract.sql with its .down.sql) is a change
+// instances of an earlier version fail on: Up never runs it, [Contract]
+// does, when the operator (cmd/oncekey migrate contract) knows every
+// instance runs a version that works with it; Down rolls it back like any
+// recorded version.
+//
+// Up, Contract and Down run in one transaction each, serialized by the same
 // transaction-scoped advisory lock on the schema and table name that
 // Migrate always took, so two deploys (or an old and a new instance) never
 // race: one applies, the others wait and find everything in place.
