@@ -133,20 +133,25 @@ func (t Target) sql(fsys fs.FS, name string) (string, error) {
 	return strings.ReplaceAll(string(b), DefaultTable, t.Table), nil
 }
 
-// begin opens the transaction, takes the advisory lock (the key Migrate
-// has always used, so instances of earlier versions serialize with this
-// one) and points search_path at the schema, creating it when create.
-func begin(ctx context.Context, pool *pgxpool.Pool, t Target, create bool) (pgx.Tx, error) {
+// begin lists the migrations of fsys, opens the transaction, takes the
+// advisory lock (the key Migrate has always used, so instances of earlier
+// versions serialize with this one) and points search_path at the schema,
+// creating it when create.
+func begin(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target, create bool) ([]Migration, pgx.Tx, error) {
+	ms, err := List(fsys)
+	if err != nil {
+		return nil, nil, err
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+		return nil, nil, fmt.Errorf("begin: %w", err)
 	}
 	if _, err := tx.Exec(ctx,
 		`SELECT pg_advisory_xact_lock(hashtextextended('oncekey/durable/postgres/migrate:' ||
 			COALESCE(NULLIF($1::text, ''), current_schema(), '') || '.' || $2::text, 0))`,
 		t.Schema, t.Table); err != nil {
 		tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-		return nil, fmt.Errorf("lock: %w", err)
+		return nil, nil, fmt.Errorf("lock: %w", err)
 	}
 	if t.Schema != "" {
 		q := "SET LOCAL search_path TO " + t.Schema
@@ -155,10 +160,10 @@ func begin(ctx context.Context, pool *pgxpool.Pool, t Target, create bool) (pgx.
 		}
 		if _, err := tx.Exec(ctx, q); err != nil {
 			tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-			return nil, fmt.Errorf("schema: %w", err)
+			return nil, nil, fmt.Errorf("schema: %w", err)
 		}
 	}
-	return tx, nil
+	return ms, tx, nil
 }
 
 func createVersionTable(ctx context.Context, tx pgx.Tx, t Target) error {
@@ -174,11 +179,7 @@ func createVersionTable(ctx context.Context, tx pgx.Tx, t Target) error {
 // lock, and records the versions not recorded yet. It returns the versions
 // it recorded (none when everything was in place).
 func Up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) ([]int, error) {
-	ms, err := List(fsys)
-	if err != nil {
-		return nil, err
-	}
-	tx, err := begin(ctx, pool, t, true)
+	ms, tx, err := begin(ctx, pool, fsys, t, true)
 	if err != nil {
 		return nil, err
 	}
@@ -223,11 +224,7 @@ var ErrNoContract = errors.New("pgmigrate: no contract step to apply")
 // expand steps it relies on). It returns the step applied, or
 // [ErrNoContract].
 func Contract(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Migration, error) {
-	ms, err := List(fsys)
-	if err != nil {
-		return Migration{}, err
-	}
-	tx, err := begin(ctx, pool, t, false)
+	ms, tx, err := begin(ctx, pool, fsys, t, false)
 	if err != nil {
 		return Migration{}, err
 	}
@@ -239,25 +236,13 @@ func Contract(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Mi
 	if !vt {
 		return Migration{}, fmt.Errorf("pgmigrate: contract: no versions are recorded: run up first")
 	}
-	got := map[int]bool{}
-	rows, err := tx.Query(ctx, `SELECT version FROM `+t.Table+VersionSuffix)
+	got, err := versions(ctx, tx, t)
 	if err != nil {
-		return Migration{}, fmt.Errorf("read versions: %w", err)
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return Migration{}, fmt.Errorf("read versions: %w", err)
-		}
-		got[v] = true
-	}
-	if err := rows.Err(); err != nil {
-		return Migration{}, fmt.Errorf("read versions: %w", err)
+		return Migration{}, err
 	}
 	for _, m := range ms {
-		switch {
-		case got[m.Version]:
+		switch _, done := got[m.Version]; {
+		case done:
 			continue
 		case !m.Contract:
 			return Migration{}, fmt.Errorf("pgmigrate: contract: %s is not applied: run up first", m.Name)
@@ -285,11 +270,7 @@ func Contract(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Mi
 // migration rolled back; [ErrNothingToRollBack] when none is recorded,
 // [ErrUnrecorded] when the table exists without recorded versions.
 func Down(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Migration, error) {
-	ms, err := List(fsys)
-	if err != nil {
-		return Migration{}, err
-	}
-	tx, err := begin(ctx, pool, t, false)
+	ms, tx, err := begin(ctx, pool, fsys, t, false)
 	if err != nil {
 		return Migration{}, err
 	}
@@ -381,21 +362,8 @@ func Status(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Stat
 	st := State{Unrecorded: table && !vt}
 	got := map[int]time.Time{}
 	if vt {
-		rows, err := pool.Query(ctx, `SELECT version, applied_at FROM `+t.versionTable()+` ORDER BY version`)
-		if err != nil {
-			return State{}, fmt.Errorf("read versions: %w", err)
-		}
-		for rows.Next() {
-			var v int
-			var at time.Time
-			if err := rows.Scan(&v, &at); err != nil {
-				rows.Close()
-				return State{}, fmt.Errorf("read versions: %w", err)
-			}
-			got[v] = at
-		}
-		if err := rows.Err(); err != nil {
-			return State{}, fmt.Errorf("read versions: %w", err)
+		if got, err = versions(ctx, pool, t); err != nil {
+			return State{}, err
 		}
 	}
 	for _, m := range ms {
@@ -408,4 +376,28 @@ func Status(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Stat
 	}
 	slices.Sort(st.Unknown)
 	return st, nil
+}
+
+// versions reads the recorded versions and when each was applied.
+func versions(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, t Target) (map[int]time.Time, error) {
+	rows, err := q.Query(ctx, `SELECT version, applied_at FROM `+t.versionTable())
+	if err != nil {
+		return nil, fmt.Errorf("read versions: %w", err)
+	}
+	defer rows.Close()
+	got := map[int]time.Time{}
+	for rows.Next() {
+		var v int
+		var at time.Time
+		if err := rows.Scan(&v, &at); err != nil {
+			return nil, fmt.Errorf("read versions: %w", err)
+		}
+		got[v] = at
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read versions: %w", err)
+	}
+	return got, nil
 }
