@@ -274,3 +274,43 @@ func TestMigrateContractRefusesPartitioned(t *testing.T) {
 		t.Fatalf("indexes changed: %v → %v", before, after)
 	}
 }
+
+// TestMigrate006 runs Migrate over a table as 006 finds it at its worst: a
+// row without its digest (written by an instance older than 003) and the
+// primary key constraint under another name. 006 gives the row its digest
+// and the constraint the name the claim statement names, so the store
+// reads the row, replays it and claims a new key.
+func TestMigrate006(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{})
+	ctx := t.Context()
+	sc := durable.Scope{Tenant: "t", Operation: "POST /x", Key: "k-006"}
+	ref, _ := f.s.Ref(sc)
+	if _, err := f.pool.Exec(ctx, `INSERT INTO idempotency_requests (tenant_id, operation, key_hash,
+	request_hash, state, generation, status_code, response_body, response_version, completed_at, expires_at, retention_us)
+VALUES ($1, $2, $3, 'v1:fp', 'completed', 1, 201, '\x7b7d', 1, now(), now() + interval '1 hour', 3600000000)`,
+		ref.Tenant, ref.Operation, ref.KeyHash[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `ALTER TABLE idempotency_requests RENAME CONSTRAINT idempotency_requests_pkey TO legacy_pk`); err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, f.pool, f.opts...); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := indexesOf(t, f)["idempotency_requests_pkey"]; !ok {
+		t.Fatalf("after Migrate: %v; want the primary key named idempotency_requests_pkey", indexesOf(t, f))
+	}
+	rec, err := f.s.Get(ctx, ref)
+	if err != nil || rec.State != durable.Completed {
+		t.Fatalf("Get of the row 006 gave its digest: %+v %v", rec, err)
+	}
+	res, err := f.s.Claim(ctx, nil, storeapi.ClaimParams{Scope: sc, Fingerprint: "v1:fp", Owner: uuid.New(), Lease: time.Minute, Retention: time.Hour})
+	if err != nil || res.Acquired || res.Record == nil {
+		t.Fatalf("claim of the completed row: %+v %v; want its replay", res, err)
+	}
+	sc.Key = "k-006-new"
+	if res, err := f.s.Claim(ctx, nil, storeapi.ClaimParams{Scope: sc, Fingerprint: "v1:fp", Owner: uuid.New(), Lease: time.Minute, Retention: time.Hour}); err != nil || !res.Acquired {
+		t.Fatalf("claim of a new key: %+v %v", res, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -124,4 +125,30 @@ func lastUp(ms []pgmigrate.Migration) int {
 		}
 	}
 	return -1
+}
+
+// TestContractOrder: Contract refuses a schema Up has not migrated, applies
+// the contract steps after Up (which leaves them out), then has none left;
+// Down rolls the contract step back first.
+func TestContractOrder(t *testing.T) {
+	s := testenv.Postgres(t)
+	ctx := context.Background()
+	tg := pgmigrate.Target{Schema: s.Name, Table: "idem"}
+	if _, err := pgmigrate.Contract(ctx, s.Pool, postgres.Migrations(), tg); err == nil || !strings.Contains(err.Error(), "run up first") {
+		t.Fatalf("Contract before Up: %v; want refused", err)
+	}
+	if _, err := pgmigrate.Up(ctx, s.Pool, postgres.Migrations(), tg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := pgmigrate.Contract(ctx, s.Pool, postgres.Migrations(), tg)
+	if err != nil || !m.Contract {
+		t.Fatalf("Contract after Up = %+v, %v; want a contract step applied", m, err)
+	}
+	if _, err := pgmigrate.Contract(ctx, s.Pool, postgres.Migrations(), tg); !errors.Is(err, pgmigrate.ErrNoContract) {
+		t.Fatalf("Contract again: %v; want ErrNoContract", err)
+	}
+	d, err := pgmigrate.Down(ctx, s.Pool, postgres.Migrations(), tg)
+	if err != nil || d.Version != m.Version {
+		t.Fatalf("Down = %+v, %v; want the contract step %d", d, err, m.Version)
+	}
 }
