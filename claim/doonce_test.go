@@ -3,6 +3,7 @@ package claim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -240,11 +241,22 @@ func TestClaimer_DoRunsOnce_RedisDown(t *testing.T) {
 }
 
 // redisFault is how a Redis of its own fails while the first request runs
-// fn: then 20 duplicates arrive.
+// fn: then 20 duplicates arrive. It runs on a client that ignores context
+// deadlines (go-redis's default) and on one that honors them, whose calls
+// beyond 4 in flight queue for a pipeline.
 func doRunsOnceWhileRedisFails(t *testing.T, fail func(t *testing.T, srv *redisproc.Server)) {
+	for _, ctxTimeouts := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxTimeouts), func(t *testing.T) {
+			doRunsOnceWhileRedisFailsOn(t, ctxTimeouts, fail)
+		})
+	}
+}
+
+func doRunsOnceWhileRedisFailsOn(t *testing.T, ctxTimeouts bool, fail func(t *testing.T, srv *redisproc.Server)) {
 	forDoModes(t, func(t *testing.T, m doMode) {
 		srv := redisproc.Start(t, redisproc.Options{})
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond,
+			ContextTimeoutEnabled: ctxTimeouts})
 		t.Cleanup(func() { rdb.Close() })
 		e := setup(t, withoutRed)
 		e.orders()

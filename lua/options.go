@@ -11,13 +11,16 @@ type Options struct {
 	// '}', which would change the hash tag.
 	Prefix string
 	// Timeout bounds each script call, go-redis's retries included, from
-	// when the call has its turn on the client's connection pool. With a
-	// *redis.Client, the wait for a turn when every connection is busy is
-	// not part of it and is not a Redis failure for the breaker: it is
-	// bounded by the caller's context and the client's PoolTimeout, and
-	// ends with the breaker opening. Commands the application sends on the
-	// same client are not counted, nor are Cluster and Ring clients gated:
-	// waiting for their connections still counts. Defaults to 50ms.
+	// when the call is sent. With a *redis.Client, at most 4 calls or
+	// pipelines are in flight at once (with ContextTimeoutEnabled; else as
+	// many as the pool has connections); calls beyond them queue and go out
+	// together as one pipeline (each still one script run with its own
+	// reply). The wait in that queue is not part of Timeout and is not a
+	// Redis failure for the breaker: it is bounded by the caller's context
+	// and the client's PoolTimeout, and ends with the breaker opening.
+	// Commands the application sends on the same client are not counted,
+	// nor are Cluster and Ring clients gated: waiting for their
+	// connections still counts. Defaults to 50ms.
 	Timeout time.Duration
 	// MaxCachedBody is the largest body cached in Redis, in bytes; results
 	// with larger bodies are not cached and their replays come from the

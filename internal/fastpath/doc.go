@@ -38,7 +38,10 @@
 //
 // # Pipelines
 //
-// The wrappers send EVALSHA and fall back to EVAL on NOSCRIPT (a restarted
-// server, a new cluster node); a pipeline has no such fallback. Call
-// [Scripts.Load] before sending the scripts in a pipeline.
+// On a *redis.Client the wrappers send calls that queue behind the sends in
+// flight as one pipeline (see [New]). The wrappers send EVALSHA and fall
+// back to EVAL on NOSCRIPT (a restarted server, a new cluster node), in
+// their own pipelines too, one call at a time; a pipeline the application
+// sends has no such fallback. Call [Scripts.Load] before sending the
+// scripts in a pipeline of your own.
 package fastpath

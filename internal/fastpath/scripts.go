@@ -2,7 +2,6 @@ package fastpath
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -159,15 +158,12 @@ type Scripts struct {
 	// (ContextTimeoutEnabled); otherwise each call runs on its own
 	// goroutine so the wrapper can return at the deadline anyway.
 	direct bool
-	// turns, for a *redis.Client, holds one token per call in the client
-	// (sent or waiting for a connection), at most the turns of its pool:
-	// a call waits here, before its per-call timeout starts, instead of in
-	// the pool, where the timeout would run out while it queues. nil for
-	// other clients: their calls queue in the pool, on the timeout's time.
-	turns chan struct{}
-	// poolTimeout bounds the wait for a turn, as the client's PoolTimeout
-	// bounds the wait for a connection.
-	poolTimeout time.Duration
+	// gate, for a *redis.Client, bounds the sends in flight and sends the
+	// calls that queue behind them in pipelines (see [New]): a call waits
+	// there, before its per-call timeout starts, instead of in the pool,
+	// where the timeout would run out while it queues. nil for other
+	// clients: their calls queue in the pool, on the timeout's time.
+	gate *gate
 	// proc is c when it is a go-redis client, whose Process takes a
 	// command built here in one allocation (see call); nil for any other
 	// Scripter, which is called through redis.Script.Run.
@@ -188,18 +184,28 @@ type Scripts struct {
 // client's ReadTimeout. See package lua's documentation for retry settings.
 // Hooks attached to c with [WithHooks] are applied to opts.
 //
-// Queueing for a connection is not Redis failing. With a *redis.Client
-// (a Sentinel failover client is one), at most as many calls as its pool
-// has turns (PoolSize, or MaxActiveConns when lower) are in the client at
-// once; a call beyond them waits for a turn first, and its per-call
-// timeout starts once it has one. That wait is bounded by ctx and by the
-// client's PoolTimeout, and a call still waiting when the breaker opens
-// returns [ErrBreakerOpen] without being sent; running out of either is
-// not a breaker failure. Commands the application sends on the same client
-// are not counted: a call may still wait for a connection they hold, on
-// its timeout's time. Cluster and Ring clients, whose pools are per node,
-// and other Scripters are not gated: a wait in their pools counts as
-// before.
+// Queueing for a connection is not Redis failing, and a call that queues
+// need not cost a round trip of its own. With a *redis.Client (a Sentinel
+// failover client is one), at most 4 sends are in flight at once (fewer
+// when the pool has fewer turns: PoolSize, or MaxActiveConns when lower;
+// as many as the pool has turns when the client ignores context
+// deadlines, since a send that timed out then holds its connection until
+// the client's ReadTimeout), each a call alone or a pipeline; a call that finds them all taken
+// queues, and the next send to end takes the queue out as one pipeline of
+// up to 128 calls, each still one script run with its own reply. A call
+// never queues while a send is free, so calls one at a time go out alone.
+// A queued call's per-call timeout starts once it is sent. Its wait is
+// bounded by ctx and by the client's PoolTimeout, and a call still queued
+// when the breaker opens returns [ErrBreakerOpen] without being sent;
+// running out of either is not a breaker failure. After a send whose calls
+// all failed, the next one carries one call only, until one succeeds: a
+// dead Redis is found with as few calls as before pipelines. The pipeline
+// carries the context values of its first call (a tracing hook's span),
+// not the others'. Commands the application sends on the same client are
+// not counted: a call may still wait for a connection they hold, on its
+// timeout's time. Cluster and Ring clients, whose pools are per node, and
+// other Scripters are not gated: each call is sent alone, and a wait in
+// their pools counts as before.
 func New(c redis.Scripter, opts Options) (*Scripts, error) {
 	c, opts = unhook(c, opts)
 	if c == nil {
@@ -223,7 +229,13 @@ func New(c redis.Scripter, opts Options) (*Scripts, error) {
 			n = o.MaxActiveConns
 		}
 		if n > 0 && o.PoolTimeout > 0 {
-			s.turns, s.poolTimeout = make(chan struct{}, n), o.PoolTimeout
+			if s.direct {
+				// A client that ignores deadlines holds a connection
+				// until its ReadTimeout after a call timed out: keep
+				// every turn of the pool for sends, as without pipelines.
+				n = min(n, maxSends)
+			}
+			s.gate = &gate{client: c, limit: n, wait: o.PoolTimeout}
 		}
 	case *redis.ClusterClient:
 		s.proc = c
@@ -427,17 +439,28 @@ func (s *Scripts) send(ctx context.Context, sc *luaScript, c *call) (any, error)
 	if s.proc == nil {
 		return sc.Run(ctx, s.c, c.keys(), c.values()...).Result()
 	}
+	cmd := c.evalsha(ctx, sc)
+	_ = s.proc.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if !noScript(err) {
+		return v, err
+	}
+	return s.eval(ctx, sc, c)
+}
+
+// evalsha returns the EVALSHA command of c, its arguments c's own.
+func (c *call) evalsha(ctx context.Context, sc *luaScript) *redis.Cmd {
 	c.args[0], c.args[1], c.args[2] = "evalsha", sc.sha, c.nkeys
 	cmd := redis.NewCmd(ctx, c.args[:c.n]...)
 	cmd.SetFirstKeyPos(3)
-	_ = s.proc.Process(ctx, cmd)
-	v, err := cmd.Result()
-	if err == nil || !(errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-		return v, err
-	}
+	return cmd
+}
+
+// eval sends c with EVAL and the script's source, after NOSCRIPT.
+func (s *Scripts) eval(ctx context.Context, sc *luaScript, c *call) (any, error) {
 	// A fresh slice: the first command may still be read by a hook.
 	args := append([]any{"eval", sc.src, c.nkeys}, c.args[3:c.n]...)
-	cmd = redis.NewCmd(ctx, args...)
+	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	_ = s.proc.Process(ctx, cmd)
 	return cmd.Result()
@@ -455,60 +478,41 @@ func (s *Scripts) admit() (probe bool, err error) {
 }
 
 // run sends one script admitted by the breaker, with the per-call timeout,
-// and records its outcome with the breaker. With a pool gate, the call
-// first takes a turn (see [New]); the timeout starts after that.
+// and records its outcome with the breaker. With a gate (see [New]), a
+// call that finds every send taken queues and goes out in a pipeline; the
+// timeout starts when it is sent.
 func (s *Scripts) run(ctx context.Context, probe bool, name string, sc *luaScript, c *call) (any, error) {
-	if s.turns != nil {
-		waited, err := s.acquire(ctx, probe)
-		if err != nil {
-			// Nothing was sent, and waiting says nothing about Redis.
-			s.breaker.Abandon(probe)
-			if errors.Is(err, ErrBreakerOpen) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %s: waiting for a connection: %w", ErrUnavailable, name, err)
-		}
-		c.shorten(waited)
+	if s.gate != nil && !s.gate.enter() {
+		return s.queue(ctx, probe, name, sc, c)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	deadline, _ := cctx.Deadline()
 	var v any
 	var err error
 	if s.direct {
-		v, err = s.sendInTurn(cctx, sc, c)
+		v, err = s.send(cctx, sc, c)
+		s.record(ctx, probe, deadline, err)
+		if s.gate != nil {
+			s.leave(err == nil)
+		}
 	} else {
-		v, err = s.detached(cctx, sc, c) // releases the turn when the client returns
+		v, err = s.detached(cctx, sc, c) // leaves the gate when the client returns
+		s.record(ctx, probe, deadline, err)
 	}
-	switch {
-	case err == nil:
-		s.breaker.Success(probe)
-		return v, nil
-	case ctx.Err() != nil:
-		// The caller gave up; that says nothing about Redis.
-		s.breaker.Abandon(probe)
-	case cctx.Err() != nil && s.lagged(cctx):
-		// This process ran too far behind to have read a reply in time:
-		// its CPU (a burst of requests, a GC pause, a starved container),
-		// not Redis. The call fails, the breaker does not count it. A Redis
-		// that hangs while the process keeps up is still counted.
-		s.lagCalls.Add(1)
-		s.breaker.Abandon(probe)
-	default:
-		s.breaker.Failure(probe)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, name, err)
 	}
-	return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, name, err)
+	return v, nil
 }
 
 // lagged reports whether this process ran too far behind to have read the
-// reply of a call whose own timeout, cctx, ended: its lag now
+// reply of a call whose own timeout ended at deadline: its lag now
 // (processLag) is over a quarter of the per-call timeout, or such a lag was
 // seen, by another call's timeout, after this call was sent. Calls sent
 // together in a burst time out together, while the run queue ahead of them
 // drains: the first ones see the lag, the last ones may not any more.
-func (s *Scripts) lagged(cctx context.Context) bool {
-	// cctx is the call's own timeout: had the caller's context ended
-	// first, the call would have been abandoned already.
-	deadline, _ := cctx.Deadline()
+func (s *Scripts) lagged(deadline time.Time) bool {
 	sent := deadline.Add(-s.timeout)
 	if processLag(deadline) > s.timeout/4 {
 		s.lagSeen.Store(int64(time.Since(s.epoch)))
@@ -531,67 +535,22 @@ func processLag(deadline time.Time) time.Duration {
 	return max(late, time.Since(t0))
 }
 
-// acquire takes a turn on the client's pool for one call, and returns how
-// long it waited. The wait ends without a turn when ctx ends (ctx.Err()),
-// after the client's PoolTimeout (redis.ErrPoolTimeout), or, for a call
-// that is not the half-open probe, when the breaker opens
-// ([ErrBreakerOpen]).
-func (s *Scripts) acquire(ctx context.Context, probe bool) (time.Duration, error) {
-	select {
-	case s.turns <- struct{}{}:
-		return 0, nil
-	default:
-	}
-	start := time.Now()
-	var tripped <-chan struct{}
-	if !probe {
-		tripped = s.breaker.tripped()
-	}
-	t := time.NewTimer(s.poolTimeout)
-	defer t.Stop()
-	select {
-	case s.turns <- struct{}{}:
-	case <-tripped:
-		return 0, ErrBreakerOpen
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-t.C:
-		return 0, redis.ErrPoolTimeout
-	}
-	if !probe && s.breaker.State() != BreakerClosed {
-		// Opened while this call waited (select picks at random among
-		// ready cases).
-		s.release()
-		return 0, ErrBreakerOpen
-	}
-	return time.Since(start), nil
-}
-
-// sendInTurn is send, giving back the call's turn when it returns.
-func (s *Scripts) sendInTurn(ctx context.Context, sc *luaScript, c *call) (any, error) {
-	defer s.release()
-	return s.send(ctx, sc, c)
-}
-
-// release gives back a turn taken by acquire; it does nothing without a
-// pool gate.
-func (s *Scripts) release() {
-	if s.turns != nil {
-		<-s.turns
-	}
-}
-
 type reply struct {
 	v   any
 	err error
 }
 
 // detached runs the script on a goroutine and stops waiting at ctx's end,
-// for clients that would otherwise block until their ReadTimeout.
+// for clients that would otherwise block until their ReadTimeout. The
+// goroutine leaves the gate when the client returns: the connection is
+// back in the pool only then.
 func (s *Scripts) detached(ctx context.Context, sc *luaScript, c *call) (any, error) {
 	ch := make(chan reply, 1)
 	go func() {
-		v, err := s.sendInTurn(ctx, sc, c) // the connection is back in the pool only now
+		v, err := s.send(ctx, sc, c)
+		if s.gate != nil {
+			s.leave(err == nil)
+		}
 		ch <- reply{v, err}
 	}()
 	select {
