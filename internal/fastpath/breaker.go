@@ -75,8 +75,8 @@ type Breaker struct {
 	openedAt time.Time
 	probing  bool
 	// trip is closed when the breaker opens from closed, and replaced by
-	// a new one when it closes again: a call waiting for its turn on the
-	// client's pool stops waiting when it is closed (see [Breaker.tripped]).
+	// a new one when it closes again: a call waiting in the gate's queue
+	// stops waiting when it is closed (see [Breaker.tripped]).
 	trip chan struct{}
 }
 

@@ -8,8 +8,8 @@
 // in each .lua file's header; what users configure, the key layout and the
 // client settings are in package lua's documentation. This package adds
 // what only Go sees: argument checks ([ErrInvalidArgument], no call made),
-// the per-call timeout (which starts once the call has its turn on the
-// client's pool: see [New]), the breaker, and decoding of the replies
+// the per-call timeout (which starts once the call is sent, after any wait
+// in the gate's queue: see [New]), the breaker, and decoding of the replies
 // ([ErrCorrupt]). Every Redis failure matches [ErrUnavailable], which
 // matches durable.ErrUnavailable: the caller then goes to the durable store
 // alone, with proposed generation 0.

@@ -8,7 +8,7 @@ func ClaimSource() string { return Source("claim.lua") }
 // overhead benchmark's canned client.
 func SetDirect(s *Scripts, direct bool) { s.direct = direct }
 
-// CountPoolWait removes s's pool gate: a call then waits for a connection
+// CountPoolWait removes s's gate: a call then waits for a connection
 // inside its per-call timeout, as before the gate. For negative controls.
 func CountPoolWait(s *Scripts) { s.gate = nil }
 

@@ -266,7 +266,7 @@ func TestPoolWait_UnresponsiveRedisStillOpensBreaker(t *testing.T) {
 			}
 			// A timeout seen while this process lags (a loaded CI machine)
 			// fails its call but is not counted by the breaker (see
-			// Scripts.run), and its turn goes to a caller still waiting:
+			// Scripts.run), and its send goes to a call still queued:
 			// each such call lets one more through.
 			lagged := fastpath.LaggedCalls(s)
 			if sent-lagged < 3 {

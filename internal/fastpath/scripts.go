@@ -72,8 +72,8 @@ type Options struct {
 	// not contain '{' or '}', which would change the hash tag.
 	Prefix string
 	// Timeout bounds each call, Redis's retries included, from when the
-	// call has its turn on the client's connection pool: the wait for that
-	// turn is not part of it (see [New]). Defaults to [DefaultTimeout].
+	// call is sent: a wait in the gate's queue is not part of it (see
+	// [New]). Defaults to [DefaultTimeout].
 	Timeout time.Duration
 	// MaxCachedBody is the largest body cached in Redis, in bytes.
 	// Defaults to [DefaultMaxCachedBody]; negative caches no result at all.
@@ -339,7 +339,7 @@ type call struct {
 	owner uuidText
 	// ttl, when set, points at the argument that is a TTL in milliseconds
 	// counted from when the call was made (complete.lua's): shortened by
-	// the wait for a turn, so that the TTL still runs from then.
+	// the wait in the gate's queue, so that the TTL still runs from then.
 	ttl *int64
 }
 
