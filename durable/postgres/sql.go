@@ -247,13 +247,17 @@ LIMIT $2::integer`
 
 // sweepSQL deletes at most $1 finished or released records past retention
 // whose generation is below the sweep margin, skipping rows locked by a
-// concurrent claim.
+// concurrent claim. It deletes by the digest, so it selects no row without
+// one (written by an instance older than 003 until Migrate's 006 gives it
+// one): such rows, oldest first, would fill every batch, delete nothing,
+// and end the sweep with the rest of the backlog behind them.
 const sweepSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 v AS (
 	SELECT operation_digest, tenant_id, operation, key_hash FROM %T
 	WHERE (state IN ('completed', 'failed') OR (state = 'processing' AND owner_token IS NULL))
 		AND expires_at <= (SELECT now FROM c)
 		AND generation < %SWEEPMAX
+		AND operation_digest IS NOT NULL
 	ORDER BY expires_at
 	LIMIT $1::integer
 	FOR UPDATE SKIP LOCKED

@@ -314,3 +314,44 @@ VALUES ($1, $2, $3, 'v1:fp', 'completed', 1, 201, '\x7b7d', 1, now(), now() + in
 		t.Fatalf("claim of a new key: %+v %v", res, err)
 	}
 }
+
+// TestSweepPassesRowsWithoutDigest: a record past retention without its
+// digest (an instance older than 003 wrote it after 006 ran), older than
+// a swept record, does not stop the sweep: Sweep deletes by the digest, and
+// a batch holding the row without one would delete nothing and end the
+// sweep. Control: with the sweep's "operation_digest IS NOT NULL" removed,
+// Sweep(1) returns 0 here.
+func TestSweepPassesRowsWithoutDigest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{})
+	ctx := t.Context()
+	insert := func(key string, digest bool, expiredAgo string) {
+		t.Helper()
+		ref, _ := f.s.Ref(durable.Scope{Tenant: "t", Operation: "POST /x", Key: key})
+		var d []byte
+		if digest {
+			dd := ref.Digest()
+			d = dd[:]
+		}
+		if _, err := f.pool.Exec(ctx, `INSERT INTO idempotency_requests (tenant_id, operation, key_hash, operation_digest,
+	request_hash, state, generation, status_code, response_body, response_version, completed_at, expires_at, retention_us)
+VALUES ($1, $2, $3, $4, 'v1:fp', 'completed', 1, 201, '\x7b7d', 1, now(), now() - $5::interval, 3600000000)`,
+			ref.Tenant, ref.Operation, ref.KeyHash[:], d, expiredAgo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert("no-digest", false, "2 hours")
+	insert("with-digest", true, "1 hour")
+	n, err := f.s.Sweep(ctx, 1)
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep(1) = %d, %v; want the record with its digest deleted, past the older one without", n, err)
+	}
+	var with, without int
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE operation_digest IS NOT NULL),
+	count(*) FILTER (WHERE operation_digest IS NULL) FROM idempotency_requests`).Scan(&with, &without); err != nil {
+		t.Fatal(err)
+	}
+	if with != 0 || without != 1 {
+		t.Fatalf("rows left: %d with a digest, %d without; want the one without only", with, without)
+	}
+}
