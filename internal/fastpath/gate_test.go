@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,16 +123,9 @@ func roundTrip(ctx context.Context, t *testing.T, s *fastpath.Scripts, key strin
 func burstRoundTrips(t *testing.T, s *fastpath.Scripts, n int) []answer {
 	t.Helper()
 	answers := make([]answer, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			answers[i] = roundTrip(context.Background(), t, s, fmt.Sprintf("k%d-%s", i, uuid.NewString()))
-		})
-	}
-	close(start)
-	wg.Wait()
+	atOnce(t, n, func(i int) {
+		answers[i] = roundTrip(context.Background(), t, s, fmt.Sprintf("k%d-%s", i, uuid.NewString()))
+	})
 	return answers
 }
 

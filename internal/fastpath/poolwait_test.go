@@ -114,17 +114,16 @@ func (f *tcpFront) close() {
 	f.wg.Wait()
 }
 
-// burst sends n Claims at once through s and returns their errors.
-func burst(t *testing.T, s *fastpath.Scripts, n int) []error {
+// atOnce runs call(0) to call(n-1), each on its own goroutine, released
+// together, and waits for all of them.
+func atOnce(t *testing.T, n int, call func(i int)) {
 	t.Helper()
-	errs := make([]error, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			_, errs[i] = s.Claim(context.Background(), refFor(t, "k"+uuid.NewString()),
-				fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
+			call(i)
 		})
 	}
 	close(start)
@@ -135,6 +134,16 @@ func burst(t *testing.T, s *fastpath.Scripts, n int) []error {
 	case <-time.After(time.Minute): // a liveness bound, not a speed target
 		t.Fatal("callers still waiting after a minute: the wait for a connection is unbounded")
 	}
+}
+
+// burst sends n Claims at once through s and returns their errors.
+func burst(t *testing.T, s *fastpath.Scripts, n int) []error {
+	t.Helper()
+	errs := make([]error, n)
+	atOnce(t, n, func(i int) {
+		_, errs[i] = s.Claim(context.Background(), refFor(t, "k"+uuid.NewString()),
+			fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
+	})
 	return errs
 }
 
