@@ -190,9 +190,10 @@ type Scripts struct {
 // when the pool has fewer turns: PoolSize, or MaxActiveConns when lower;
 // as many as the pool has turns when the client ignores context
 // deadlines, since a send that timed out then holds its connection until
-// the client's ReadTimeout), each a call alone or a pipeline; a call that finds them all taken
-// queues, and the next send to end takes the queue out as one pipeline of
-// up to 128 calls, each still one script run with its own reply. A call
+// the client's ReadTimeout), each a call alone or a pipeline; a call that
+// finds them all taken queues, and the next send to end takes the queue
+// out as one pipeline of up to 128 calls, each still one script run with
+// its own reply. A call
 // never queues while a send is free, so calls one at a time go out alone.
 // A queued call's per-call timeout starts once it is sent. Its wait is
 // bounded by ctx and by the client's PoolTimeout, and a call still queued
