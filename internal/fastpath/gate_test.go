@@ -55,10 +55,11 @@ func (h *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func isScript(cmd redis.Cmder) bool { return cmd.Name() == "evalsha" || cmd.Name() == "eval" }
 
 // gatedScripts is a Scripts on a client of addr with a pool of poolSize
-// connections, its calls counted by the returned hook.
-func gatedScripts(t *testing.T, addr string, poolSize int) (*fastpath.Scripts, *pipeCounter, *redis.Client) {
+// connections, its calls counted by the returned hook. A zero poolTimeout
+// is go-redis's default.
+func gatedScripts(t *testing.T, addr string, poolSize int, poolTimeout time.Duration) (*fastpath.Scripts, *pipeCounter, *redis.Client) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	h := &pipeCounter{}
 	c.AddHook(h)
@@ -136,7 +137,7 @@ func burstRoundTrips(t *testing.T, s *fastpath.Scripts, n int) []answer {
 func TestGate_QueuedCallsShareAPipelineAndGetTheirOwnReplies(t *testing.T) {
 	t.Parallel()
 	srv := redisproc.Start(t, redisproc.Options{})
-	s, h, _ := gatedScripts(t, srv.Addr(), 1)
+	s, h, _ := gatedScripts(t, srv.Addr(), 1, 0)
 	if err := ownAnswers(burstRoundTrips(t, s, 200)); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestGate_NegativeControl_OwnAnswersCatchesASwap(t *testing.T) {
 func TestGate_CallsAloneAreNotPipelined(t *testing.T) {
 	t.Parallel()
 	srv := redisproc.Start(t, redisproc.Options{})
-	s, h, _ := gatedScripts(t, srv.Addr(), 1)
+	s, h, _ := gatedScripts(t, srv.Addr(), 1, 0)
 	if err := s.Load(context.Background()); err != nil { // no NOSCRIPT, no EVAL
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestGate_CallsAloneAreNotPipelined(t *testing.T) {
 func TestGate_PipelineFallsBackToEvalOnNoScript(t *testing.T) {
 	t.Parallel()
 	srv := redisproc.Start(t, redisproc.Options{})
-	s, h, c := gatedScripts(t, srv.Addr(), 1)
+	s, h, c := gatedScripts(t, srv.Addr(), 1, 0)
 	if err := ownAnswers(burstRoundTrips(t, s, 50)); err != nil {
 		t.Fatal(err)
 	}
@@ -204,41 +205,58 @@ func TestGate_PipelineFallsBackToEvalOnNoScript(t *testing.T) {
 	}
 }
 
-// TestGate_QueuedCallWithdrawnWhenItsContextEnds: with the one connection
-// held by a call Redis answers slowly, a second call queues; its context
-// ends, and it returns unsent: the key it would have claimed is still
-// free. A call sent anyway would have claimed it.
-func TestGate_QueuedCallWithdrawnWhenItsContextEnds(t *testing.T) {
+// TestGate_QueuedCallWithdrawnUnsent: with the one connection held by a
+// call Redis answers slowly (300ms), a second call queues; its context
+// ends, or the client's PoolTimeout (50ms) runs out, and it returns
+// unsent: the key it would have claimed is still free. A call sent anyway
+// would have claimed it.
+func TestGate_QueuedCallWithdrawnUnsent(t *testing.T) {
 	t.Parallel()
 	srv := redisproc.Start(t, redisproc.Options{})
-	front := newTCPFront(t, srv.Addr(), 300*time.Millisecond)
-	s, _, _ := gatedScripts(t, front.addr(), 1)
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Claim(context.Background(), refFor(t, "slow"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
-		first <- err
-	}()
-	waitInFlight(t, front)
-	ctx, cancel := context.WithCancel(context.Background())
-	queuedErr := make(chan error, 1)
-	go func() {
-		_, err := s.Claim(ctx, refFor(t, "queued"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
-		queuedErr <- err
-	}()
-	time.Sleep(20 * time.Millisecond) // let it queue; were it sent, the check below finds its claim
-	cancel()
-	if err := <-queuedErr; !errors.Is(err, context.Canceled) || !errors.Is(err, fastpath.ErrUnavailable) {
-		t.Fatalf("queued call = %v, want ErrUnavailable wrapping context.Canceled", err)
-	}
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.Claim(context.Background(), refFor(t, "queued"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
-	if err != nil || r.Status != fastpath.ClaimAcquired {
-		t.Fatalf("claim after the withdrawn call = %v, %v; want acquired: the withdrawn call was sent", r.Status, err)
-	}
-	if s.Breaker() != fastpath.BreakerClosed {
-		t.Fatalf("breaker %v after a caller gave up, want closed", s.Breaker())
+	for _, tc := range []struct {
+		name        string
+		poolTimeout time.Duration
+		cancel      bool
+		want        error
+	}{
+		{"ContextEnds", time.Minute, true, context.Canceled},
+		{"PoolTimeout", 50 * time.Millisecond, false, redis.ErrPoolTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			front := newTCPFront(t, srv.Addr(), 300*time.Millisecond)
+			s, _, _ := gatedScripts(t, front.addr(), 1, tc.poolTimeout)
+			first := make(chan error, 1)
+			go func() {
+				_, err := s.Claim(context.Background(), refFor(t, "slow"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
+				first <- err
+			}()
+			waitInFlight(t, front)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			queuedErr := make(chan error, 1)
+			go func() {
+				_, err := s.Claim(ctx, refFor(t, "queued"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
+				queuedErr <- err
+			}()
+			if tc.cancel {
+				time.Sleep(20 * time.Millisecond) // let it queue; were it sent, the check below finds its claim
+				cancel()
+			}
+			if err := <-queuedErr; !errors.Is(err, tc.want) || !errors.Is(err, fastpath.ErrUnavailable) {
+				t.Fatalf("queued call = %v, want ErrUnavailable wrapping %v", err, tc.want)
+			}
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.Claim(context.Background(), refFor(t, "queued"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
+			if err != nil || r.Status != fastpath.ClaimAcquired {
+				t.Fatalf("claim after the withdrawn call = %v, %v; want acquired: the withdrawn call was sent", r.Status, err)
+			}
+			if s.Breaker() != fastpath.BreakerClosed {
+				t.Fatalf("breaker %v after a call withdrawn unsent, want closed", s.Breaker())
+			}
+		})
 	}
 }
 
