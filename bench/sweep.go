@@ -132,11 +132,22 @@ func sweepWorkload(e *env) *workload {
 			"expired records inserted before each round (the round ends when the backlog is gone)", e.cfg.backlog),
 		variants: []*variant{plain, swept},
 	}
-	w.finish = func(context.Context) ([]extra, error) {
+	w.finish = func(ctx context.Context) ([]extra, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.err != nil {
 			return nil, fmt.Errorf("bench: sweep: %w", s.err)
+		}
+		// The check below is decided by a sweep no round cuts short: on a
+		// busy machine a round can end before a sweep's first batch does
+		// (the smoke's rounds are 100ms), which says nothing about whether
+		// Sweep can delete the backlog. This one runs to the end of what is
+		// left, bounded by finalSweepTimeout.
+		fctx, cancel := context.WithTimeout(ctx, finalSweepTimeout)
+		final, err := e.withRedis.Sweep(fctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("bench: sweep: after the rounds: %w", err)
 		}
 		rate := 0.0
 		if s.active > 0 {
@@ -155,8 +166,9 @@ func sweepWorkload(e *env) *workload {
 					s.swept, fmtDur(s.active), s.rounds, s.done)},
 			// A sweep that deleted nothing measured nothing: the backlog's
 			// rows were not records Sweep can delete.
-			{Name: "rows swept", Value: float64(s.swept), Target: "> 0", Check: true,
-				Failed: s.rounds > 0 && s.swept == 0},
+			{Name: "rows swept", Value: float64(s.swept + int64(final)), Target: "> 0", Check: true,
+				Note:   fmt.Sprintf("%d in the rounds, %d by a sweep after them that no round cut short", s.swept, final),
+				Failed: s.rounds > 0 && s.swept+int64(final) == 0},
 		}, nil
 	}
 	return w
@@ -168,6 +180,10 @@ func ratio(a, b time.Duration) float64 {
 	}
 	return float64(a) / float64(b)
 }
+
+// finalSweepTimeout bounds the sweep after the rounds: a backlog of 100,000
+// rows takes about 11 s paced (8,900 rows/s) on two idle cores.
+const finalSweepTimeout = 3 * time.Minute
 
 // sweepP99Target is issue 15's bound on the claims' p99 while a sweep runs,
 // against without.
