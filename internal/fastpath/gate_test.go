@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -278,4 +279,134 @@ func waitInFlight(t *testing.T, front *tcpFront) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestGate_QueuedCompleteCountsItsWaitInTheTTL: a Complete that queued
+// behind a slow call (300ms) caches its result until its TTL after the
+// caller asked, not after the pipeline sent it: the wait comes off the TTL
+// sent to Redis. Without that, the cached result would outlive the
+// record's retention by the wait.
+func TestGate_QueuedCompleteCountsItsWaitInTheTTL(t *testing.T) {
+	t.Parallel()
+	srv := redisproc.Start(t, redisproc.Options{})
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { direct.Close() })
+	ds, err := fastpath.New(direct, fastpath.Options{Prefix: "gate", Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scripts are loaded: a NOSCRIPT reply would add a round trip
+	// between the send and the run, which no TTL argument can know of.
+	if err := ds.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ref, owner := refFor(t, "ttl"), uuid.New()
+	r, err := ds.Claim(context.Background(), ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: owner, Lease: lease})
+	if err != nil || r.Status != fastpath.ClaimAcquired {
+		t.Fatalf("claim = %v, %v", r.Status, err)
+	}
+
+	const delay = 300 * time.Millisecond
+	front := newTCPFront(t, srv.Addr(), delay)
+	s, _, _ := gatedScripts(t, front.addr(), 1, time.Minute)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(context.Background(), refFor(t, "slow"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
+		first <- err
+	}()
+	waitInFlight(t, front)
+	asked := time.Now()
+	const ttl = time.Hour
+	tok := fence.Token{Generation: r.Generation, Owner: owner}
+	cached, err := s.Complete(context.Background(), ref, tok, fp, durable.Completed, durable.Result{StatusCode: 201, Body: []byte("x")}, ttl)
+	if err != nil || !cached {
+		t.Fatalf("complete = %v, %v; want cached", cached, err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := direct.PTTL(context.Background(), ds.Keys(ref).Record).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Now().Add(pttl)
+	// The call queued for most of the slow call's 300ms; sent alone, the
+	// result would expire at least that much later than asked + ttl. The
+	// slack covers the clock reads and Redis's millisecond rounding.
+	if late := expires.Sub(asked.Add(ttl)); late > delay/3 {
+		t.Fatalf("cached result expires %v after asked + TTL: the queue wait was not taken off the TTL", late)
+	}
+	if early := asked.Add(ttl).Sub(expires); early > 5*time.Second {
+		t.Fatalf("cached result expires %v before asked + TTL", early)
+	}
+}
+
+// callerID is a context key: the caller a context belongs to.
+type callerID struct{}
+
+// pipeContexts is a go-redis hook that records, for each pipeline of
+// script calls, the key of its first call and the caller in its context.
+type pipeContexts struct {
+	mu    sync.Mutex
+	first []string
+	ids   []any
+}
+
+func (h *pipeContexts) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pipeContexts) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipeContexts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if isScript(cmds[0]) {
+			h.mu.Lock()
+			key := cmds[0].Args()[3] // evalsha sha numkeys key ...
+			if p, ok := key.(*string); ok {
+				key = *p // the library passes its arguments by pointer
+			}
+			h.first = append(h.first, fmt.Sprint(key))
+			h.ids = append(h.ids, ctx.Value(callerID{}))
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestGate_PipelineCarriesItsFirstCallersContext: a pipeline is sent with
+// the context values of its first call's caller (what a tracing hook
+// reads to put the send in that caller's trace).
+func TestGate_PipelineCarriesItsFirstCallersContext(t *testing.T) {
+	t.Parallel()
+	srv := redisproc.Start(t, redisproc.Options{})
+	s, _, c := gatedScripts(t, srv.Addr(), 1, 0)
+	h := &pipeContexts{}
+	c.AddHook(h)
+	const n = 200
+	keyOf := map[string]int{} // a caller's record key → the caller
+	refs := make([]durable.Ref, n)
+	for i := range refs {
+		refs[i] = refFor(t, fmt.Sprint("ctx", i))
+		keyOf[s.Keys(refs[i]).Record] = i
+	}
+	errs := make([]error, n)
+	atOnce(t, n, func(i int) {
+		ctx := context.WithValue(context.Background(), callerID{}, i)
+		_, errs[i] = s.Claim(ctx, refs[i], fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.first) == 0 {
+		t.Fatal("no pipeline: the burst never queued, so it tested nothing")
+	}
+	for i, k := range h.first {
+		want, ok := keyOf[k]
+		if !ok {
+			t.Fatalf("pipeline %d's first call is for %q, no caller's key", i, k)
+		}
+		if h.ids[i] != want {
+			t.Fatalf("pipeline %d was sent with caller %v's context, its first call is caller %d's", i, h.ids[i], want)
+		}
+	}
+	t.Logf("%d pipelines, each with its first caller's context", len(h.first))
 }

@@ -230,10 +230,11 @@ func New(c redis.Scripter, opts Options) (*Scripts, error) {
 			n = o.MaxActiveConns
 		}
 		if n > 0 && o.PoolTimeout > 0 {
+			// A client that honors deadlines gets maxSends sends. One
+			// that ignores them holds a connection until its ReadTimeout
+			// after a call timed out: it keeps every turn of its pool
+			// for sends, as without pipelines.
 			if s.direct {
-				// A client that ignores deadlines holds a connection
-				// until its ReadTimeout after a call timed out: keep
-				// every turn of the pool for sends, as without pipelines.
 				n = min(n, maxSends)
 			}
 			s.gate = &gate{client: c, limit: n, wait: o.PoolTimeout}
