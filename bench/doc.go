@@ -94,10 +94,17 @@
 //     library's claim.lua (its SHA captured from the library's first call),
 //     and the library with Redis off, claiming first (library-no-redis) and
 //     with the write at commit (library-at-commit-no-redis, whose fn runs
-//     are reported).
+//     are reported). The Redis-only peer, peer-redislock: bsm/redislock's
+//     Obtain (one EVALSHA of its SET NX PX script, no retry) of the same
+//     keys, which stores no result and reads no database (peer.go); the
+//     library's throughput against it has a target of 0.95, in the storm
+//     and in the burst. Then the burst: each key's duplicates released
+//     together on a pool of 20, the library with default lua.Options
+//     against the bare EVALSHA and the peer, each on a client of its own.
 //   - replay: completed keys retried. Floors: the bare EVALSHA (answered
 //     from the Redis cache), the library's claim statement alone, and a
-//     bare SELECT of the stored result.
+//     bare SELECT of the stored result; the peer's Obtain of a key it
+//     holds, reported against the library without a target.
 //   - redis-down: the library against an unresponsive Redis (breaker open)
 //     versus the library with Redis off; before that, the latency of the
 //     first requests while the breaker opens, for a refused and for a

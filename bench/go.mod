@@ -3,6 +3,7 @@ module github.com/oncekey/oncekey/bench
 go 1.26.0
 
 require (
+	github.com/bsm/redislock v0.9.4
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/oncekey/oncekey v0.0.0-00010101000000-000000000000

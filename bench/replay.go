@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/bsm/redislock"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
@@ -56,10 +57,12 @@ func replayWorkload(e *env, f *floors) *workload {
 			return oOther, fmt.Errorf("%w: a completed key answered %v", ErrUnexpected, out.Kind)
 		}
 	}
+	lk := redislock.New(e.rdb)
 	w := &workload{
 		name: "replay",
 		about: fmt.Sprintf("%d completed keys retried round-robin; floors: bare EVALSHA of claim.lua (cached result), "+
-			"the library's claim statement alone on the pool, a bare SELECT of the stored result", len(keys)),
+			"the library's claim statement alone on the pool, a bare SELECT of the stored result; "+
+			"the Redis-only peer: bsm/redislock's Obtain (no retry) of the same keys, each held since the workload began", len(keys)),
 		variants: []*variant{
 			{name: "library", vs: "floor-evalsha", target: 0.90, open: true, op: replay(e.withRedis, true)},
 			// Hot keys with WithReplayCache: every key's result fits in
@@ -68,6 +71,8 @@ func replayWorkload(e *env, f *floors) *workload {
 			{name: "library-replay-cache", vs: "floor-evalsha", target: 3, op: replay(e.replayCache, true)},
 			{name: "floor-evalsha", floor: true, open: true,
 				op: func(ctx context.Context, _ *round, i int64) (outcome, error) { return f.evalsha(ctx, key(i)) }},
+			{name: "peer-redislock", vs: "floor-evalsha",
+				op: func(ctx context.Context, _ *round, i int64) (outcome, error) { return peerObtain(ctx, e, lk, key(i)) }},
 			{name: "library-db-do", vs: "floor-select", target: 0.50, op: replay(e.noRedis, true)},
 			{name: "library-db-claim", vs: "floor-claim-sql", op: replay(e.noRedis, false)},
 			{name: "floor-claim-sql", floor: true, vs: "floor-select",
@@ -105,7 +110,20 @@ func replayWorkload(e *env, f *floors) *workload {
 		if firstErr != nil {
 			return fmt.Errorf("bench: replay: completing the keys: %w", firstErr)
 		}
+		for _, k := range keys { // the peer's locks, held through the rounds
+			o, err := peerObtain(ctx, e, lk, k)
+			if err != nil {
+				return fmt.Errorf("bench: replay: %w", err)
+			}
+			if o != oAcquired {
+				return fmt.Errorf("%w: the peer's lock on a fresh key answered %s", ErrUnexpected, outcomeNames[o])
+			}
+		}
 		return ensureCached(ctx, e, keys)
+	}
+	w.finish = func(context.Context) ([]extra, error) {
+		return []extra{peerRatio("library / peer-redislock", w.variants[0], w.variants[3], 0,
+			"replays from Redis through Do against redislock's Obtain of a held key: each one EVALSHA, the library's answering with the stored result")}, nil
 	}
 	return w
 }

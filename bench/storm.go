@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bsm/redislock"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
@@ -120,10 +121,12 @@ func stormWorkload(e *env, f *floors) *workload {
 	}
 	lib, noRedis, floor := newBook("library"), newBook("library-no-redis"), newBook("floor-evalsha")
 	atCommitNoRedis := newBook("library-at-commit-no-redis")
+	peer, lk := newBook("peer-redislock"), redislock.New(e.rdb)
 	w := &workload{
 		name: "storm",
 		about: fmt.Sprintf("up to %d keys × %d duplicates, %d workers taking requests in order (Do, FailFast); "+
 			"floors: bare EVALSHA of claim.lua, and the library with Redis off, claiming first (the default) and with WithWriteAtCommit; "+
+			"the Redis-only peer: bsm/redislock's Obtain (no retry) on the same keys; "+
 			"then %d bursts of %d keys × %d duplicates released together on a pool of %d, the library with default lua.Options against the bare EVALSHA",
 			e.cfg.keys, e.cfg.dups, e.cfg.concurrency, burstOf(e.cfg).trials, burstOf(e.cfg).keys, burstOf(e.cfg).dups, burstPool),
 		variants: []*variant{
@@ -137,6 +140,14 @@ func stormWorkload(e *env, f *floors) *workload {
 						return oOther, err
 					}
 					return f.evalsha(ctx, r.key(k))
+				}},
+			{name: "peer-redislock", vs: "floor-evalsha", after: peer.after,
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					k, err := peer.keyOf(i)
+					if err != nil {
+						return oOther, err
+					}
+					return peerObtain(ctx, e, lk, r.key(k))
 				}},
 		},
 	}
@@ -181,14 +192,16 @@ func stormWorkload(e *env, f *floors) *workload {
 				out = append(out, ex)
 			}
 		}
+		out = append(out, peerRatio("library / peer-redislock", w.variants[0], w.variants[4], 0.95,
+			"the storm's duplicates through Do against redislock's Obtain of the same keys (the issue's bar for the fastest Redis-only peer)"))
 		burst, err := measureBurst(ctx, e, f)
 		if err != nil {
 			return nil, fmt.Errorf("storm: burst: %w", err)
 		}
 		out = append(out, burst...)
 		out = append(out, extra{Name: "keys per variant (timed rounds)", Value: float64(lib.keysTimed.Load()),
-			Note: fmt.Sprintf("library %d, library-no-redis %d, library-at-commit-no-redis %d, floor-evalsha %d", lib.keysTimed.Load(),
-				noRedis.keysTimed.Load(), atCommitNoRedis.keysTimed.Load(), floor.keysTimed.Load())})
+			Note: fmt.Sprintf("library %d, library-no-redis %d, library-at-commit-no-redis %d, floor-evalsha %d, peer-redislock %d", lib.keysTimed.Load(),
+				noRedis.keysTimed.Load(), atCommitNoRedis.keysTimed.Load(), floor.keysTimed.Load(), peer.keysTimed.Load())})
 		return out, nil
 	}
 	return w
@@ -270,10 +283,11 @@ func burstEvalsha(ctx context.Context, c *redis.Client, f *floors, key string) (
 }
 
 // measureBurst runs bursts (burstOf) of keys × duplicates requests
-// through the library (Do, default lua.Options) and as many of the bare
-// EVALSHA, alternating, each side on a client of its own with a pool of
-// burstPool connections, and reports the library's throughput ratio to
-// the floor, its breaker openings and whether each key executed once.
+// through the library (Do, default lua.Options), as many of the bare
+// EVALSHA and as many of the peer's Obtain, alternating, each side on a
+// client of its own with a pool of burstPool connections, and reports the
+// library's throughput ratios to the floor and the peer, its breaker
+// openings and whether each key executed once.
 func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 	newClient := func() (*redis.Client, error) {
 		ropt, err := redis.ParseURL(e.cfg.redis)
@@ -294,6 +308,12 @@ func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 		return nil, err
 	}
 	defer floorClient.Close()
+	peerClient, err := newClient()
+	if err != nil {
+		return nil, err
+	}
+	defer peerClient.Close()
+	lk := redislock.New(peerClient)
 	var opens atomic.Int64
 	rc := fastpath.WithHooks(libClient, fastpath.Hooks{OnStateChange: func(s fastpath.BreakerState) {
 		if s == fastpath.BreakerOpen {
@@ -308,7 +328,7 @@ func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 	size := burstOf(e.cfg)
 	book := &keyBook{e: e, variant: "burst-library", dups: int64(size.dups), perRound: int64(size.keys)}
 	do := stormDo(book, c)
-	var lib, floor burstSide
+	var lib, floor, peer burstSide
 	n, dups := int64(size.keys*size.dups), int64(size.dups)
 	var claims, stmts int64
 	for t := range size.trials {
@@ -318,6 +338,10 @@ func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 		r := &round{n: t, prefix: "burst-floor-" + randName("") + "-"}
 		floor.fire(ctx, n, func(ctx context.Context, i int64) (outcome, error) {
 			return burstEvalsha(ctx, floorClient, f, r.key(i/dups))
+		})
+		r = &round{n: t, prefix: "burst-peer-" + randName("") + "-"}
+		peer.fire(ctx, n, func(ctx context.Context, i int64) (outcome, error) {
+			return peerObtain(ctx, e, lk, r.key(i/dups))
 		})
 		r = &round{n: t, prefix: "burst-lib-" + randName("") + "-"}
 		before := e.counts()
@@ -331,6 +355,9 @@ func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 	if floor.errs > 0 {
 		return nil, fmt.Errorf("floor-evalsha: %d of %d failed, first: %w", floor.errs, floor.n, floor.firstErr)
 	}
+	if peer.errs > 0 {
+		return nil, fmt.Errorf("peer-redislock: %d of %d failed, first: %w", peer.errs, peer.n, peer.firstErr)
+	}
 	most, twice, never, err := book.check(ctx)
 	if err != nil {
 		return nil, err
@@ -338,6 +365,10 @@ func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 	ratio := 0.0
 	if fr := floor.rate(); fr > 0 {
 		ratio = lib.rate() / fr
+	}
+	peerRatio := 0.0
+	if pr := peer.rate(); pr > 0 {
+		peerRatio = lib.rate() / pr
 	}
 	keys := book.keysAll.Load()
 	out := []extra{
@@ -352,6 +383,12 @@ func measureBurst(ctx context.Context, e *env, f *floors) ([]extra, error) {
 				fmt.Sprintf("; a request here costs this process %.0fµs of CPU against the floor's %.0fµs, and %.2f statements "+
 					"(the executions' transactions, which share the machine with the servers)",
 					lib.cpuPer(), floor.cpuPer(), float64(stmts)/float64(max(lib.n, 1)))},
+		{Name: "burst: library / peer-redislock (released together, default options each)", Value: peerRatio,
+			Target: ">= 0.95", Meets: boolp(peerRatio >= 0.95),
+			Note: fmt.Sprintf("redislock's Obtain (no retry) on the same bursts: %.0f/s p50 %s p99 %s (%d acquired, %d busy); "+
+				"this process's CPU %.0fµs per request",
+				peer.rate(), fmtDur(peer.h.quantile(0.5)), fmtDur(peer.h.quantile(0.99)),
+				peer.outcomes[oAcquired], peer.outcomes[oBusy], peer.cpuPer())},
 		{Name: "burst: breaker openings", Value: float64(opens.Load()), Target: "== 0", Meets: boolp(opens.Load() == 0),
 			Note: fmt.Sprintf("%d durable claims for %d keys", claims, keys)},
 		{Name: "burst: most executions of one key", Value: float64(most), Target: "== 1", Check: true,
