@@ -45,7 +45,7 @@ func registry() []scenario {
 		{name: "http-finish-outage-long", forces: "the store refuses Complete and Fail past FinishTimeout but within the lease: 202, retries see it in progress, the background completion lands", setup: setupHTTPFinishLong},
 		{name: "reconcile-after-retention", forces: "an uncertain operation past its retention stays uncertain, is reconciled, then replayed for a full retention, never run again", setup: setupReconcileAfterRetention},
 		{name: "reconcile-unresolved", forces: "a dead worker's record the Reconciler cannot resolve yet becomes uncertain: retries after the Reconciler's lease get uncertain, never a second run; settled once the outcome is known", setup: setupReconcileUnresolved},
-		{name: "redis-restart", forces: "Redis restarted empty mid-run: generations repeat in Redis, the database arbitrates", ownRedis: true, onServers: true, setup: setupRedisRestart},
+		{name: "redis-restart", forces: "Redis restarted empty mid-run, and by a workflow while it holds its key: generations repeat in Redis, duplicates get fresh Redis leases, the database arbitrates", ownRedis: true, onServers: true, setup: setupRedisRestart},
 		{name: "redis-failover", forces: "Redis failed over to a replica that missed writes (replication paused, REPLICAOF NO ONE)", ownRedis: true, onServers: true, setup: setupFailover},
 		{name: "split-brain", forces: "Redis split brain: primary SIGSTOPped, replica promoted, old primary resumed and still used by some clients", ownRedis: true, onServers: true, setup: setupSplitBrain},
 		{name: "redis-down", forces: "Redis blackholed, its connections cut, its replies cut after N bytes: the breaker opens, the database alone decides", setup: setupRedisDown},

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
 	"github.com/oncekey/oncekey/testkit/pgproxy"
 	"github.com/oncekey/oncekey/testkit/redisproc"
@@ -45,6 +46,27 @@ func setupRedisRestart(ctx context.Context, e *env) (*workload, error) {
 				}
 			})
 		}
+		if o.i%2 == 1 { // workflows, whose attempts hold their lease with KeepAlive
+			e.planned(o, "restart-held", 0.05, 3)
+		}
+	}
+	// The window a restart at a random moment rarely hits: Redis loses a
+	// key while its holder works. The holder restarts it, then works on,
+	// its lease renewed by the database's clock, while the op's other
+	// clients retry: each now gets a fresh Redis lease, and only the
+	// database's record keeps it from running the operation again. It
+	// works past a breaker's cool-down, which the restart's refused calls
+	// may have opened, and a lease more: long enough for the retries to
+	// reach the empty Redis.
+	w.afterClaim = func(ctx context.Context, a *attempt) {
+		if !a.o.take("restart-held") {
+			return
+		}
+		if err := srv.Restart(); err != nil {
+			return
+		}
+		e.fault("redis-restarted-empty-while-held")
+		sleep(ctx, fastpath.DefaultBreakerCoolDown+e.cfg.Lease)
 	}
 	return w, nil
 }
