@@ -56,10 +56,7 @@ func throughput(v *variant) float64 {
 // peerRatio is the extra that compares variant lib with peer by
 // throughput, against target (at least; 0: reported only).
 func peerRatio(name string, lib, peer *variant, target float64, note string) extra {
-	r := 0.0
-	if pr := throughput(peer); pr > 0 {
-		r = throughput(lib) / pr
-	}
+	r := ratio(throughput(lib), throughput(peer))
 	x := extra{Name: name, Value: r, Note: note}
 	if target > 0 {
 		x.Target, x.Meets = fmt.Sprintf(">= %.2f", target), boolp(r >= target)

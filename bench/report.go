@@ -124,9 +124,7 @@ func (rep *report) add(w *workload, extras []extra) {
 		if s.firstErr != nil {
 			vr.FirstError = s.firstErr.Error()
 		}
-		if s.elapsed > 0 {
-			vr.PerSecond = float64(s.ops) / s.elapsed.Seconds()
-		}
+		vr.PerSecond = throughput(v)
 		if s.ops > 0 {
 			n := float64(s.ops)
 			vr.RedisPerReq = float64(s.counts.redis) / n

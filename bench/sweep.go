@@ -174,8 +174,9 @@ func sweepWorkload(e *env) *workload {
 	return w
 }
 
-func ratio(a, b time.Duration) float64 {
-	if b == 0 {
+// ratio is a/b, or 0 when b is not positive.
+func ratio[T time.Duration | float64](a, b T) float64 {
+	if b <= 0 {
 		return 0
 	}
 	return float64(a) / float64(b)

@@ -227,12 +227,7 @@ func TestGate_QueuedCallWithdrawnUnsent(t *testing.T) {
 			t.Parallel()
 			front := newTCPFront(t, srv.Addr(), 300*time.Millisecond)
 			s, _, _ := gatedScripts(t, front.addr(), 1, tc.poolTimeout)
-			first := make(chan error, 1)
-			go func() {
-				_, err := s.Claim(context.Background(), refFor(t, "slow"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
-				first <- err
-			}()
-			waitInFlight(t, front)
+			first := holdTheConnection(t, s, front)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			queuedErr := make(chan error, 1)
@@ -259,6 +254,21 @@ func TestGate_QueuedCallWithdrawnUnsent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdTheConnection sends a Claim through s, whose pool has one
+// connection, to front, which answers slowly, and returns once it is in
+// flight: the call holds the connection until its reply, which the
+// returned channel then carries.
+func holdTheConnection(t *testing.T, s *fastpath.Scripts, front *tcpFront) <-chan error {
+	t.Helper()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(context.Background(), refFor(t, "slow"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
+		first <- err
+	}()
+	waitInFlight(t, front)
+	return first
 }
 
 // waitInFlight waits until front has a connection: the first call holds
@@ -309,12 +319,7 @@ func TestGate_QueuedCompleteCountsItsWaitInTheTTL(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	front := newTCPFront(t, srv.Addr(), delay)
 	s, _, _ := gatedScripts(t, front.addr(), 1, time.Minute)
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Claim(context.Background(), refFor(t, "slow"), fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
-		first <- err
-	}()
-	waitInFlight(t, front)
+	first := holdTheConnection(t, s, front)
 	asked := time.Now()
 	const ttl = time.Hour
 	tok := fence.Token{Generation: r.Generation, Owner: owner}

@@ -193,8 +193,8 @@ type Scripts struct {
 // the client's ReadTimeout), each a call alone or a pipeline; a call that
 // finds them all taken queues, and the next send to end takes the queue
 // out as one pipeline of up to 128 calls, each still one script run with
-// its own reply. A call
-// never queues while a send is free, so calls one at a time go out alone.
+// its own reply. A call never queues while a send is free, so calls one at
+// a time go out alone.
 // A queued call's per-call timeout starts once it is sent. Its wait is
 // bounded by ctx and by the client's PoolTimeout, and a call still queued
 // when the breaker opens returns [ErrBreakerOpen] without being sent;
