@@ -152,13 +152,11 @@ func (s *Scripts) sendBatch(batch []*queued) bool {
 	} else {
 		// The client ignores ctx's deadline: stop waiting at it, and
 		// hold the send until the client gives the connection back.
-		sent := make(chan struct{})
 		got := make([]reply, len(batch))
-		go func() { s.exec(ctx, batch, got); close(sent) }()
-		select {
-		case <-sent:
-			copy(replies, got)
-		case <-ctx.Done():
+		sent, ok := untilDone(ctx, func() { s.exec(ctx, batch, got) })
+		if ok {
+			replies = got
+		} else {
 			for i := range replies {
 				replies[i].err = ctx.Err()
 			}

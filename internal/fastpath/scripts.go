@@ -547,23 +547,34 @@ type reply struct {
 // goroutine leaves the gate when the client returns: the connection is
 // back in the pool only then.
 func (s *Scripts) detached(ctx context.Context, sc *luaScript, c *call) (any, error) {
-	ch := make(chan reply, 1)
-	go func() {
-		v, err := s.send(ctx, sc, c)
+	var r reply
+	if _, ok := untilDone(ctx, func() {
+		r.v, r.err = s.send(ctx, sc, c)
 		if s.gate != nil {
-			s.leave(err == nil)
+			s.leave(r.err == nil)
 		}
-		ch <- reply{v, err}
-	}()
+	}); !ok {
+		return nil, ctx.Err()
+	}
+	return r.v, r.err
+}
+
+// untilDone runs f on a goroutine and waits for it to return or for ctx
+// to end, whichever is first. It reports whether f returned in time;
+// what f writes may be read only then. returned is closed when f has
+// returned, for a caller that must hold on until it does.
+func untilDone(ctx context.Context, f func()) (returned <-chan struct{}, ok bool) {
+	ch := make(chan struct{})
+	go func() { f(); close(ch) }()
 	select {
-	case r := <-ch:
-		return r.v, r.err
+	case <-ch:
+		return ch, true
 	case <-ctx.Done():
 		select {
-		case r := <-ch: // answered just in time: select picks at random
-			return r.v, r.err
+		case <-ch: // returned just in time: select picks at random
+			return ch, true
 		default:
-			return nil, ctx.Err()
+			return ch, false
 		}
 	}
 }
