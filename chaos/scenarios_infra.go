@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncekey/oncekey/chaos/internal/fault"
+	"github.com/oncekey/oncekey/chaos/internal/history"
 	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
 	"github.com/oncekey/oncekey/testkit/pgproxy"
@@ -51,14 +52,18 @@ func setupRedisRestart(ctx context.Context, e *env) (*workload, error) {
 		}
 	}
 	// The window a restart at a random moment rarely hits: Redis loses a
-	// key while its holder works. The holder restarts it, then works on,
-	// its lease renewed by the database's clock, while the op's other
-	// clients retry: each now gets a fresh Redis lease, and only the
-	// database's record keeps it from running the operation again. It
-	// works past a breaker's cool-down, which the restart's refused calls
-	// may have opened, and a lease more: long enough for the retries to
-	// reach the empty Redis.
-	w.afterClaim = func(ctx context.Context, a *attempt) {
+	// key while its holder works. The holder, its effect made, restarts
+	// it, then works on before completing, its lease renewed by the
+	// database's clock, while the op's other clients retry: each now gets
+	// a fresh Redis lease, and only the database's record keeps it from
+	// running the operation again. It works until one of them is granted
+	// the key, or for two of a breaker's cool-downs, which the restart's
+	// refused calls may have opened, and two leases more: long enough for
+	// the retries to reach the empty Redis. The restart
+	// comes after the effect: a holder that learns from KeepAlive that its
+	// lease was taken makes none, so a restart before it can end with one
+	// effect even against a store that lets the retry in.
+	w.beforeComplete = func(ctx context.Context, a *attempt) {
 		if !a.o.take("restart-held") {
 			return
 		}
@@ -66,9 +71,24 @@ func setupRedisRestart(ctx context.Context, e *env) (*workload, error) {
 			return
 		}
 		e.fault("redis-restarted-empty-while-held")
-		sleep(ctx, fastpath.DefaultBreakerCoolDown+e.cfg.Lease)
+		restarted := e.rec.Now()
+		until := time.Now().Add(2 * (fastpath.DefaultBreakerCoolDown + e.cfg.Lease))
+		for time.Now().Before(until) && ctx.Err() == nil && !grantedSince(e.rec, a, restarted) {
+			sleep(ctx, e.cfg.Lease/6)
+		}
 	}
 	return w, nil
+}
+
+// grantedSince reports whether another client of a's op recorded a claim
+// granted to it (or possibly granted) since t.
+func grantedSince(rec *history.Recorder, a *attempt, t time.Duration) bool {
+	for _, c := range rec.Calls() {
+		if c.Key == a.o.key && c.Client != a.client && c.Kind == history.Acquire && c.Start >= t {
+			return true
+		}
+	}
+	return false
 }
 
 // ownPair starts the scenario's own Redis primary and replica (see
