@@ -392,6 +392,37 @@ func TestReport_MissedSaysWhatBoundsIt(t *testing.T) {
 	}
 }
 
+// A variant that misses its ratio to a floor without Redis, and has a cost
+// against a floor that makes its Redis calls too, is told what it costs
+// against that floor; a floor with fewer Redis calls is not named.
+func TestReport_MissedNamesTheFloorWithItsRedisCalls(t *testing.T) {
+	t.Parallel()
+	cfg := config{duration: time.Second, round: time.Second}
+	mk := func(name string, floor bool, ops, redisCalls int64, cpu time.Duration, vs string, target float64, costs ...costTarget) *variant {
+		v := &variant{name: name, floor: floor, vs: vs, target: target, costs: costs}
+		v.st = stats{ops: ops, elapsed: time.Second, rounds: 1, cpu: cpu * time.Duration(ops)}
+		v.st.counts.redis = redisCalls * ops
+		return v
+	}
+	vars := []*variant{
+		mk("library", false, 80, 2, 150*time.Microsecond, "sql-floor", 0.90,
+			costTarget{floor: "sql-floor-redis"}, costTarget{floor: "other-floor"}),
+		mk("sql-floor", true, 100, 0, 100*time.Microsecond, "", 0),
+		mk("sql-floor-redis", true, 64, 2, 160*time.Microsecond, "", 0),
+		mk("other-floor", true, 100, 1, 100*time.Microsecond, "", 0),
+	}
+	rep := newReport(cfg)
+	rep.add(&workload{name: "w", variants: vars}, nil)
+	got := rep.Workloads[0].Missed
+	want := []string{
+		"library is 0.80 of sql-floor (target ≥ 0.90); a request beyond the floor's: +50µs of this process's CPU (150µs against 100µs), +2.00 Redis calls, +0.00 statements, +0 allocations" +
+			"; against sql-floor-redis, which also makes its 2.00 Redis calls, it costs 0.80× (-10µs of CPU)",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("missed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // A cost with no ceiling is reported, and judged by nothing.
 func TestReport_CostWithoutTargetIsOnlyReported(t *testing.T) {
 	t.Parallel()

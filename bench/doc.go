@@ -58,6 +58,11 @@
 //     today's record, what a slimmer record would lower; floor-claim-new,
 //     the same with the insert Do sends for a key Redis granted
 //     (ClaimParams.ExpectNew) instead of the full claim;
+//     floor-claim-new-redis, floor-claim-new between the two script calls
+//     Do makes around it when Redis answers (claim.lua, then complete.lua
+//     with the result Do caches; SHAs, result and TTL captured from Do at
+//     start-up), each a bare EVALSHA: the floor of a fresh Do with Redis,
+//     to which library's cost ratio is printed beside its target;
 //     library-digest-key, library-no-redis-digest-key and
 //     floor-claim-new-digest-key, library, library-no-redis and
 //     floor-claim-new on a second table of the tool's schema carried over by

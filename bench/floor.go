@@ -55,6 +55,11 @@ type floors struct {
 	sha        string         // claim.lua's SHA1
 	headers    string         // result.Headers as JSON text, encoded once (the store sends it as text)
 	binHeaders []byte         // result.Headers in the store's byte-exact encoding, captured
+
+	// complete.lua's SHA1, and the result and TTL Do cached with it
+	completeSHA  string
+	completeBlob string
+	completeTTL  int64
 }
 
 func newFloors(ctx context.Context, e *env) (*floors, error) {
@@ -120,6 +125,8 @@ func plain(v any) any {
 	case *int64:
 		return *x
 	case *int:
+		return int64(*x)
+	case *uint64:
 		return int64(*x)
 	case int:
 		return int64(x)
@@ -257,7 +264,8 @@ func (f *floors) captureDo(ctx context.Context, c *claim.Claimer[pgx.Tx], want s
 }
 
 // captureScript records the Redis commands of one Do on the Redis Claimer
-// and keeps the SHA of the first script it ran (claim.lua).
+// and keeps the SHA of the first script it ran (claim.lua) and, from the
+// second (complete.lua), its SHA and the cached result it wrote.
 func (f *floors) captureScript(ctx context.Context) error {
 	cmds, err := f.e.rc.capture(func() error {
 		_, err := f.e.withRedis.Do(ctx, request(randName("capture-")), emptyWrite)
@@ -266,36 +274,57 @@ func (f *floors) captureScript(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: Do: %w", ErrCapture, err)
 	}
-	want := []any{"evalsha", "", 1, "", fingerprint, "", leaseMs}
+	// claim.lua: the record's key; fingerprint, owner, lease. complete.lua:
+	// the key; owner, generation, fingerprint, result, TTL.
+	shapes := []struct {
+		name string
+		want []any
+	}{
+		{"claim", []any{"evalsha", "", 1, "", fingerprint, "", leaseMs}},
+		{"complete", []any{"evalsha", "", 1, "", "", int64(0), fingerprint, "", int64(0)}},
+	}
+	var scripts [][]any
 	for _, args := range cmds {
-		if len(args) < 2 {
+		if len(args) < 2 || len(scripts) == len(shapes) {
 			continue
 		}
+		sha := ""
 		switch args[0] {
 		case "evalsha":
-			f.sha, _ = plain(args[1]).(string)
+			sha, _ = plain(args[1]).(string)
 		case "eval":
 			src, _ := plain(args[1]).(string)
 			sum := sha1.Sum([]byte(src))
-			f.sha = hex.EncodeToString(sum[:])
+			sha = hex.EncodeToString(sum[:])
 		default:
 			continue
 		}
-		if !sameShape(args, want) || fmt.Sprint(plain(args[2])) != "1" {
+		want := shapes[len(scripts)]
+		if !sameShape(args, want.want) || fmt.Sprint(plain(args[2])) != "1" {
 			shape := make([]string, len(args))
 			for i, a := range args {
 				shape[i] = fmt.Sprintf("%T", a)
 			}
-			return fmt.Errorf("%w: the first script call has an unexpected shape: %v", ErrCapture, shape)
+			return fmt.Errorf("%w: the %s script call has an unexpected shape: %v", ErrCapture, want.name, shape)
 		}
-		break
+		args = append([]any{args[0], sha}, args[2:]...)
+		scripts = append(scripts, args)
 	}
-	if f.sha == "" {
-		return fmt.Errorf("%w: no script call among %d commands", ErrCapture, len(cmds))
+	if len(scripts) != len(shapes) {
+		return fmt.Errorf("%w: %d script calls among %d commands, want claim.lua and complete.lua", ErrCapture, len(scripts), len(cmds))
 	}
-	ok, err := f.e.rdb.ScriptExists(ctx, f.sha).Result()
-	if err != nil || len(ok) != 1 || !ok[0] {
-		return fmt.Errorf("%w: script %s not loaded: %v", ErrCapture, f.sha, err)
+	f.sha, _ = scripts[0][1].(string)
+	f.completeSHA, _ = scripts[1][1].(string)
+	f.completeBlob, _ = plain(scripts[1][7]).(string)
+	f.completeTTL, _ = plain(scripts[1][8]).(int64)
+	if f.completeBlob == "" || f.completeTTL <= 0 {
+		return fmt.Errorf("%w: complete.lua cached no result (ttl %d)", ErrCapture, f.completeTTL)
+	}
+	for _, sha := range []string{f.sha, f.completeSHA} {
+		ok, err := f.e.rdb.ScriptExists(ctx, sha).Result()
+		if err != nil || len(ok) != 1 || !ok[0] {
+			return fmt.Errorf("%w: script %s not loaded: %v", ErrCapture, sha, err)
+		}
 	}
 	return nil
 }
@@ -512,6 +541,35 @@ func (f *floors) evalshaOn(ctx context.Context, c *redis.Client, key string) (ou
 		}
 	}
 	return oOther, fmt.Errorf("%w: claim.lua answered %v", ErrUnexpected, v)
+}
+
+// claimNewRedis is floor-claim-new with the two script calls Do makes
+// around it when Redis answers: claim.lua on the record's key (acquired,
+// with a generation), the statements, then complete.lua with the result
+// Do caches, dropping the lease. It is the floor of a fresh Do with Redis,
+// the library's statements and scripts with no library code.
+func (f *floors) claimNewRedis(ctx context.Context, key string) (outcome, error) {
+	k := fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil))
+	owner := uuid.New().String()
+	v, err := f.e.rdb.EvalSha(ctx, f.sha, []string{k.Record}, fingerprint, owner, leaseMs).Slice()
+	if err != nil {
+		return oOther, err
+	}
+	if len(v) != 2 || v[0] != "acquired" {
+		return oOther, fmt.Errorf("%w: claim.lua answered %v for a fresh key", ErrUnexpected, v)
+	}
+	if out, err := f.claimFirst(ctx, f.claimNew, key); err != nil {
+		return out, err
+	}
+	r, err := f.e.rdb.EvalSha(ctx, f.completeSHA, []string{k.Record},
+		owner, v[1], fingerprint, f.completeBlob, f.completeTTL).Slice()
+	if err != nil {
+		return oOther, err
+	}
+	if len(r) != 2 || r[0] != int64(1) || r[1] != int64(1) {
+		return oOther, fmt.Errorf("%w: complete.lua answered %v, want the result cached and the lease dropped", ErrUnexpected, r)
+	}
+	return oExecuted, nil
 }
 
 // selectRow is the database replay floor: one SELECT of the stored result.

@@ -61,6 +61,7 @@ func freshWorkload(e *env, f *floors) *workload {
 			"the completion) and with WithWriteAtCommit (library-at-commit*: the business INSERT then the finished record with the COMMIT); " +
 			"floors: Do's claim-first statements, BEGIN, the claim, the business INSERT, the completion with COMMIT, issued with pgx, " +
 			"with the full claim Do sends without Redis (floor-claim-first) and with the insert it sends for a key Redis granted (floor-claim-new); " +
+			"floor-claim-new between the bare EVALSHAs of claim.lua and complete.lua Do sends around it when Redis answers (floor-claim-new-redis); " +
 			"library, library-no-redis and floor-claim-new on a table carried over by migration 007's contract step (the digest as the primary key: *-digest-key); " +
 			"floor-claim-new's statements on issue 30.4's slim record (bench/slim.go), with a B-tree on the expiry alone " +
 			"(floor-slim-claim-first: HOT completions, no index for Pending) and with today's partial sweep and pending indexes " +
@@ -71,7 +72,7 @@ func freshWorkload(e *env, f *floors) *workload {
 			"and BEGIN, the INSERT, COMMIT with no idempotency at all (floor-business-tx)",
 		variants: []*variant{
 			{name: "library", vs: "floor-claim-new", target: 0.90, open: true,
-				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.9}},
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.9}, {floor: "floor-claim-new-redis"}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.withRedis, r.key(i))
 				}},
@@ -109,6 +110,11 @@ func freshWorkload(e *env, f *floors) *workload {
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.claimFirst(ctx, f.claimNew, r.key(i))
+				}},
+			{name: "floor-claim-new-redis", floor: true,
+				costs: []costTarget{{floor: "floor-business-tx"}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.claimNewRedis(ctx, r.key(i))
 				}},
 			{name: "floor-claim-new-digest-key", floor: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},

@@ -205,9 +205,17 @@ func missed(vs []variantReport) []string {
 	for i := range vs {
 		v := &vs[i]
 		if f := find(v.Vs); v.Meets != nil && !*v.Meets && f != nil {
-			out = append(out, fmt.Sprintf("%s is %.2f of %s (target ≥ %.2f); a request beyond the floor's: %+.0fµs of this process's CPU (%.0fµs against %.0fµs), %+.2f Redis calls, %+.2f statements, %+.0f allocations",
+			line := fmt.Sprintf("%s is %.2f of %s (target ≥ %.2f); a request beyond the floor's: %+.0fµs of this process's CPU (%.0fµs against %.0fµs), %+.2f Redis calls, %+.2f statements, %+.0f allocations",
 				v.Name, v.Ratio, f.Name, v.Target, v.CPUus-f.CPUus, v.CPUus, f.CPUus,
-				v.RedisPerReq-f.RedisPerReq, v.SQLPerReq-f.SQLPerReq, v.AllocsPer-f.AllocsPer))
+				v.RedisPerReq-f.RedisPerReq, v.SQLPerReq-f.SQLPerReq, v.AllocsPer-f.AllocsPer)
+			// A floor that also makes the variant's Redis calls bounds it
+			// more closely: say what the variant costs against it.
+			for _, c := range v.Costs {
+				if g := find(c.Vs); c.Target == 0 && g != nil && g.Floor && g.RedisPerReq >= v.RedisPerReq && g.RedisPerReq > f.RedisPerReq {
+					line += fmt.Sprintf("; against %s, which also makes its %.2f Redis calls, it costs %.2f× (%+.0fµs of CPU)", g.Name, g.RedisPerReq, c.Ratio, v.CPUus-g.CPUus)
+				}
+			}
+			out = append(out, line)
 		}
 		for _, c := range v.Costs {
 			if c.Meets == nil || *c.Meets {
