@@ -524,9 +524,7 @@ func (f *floors) evalsha(ctx context.Context, key string) (outcome, error) {
 
 // evalshaOn is evalsha on client c.
 func (f *floors) evalshaOn(ctx context.Context, c *redis.Client, key string) (outcome, error) {
-	k := fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil))
-	v, err := c.EvalSha(ctx, f.sha, []string{k.Record},
-		fingerprint, uuid.New().String(), leaseMs).Slice()
+	v, err := f.claimScript(ctx, c, fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil)), uuid.New().String())
 	if err != nil {
 		return oOther, err
 	}
@@ -543,6 +541,12 @@ func (f *floors) evalshaOn(ctx context.Context, c *redis.Client, key string) (ou
 	return oOther, fmt.Errorf("%w: claim.lua answered %v", ErrUnexpected, v)
 }
 
+// claimScript is one EVALSHA of claim.lua on k's record for owner, as the
+// library sends it, on client c.
+func (f *floors) claimScript(ctx context.Context, c *redis.Client, k fastpath.Keys, owner string) ([]any, error) {
+	return c.EvalSha(ctx, f.sha, []string{k.Record}, fingerprint, owner, leaseMs).Slice()
+}
+
 // claimNewRedis is floor-claim-new with the two script calls Do makes
 // around it when Redis answers: claim.lua on the record's key (acquired,
 // with a generation), the statements, then complete.lua with the result
@@ -551,7 +555,7 @@ func (f *floors) evalshaOn(ctx context.Context, c *redis.Client, key string) (ou
 func (f *floors) claimNewRedis(ctx context.Context, key string) (outcome, error) {
 	k := fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil))
 	owner := uuid.New().String()
-	v, err := f.e.rdb.EvalSha(ctx, f.sha, []string{k.Record}, fingerprint, owner, leaseMs).Slice()
+	v, err := f.claimScript(ctx, f.e.rdb, k, owner)
 	if err != nil {
 		return oOther, err
 	}

@@ -59,10 +59,10 @@ func setupRedisRestart(ctx context.Context, e *env) (*workload, error) {
 	// running the operation again. It works until one of them is granted
 	// the key, or for two of a breaker's cool-downs, which the restart's
 	// refused calls may have opened, and two leases more: long enough for
-	// the retries to reach the empty Redis. The restart
-	// comes after the effect: a holder that learns from KeepAlive that its
-	// lease was taken makes none, so a restart before it can end with one
-	// effect even against a store that lets the retry in.
+	// the retries to reach the empty Redis. The restart comes after the
+	// effect: a holder that learns from KeepAlive that its lease was taken
+	// makes none, so a restart before it can end with one effect even
+	// against a store that lets the retry in.
 	w.beforeComplete = func(ctx context.Context, a *attempt) {
 		if !a.o.take("restart-held") {
 			return
