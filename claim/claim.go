@@ -163,6 +163,12 @@ func (c *Claimer[TTx]) beginClaim(ctx context.Context, r Request) (s claimStart,
 		out, err = c.fastOutcome(ctx, s.t.opID, s.f)
 		return s, out, true, err
 	}
+	if s.f.peek {
+		if out, done, err = c.peek(ctx, &s.t, s.p, s.f, s.sent); done {
+			return s, out, true, err
+		}
+		s.f = fast{}
+	}
 	return s, Outcome{}, false, nil
 }
 
@@ -181,7 +187,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 	if !res.Acquired {
 		return c.existing(ctx, &t, p, f, res.Record, sent, false), nil
 	}
-	c.acquired(ctx, &t, p, f, res)
+	c.acquired(ctx, &t, p, f, res, false)
 	l := newLease(c, &t, res.Token, p, sent, trace.SpanContextFromContext(ctx))
 	if time.Until(l.Deadline()) < l.margin {
 		// The claim took so long that too little lease is left to work
@@ -215,12 +221,15 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 	return o, nil
 }
 
-// acquired finishes the Redis side of a durable acquisition: when the
-// database's generation differs from Redis's proposal (Redis lost data or
-// was bypassed), or when the Redis claim's reply was lost so the proposal
-// is unknown, Redis is raised to it, and a Redis lease of our owner carries
-// the durable generation.
-func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.ClaimParams, f fast, res storeapi.ClaimResult) {
+// acquired finishes the Redis side of a durable acquisition: our tentative
+// Redis lease is confirmed, so Redis alone answers duplicates "in
+// progress"; when the database's generation differs from Redis's proposal
+// (Redis lost data or was bypassed), or when the Redis claim's reply was
+// lost so the proposal is unknown, the lease also takes the durable
+// generation. completing: complete.lua runs next and replaces the lease,
+// so only a generation to sync is sent (complete.lua's staleness rule
+// compares durable generations).
+func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.ClaimParams, f fast, res storeapi.ClaimResult, completing bool) {
 	if c.tr.on() {
 		c.tr.note(ctx, attrGeneration.Int64(int64(res.Token.Generation)), attrTakeover.Bool(res.Takeover))
 	}
@@ -228,7 +237,7 @@ func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.Claim
 		c.m.takeover(ctx)
 		c.log.Info("oncekey: took over an expired lease", "op", t.ref, "generation", res.Token.Generation)
 	}
-	if (f.answered && res.Token.Generation != f.proposed) || f.ambiguous {
+	if (f.answered && res.Token.Generation != f.proposed) || f.ambiguous || (!completing && f.mayHoldRedisLease()) {
 		err := c.scripts.SyncGenKeys(context.WithoutCancel(ctx), t.keys, res.Token)
 		c.tr.event(ctx, eventRedisSync, err)
 		if err != nil {

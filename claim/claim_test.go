@@ -290,10 +290,13 @@ func TestClaimer_ConcurrentDuplicates(t *testing.T) {
 	if n := executions.Load(); n != 1 {
 		t.Fatalf("executions = %d, want 1", n)
 	}
-	// One logical operation: the winner's durable claim and completion. Every
-	// duplicate was answered by Redis.
-	if n := e.stmts.Count(); n > 2 {
-		t.Fatalf("durable statements = %d for one logical operation, want at most 2", n)
+	// One logical operation: the winner's durable claim and completion.
+	// Every duplicate was answered by Redis, but those that met the
+	// winner's lease while it was still tentative (before the store
+	// granted it), which read the record: concurrent duplicates share one
+	// read, so a few reads serve the whole burst.
+	if n := e.stmts.Count(); n > 6 {
+		t.Fatalf("durable statements = %d for one logical operation, want at most 2 and 4 shared reads", n)
 	}
 	for i, k := range outcomes {
 		if k != claim.Acquired && k != claim.InProgress && k != claim.Replayed {

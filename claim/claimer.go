@@ -45,6 +45,8 @@ type Claimer[TTx any] struct {
 	breaker *breakerLog
 	// guess sets ExpectNew on the claims Redis did not grant (newGuess).
 	guess newGuess
+	// reads shares the durable reads of concurrent duplicates (peek).
+	reads readGroup
 	// pause replaces the sweep's pause between batches in tests.
 	pause func(ctx context.Context, d time.Duration) error
 }

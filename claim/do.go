@@ -100,6 +100,7 @@ type doAttempt[TTx any] struct {
 	t    target
 	p    storeapi.ClaimParams
 	sent time.Time // when the claim was sent: the lease counts from it
+	f    fast      // Redis's answer to the claim
 
 	claimed   storeapi.ClaimResult
 	state     durable.State
@@ -124,6 +125,7 @@ func (d *doAttempt[TTx]) run(ctx context.Context, tx TTx) error {
 	if time.Until(d.sent.Add(d.p.Lease)) < c.marginFor(d.p.Lease) {
 		return ErrLeaseExpired
 	}
+	c.confirmAsync(ctx, &d.t, d.f, tok)
 	if err := d.call(ctx, tx, tok); err != nil {
 		return err
 	}
@@ -194,6 +196,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		read = !absent
 	}
 	c.hint(&d.p, f)
+	d.f = f
 	// A record just read would only be found again by the plain insert.
 	d.p.ExpectNew = d.p.ExpectNew && !read
 	p = d.p
@@ -218,7 +221,7 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	if !d.claimed.Acquired {
 		return c.existing(ctx, &d.t, p, f, d.claimed.Record, sent, false), nil
 	}
-	c.acquired(ctx, &d.t, p, f, d.claimed)
+	c.acquired(ctx, &d.t, p, f, d.claimed, true)
 	return c.executed(ctx, d), nil
 }
 
@@ -232,7 +235,7 @@ func (c *Claimer[TTx]) commitLost(ctx context.Context, d *doAttempt[TTx], f fast
 	cancel()
 	if err == nil && rec.State == d.state && rec.Token == tok && rec.Result != nil {
 		c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", d.t.ref)
-		c.acquired(ctx, &d.t, d.p, f, d.claimed)
+		c.acquired(ctx, &d.t, d.p, f, d.claimed, true)
 		d.result = *rec.Result
 		return c.executed(ctx, d), nil
 	}
@@ -291,7 +294,7 @@ func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast
 	txSpan.End()
 	switch {
 	case err == nil:
-		c.acquired(ctx, t, p, f, d.claimed)
+		c.acquired(ctx, t, p, f, d.claimed, true)
 		return c.executed(ctx, d), true, nil
 	case errors.Is(err, storeapi.ErrNotInserted):
 		// Most likely a duplicate in flight committed first: one read

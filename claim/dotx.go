@@ -74,6 +74,13 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		out, err = c.fastOutcome(ctx, opID, f)
 		return out, finish, err
 	}
+	if f.peek {
+		// Only the store can tell whether the operation is finished (a
+		// tentative lease, a finished marker): ask it through tx, whose
+		// connection the caller holds already, rather than take another
+		// from the pool. Redis holds no lease of ours.
+		f = fast{}
+	}
 	c.hint(&p, f)
 	// tx stays open after DoTx answers: a claim that does not acquire must
 	// leave no lock on the record there, or its holder could not finish it
@@ -99,6 +106,7 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		c.dropRedisLease(ctx, f, &t, p)
 		return Outcome{OperationID: opID}, finish, ErrLeaseExpired
 	}
+	c.confirmAsync(ctx, &t, f, tok)
 	var (
 		state  durable.State
 		result durable.Result
@@ -130,7 +138,7 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 			c.dropRedisLease(ctx, f, &t, p)
 			return
 		}
-		c.acquired(ctx, &t, p, f, claimed)
+		c.acquired(ctx, &t, p, f, claimed, true)
 		c.cacheResult(ctx, ref, t.keys, tok, p.Fingerprint, state, result, p.Retention, sent)
 	}
 	res := result

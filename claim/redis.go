@@ -53,6 +53,10 @@ type fast struct {
 	// nothing confirmed. Once the durable store answered, Redis is made to
 	// agree with it: synced to the durable token, or the lease released.
 	ambiguous bool
+	// peek: Redis sent the claim to the durable store's record without
+	// taking a lease (peek.go): another owner's tentative lease for this
+	// request (retry is its length), or, with marker, a finished marker.
+	peek, marker bool
 }
 
 // mayHoldRedisLease reports whether this claim's owner holds, or may hold,
@@ -92,12 +96,18 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 		return fast{answered: true, final: true, kind: Replayed, result: &rep.Cached.Result, state: rep.Cached.State}
 	case fastpath.ClaimMismatch:
 		return fast{answered: true, final: true, err: fmt.Errorf("claim: %w (cached result)", ErrMismatch)}
+	case fastpath.ClaimFinished:
+		return fast{answered: true, peek: true, marker: true}
 	case fastpath.ClaimBusy:
 		if !rep.SameRequest {
 			// A lease for another payload: a mismatch, or a lease left by a
 			// request that never reached the durable store. Only the store
 			// can tell; ask it, proposing no generation.
 			return fast{}
+		}
+		if rep.Tentative {
+			// Its holder may only be about to replay: the store knows.
+			return fast{answered: true, peek: true, retry: rep.Lease}
 		}
 		return fast{answered: true, final: true, kind: InProgress, retry: rep.Lease}
 	}
@@ -213,6 +223,8 @@ func redisResult(s fastpath.ClaimStatus, err error) string {
 		return "mismatch"
 	case s == fastpath.ClaimBusy:
 		return "busy"
+	case s == fastpath.ClaimFinished:
+		return "finished"
 	}
 	return "unknown"
 }
@@ -239,4 +251,24 @@ func (c *Claimer[TTx]) keepLocal(t *target, fp string, state durable.State, res 
 	if c.local != nil {
 		c.local.Put(t.digest, fp, state, res, deadline, time.Now())
 	}
+}
+
+// confirmAsync confirms our tentative Redis lease once the durable store
+// granted the key inside a transaction whose work runs next (Do, DoTx), so
+// duplicates arriving during the work are answered "in progress" by Redis
+// alone. It is sent off the caller's path: the work does not wait for it,
+// and it is harmless in any order with the completion that follows
+// (syncgen.lua rewrites only a lease our owner still holds, and never
+// brings one back). Until it lands, duplicates read the store (peek).
+func (c *Claimer[TTx]) confirmAsync(ctx context.Context, t *target, f fast, tok fence.Token) {
+	if c.scripts == nil || !f.mayHoldRedisLease() {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	keys, ref := t.keys, t.ref
+	go func() {
+		if err := c.scripts.SyncGenKeys(ctx, keys, tok); err != nil {
+			c.debug("oncekey: redis lease confirmation failed; duplicates read the durable store until the work ends", ref, err)
+		}
+	}()
 }

@@ -40,6 +40,7 @@ const (
 	attrRedis        = attribute.Key("oncekey.redis.answered")
 	attrRedisResult  = attribute.Key("oncekey.redis.result")
 	attrDurable      = attribute.Key("oncekey.durable.result")
+	attrPeek         = attribute.Key("oncekey.durable.read")
 	attrGeneration   = attribute.Key("oncekey.generation")
 	attrTakeover     = attribute.Key("oncekey.takeover")
 	attrReplay       = attribute.Key("oncekey.replay")

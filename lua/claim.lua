@@ -10,10 +10,23 @@
 --   {"cached", fingerprint, generation, blob, pttl_ms}  the same, asked with "ttl"
 --   {"mismatch"}                                a result with another fingerprint is cached
 --   {"acquired", generation}                    this owner holds the lease now
---   {"busy", generation, owner, lease_ms, same} another owner holds a live lease of
+--   {"finished", generation}                    the operation finished with a result too
+--                                               large to cache (an "F" marker with this
+--                                               fingerprint): read it from the durable store
+--   {"busy", generation, owner, lease_ms, same, tentative}
+--                                               another owner holds a live lease of
 --                                               lease_ms (its length: it ends sooner);
---                                               same is 1 when it is for this fingerprint
--- A live lease of this owner with another fingerprint is busy too. A
+--                                               same is 1 when it is for this fingerprint;
+--                                               tentative is 1 when the durable store has
+--                                               not granted it yet (a "T" lease): its
+--                                               holder may only be about to replay, so
+--                                               only the durable store can say whether
+--                                               the operation is in progress or finished
+-- A new lease is tentative ("T"): the durable store makes it "L" through
+-- syncgen.lua once it grants the key, and a holder that finds the
+-- operation finished replaces it with the result or an "F" marker
+-- (complete.lua). A live lease of this owner with another fingerprint is
+-- busy too. A
 -- lease's fingerprint never makes a mismatch: a lease left behind by a
 -- release that did not reach Redis must not make a new request fail for good.
 -- A new lease proposes generation = Redis clock ms - 59000. The durable
@@ -23,12 +36,17 @@
 -- two clocks agree within a second the store keeps the proposal and no
 -- sync is needed.
 -- Server calls (EVALSHA included): a replay 2 (3 with "ttl": PTTL), a busy
--- duplicate 2, a new key 4 (GET, TIME, SET).
+-- duplicate or a finished marker 2, a new key 4 (GET, TIME, SET).
 -- The proposal is formatted with %d: tostring would print 1.8e+12.
 -- Safe to re-run: a second run by the lease holder finds its own lease and
 -- returns the same generation without proposing another.
-local kind, gen, x, y, z = parse(redis.call('GET', KEYS[1]))
-if kind == 'R' then -- x: fingerprint, y: blob
+local kind, gen, x, y, z, tent = parse(redis.call('GET', KEYS[1]))
+if kind == 'F' then -- x: fingerprint
+  if x ~= ARGV[1] then
+    return {'mismatch'}
+  end
+  return {'finished', gen}
+elseif kind == 'R' then -- x: fingerprint, y: blob
   if x ~= ARGV[1] then
     return {'mismatch'}
   end
@@ -42,13 +60,15 @@ elseif kind == 'L' then -- x: lease_ms, y: owner, z: fingerprint
   if y == ARGV[2] and same == 1 then
     return {'acquired', gen}
   end
-  return {'busy', gen, y, tonumber(x), same}
+  local t = 0
+  if tent then t = 1 end
+  return {'busy', gen, y, tonumber(x), same, t}
 end
 
 -- TIME is {seconds, microseconds}; whole ms since the epoch minus 59 s.
 local now = redis.call('TIME')
 gen = string.format('%d',
   tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - 59000)
-redis.call('SET', KEYS[1], 'L' .. gen .. ':' .. ARGV[3] .. ':' .. ARGV[2] .. ARGV[1],
+redis.call('SET', KEYS[1], 'T' .. gen .. ':' .. ARGV[3] .. ':' .. ARGV[2] .. ARGV[1],
   'PX', ARGV[3])
 return {'acquired', gen}

@@ -27,7 +27,8 @@
 //
 // Invariants: no script deletes or changes another owner's lease, except
 // complete.lua replacing a lease of a generation not above the result it
-// caches (that result is durable, so the lease is stale); only claim.lua
+// caches, or a tentative lease (that result is durable, so the lease is
+// stale or its holder will replay); only claim.lua
 // proposes a generation, and never twice for one owner while that owner's
 // lease lives.
 //
@@ -36,8 +37,20 @@
 // One idempotency key (a durable.Ref) has one Redis key, a string:
 //
 //	<prefix>:{<h>}:rec    a lease   "L" gen ":" lease_ms ":" owner fingerprint, PX = lease
+//	                      or a tentative lease, "T" and the same fields, PX = lease
 //	                      or a result "R" gen ":" len(fingerprint) ":" fingerprint blob,
 //	                      PX = min(record's remaining retention, CacheTTL)
+//	                      or a finished marker "F" gen ":" len(fingerprint) ":" fingerprint,
+//	                      PX as a result's
+//
+// claim.lua takes a tentative lease: the durable store has not granted the
+// key yet, and the holder may find the operation finished there (Redis lost
+// its copy) and only replay it. A duplicate that meets a tentative lease is
+// not answered "in progress" by Redis; it reads the durable store.
+// syncgen.lua (or renew.lua) confirms the lease once the store granted it;
+// from then on Redis answers duplicates "in progress" alone. A finished
+// result too large to cache leaves the marker, so that retries replay from
+// the durable store without taking a lease.
 //
 // One key per record keeps every script to one read and at most one write:
 // a fresh claim and its completion cost 7 server calls, a busy duplicate

@@ -1,10 +1,14 @@
 -- syncgen.lua: give this owner's lease the database's generation.
 -- KEYS[1]=rec (record.lua, the prelude, gives its forms)
 -- ARGV[1]=generation (decimal, >= 1) ARGV[2]=owner
--- Returns 1 when ARGV[2] held the lease and its generation is now ARGV[1]
--- (its TTL unchanged); 0 otherwise, with nothing written.
--- Called when the durable store picked another generation than claim.lua
--- proposed, so that complete.lua's staleness rule compares durable
+-- Returns 1 when ARGV[2] held the lease and its generation is now ARGV[1],
+-- confirmed ("L": the durable store granted it), its TTL unchanged; 0
+-- otherwise, with nothing written: a lease that is gone is not brought
+-- back, so a late run after the completion changes nothing.
+-- Called once the durable store granted the key: it confirms the tentative
+-- lease claim.lua took, so duplicates are answered "in progress" by Redis
+-- alone, and, when the store picked another generation than claim.lua
+-- proposed, makes complete.lua's staleness rule compare durable
 -- generations.
 -- Server calls (EVALSHA included): 3 (GET, SET).
 -- Safe to re-run: a second run writes the same value.

@@ -64,9 +64,19 @@ func TestScripts_ServerCalls(t *testing.T) {
 				t.Fatalf("re-run = %+v, want acquired at %d", r, gen)
 			}
 		}, map[string]int{"evalsha": 1, "get": 1}},
+		{"TentativeDuplicate", func() {
+			if r := claim(ref, o2, false); r.Status != fastpath.ClaimBusy || !r.Tentative || r.Lease != lease {
+				t.Fatalf("duplicate = %+v, want busy, tentative, with the holder's lease length", r)
+			}
+		}, map[string]int{"evalsha": 1, "get": 1}},
+		{"Confirm", func() { // the durable store granted the key
+			if err := s.SyncGen(ctx, ref, fence.Token{Generation: gen, Owner: o1}); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]int{"evalsha": 1, "get": 1, "set": 1}},
 		{"BusyDuplicate", func() {
-			if r := claim(ref, o2, false); r.Status != fastpath.ClaimBusy || r.Lease != lease {
-				t.Fatalf("duplicate = %+v, want busy with the holder's lease length", r)
+			if r := claim(ref, o2, false); r.Status != fastpath.ClaimBusy || r.Tentative || r.Lease != lease {
+				t.Fatalf("duplicate = %+v, want busy, confirmed, with the holder's lease length", r)
 			}
 		}, map[string]int{"evalsha": 1, "get": 1}},
 		{"Renew", func() {
@@ -129,9 +139,14 @@ func TestScripts_ServerCalls(t *testing.T) {
 		}
 	}
 	// Issue 30's row: 18 for a fresh claim + complete before, <= 8 asked;
-	// a busy duplicate <= 2.
+	// a busy duplicate <= 2. Issue 43 adds the confirmation (3 calls),
+	// which the claimer sends off the caller's path, concurrently with the
+	// work: the caller waits for 7 of the 10.
 	if n := sums["FreshClaim"] + sums["Complete"]; n != 7 || n > 8 {
 		t.Errorf("fresh claim + complete: %d server calls, want 7 (issue 30: at most 8)", n)
+	}
+	if n := sums["FreshClaim"] + sums["Confirm"] + sums["Complete"]; n != 10 {
+		t.Errorf("fresh claim + confirmation + complete: %d server calls, want 10", n)
 	}
 	if n := sums["BusyDuplicate"]; n > 2 {
 		t.Errorf("busy duplicate: %d server calls, want at most 2 (issue 30)", n)

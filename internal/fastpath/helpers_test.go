@@ -169,6 +169,19 @@ func wantLease(t *testing.T, st fastpath.Stored, owner uuid.UUID, g uint64, f st
 	}
 }
 
+// wantMarker checks that st is the finished marker of generation g for
+// fingerprint f, with a TTL in (lo, hi].
+func wantMarker(t *testing.T, st fastpath.Stored, g uint64, f string, lo, hi time.Duration) {
+	t.Helper()
+	if st.Kind != fastpath.StoredFinished || st.Generation != g || st.Fingerprint != f {
+		t.Errorf("record = %+v, want the finished marker of generation %d for %q", st, g, f)
+		return
+	}
+	if st.TTL <= lo || st.TTL > hi {
+		t.Errorf("marker TTL = %v, want in (%v, %v]", st.TTL, lo, hi)
+	}
+}
+
 // wantResult checks that st is the result of generation g for
 // fingerprint f, with a TTL in (lo, hi].
 func wantResult(t *testing.T, st fastpath.Stored, g uint64, f string, lo, hi time.Duration) {

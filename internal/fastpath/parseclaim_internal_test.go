@@ -42,6 +42,19 @@ func TestParseClaim_CachedTTL(t *testing.T) {
 	}
 }
 
+// TestParseClaim_Finished: a finished marker's reply carries its
+// generation; anything else is corrupt.
+func TestParseClaim_Finished(t *testing.T) {
+	if r, err := parseClaim([]any{"finished", "9"}); err != nil || r.Status != ClaimFinished || r.Generation != 9 {
+		t.Fatalf("parseClaim = %+v, %v; want finished at 9", r, err)
+	}
+	for _, bad := range [][]any{{"finished"}, {"finished", "0"}, {"finished", "9", "x"}} {
+		if _, err := parseClaim(bad); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("parseClaim(%v) = %v; want ErrCorrupt", bad, err)
+		}
+	}
+}
+
 // TestParseClaim_BusyLease: a busy reply carries the holder's lease length
 // (claim.lua's lease_ms, from the record), not a PTTL.
 func TestParseClaim_BusyLease(t *testing.T) {
@@ -51,14 +64,17 @@ func TestParseClaim_BusyLease(t *testing.T) {
 		reply     []any
 		wantLease time.Duration
 		wantSame  bool
+		wantTent  bool
 		corrupt   bool
 	}{
-		{"same request", []any{"busy", "7", owner.String(), int64(30000), int64(1)}, 30 * time.Second, true, false},
-		{"other request", []any{"busy", "7", owner.String(), int64(1500), int64(0)}, 1500 * time.Millisecond, false, false},
-		{"lease not an integer", []any{"busy", "7", owner.String(), "1500", int64(0)}, 0, false, true},
-		{"owner not a uuid", []any{"busy", "7", "short", int64(1500), int64(0)}, 0, false, true},
-		{"generation 0", []any{"busy", "0", owner.String(), int64(1500), int64(0)}, 0, false, true},
-		{"too short", []any{"busy", "7", owner.String(), int64(1500)}, 0, false, true},
+		{"same request", []any{"busy", "7", owner.String(), int64(30000), int64(1), int64(0)}, 30 * time.Second, true, false, false},
+		{"other request", []any{"busy", "7", owner.String(), int64(1500), int64(0), int64(0)}, 1500 * time.Millisecond, false, false, false},
+		{"tentative", []any{"busy", "7", owner.String(), int64(1500), int64(1), int64(1)}, 1500 * time.Millisecond, true, true, false},
+		{"lease not an integer", []any{"busy", "7", owner.String(), "1500", int64(0), int64(0)}, 0, false, false, true},
+		{"owner not a uuid", []any{"busy", "7", "short", int64(1500), int64(0), int64(0)}, 0, false, false, true},
+		{"generation 0", []any{"busy", "0", owner.String(), int64(1500), int64(0), int64(0)}, 0, false, false, true},
+		{"tentative not an integer", []any{"busy", "7", owner.String(), int64(1500), int64(0), "1"}, 0, false, false, true},
+		{"too short", []any{"busy", "7", owner.String(), int64(1500), int64(0)}, 0, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := parseClaim(tc.reply)
@@ -68,8 +84,8 @@ func TestParseClaim_BusyLease(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || r.Status != ClaimBusy || r.Generation != 7 || r.Owner != owner || r.Lease != tc.wantLease || r.SameRequest != tc.wantSame {
-				t.Fatalf("parseClaim = %+v, %v; want busy by %s at 7, lease %v, same %v", r, err, owner, tc.wantLease, tc.wantSame)
+			if err != nil || r.Status != ClaimBusy || r.Generation != 7 || r.Owner != owner || r.Lease != tc.wantLease || r.SameRequest != tc.wantSame || r.Tentative != tc.wantTent {
+				t.Fatalf("parseClaim = %+v, %v; want busy by %s at 7, lease %v, same %v, tentative %v", r, err, owner, tc.wantLease, tc.wantSame, tc.wantTent)
 			}
 		})
 	}

@@ -323,7 +323,7 @@ func (s *Scripts) Load(ctx context.Context) error {
 
 // The most arguments of a script command: EVALSHA, the SHA1, the number
 // of keys, the record's one key, 5 arguments (complete.lua).
-const maxCallArgs = 3 + 1 + 5
+const maxCallArgs = 3 + 1 + 6
 
 // call is one script command, built in one allocation: the arguments of
 // EVALSHA as go-redis sends them, every string and integer boxed as a
@@ -579,7 +579,7 @@ func untilDone(ctx context.Context, f func()) (returned <-chan struct{}, ok bool
 	}
 }
 
-// ClaimStatus is what [Scripts.Claim] found: one of claim.lua's four
+// ClaimStatus is what [Scripts.Claim] found: one of claim.lua's five
 // replies. It is not claim.Kind, the caller-facing outcome of a claim.
 type ClaimStatus int
 
@@ -597,9 +597,13 @@ const (
 	// ClaimMismatch: a finished result with another fingerprint is cached: the
 	// key was reused for a different request.
 	ClaimMismatch
+	// ClaimFinished: the operation finished with this fingerprint under
+	// ClaimReply.Generation, but its result was too large to cache: replay
+	// it from the durable store.
+	ClaimFinished
 )
 
-// String returns "acquired", "busy", "cached" or "mismatch".
+// String returns "acquired", "busy", "cached", "mismatch" or "finished".
 func (o ClaimStatus) String() string {
 	switch o {
 	case ClaimAcquired:
@@ -610,6 +614,8 @@ func (o ClaimStatus) String() string {
 		return "cached"
 	case ClaimMismatch:
 		return "mismatch"
+	case ClaimFinished:
+		return "finished"
 	}
 	return "unknown"
 }
@@ -634,7 +640,8 @@ type ClaimArgs struct {
 type ClaimReply struct {
 	Status ClaimStatus
 	// Generation is, for ClaimAcquired, the proposed generation; for
-	// ClaimBusy, the holder's generation.
+	// ClaimBusy, the holder's generation; for ClaimFinished, the
+	// finished record's.
 	Generation uint64
 	// Owner is, for ClaimBusy, the holder.
 	Owner uuid.UUID
@@ -645,6 +652,11 @@ type ClaimReply struct {
 	// fingerprint. When it is not, only the durable store can tell a
 	// mismatch from a lease left behind by a request that never reached it.
 	SameRequest bool
+	// Tentative is, for ClaimBusy, whether the holder's lease is still
+	// tentative: the durable store has not granted it, and its holder may
+	// only be about to replay a finished operation. Only the durable store
+	// can then tell "in progress" from "finished".
+	Tentative bool
 	// Cached is set for ClaimCached.
 	Cached *CachedResult
 }
@@ -716,16 +728,23 @@ func parseClaim(v any) (ClaimReply, error) {
 			return ClaimReply{}, corrupt("claim", v)
 		}
 		return ClaimReply{Status: ClaimAcquired, Generation: g}, nil
-	case kind == "busy" && len(arr) == 5:
+	case kind == "busy" && len(arr) == 6:
 		g, gok := generation(arr[1])
 		os, _ := arr[2].(string)
 		owner, oerr := uuid.Parse(os)
 		lease, lok := arr[3].(int64)
 		same, sok := arr[4].(int64)
-		if !gok || oerr != nil || !lok || !sok {
+		tent, tok := arr[5].(int64)
+		if !gok || oerr != nil || !lok || !sok || !tok {
 			return ClaimReply{}, corrupt("claim", v)
 		}
-		return ClaimReply{Status: ClaimBusy, Generation: g, Owner: owner, Lease: time.Duration(max(lease, 0)) * time.Millisecond, SameRequest: same == 1}, nil
+		return ClaimReply{Status: ClaimBusy, Generation: g, Owner: owner, Lease: time.Duration(max(lease, 0)) * time.Millisecond, SameRequest: same == 1, Tentative: tent == 1}, nil
+	case kind == "finished" && len(arr) == 2:
+		g, ok := generation(arr[1])
+		if !ok {
+			return ClaimReply{}, corrupt("claim", v)
+		}
+		return ClaimReply{Status: ClaimFinished, Generation: g}, nil
 	case kind == "cached" && (len(arr) == 4 || len(arr) == 5):
 		fp, fok := arr[1].(string)
 		g, gok := generation(arr[2])
@@ -820,8 +839,11 @@ func (s *Scripts) ReleaseKeys(ctx context.Context, k Keys, tok fence.Token) (hel
 //     on a replay: then no lease is touched.
 //   - ttl is the record's remaining retention ([durable.Record.ExpiresIn]),
 //     so the cached copy never outlives the record; under 1ms caches nothing.
-//   - A body over MaxCachedBody is not cached (cached is false), but the
-//     lease is still dropped.
+//   - A body over MaxCachedBody (or any body, when it is negative) is not
+//     cached (cached is false): Redis keeps a marker instead, which says the
+//     operation finished and that its replay comes from the durable store,
+//     so retries replay without taking a lease. The lease is still
+//     dropped.
 //
 // cached reports whether the result cache holds this result afterwards.
 //
@@ -841,9 +863,10 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 		return false, invalid("complete: state %q is not completed or failed", state)
 	}
 	ttl = min(ttl, s.cacheTTL)
-	cache := ttl >= time.Millisecond && s.maxCachedBody >= 0 && len(res.Body) <= s.maxCachedBody
-	if !cache && tok.Owner == uuid.Nil {
-		return false, nil // nothing to cache and no lease to drop
+	keep := ttl >= time.Millisecond
+	cache := keep && s.maxCachedBody >= 0 && len(res.Body) <= s.maxCachedBody
+	if !keep && tok.Owner == uuid.Nil {
+		return false, nil // nothing to keep and no lease to drop
 	}
 	probe, err := s.admit()
 	if err != nil {
@@ -851,8 +874,11 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 	}
 	var blob string
 	var ttlMS int64
+	if keep {
+		ttlMS = ttl.Milliseconds()
+	}
 	if cache {
-		blob, ttlMS = encodeResultString(state, res), ttl.Milliseconds()
+		blob = encodeResultString(state, res)
 	}
 	c := newCall(k.Record)
 	c.uuid(tok.Owner)
@@ -860,8 +886,11 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 	c.str(fingerprint)
 	c.str(blob)
 	c.int(ttlMS)
-	if cache {
+	if keep {
 		c.ttl = &c.ints[c.ni-1]
+	}
+	if keep && !cache {
+		c.str("F")
 	}
 	v, err := s.run(ctx, probe, "complete", completeScript, c)
 	if err != nil {
@@ -875,14 +904,15 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 	if !ok {
 		return false, corrupt("complete", v)
 	}
-	return n == 1, nil
+	return n == 1 && cache, nil
 }
 
-// SyncGen runs syncgen.lua with tok after the durable store answered with
-// another generation than Redis proposed (Redis lost data, went back in
-// time, or its reply was lost): tok.Owner's lease, if Redis holds it, then
-// carries the durable generation. With tok.Owner uuid.Nil there is no lease
-// to rewrite and no call is made.
+// SyncGen runs syncgen.lua with tok once the durable store granted the key
+// to tok.Owner: tok.Owner's lease, if Redis still holds it, is confirmed
+// (duplicates are answered "in progress" by Redis alone from then on) and
+// carries the durable generation, which differs from claim.lua's proposal
+// when Redis lost data, went back in time, or its reply was lost. With
+// tok.Owner uuid.Nil there is no lease to rewrite and no call is made.
 //
 // Errors: [ErrInvalidArgument], [ErrBreakerOpen], [ErrUnavailable], [ErrCorrupt].
 func (s *Scripts) SyncGen(ctx context.Context, ref durable.Ref, tok fence.Token) error {

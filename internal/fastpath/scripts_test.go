@@ -83,6 +83,17 @@ func acquire(t *testing.T, s *fastpath.Scripts, ref durable.Ref, owner uuid.UUID
 }
 
 // acquireGen claims ref for owner and wants generation want exactly.
+// grant claims ref for owner and confirms the lease as the claimer does
+// once the durable store granted it (syncgen.lua at the proposal).
+func grant(t *testing.T, s *fastpath.Scripts, ref durable.Ref, owner uuid.UUID) uint64 {
+	t.Helper()
+	g := acquire(t, s, ref, owner)
+	if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g, Owner: owner}); err != nil {
+		t.Fatalf("SyncGen = %v", err)
+	}
+	return g
+}
+
 func acquireGen(t *testing.T, s *fastpath.Scripts, ref durable.Ref, owner uuid.UUID, want uint64) {
 	t.Helper()
 	if g := acquire(t, s, ref, owner); g != want {
@@ -132,7 +143,9 @@ func claimCases() []scriptCase {
 			wantLease(t, stored(t, e.raw, k), o, g, fp, lease)
 			// The spec's bytes: exact decimal strings, never a float
 			// spelling such as 1.8e+12.
-			if got, want := get(t, e.raw, k.Record), "L"+genOf(g)+":30000:"+o.String()+fp; got != want {
+			// A fresh lease is tentative: the durable store has not
+			// granted it yet.
+			if got, want := get(t, e.raw, k.Record), "T"+genOf(g)+":30000:"+o.String()+fp; got != want {
 				t.Errorf("record = %q, want %q", got, want)
 			}
 		}},
@@ -348,6 +361,37 @@ func renewCases() []scriptCase {
 			if st.Lease != 10*time.Minute { // a busy reply's hint follows the renewal
 				t.Errorf("lease length = %v after a renew of 10m, want 10m", st.Lease)
 			}
+			if st.Tentative { // only a holder the store granted renews
+				t.Errorf("lease still tentative after a renew")
+			}
+		}},
+		{name: "SyncGenConfirmsTentativeLeaseOnlyWhileHeld", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			ref, o := refFor(t, "k"), owners(2)
+			g := acquire(t, s, ref, o[0])
+			if r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease}); r.Status != fastpath.ClaimBusy || !r.Tentative || !r.SameRequest {
+				t.Fatalf("duplicate before the grant = %+v, want busy, tentative", r)
+			}
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}); err != nil {
+				t.Fatal(err)
+			}
+			if r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: o[1], Lease: lease}); r.Status != fastpath.ClaimBusy || r.Tentative {
+				t.Fatalf("duplicate after the grant = %+v, want busy, confirmed", r)
+			}
+			// A confirmation that arrives after the completion (it is sent
+			// off the caller's path) changes nothing.
+			complete(t, s, ref, fence.Token{Generation: g, Owner: o[0]}, sampleResult(), time.Hour, true)
+			if err := s.SyncGen(context.Background(), ref, fence.Token{Generation: g, Owner: o[0]}); err != nil {
+				t.Fatal(err)
+			}
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), g, fp, 59*time.Minute, time.Hour)
+			// Nor does one for a lease that is gone.
+			ref2 := refFor(t, "k2")
+			if err := s.SyncGen(context.Background(), ref2, fence.Token{Generation: g, Owner: o[0]}); err != nil {
+				t.Fatal(err)
+			}
+			if exists(t, e.raw, s.Keys(ref2).Record) {
+				t.Error("a confirmation brought a lease back")
+			}
 		}},
 		{name: "RenewByStaleOwnerAfterTakeoverFails", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), owners(2)
@@ -417,7 +461,7 @@ func completeCases() []scriptCase {
 			g := acquire(t, s, ref, o[0])
 			k := s.Keys(ref)
 			e.expire(t, k.Record)
-			g2 := acquire(t, s, ref, o[1])
+			g2 := grant(t, s, ref, o[1])
 			if g2 <= g {
 				t.Fatalf("takeover proposed %d, want above %d", g2, g)
 			}
@@ -435,7 +479,7 @@ func completeCases() []scriptCase {
 			}{{"lower", -1, false}, {"equal", 0, true}, {"higher", 1, true}} {
 				t.Run(c.name, func(t *testing.T) {
 					ref, o := refFor(t, "k"), owners(2)
-					g := acquire(t, s, ref, o[0])
+					g := grant(t, s, ref, o[0])
 					k := s.Keys(ref)
 					v := get(t, e.raw, k.Record)
 					tok := fence.Token{Generation: uint64(int64(g) + c.delta), Owner: o[1]}
@@ -466,7 +510,7 @@ func completeCases() []scriptCase {
 			}{{"lower", -1, false}, {"equal", 0, true}} {
 				t.Run(c.name, func(t *testing.T) {
 					ref, o := refFor(t, "k"), uuid.New()
-					g := acquire(t, s, ref, o)
+					g := grant(t, s, ref, o)
 					k := s.Keys(ref)
 					tok := fence.Token{Generation: uint64(int64(g) + c.delta)}
 					complete(t, s, ref, tok, sampleResult(), time.Hour, c.cached)
@@ -535,7 +579,7 @@ func completeCases() []scriptCase {
 				wantResult(t, stored(t, e.raw, k), g, fp, 0, time.Minute)
 			}
 		}},
-		{name: "CompleteWithLargeBodyCachesNothingButDropsLease", opts: fastpath.Options{MaxCachedBody: 16}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
+		{name: "CompleteWithLargeBodyLeavesMarkerAndDropsLease", opts: fastpath.Options{MaxCachedBody: 16}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			for _, c := range []struct {
 				size   int
 				cached bool
@@ -547,10 +591,41 @@ func completeCases() []scriptCase {
 				st := stored(t, e.raw, s.Keys(ref))
 				if c.cached {
 					wantResult(t, st, g, fp, 59*time.Minute, time.Hour)
-				} else if st.Kind != fastpath.StoredNone {
-					t.Errorf("%d-byte body: record = %+v, want none (lease dropped, nothing cached)", c.size, st)
+					continue
+				}
+				// Too large: the lease is gone and the marker says the
+				// operation finished, for as long as a result would stay.
+				wantMarker(t, st, g, fp, 59*time.Minute, time.Hour)
+				r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: fp, Owner: uuid.New(), Lease: lease})
+				if r.Status != fastpath.ClaimFinished || r.Generation != g {
+					t.Errorf("Claim of a finished marker = %+v, want finished at %d", r, g)
+				}
+				if r := mustClaim(t, s, ref, fastpath.ClaimArgs{Fingerprint: "v1:other", Owner: uuid.New(), Lease: lease}); r.Status != fastpath.ClaimMismatch {
+					t.Errorf("Claim with another fingerprint = %+v, want mismatch", r)
+				}
+				if st := stored(t, e.raw, s.Keys(ref)); st.Kind != fastpath.StoredFinished {
+					t.Errorf("after the claims: record = %+v, want the marker untouched (no lease taken)", st)
 				}
 			}
+		}},
+		{name: "CompleteReplacesTentativeLeaseOfAnyGeneration", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			// A tentative lease was never granted: a result the store
+			// committed replaces it whatever its generation, so a retry
+			// that is only about to replay blocks no one.
+			ref, o := refFor(t, "k"), uuid.New()
+			g := acquire(t, s, ref, o)
+			complete(t, s, ref, fence.Token{Generation: g - 1000}, sampleResult(), time.Hour, true)
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), g-1000, fp, 59*time.Minute, time.Hour)
+		}},
+		{name: "CompleteMarkerKeepsCachedResultOfSameGeneration", opts: fastpath.Options{MaxCachedBody: 16}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			ref := refFor(t, "k")
+			small := durable.Result{StatusCode: 200, Body: []byte("x")}
+			complete(t, s, ref, fence.Token{Generation: 5}, small, time.Hour, true)
+			big := durable.Result{StatusCode: 200, Body: bytes.Repeat([]byte("x"), 17)}
+			complete(t, s, ref, fence.Token{Generation: 5}, big, time.Hour, false)
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), 5, fp, 59*time.Minute, time.Hour)
+			complete(t, s, ref, fence.Token{Generation: 4}, big, time.Hour, false)
+			wantResult(t, stored(t, e.raw, s.Keys(ref)), 5, fp, 59*time.Minute, time.Hour)
 		}},
 		{name: "CompleteWithShortTTLCachesNothingButDropsLease", run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref, o := refFor(t, "k"), uuid.New()
@@ -588,11 +663,16 @@ func completeCases() []scriptCase {
 				wantResult(t, stored(t, e.raw, s.Keys(ref)), c.newer, fp, 59*time.Minute, time.Hour)
 			}
 		}},
-		{name: "CompleteWithoutOwnerOrCacheMakesNoCall", opts: fastpath.Options{MaxCachedBody: -1}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
+		{name: "CompleteWithCachingOffLeavesMarker", opts: fastpath.Options{MaxCachedBody: -1}, run: func(t *testing.T, e env, s *fastpath.Scripts) {
 			ref := refFor(t, "k")
 			complete(t, s, ref, fence.Token{Generation: 1}, sampleResult(), time.Hour, false)
+			wantMarker(t, stored(t, e.raw, s.Keys(ref)), 1, fp, 59*time.Minute, time.Hour)
+		}},
+		{name: "CompleteWithoutOwnerOrTTLMakesNoCall", run: func(t *testing.T, e env, s *fastpath.Scripts) {
+			ref := refFor(t, "k")
+			complete(t, s, ref, fence.Token{Generation: 1}, sampleResult(), 0, false)
 			if exists(t, e.raw, s.Keys(ref).Record) {
-				t.Error("cached with MaxCachedBody < 0")
+				t.Error("cached with no TTL")
 			}
 		}},
 	}

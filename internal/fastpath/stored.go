@@ -15,15 +15,17 @@ import (
 // and chaos faults that read Redis directly. The scripts themselves read it
 // in Lua; claim.lua's header is the layout's one description.
 type Stored struct {
-	// Kind is StoredNone, StoredLease or StoredResult.
+	// Kind is StoredNone, StoredLease, StoredResult or StoredFinished.
 	Kind StoredKind
+	// Tentative is set for a lease the durable store has not granted yet.
+	Tentative bool
 	// Generation is the lease's or the result's generation.
 	Generation uint64
 	// Owner is the lease holder's UUID text.
 	Owner string
 	// Lease is the lease's length.
 	Lease time.Duration
-	// Fingerprint is the lease's or the result's fingerprint.
+	// Fingerprint is the lease's, the result's or the marker's fingerprint.
 	Fingerprint string
 	// Blob is the result's encoding.
 	Blob string
@@ -40,10 +42,13 @@ const (
 	StoredNone StoredKind = iota
 	StoredLease
 	StoredResult
+	// StoredFinished: the marker of a finished operation whose result is
+	// too large to cache; its replay comes from the durable store.
+	StoredFinished
 )
 
-// ParseStored decodes a record key's value; ok is false when it is neither
-// a lease nor a result (the scripts treat such a value as absent).
+// ParseStored decodes a record key's value; ok is false when it is none of
+// the forms (the scripts treat such a value as absent).
 func ParseStored(v string) (s Stored, ok bool) {
 	if len(v) < 2 {
 		return Stored{}, false
@@ -56,11 +61,16 @@ func ParseStored(v string) (s Stored, ok bool) {
 		return Stored{}, false
 	}
 	switch v[0] {
-	case 'L':
+	case 'L', 'T':
 		if len(tail) < 36 {
 			return Stored{}, false
 		}
-		return Stored{Kind: StoredLease, Generation: g, Lease: time.Duration(n) * time.Millisecond, Owner: tail[:36], Fingerprint: tail[36:]}, true
+		return Stored{Kind: StoredLease, Tentative: v[0] == 'T', Generation: g, Lease: time.Duration(n) * time.Millisecond, Owner: tail[:36], Fingerprint: tail[36:]}, true
+	case 'F':
+		if uint64(len(tail)) != n {
+			return Stored{}, false
+		}
+		return Stored{Kind: StoredFinished, Generation: g, Fingerprint: tail}, true
 	case 'R':
 		if uint64(len(tail)) < n {
 			return Stored{}, false
@@ -88,7 +98,7 @@ func ReadStored(ctx context.Context, c redis.Cmdable, k Keys) (Stored, error) {
 	}
 	s, ok := ParseStored(get.Val())
 	if !ok {
-		return Stored{}, fmt.Errorf("%w: %s holds neither a lease nor a result", ErrCorrupt, k.Record)
+		return Stored{}, fmt.Errorf("%w: %s holds none of a record key's forms", ErrCorrupt, k.Record)
 	}
 	s.TTL = pttl.Val()
 	return s, nil

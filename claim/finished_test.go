@@ -1,0 +1,210 @@
+package claim_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/fastpath"
+)
+
+// Issue 43: a finished operation always replays. A burst of concurrent
+// retries of a finished operation is answered Replayed, every one, whatever
+// the reason Redis has no copy of its result: too large to cache, lost
+// (flushed), or Redis not asked at all (breaker open); through Claim, Do
+// and DoTx. Before, the first retry took a Redis lease only to read the
+// store and replay, and the retries beside it were told InProgress.
+
+// retryPath is one way a retry reaches the Claimer.
+type retryPath struct {
+	name  string
+	retry func(ctx context.Context, e *env, r claim.Request) (claim.Outcome, error)
+}
+
+var retryPaths = []retryPath{
+	{"Claim", func(ctx context.Context, e *env, r claim.Request) (claim.Outcome, error) {
+		return e.c.Claim(ctx, r)
+	}},
+	{"Do", func(ctx context.Context, e *env, r claim.Request) (claim.Outcome, error) {
+		return e.c.Do(ctx, r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+			return durable.Result{}, fmt.Errorf("fn ran for a retry of a finished operation")
+		})
+	}},
+	{"DoTx", func(ctx context.Context, e *env, r claim.Request) (claim.Outcome, error) {
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			return claim.Outcome{}, err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		out, finish, err := e.c.DoTx(ctx, tx, r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+			return durable.Result{}, fmt.Errorf("fn ran for a retry of a finished operation")
+		})
+		finish(ctx, fmt.Errorf("rolled back"))
+		return out, err
+	}},
+}
+
+// burst sends n concurrent retries of r through path and wants each
+// Replayed with body.
+func burst(t *testing.T, e *env, path retryPath, r claim.Request, n int, body []byte) {
+	t.Helper()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	kinds := make([]claim.Kind, n)
+	errs := make([]error, n)
+	bodies := make([][]byte, n)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			out, err := path.retry(t.Context(), e, r)
+			kinds[i], errs[i] = out.Kind, err
+			if out.Result != nil {
+				bodies[i] = out.Result.Body
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	replayed := 0
+	for i := range n {
+		switch {
+		case errs[i] != nil:
+			t.Errorf("%s retry %d: %v", path.name, i, errs[i])
+		case kinds[i] != claim.Replayed:
+			t.Errorf("%s retry %d: %v, want replayed: the operation is finished", path.name, i, kinds[i])
+		case !bytes.Equal(bodies[i], body):
+			t.Errorf("%s retry %d: body of %d bytes, want the stored %d", path.name, i, len(bodies[i]), len(body))
+		default:
+			replayed++
+		}
+	}
+	if replayed != n {
+		t.Fatalf("%s: %d of %d concurrent retries of a finished operation replayed", path.name, replayed, n)
+	}
+}
+
+// finish runs r once through Do and returns the stored body.
+func finish(t *testing.T, e *env, r claim.Request, body []byte) {
+	t.Helper()
+	out, err := e.c.Do(t.Context(), r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+		return durable.Result{StatusCode: 201, Body: body}, nil
+	})
+	if err != nil || out.Kind != claim.Executed {
+		t.Fatalf("Do = %v, %v; want executed", out.Kind, err)
+	}
+}
+
+func TestFinished_BurstsReplay(t *testing.T) {
+	t.Parallel()
+	large := bytes.Repeat([]byte("L"), 96<<10) // above the 64 KiB Redis caches
+	small := []byte(`{"order":"o_1"}`)
+	for _, c := range []struct {
+		name string
+		mode string
+		body []byte
+		// between runs before each burst (Redis lost the key).
+		between func(e *env)
+	}{
+		{"TooLargeForRedis", withRedis, large, nil},
+		{"RedisLostTheKey", withRedis, small, func(e *env) { e.flushRedis() }},
+		{"RedisLostTheLargeKey", withRedis, large, func(e *env) { e.flushRedis() }},
+		{"BreakerOpen", breakerOpen, small, nil},
+		{"WithoutRedis", withoutRed, large, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, c.mode)
+			for _, path := range retryPaths {
+				r := req("finished-"+path.name, "v1:"+path.name)
+				finish(t, e, r, c.body)
+				// Every burst, not only the first: a result too large for
+				// Redis is never cached, so each burst meets the same
+				// Redis.
+				for range 3 {
+					if c.between != nil {
+						c.between(e)
+					}
+					burst(t, e, path, r, 12, c.body)
+				}
+			}
+		})
+	}
+}
+
+// TestFinished_MarkerAnswersWithoutLease: after a retry of a finished
+// operation whose result is too large for Redis, Redis holds the finished
+// marker, not a lease, and a retry then takes none.
+func TestFinished_MarkerAnswersWithoutLease(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withRedis)
+	r := req("marker", "v1:m")
+	body := bytes.Repeat([]byte("L"), 96<<10)
+	finish(t, e, r, body)
+	k := fastpath.KeysFor(e.prefix, e.ref(r))
+	for i := range 3 {
+		st, err := fastpath.ReadStored(t.Context(), e.rdb, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Kind != fastpath.StoredFinished || st.Fingerprint != r.Fingerprint {
+			t.Fatalf("after retry %d, Redis holds %+v, want the finished marker", i, st)
+		}
+		out := mustClaim(t, e.c, r, claim.Replayed)
+		if !bytes.Equal(out.Result.Body, body) {
+			t.Fatalf("replayed %d bytes, want %d", len(out.Result.Body), len(body))
+		}
+	}
+	// Another payload under the key is refused by Redis alone.
+	if _, err := e.c.Claim(t.Context(), req("marker", "v1:other")); !errors.Is(err, claim.ErrMismatch) {
+		t.Fatalf("Claim with another payload = %v, want ErrMismatch", err)
+	}
+	// After a flush, the first retry puts the marker back.
+	e.flushRedis()
+	mustClaim(t, e.c, r, claim.Replayed)
+	if st, err := fastpath.ReadStored(t.Context(), e.rdb, k); err != nil || st.Kind != fastpath.StoredFinished {
+		t.Fatalf("after a flush and a retry, Redis holds %+v, %v; want the finished marker", st, err)
+	}
+}
+
+// TestFinished_TentativeLeaseIsNotInProgress forces the window: a retry
+// has taken the key in Redis (its tentative lease) and has not reached the
+// store yet. A retry beside it reads the store and replays; a retry of an
+// operation that is really in progress is still answered InProgress.
+func TestFinished_TentativeLeaseIsNotInProgress(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withRedis)
+	scripts, err := fastpath.New(e.rdb, fastpath.Options{Prefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("tentative", "v1:t")
+	finish(t, e, r, []byte("done"))
+	e.flushRedis()
+	// The stalled retry: claim.lua ran, the durable claim did not.
+	rep, err := scripts.Claim(t.Context(), e.ref(r), fastpath.ClaimArgs{Fingerprint: r.Fingerprint, Owner: uuid.New(), Lease: 30 * time.Second})
+	if err != nil || rep.Status != fastpath.ClaimAcquired {
+		t.Fatalf("stalled retry's claim.lua = %+v, %v", rep, err)
+	}
+	out := mustClaim(t, e.c, r, claim.Replayed)
+	if string(out.Result.Body) != "done" {
+		t.Fatalf("replayed %q", out.Result.Body)
+	}
+
+	// A fresh key whose holder's lease is still tentative: in progress.
+	fresh := req("tentative-fresh", "v1:t")
+	if rep, err := scripts.Claim(t.Context(), e.ref(fresh), fastpath.ClaimArgs{Fingerprint: fresh.Fingerprint, Owner: uuid.New(), Lease: 30 * time.Second}); err != nil || rep.Status != fastpath.ClaimAcquired {
+		t.Fatalf("holder's claim.lua = %+v, %v", rep, err)
+	}
+	if out := mustClaim(t, e.c, fresh, claim.InProgress); out.RetryAfter <= 0 {
+		t.Fatalf("RetryAfter = %v", out.RetryAfter)
+	}
+}
