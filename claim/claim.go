@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
+	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
 // Kind is the kind of an [Outcome].
@@ -102,14 +103,32 @@ func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome, error) {
 }
 
 // withPolicy runs one claim attempt and, configured [WithWait], repeats it
-// while the operation is in progress.
+// while the operation is in progress. A waiting duplicate is woken when
+// the holder finishes: it watches the key's wake channel in Redis
+// (complete.lua and release.lua publish there, from any process), then
+// answers at once from Redis's copy of the result or, for a result too
+// large to cache, from one read shared by the waiters of this process. It
+// still polls, slowly, in case a wake is lost; without Redis it polls
+// faster. A Do holder's duplicates need no wake without Redis: their claim
+// waits on the holder's row until it commits.
 func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(context.Context, Request) (Outcome, error)) (Outcome, error) {
 	out, err := once(ctx, r)
 	if err != nil || out.Kind != InProgress || c.cfg.wait == 0 {
 		return out, err
 	}
 	deadline := time.Now().Add(c.cfg.wait)
-	backoff := 5 * time.Millisecond
+	backoff, most := 5*time.Millisecond, 100*time.Millisecond
+	var wake <-chan struct{}
+	if w := c.watch(ctx, r, deadline); w != nil {
+		defer w.Close()
+		wake = w.C
+		backoff, most = 100*time.Millisecond, time.Second
+		// The holder may have finished before the watch began: look once
+		// more now that any later finish wakes us.
+		if out, err = once(ctx, r); err != nil || out.Kind != InProgress {
+			return out, err
+		}
+	}
 	for out.Kind == InProgress {
 		wait := min(backoff, time.Until(deadline))
 		if wait <= 0 {
@@ -120,9 +139,12 @@ func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(cont
 		case <-ctx.Done():
 			t.Stop()
 			return out, nil
+		case <-wake:
+			t.Stop()
+			c.m.woken(ctx)
 		case <-t.C:
+			backoff = min(backoff*2, most)
 		}
-		backoff = min(backoff*2, 250*time.Millisecond)
 		next, err := once(ctx, r)
 		if err != nil {
 			return next, err
@@ -130,6 +152,27 @@ func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(cont
 		out = next
 	}
 	return out, nil
+}
+
+// watch subscribes to the wakes of r's key for a waiting duplicate, bounded
+// by deadline; nil when Redis cannot (no Redis, its breaker open, a client
+// without sharded pub/sub, too many keys watched): the duplicate polls.
+func (c *Claimer[TTx]) watch(ctx context.Context, r Request, deadline time.Time) *fastpath.Watch {
+	if c.scripts == nil {
+		return nil
+	}
+	t, _, err := c.prepare(r)
+	if err != nil {
+		return nil
+	}
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	w, err := c.scripts.Watch(wctx, t.keys)
+	if err != nil {
+		c.debug("oncekey: cannot watch the key for its holder's finish; polling", t.ref, err)
+		return nil
+	}
+	return w
 }
 
 // claimStart is how a claim or a Do began: r prepared as t and p, offered

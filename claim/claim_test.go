@@ -295,8 +295,12 @@ func TestClaimer_ConcurrentDuplicates(t *testing.T) {
 	// winner's lease while it was still tentative (before the store
 	// granted it), which read the record: concurrent duplicates share one
 	// read, so a few reads serve the whole burst.
-	if n := e.stmts.Count(); n > 6 {
-		t.Fatalf("durable statements = %d for one logical operation, want at most 2 and 4 shared reads", n)
+	// (A read sent before a duplicate asked cannot answer it, so reads
+	// follow one another while the lease is tentative: a handful under
+	// the race detector on a loaded machine; one per duplicate without
+	// the sharing.)
+	if n := e.stmts.Count(); n > 14 {
+		t.Fatalf("durable statements = %d for one logical operation and 99 duplicates, want at most 2 and 12 shared reads", n)
 	}
 	for i, k := range outcomes {
 		if k != claim.Acquired && k != claim.InProgress && k != claim.Replayed {

@@ -107,6 +107,8 @@
 //	oncekey.fenced                    counter           completions or renewals rejected by the fence
 //	oncekey.uncertain                 counter           leases marked uncertain
 //	oncekey.reconciled                counter           result: completed, failed, released, unknown, skipped, error
+//	oncekey.waits.woken               counter           waiting duplicates (WithWait) woken by the holder's
+//	                                                    finish through Redis, rather than by their poll
 //	oncekey.redis.fallbacks           counter           claims that went to the durable store alone
 //	oncekey.redis.breaker             gauge             0 closed, 1 half-open, 2 open
 //	oncekey.redis.breaker.opens       counter           times the breaker opened (from closed): claims then

@@ -208,3 +208,85 @@ func TestFinished_TentativeLeaseIsNotInProgress(t *testing.T) {
 		t.Fatalf("RetryAfter = %v", out.RetryAfter)
 	}
 }
+
+// TestWait_WaitersWokenTogether: 20 duplicates wait (WithWait) on a key a
+// workflow holds; when the holder completes, every one replays, through
+// Claim and Do, and they were woken by the holder's finish through Redis,
+// not by their poll (oncekey.waits.woken). For a result too large for Redis
+// too: the woken waiters replay from the store.
+func TestWait_WaitersWokenTogether(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{{"Small", []byte(`{"order":"o_1"}`)}, {"TooLargeForRedis", bytes.Repeat([]byte("L"), 96<<10)}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			mp := newRecorder()
+			e := setup(t, withRedis, claim.WithWait(20*time.Second), claim.WithMeterProvider(mp))
+			r := req("waited", "v1:w")
+			held := mustClaim(t, e.c, r, claim.Acquired)
+			const n = 20
+			kinds := make([]claim.Kind, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				path := retryPaths[i%2] // Claim and Do
+				wg.Go(func() {
+					out, err := path.retry(t.Context(), e, r)
+					kinds[i], errs[i] = out.Kind, err
+					if err == nil && out.Kind == claim.Replayed && !bytes.Equal(out.Result.Body, c.body) {
+						errs[i] = fmt.Errorf("replayed %d bytes, want %d", len(out.Result.Body), len(c.body))
+					}
+				})
+			}
+			// Let the waiters reach their wait: the first answer comes
+			// back InProgress at once, and the watch is set up after it.
+			// Their first poll is 100ms after, and then 200ms, 400ms, ...
+			time.Sleep(50 * time.Millisecond)
+			if err := held.Lease.Complete(t.Context(), durable.Result{StatusCode: 201, Body: c.body}); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			for i := range n {
+				if errs[i] != nil || kinds[i] != claim.Replayed {
+					t.Errorf("waiter %d: %v, %v; want replayed", i, kinds[i], errs[i])
+				}
+			}
+			sums, err := mp.Collect(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A waiter that had not reached its wait when the holder
+			// finished replays on its second look, unwoken; most are
+			// woken.
+			if got := sums["oncekey.waits.woken"]; got < n/2 {
+				t.Errorf("oncekey.waits.woken = %d of %d waiters; want most woken by the holder's finish", got, n)
+			}
+		})
+	}
+}
+
+// TestWait_WithoutRedisPolls: without Redis, a waiting duplicate of a
+// workflow is answered by its poll once the holder completes.
+func TestWait_WithoutRedisPolls(t *testing.T) {
+	t.Parallel()
+	e := setup(t, breakerOpen, claim.WithWait(20*time.Second))
+	r := req("waited", "v1:w")
+	held := mustClaim(t, e.c, r, claim.Acquired)
+	done := make(chan claim.Outcome, 1)
+	go func() {
+		out, err := e.c.Claim(t.Context(), r)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := held.Lease.Complete(t.Context(), result("done")); err != nil {
+		t.Fatal(err)
+	}
+	if out := <-done; out.Kind != claim.Replayed {
+		t.Fatalf("waiter = %v, want replayed", out.Kind)
+	}
+}

@@ -35,6 +35,7 @@ const (
 	metricExpiredUnswept  = "oncekey.records.expired_unswept"
 	metricExpiredStuck    = "oncekey.records.expired_stuck"
 	metricReconciled      = "oncekey.reconciled"
+	metricWoken           = "oncekey.waits.woken"
 )
 
 type meters struct {
@@ -43,10 +44,10 @@ type meters struct {
 	// reading included.
 	on bool
 
-	claims, mismatches, replays, takeovers, fenceds, uncertains, fallbacks, reconcile, breakerOpens metric.Int64Counter
-	duration                                                                                        metric.Float64Histogram
-	evicting                                                                                        atomic.Bool
-	degraded                                                                                        atomic.Bool // durability settings can lose commits
+	claims, mismatches, replays, takeovers, fenceds, uncertains, fallbacks, reconcile, breakerOpens, wakes metric.Int64Counter
+	duration                                                                                               metric.Float64Histogram
+	evicting                                                                                               atomic.Bool
+	degraded                                                                                               atomic.Bool // durability settings can lose commits
 
 	statsMu sync.Mutex
 	statsAt time.Time
@@ -76,6 +77,7 @@ func newMeters[TTx any](c *Claimer[TTx]) (*meters, error) {
 	m.fallbacks = counter(metricRedisFallbacks, "Claims that went to the durable store without Redis.")
 	m.reconcile = counter(metricReconciled, "Records handled by the reconciler, by result.")
 	m.breakerOpens = counter(metricBreakerOpens, "Times the Redis breaker opened: claims then went to the durable store alone.")
+	m.wakes = counter(metricWoken, "Waiting duplicates (WithWait) woken by a wake from Redis rather than by their poll.")
 	var err error
 	m.duration, err = mt.Float64Histogram(metricClaimDuration, metric.WithUnit("s"), metric.WithDescription("Claim latency."))
 	errs = append(errs, err)
@@ -241,6 +243,13 @@ func (m *meters) replay(ctx context.Context, fromRedis bool) {
 		src = sourceRedis
 	}
 	m.replays.Add(ctx, 1, src...)
+}
+
+// woken counts a waiting duplicate woken by its key's wake channel.
+func (m *meters) woken(ctx context.Context) {
+	if m.on {
+		m.wakes.Add(ctx, 1)
+	}
 }
 
 // replayLocal counts a replay answered by the replay cache in process.

@@ -9,6 +9,10 @@
 --         marker (finished: read the durable store) instead, ARGV[4] ''.
 -- Returns {cached, dropped}: cached is 1 when rec holds this result, or its
 -- marker, afterwards; dropped is 1 when this call removed ARGV[1]'s lease.
+-- Whenever it writes, it wakes the duplicates waiting on the key: an
+-- SPUBLISH on the shard channel KEYS[1] .. ':wake', which shares KEYS[1]'s
+-- hash tag and so its slot (a server without sharded pub/sub, before Redis
+-- 7, fails the SPUBLISH alone, which is ignored: waiters poll there).
 -- Rules, in order:
 --   1. a confirmed lease of another owner with a higher generation means
 --      this completion is stale: nothing is written. A tentative lease
@@ -23,7 +27,7 @@
 --      that lease is stale);
 --   4. with nothing to cache, the lease is deleted only if ARGV[1] holds it.
 -- Server calls for a first completion by the lease holder (EVALSHA
--- included): 3 (GET, SET).
+-- included): 4 (GET, SET, SPUBLISH).
 -- Safe to re-run: a second run finds the same value cached and writes
 -- nothing.
 local v = redis.call('GET', KEYS[1])
@@ -51,10 +55,12 @@ if ttl > 0 then
   end
   if v ~= r then
     redis.call('SET', KEYS[1], r, 'PX', ttl)
+    redis.pcall('SPUBLISH', KEYS[1] .. ':wake', ARGV[2])
   end
   return {1, dropped}
 end
 if mine then
   redis.call('DEL', KEYS[1])
+  redis.pcall('SPUBLISH', KEYS[1] .. ':wake', ARGV[2])
 end
 return {0, dropped}

@@ -99,7 +99,7 @@ func TestScripts_ServerCalls(t *testing.T) {
 			if cached, err := s.Complete(ctx, ref, fence.Token{Generation: gen, Owner: o1}, fp, durable.Completed, sampleResult(), time.Hour); err != nil || !cached {
 				t.Fatalf("complete = %v, %v", cached, err)
 			}
-		}, map[string]int{"evalsha": 1, "get": 1, "set": 1}},
+		}, map[string]int{"evalsha": 1, "get": 1, "set": 1, "spublish": 1}},
 		{"Replay", func() {
 			if r := claim(ref, o2, false); r.Status != fastpath.ClaimCached {
 				t.Fatalf("replay = %v, want cached", r.Status)
@@ -122,7 +122,7 @@ func TestScripts_ServerCalls(t *testing.T) {
 			if held, err := s.Release(ctx, ref2, fence.Token{Generation: gen2, Owner: o1}); err != nil || !held {
 				t.Fatalf("release = %v, %v", held, err)
 			}
-		}, map[string]int{"evalsha": 1, "get": 1, "del": 1}},
+		}, map[string]int{"evalsha": 1, "get": 1, "del": 1, "spublish": 1}},
 	}
 	sums := map[string]int{}
 	for _, st := range steps {
@@ -139,14 +139,15 @@ func TestScripts_ServerCalls(t *testing.T) {
 		}
 	}
 	// Issue 30's row: 18 for a fresh claim + complete before, <= 8 asked;
-	// a busy duplicate <= 2. Issue 43 adds the confirmation (3 calls),
+	// a busy duplicate <= 2. Issue 43 adds the wake that complete.lua
+	// publishes (1 call, in the script) and the confirmation (3 calls),
 	// which the claimer sends off the caller's path, concurrently with the
-	// work: the caller waits for 7 of the 10.
-	if n := sums["FreshClaim"] + sums["Complete"]; n != 7 || n > 8 {
-		t.Errorf("fresh claim + complete: %d server calls, want 7 (issue 30: at most 8)", n)
+	// work: the caller waits for 2 round trips, 8 calls of the 11.
+	if n := sums["FreshClaim"] + sums["Complete"]; n != 8 {
+		t.Errorf("fresh claim + complete: %d server calls, want 8 (issue 30: at most 8)", n)
 	}
-	if n := sums["FreshClaim"] + sums["Confirm"] + sums["Complete"]; n != 10 {
-		t.Errorf("fresh claim + confirmation + complete: %d server calls, want 10", n)
+	if n := sums["FreshClaim"] + sums["Confirm"] + sums["Complete"]; n != 11 {
+		t.Errorf("fresh claim + confirmation + complete: %d server calls, want 11", n)
 	}
 	if n := sums["BusyDuplicate"]; n > 2 {
 		t.Errorf("busy duplicate: %d server calls, want at most 2 (issue 30)", n)

@@ -86,6 +86,27 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("WatchWokenOnEveryMaster", func(t *testing.T) {
+		// Sharded pub/sub: complete.lua's SPUBLISH goes to the key's own
+		// shard, where the watch subscribed. Keys spread over the masters.
+		for i := range 12 {
+			ref := durable.Scope{Tenant: "t", Operation: "watch", Key: fmt.Sprint("w", i)}.Ref(nil)
+			w, err := s.Watch(ctx, s.Keys(ref))
+			if err != nil {
+				t.Fatalf("Watch: %v", err)
+			}
+			if _, err := s.Complete(ctx, ref, fence.Token{Generation: 1}, "v1:f", durable.Completed, durable.Result{StatusCode: 200}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-w.C:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("key %d: the completion did not wake its watch", i)
+			}
+			w.Close()
+		}
+	})
+
 	t.Run("CheckEvictionReportsAnyMasterThatEvicts", func(t *testing.T) {
 		p, err := fastpath.CheckEviction(ctx, cc)
 		if err != nil || p != fastpath.NoEviction {

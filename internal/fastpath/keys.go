@@ -17,6 +17,11 @@ type Keys struct {
 	Record string
 }
 
+// Wake returns the shard channel on which complete.lua and release.lua
+// announce that the key's holder finished or let go: the record key with
+// ":wake" appended, in the same Redis Cluster slot.
+func (k Keys) Wake() string { return k.Record + ":wake" }
+
 // KeysFor returns the keys of ref under prefix (DefaultPrefix when empty):
 //
 //	<prefix>:{<h>}:rec

@@ -170,6 +170,8 @@ type Scripts struct {
 	proc interface {
 		Process(ctx context.Context, cmd redis.Cmder) error
 	}
+	// wake holds the subscriptions of Watch.
+	wake wakeHub
 }
 
 // New returns the scripts running on c, which may be any client kind
