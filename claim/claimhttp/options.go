@@ -249,11 +249,15 @@ func WithMaxResponseBody(n int64) Option {
 
 // WithInTransaction runs the handler inside [claim.Claimer.Do]: the
 // handler's writes through [Tx] and the stored result commit in one
-// transaction. The handler must not make long external calls: duplicates
-// wait on the transaction's locks. On PostgreSQL the record is written with
-// the COMMIT (see Do): a duplicate in flight that Redis did not stop runs
-// the handler too, its writes roll back and it answers with the stored
-// response, so keep the handler to writes through Tx. Without it the
+// transaction. The handler must not make long external calls: the
+// transaction holds its locks while it runs. Do claims the key first, in
+// that transaction, so the handler runs once per record life and never
+// for a duplicate: a duplicate is answered in progress (409, or it waits
+// with [claim.WithWait]) while the transaction is open, and replays the
+// stored response once it committed. (Only a Claimer built with
+// [claim.WithWriteAtCommit] writes the record with the COMMIT, and then a
+// duplicate in flight that Redis did not stop runs the handler too, its
+// writes rolled back.) Without it the
 // middleware runs in workflow mode: it claims (the claim commits on its
 // own), runs the handler under a lease renewed by [claim.Lease.KeepAlive],
 // and completes, fails or marks the record uncertain, fenced. The
