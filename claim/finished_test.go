@@ -290,3 +290,34 @@ func TestWait_WithoutRedisPolls(t *testing.T) {
 		t.Fatalf("waiter = %v, want replayed", out.Kind)
 	}
 }
+
+// TestWait_LostLeaseNoWakeLoop: Redis lost the holder's lease while
+// duplicates wait. One of them takes the key in Redis, the store refuses
+// it (the holder has the record) and it gives the Redis lease back without
+// waking the others: otherwise each would take the key in turn, wake the
+// rest, and the store would serve a claim per turn for as long as the work
+// runs.
+func TestWait_LostLeaseNoWakeLoop(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withRedis, claim.WithWait(800*time.Millisecond))
+	r := req("lost-lease", "v1:w")
+	held := mustClaim(t, e.c, r, claim.Acquired)
+	defer func() { _ = held.Lease.Complete(context.WithoutCancel(t.Context()), result("done")) }()
+	e.flushRedis()
+	e.stmts.Reset()
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			out, err := e.c.Claim(t.Context(), r)
+			if err != nil || out.Kind != claim.InProgress {
+				t.Errorf("waiter = %v, %v; want in progress after its wait", out.Kind, err)
+			}
+		})
+	}
+	wg.Wait()
+	// Each waiter looks a handful of times in 800ms (its first look, once
+	// its watch is set, then its polls); a wake loop makes hundreds.
+	if n := e.stmts.Count(); n > 60 {
+		t.Fatalf("%d durable statements while 5 duplicates waited 800ms, want a few per waiter", n)
+	}
+}

@@ -115,14 +115,17 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 }
 
 // dropRedisLease gives back a Redis lease that the durable store did not
-// confirm, so it blocks no one. release.lua matches the owner only, so a
+// confirm, so it blocks no one. It wakes no waiter (DropKeys): when the
+// store refused the claim, the key's holder is another, and the waiters
+// would only take turns finding that out; when the work failed before its
+// effect, they find the key free at their next poll. release.lua matches the owner only, so a
 // lease whose generation we never learned (a lost reply) is dropped too.
 func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, t *target, p storeapi.ClaimParams) {
 	if !f.mayHoldRedisLease() {
 		return
 	}
 	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
-	_, err := c.scripts.ReleaseKeys(context.WithoutCancel(ctx), t.keys, tok)
+	_, err := c.scripts.DropKeys(context.WithoutCancel(ctx), t.keys, tok)
 	c.tr.event(ctx, eventRedisRelease, err)
 	if err != nil {
 		c.debug("oncekey: redis release failed", t.ref, err)

@@ -813,8 +813,19 @@ func (s *Scripts) Release(ctx context.Context, ref durable.Ref, tok fence.Token)
 	return s.ReleaseKeys(ctx, s.Keys(ref), tok)
 }
 
-// ReleaseKeys is [Scripts.Release] on keys from [Scripts.KeysAt].
+// ReleaseKeys is [Scripts.Release] on keys from [Scripts.KeysAt]. It wakes
+// the key's watchers ([Scripts.Watch]) when it deletes the lease.
 func (s *Scripts) ReleaseKeys(ctx context.Context, k Keys, tok fence.Token) (held bool, err error) {
+	return s.release(ctx, k, tok, false)
+}
+
+// DropKeys is [Scripts.ReleaseKeys] without the wake: for a lease the
+// durable store did not grant, whose key someone else holds.
+func (s *Scripts) DropKeys(ctx context.Context, k Keys, tok fence.Token) (held bool, err error) {
+	return s.release(ctx, k, tok, true)
+}
+
+func (s *Scripts) release(ctx context.Context, k Keys, tok fence.Token, quiet bool) (held bool, err error) {
 	if tok.Owner == uuid.Nil {
 		return false, invalid("release: nil owner")
 	}
@@ -824,6 +835,9 @@ func (s *Scripts) ReleaseKeys(ctx context.Context, k Keys, tok fence.Token) (hel
 	}
 	c := newCall(k.Record)
 	c.uuid(tok.Owner)
+	if quiet {
+		c.str("quiet")
+	}
 	v, err := s.run(ctx, probe, "release", releaseScript, c)
 	if err != nil {
 		return false, err

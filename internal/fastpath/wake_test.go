@@ -70,6 +70,17 @@ func TestWatch_WokenByCompleteAndRelease(t *testing.T) {
 	if !quiet(w) {
 		t.Fatal("woken by another key's finish")
 	}
+	// A lease dropped because the store refused it wakes no one.
+	if held, err := s.DropKeys(ctx, s.Keys(ref), tok); err != nil || !held {
+		t.Fatalf("DropKeys = %v, %v", held, err)
+	}
+	if !quiet(w) {
+		t.Fatal("woken by a dropped lease")
+	}
+	r, err = s.Claim(ctx, ref, fastpath.ClaimArgs{Fingerprint: "v1:f", Owner: o, Lease: time.Minute})
+	if err != nil || r.Status != fastpath.ClaimAcquired {
+		t.Fatalf("Claim = %+v, %v", r, err)
+	}
 	if held, err := s.Release(ctx, ref, tok); err != nil || !held {
 		t.Fatalf("Release = %v, %v", held, err)
 	}
