@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -474,6 +475,45 @@ func TestReport_Knee(t *testing.T) {
 	}
 }
 
+// The checks of issue 43's workloads fail the run when a retry of a
+// finished operation, or a waiting duplicate, was not replayed.
+func TestIssue43Checks(t *testing.T) {
+	t.Parallel()
+	cfg := config{duration: time.Second, round: time.Second}
+	ok := &finishedCase{name: "large", burst: &variant{}, floor: &variant{}, single: &variant{}, bursts: 3, fewest: finishedRetries}
+	bad := &finishedCase{name: "lost", burst: &variant{}, floor: &variant{}, single: &variant{}, bursts: 3, fewest: finishedRetries - 1, inProgress: 1}
+	ws := &wakeSide{v: &variant{name: "claim-redis"}, redis: true, trials: 2, fewest: wakeWaiters - 1}
+	floor := &wakeSide{v: &variant{name: "floor-redis", floor: true}, trials: 2, fewest: wakeWaiters}
+	var extras []extra
+	extras = append(extras, ok.extras()...)
+	extras = append(extras, bad.extras()...)
+	extras = append(extras, ws.extras(floor)...)
+	extras = append(extras, floor.extras(floor)...)
+	failed := map[string]bool{}
+	for _, x := range extras {
+		if x.Check {
+			failed[x.Name] = x.Failed
+		}
+	}
+	want := map[string]bool{
+		"large: fewest replayed of 50 in a burst":       false,
+		"lost: fewest replayed of 50 in a burst":        true,
+		"claim-redis: fewest replayed of 20 in a trial": true,
+		"floor-redis: fewest replayed of 20 in a trial": false,
+	}
+	if !maps.Equal(failed, want) {
+		t.Fatalf("checks failed = %v, want %v", failed, want)
+	}
+	rep := newReport(cfg)
+	rep.add(&workload{name: "issue43"}, extras)
+	if len(rep.Failures) != 2 {
+		t.Fatalf("failures = %q, want the lost burst and the waiters", rep.Failures)
+	}
+	if got, most := medianMax([]time.Duration{3, 1, 2}); got != 2 || most != 3 {
+		t.Errorf("medianMax = %v, %v; want 2, 3", got, most)
+	}
+}
+
 // TestRun_Smoke runs every workload briefly against the real servers and
 // checks what the tool checks, plus that it cleans up after itself.
 func TestRun_Smoke(t *testing.T) {
@@ -535,9 +575,38 @@ func TestRun_Smoke(t *testing.T) {
 		"storm/library-at-commit-no-redis: most executions of one key": 1,
 		"storm/library: fn runs per key":                               1, // claiming first: once per record life
 		"storm/library-no-redis: fn runs per key":                      1,
+		// issue 43: every retry of a finished operation replays, and
+		// every waiting duplicate is answered with the holder's result
+		"finished-burst/large: fewest replayed of 50 in a burst": finishedRetries,
+		"finished-burst/lost: fewest replayed of 50 in a burst":  finishedRetries,
 	} {
 		if got, ok := figures[name]; !ok || got != want {
 			t.Errorf("%s = %v (reported %v), want %v", name, got, ok, want)
+		}
+	}
+	for _, v := range []string{"claim-redis", "claim-redis-one-claimer", "do-redis", "floor-redis", "claim-redis-down", "do-redis-down", "floor-redis-down"} {
+		if got, ok := figures["wake/"+v+": fewest replayed of 20 in a trial"]; !ok || got != wakeWaiters {
+			t.Errorf("wake/%s: fewest replayed = %v (reported %v), want %d", v, got, ok, wakeWaiters)
+		}
+	}
+	for _, w := range rep.Workloads {
+		switch w.Name {
+		case "finished-burst":
+			for _, v := range w.Variants {
+				// A 96 KiB result is never cached in Redis: its replays
+				// come from PostgreSQL.
+				if v.Name == "large-burst" && (v.Outcomes["replayed_redis"] != 0 || v.Outcomes["replayed_db"] != v.Requests) {
+					t.Errorf("finished-burst/large-burst: outcomes %v of %d, want every one replayed from the database", v.Outcomes, v.Requests)
+				}
+			}
+		case "wake":
+			for _, x := range w.Extras {
+				// Each trial is timed from the holder's commit, seen by
+				// the tracer.
+				if strings.Contains(x.Note, "was not seen") {
+					t.Errorf("wake: %s: %s", x.Name, x.Note)
+				}
+			}
 		}
 	}
 	if got := figures["storm/library: durable claims per key"]; got <= 0 || got > 1.05 {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -68,6 +69,63 @@ type sqlCounter struct {
 	sql, claims, sweeps atomic.Int64
 
 	recorder[pgx.TraceQueryStartData]
+
+	// commits, when set, sees each completion become durable (watchCommit).
+	commits atomic.Pointer[commitWatch]
+}
+
+// commitWatch notes when a completion (a statement setting a record's
+// state to completed) is durable: at the end of the statement or batch
+// after which the connection that sent it is no longer in a transaction
+// (the statement itself, sent alone; or the COMMIT of the transaction it
+// was sent in). That is when the holder's commit returned, before any
+// Redis step the library takes after it.
+type commitWatch struct {
+	mu    sync.Mutex
+	armed map[*pgx.Conn]bool
+	at    time.Time // the first completion seen durable
+}
+
+// watchCommit starts watching for completions; stop ends it and returns
+// when the first one became durable (zero: none was seen).
+func (c *sqlCounter) watchCommit() (stop func() time.Time) {
+	w := &commitWatch{armed: map[*pgx.Conn]bool{}}
+	c.commits.Store(w)
+	return func() time.Time {
+		c.commits.CompareAndSwap(w, nil)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.at
+	}
+}
+
+// isCompletionSQL tells the store's completion apart.
+func isCompletionSQL(sql string) bool { return strings.Contains(sql, "SET state = 'completed'") }
+
+// started arms the watch for conn when it sends a completion.
+func (c *sqlCounter) started(conn *pgx.Conn, sql string) {
+	if w := c.commits.Load(); w != nil && conn != nil && isCompletionSQL(sql) {
+		w.mu.Lock()
+		w.armed[conn] = true
+		w.mu.Unlock()
+	}
+}
+
+// ended notes the time when conn, armed, has left its transaction.
+func (c *sqlCounter) ended(conn *pgx.Conn) {
+	w := c.commits.Load()
+	if w == nil || conn == nil {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.armed[conn] && conn.PgConn().TxStatus() == 'I' {
+		delete(w.armed, conn)
+		if w.at.IsZero() {
+			w.at = now
+		}
+	}
 }
 
 var (
@@ -109,14 +167,17 @@ func (c *sqlCounter) recordStmt(sql string, args []any) {
 }
 
 // TraceQueryStart counts a statement.
-func (c *sqlCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+func (c *sqlCounter) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	c.count(d.SQL)
 	c.recordStmt(d.SQL, d.Args)
+	c.started(conn, d.SQL)
 	return ctx
 }
 
-// TraceQueryEnd does nothing.
-func (c *sqlCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+// TraceQueryEnd tells a commit watch that the statement ended.
+func (c *sqlCounter) TraceQueryEnd(_ context.Context, conn *pgx.Conn, _ pgx.TraceQueryEndData) {
+	c.ended(conn)
+}
 
 // TraceBatchStart counts a batch as one round trip.
 func (c *sqlCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
@@ -126,15 +187,18 @@ func (c *sqlCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 
 // TraceBatchQuery counts a claim sent in a batch, and records the statement
 // while capturing.
-func (c *sqlCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+func (c *sqlCounter) TraceBatchQuery(_ context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
 	if isClaimSQL(d.SQL) || isInsertAtCommitSQL(d.SQL) {
 		c.claims.Add(1)
 	}
 	c.recordStmt(d.SQL, d.Args)
+	c.started(conn, d.SQL)
 }
 
-// TraceBatchEnd does nothing.
-func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+// TraceBatchEnd tells a commit watch that the batch ended.
+func (c *sqlCounter) TraceBatchEnd(_ context.Context, conn *pgx.Conn, _ pgx.TraceBatchEndData) {
+	c.ended(conn)
+}
 
 // redisCounter is a go-redis hook counting commands (each command of a
 // pipeline counts). While capturing, it records each command's arguments.

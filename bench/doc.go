@@ -61,7 +61,9 @@
 //     floor-claim-new-redis, floor-claim-new between the two script calls
 //     Do makes around it when Redis answers (claim.lua, then complete.lua
 //     with the result Do caches; SHAs, result and TTL captured from Do at
-//     start-up), each a bare EVALSHA: the floor of a fresh Do with Redis,
+//     start-up), each a bare EVALSHA (since issue 43.1 Do also sends
+//     syncgen.lua, off the caller's path, to confirm its lease; the floor
+//     does not): the floor of a fresh Do with Redis,
 //     to which library's cost ratio is printed beside its target;
 //     library-digest-key, library-no-redis-digest-key and
 //     floor-claim-new-digest-key, library, library-no-redis and
@@ -116,6 +118,43 @@
 //     black-holed Redis.
 //   - sweep: fresh claims without and with a concurrent Sweep of a large
 //     expired backlog; claim p99 either way and rows swept per second.
+//   - finished-burst (issue 43): bursts of 50 concurrent retries (Do, the
+//     same key and fingerprint, on the Redis Claimer) of a finished
+//     operation Redis cannot answer: large, whose 96 KiB result is too large
+//     for Redis to cache (lua.Options.MaxCachedBody, 64 KiB by default);
+//     lost, a small result whose Redis key is deleted before each burst.
+//     Checks that every retry of every burst was Replayed (an InProgress
+//     answer, fn running or another answer fails the run). Target: the
+//     burst's p99 (each retry's latency from the burst's release) at most
+//     2× the p99 of floor-select, a bare SELECT of the record sent one at a
+//     time (the replay workload's floor); beside it, the library's single
+//     replay from PostgreSQL, a Claim on the Claimer without Redis, one at a
+//     time, reported with its own ratio.
+//   - wake (issue 43): a holder takes a fresh key (Claim and a Lease, or,
+//     do-*, Do whose fn blocks), 20 duplicates wait on it (Claim, or Do,
+//     on a Claimer with claim.WithWait(2s)), and the holder commits after a
+//     hold drawn from 20-200ms (Lease.Complete, or fn returns). Each
+//     duplicate's latency runs from when the holder's commit returned (the
+//     end of the completion, or of the COMMIT after it, that leaves its
+//     connection out of a transaction, seen by the pgx tracer; an answer
+//     before it counts 0) to its answer. The holder runs on a Claimer of its
+//     own (another instance of the service), except in
+//     claim-redis-one-claimer, where it shares the duplicates'. Floors: the
+//     same holder, then 20 duplicates (Claim) sent the instant its call
+//     returned, timed from its commit likewise. With Redis up, targets: p50
+//     at most 5ms, p99 at most 50ms; with Redis down (*-redis-down: both
+//     Claimers on a refused port, their breakers open) figures only. Checks
+//     that every duplicate was Replayed; reports the spread from a trial's
+//     first to its last answer and how long after its commit the holder's
+//     call returned.
+//
+// finished-burst and wake time their variants themselves (a burst, a
+// trial) rather than in the closed loop below, but alternate them the same
+// way: one untimed warm-up round each, then rounds in rotating order until
+// -duration is spent, each round booked into the variant's row of the
+// table (latency, Redis calls, statements, allocations and CPU per
+// request). Their targets are printed under the table, with a "missed"
+// line saying what bounds each miss in the same run.
 //
 // # Method
 //

@@ -60,7 +60,7 @@ var openWorkloads = []string{"fresh", "replay"}
 // defaultKneeRates is the knee sweep's default: 250/s doubling to 64000/s.
 const defaultKneeRates = "250,500,1000,2000,4000,8000,16000,32000,64000"
 
-var allWorkloads = []string{"fresh", "storm", "replay", "redis-down", "sweep"}
+var allWorkloads = []string{"fresh", "storm", "replay", "redis-down", "sweep", "finished-burst", "wake"}
 
 func (c config) describe() map[string]any {
 	return map[string]any{
@@ -262,6 +262,9 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		"replay":     func() *workload { return replayWorkload(e, f) },
 		"redis-down": func() *workload { return redisDownWorkload(e) },
 		"sweep":      func() *workload { return sweepWorkload(e) },
+		// issue 43
+		"finished-burst": func() *workload { return finishedBurstWorkload(e, f) },
+		"wake":           func() *workload { return wakeWorkload(e) },
 	}
 	// Each workload is built and prepared once: the closed-loop run, the
 	// open-loop run and the knee sweep share it.
@@ -289,9 +292,15 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		if err != nil {
 			return rep, err
 		}
-		rounds, length := plan(cfg, len(w.variants))
-		logf("%s: %d variants × %d rounds of %s, %d workers: %s", w.name, len(w.variants), rounds, fmtDur(length), cfg.concurrency, w.about)
-		if err := runRounds(ctx, e, w.variants); err != nil {
+		if w.measure != nil {
+			logf("%s: %d variants alternating in rounds for %s: %s", w.name, len(w.variants), fmtDur(cfg.duration), w.about)
+			err = w.measure(ctx)
+		} else {
+			rounds, length := plan(cfg, len(w.variants))
+			logf("%s: %d variants × %d rounds of %s, %d workers: %s", w.name, len(w.variants), rounds, fmtDur(length), cfg.concurrency, w.about)
+			err = runRounds(ctx, e, w.variants)
+		}
+		if err != nil {
 			return rep, fmt.Errorf("bench: %s: %w", w.name, err)
 		}
 		var extras []extra

@@ -108,7 +108,12 @@ func newReport(cfg config) *report {
 // add records a finished workload.
 func (rep *report) add(w *workload, extras []extra) {
 	rounds := 0
-	if len(w.variants) > 0 {
+	switch {
+	case w.measure != nil:
+		for _, v := range w.variants {
+			rounds = max(rounds, v.st.rounds)
+		}
+	case len(w.variants) > 0:
 		rounds, _ = plan(rep.cfg, len(w.variants))
 	}
 	wr := workloadReport{Name: w.name, About: w.about, Rounds: rounds, Extras: extras}
@@ -174,6 +179,11 @@ func (rep *report) add(w *workload, extras []extra) {
 		}
 	}
 	wr.Missed = missed(wr.Variants)
+	for _, x := range extras {
+		if x.Meets != nil && !*x.Meets && x.Bound != "" {
+			wr.Missed = append(wr.Missed, fmt.Sprintf("%s (target %s): %s", x.Name, x.Target, x.Bound))
+		}
+	}
 	rep.Workloads = append(rep.Workloads, wr)
 }
 

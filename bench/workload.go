@@ -14,6 +14,11 @@ type workload struct {
 	// finish runs after the rounds and returns the workload's own figures
 	// and checks; a failed check is an extra with failed set.
 	finish func(ctx context.Context) ([]extra, error)
+	// measure, when set, runs instead of the closed-loop rounds: the
+	// workload times its variants itself (bursts released together, a
+	// holder and its waiters) and books them into their stats
+	// (alternateSides), so they are reported like any other variant.
+	measure func(ctx context.Context) error
 }
 
 // extra is a workload's own figure or check, printed under the table.
@@ -26,6 +31,9 @@ type extra struct {
 	Check  bool    `json:"check,omitempty"`  // a correctness check: failing it fails the run
 	Failed bool    `json:"failed,omitempty"` // the check failed
 	Note   string  `json:"note,omitempty"`
+	// Bound says, for a missed target, what bounds it in this run; it is
+	// printed among the workload's "missed" lines.
+	Bound string `json:"bound,omitempty"`
 }
 
 // plan returns how runRounds splits a workload of n variants: the number
