@@ -59,9 +59,17 @@ func natsConsume(suite entrytest.Env, deliver func(consumetest.Delivery)) (func(
 		msg.Header.Set(conformanceHeader, send)
 		pub.Lock()
 		defer pub.Unlock()
-		time.Sleep(120 * time.Millisecond) // past JetStream's deduplication window
-		_, err := e.js.PublishMsg(ctx, msg)
-		return err
+		for {
+			time.Sleep(120 * time.Millisecond) // past JetStream's deduplication window
+			ack, err := e.js.PublishMsg(ctx, msg)
+			if err != nil || !ack.Duplicate {
+				return err
+			}
+			// JetStream forgets a message identity when a timer purges its
+			// deduplication window, not when the window ends, so it may
+			// drop a message published past the window: the message never
+			// reaches the consumer. Publish it again.
+		}
 	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		deliver(consumetest.Delivery{

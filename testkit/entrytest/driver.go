@@ -9,13 +9,16 @@
 // outside: per operation at most one effect (or, where the design allows a
 // second after a store outage longer than the lease, exactly what it
 // allows); every replay equal to the answer of the execution that was
-// recorded; no key held forever. A window reports what it saw as
-// [Violation] values, so a negative control can assert that a broken
-// settlement is caught ([Catch]).
+// recorded; every retry of a finished operation replayed, never told it is
+// in progress, whatever Redis holds of it; no key held forever. A window
+// reports what it saw as [Violation] values, so a negative control can
+// assert that a broken settlement is caught ([Catch]).
 //
 // The suite owns the store's connection: a [pgproxy.Cutter] between the
 // adapter's Claimer and PostgreSQL, which it takes down to force outages;
-// Redis comes from testkit/testenv under a prefix of the window's own.
+// Redis comes from testkit/testenv under a prefix of the window's own, and
+// the Claimer's Redis client dials through a gate the suite takes down
+// too.
 //
 // Only tests import this package (the adapters' conformance_test.go), so
 // nothing of it enters a user's module graph.

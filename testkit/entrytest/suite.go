@@ -22,6 +22,15 @@ const (
 	LongWork     = "LongWorkPastTheTransportTimer"
 )
 
+// The finished-burst windows (issue 43): bursts of concurrent retries of a
+// finished operation whose result Redis does not hold. Each must be
+// answered as a replay: a finished operation is never in progress.
+const (
+	BurstTooLarge  = "FinishedBurstResultTooLargeForRedis"
+	BurstRedisLost = "FinishedBurstRedisLost"
+	BurstRedisDown = "FinishedBurstRedisDown"
+)
+
 // windows is the table: every window, in order.
 var windows = []struct {
 	name string
@@ -36,6 +45,9 @@ var windows = []struct {
 	{Duplicate, duplicate},
 	{Mismatch, mismatch},
 	{RedisEmptied, redisEmptied},
+	{BurstTooLarge, finishedBurstTooLarge},
+	{BurstRedisLost, finishedBurstRedisLost},
+	{BurstRedisDown, finishedBurstRedisDown},
 	{Resolve, resolve},
 	{LongWork, longWork},
 }

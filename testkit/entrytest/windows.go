@@ -3,10 +3,13 @@ package entrytest
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -419,4 +422,195 @@ func longWork(w *world) {
 	first := w.send(k, p)
 	w.waitReturned(k, d+10*time.Second)
 	w.replaysOnce(k, p, first)
+}
+
+const (
+	// burstSize is how many retries of a finished operation a burst sends
+	// at once.
+	burstSize = 12
+	// bursts is how many bursts a finished-burst window sends.
+	bursts = 3
+	// uncachedBody is the body of the too-large window: over the largest
+	// body Redis caches (lua.Options.MaxCachedBody's default, which the
+	// suite's Claimer keeps).
+	uncachedBody = fastpath.DefaultMaxCachedBody + 32<<10
+)
+
+// finishOnce runs key to its end with the first request (and, for an
+// asynchronous adapter, its retries until the result comes back), and
+// returns the result every retry must replay.
+func (w *world) finishOnce(k string, p payload) (Result, bool) {
+	as := w.settle(k, p, w.holdBound())
+	w.waitReturned(k, 10*time.Second)
+	r, ok := w.once(k)
+	if !ok || !w.completed(k, r) {
+		return Result{}, false
+	}
+	want := w.expected(r)
+	w.answersMatch(k, as, want)
+	if last := as[len(as)-1]; last.Outcome != Executed && last.Outcome != Replayed {
+		w.violate(k, "the first request and its retries ended %s (%s), want its result", last.Outcome, last.Detail)
+		return Result{}, false
+	}
+	return want, true
+}
+
+// burst sends burstSize retries of the finished operation of key at once
+// (payload p, the one it finished with) and checks that each is answered
+// as a replay of want: a finished operation is never in progress, whatever
+// Redis holds of it (issue 43). n numbers the burst in the violations.
+func (w *world) burst(k string, p payload, n int, want Result) {
+	as := make([]Answer, burstSize)
+	took := make([]time.Duration, burstSize)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range as {
+		wg.Go(func() {
+			<-start
+			t0 := time.Now()
+			as[i] = w.a.Send(ctx, k, p.bytes())
+			took[i] = time.Since(t0)
+		})
+	}
+	close(start)
+	wg.Wait()
+	w.t.Logf("%s: burst %d (slowest answer %v):%s", k, n, slices.Max(took).Round(time.Millisecond), tally(as))
+	var busy, other, wrong []Answer
+	for _, a := range as {
+		switch {
+		case a.Outcome == InProgress || a.Outcome == Accepted:
+			// Accepted: an asynchronous adapter's "queued or running".
+			busy = append(busy, a)
+		case a.Outcome != Replayed:
+			other = append(other, a)
+		case !a.Result.equal(want):
+			wrong = append(wrong, a)
+		}
+	}
+	if len(busy) > 0 {
+		w.violate(k, "burst %d: %d of %d retries of the finished operation were answered in progress (%s, %s), want replayed",
+			n, len(busy), len(as), busy[0].Outcome, busy[0].Detail)
+	}
+	if len(other) > 0 {
+		w.violate(k, "burst %d: %d of %d retries of the finished operation were answered %s (%s), want replayed",
+			n, len(other), len(as), other[0].Outcome, other[0].Detail)
+	}
+	if len(wrong) > 0 {
+		w.violate(k, "burst %d: %d of %d replays carry %s, want %s", n, len(wrong), len(as), short(wrong[0].Result), short(want))
+	}
+}
+
+// tally is a burst's answers for a log line: each distinct answer and how
+// many got it, in the order they first appear.
+func tally(as []Answer) string {
+	type answer struct{ o, detail string }
+	var order []answer
+	counts := map[answer]int{}
+	for _, a := range as {
+		k := answer{a.Outcome.String(), a.Detail}
+		if counts[k] == 0 {
+			order = append(order, k)
+		}
+		counts[k]++
+	}
+	var b strings.Builder
+	for _, k := range order {
+		fmt.Fprintf(&b, " %s (%s) x%d", k.o, k.detail, counts[k])
+	}
+	return b.String()
+}
+
+// notCached checks that Redis holds no copy of the result of key (the
+// too-large window forces what it claims to), and reports whether it
+// holds none.
+func (w *world) notCached(k string, when string) bool {
+	st, ok := w.redisCopy(k)
+	if ok && st.Kind == fastpath.StoredResult {
+		w.violate(k, "%s, Redis caches the result (%d bytes encoded): the window forced nothing, its body must be larger than Redis caches", when, len(st.Blob))
+		return false
+	}
+	return true
+}
+
+// A result too large for Redis to cache (over 64 KiB, or the adapter's
+// own limit when it is smaller; the window checks that Redis holds no copy
+// of it), then bursts of concurrent retries: every retry replays it from
+// the store, none is told the operation is in progress, nothing runs
+// again. Every burst, not only the first: a result Redis does not cache
+// meets the same Redis each time.
+func finishedBurstTooLarge(w *world) {
+	size := uncachedBody
+	if w.caps.MaxResult > 0 && w.caps.MaxResult < size+1024 {
+		// The largest body the adapter keeps whole, less a margin for the
+		// handler's padding.
+		size = w.caps.MaxResult - 1024
+	}
+	k := newKey()
+	p := payload{Key: k, Do: "ok", Size: size}
+	want, ok := w.finishOnce(k, p)
+	if !ok {
+		return
+	}
+	uncached := w.notCached(k, "after the completion")
+	for n := 1; n <= bursts; n++ {
+		w.burst(k, p, n, want)
+		if uncached {
+			uncached = w.notCached(k, fmt.Sprintf("after burst %d", n))
+		}
+	}
+	w.once(k)
+	w.settled(k, durable.Completed)
+}
+
+// A small result, then Redis loses every key of the window before each
+// burst of concurrent retries: every retry replays from the store, none
+// is told the operation is in progress, nothing runs again.
+func finishedBurstRedisLost(w *world) {
+	k := newKey()
+	p := payload{Key: k, Do: "ok"}
+	want, ok := w.finishOnce(k, p)
+	if !ok {
+		return
+	}
+	w.flushRedis()
+	for n := 1; n <= bursts; n++ {
+		if n > 1 {
+			// A replay from the store may have cached the result again.
+			w.deleteRedisKeys()
+		}
+		w.burst(k, p, n, want)
+	}
+	w.once(k)
+	w.settled(k, durable.Completed)
+}
+
+// A small result, then Redis becomes unreachable for the adapter's
+// Claimer (connections closed, dials refused): bursts of concurrent
+// retries meet failing Redis calls, then the open breaker, and every one
+// replays from the store. Once Redis is back, a last burst replays too.
+func finishedBurstRedisDown(w *world) {
+	k := newKey()
+	p := payload{Key: k, Do: "ok"}
+	want, ok := w.finishOnce(k, p)
+	if !ok {
+		return
+	}
+	w.redis.setDown(true)
+	func() {
+		defer w.redis.setDown(false)
+		for n := 1; n <= bursts; n++ {
+			w.burst(k, p, n, want)
+		}
+	}()
+	if w.redis.refusals() == 0 {
+		// The gate works (TestRedisGate): the adapter's retries did not
+		// ask Redis (claimriver claims inside a transaction, in the store
+		// alone). They were checked all the same.
+		w.t.Logf("%s: the adapter's Claimer never dialed Redis while it was down: its retries do not ask Redis", k)
+	}
+	w.burst(k, p, bursts+1, want)
+	w.once(k)
+	w.settled(k, durable.Completed)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
+	"github.com/oncekey/oncekey/internal/fastpath"
 	"github.com/oncekey/oncekey/lua"
 	"github.com/oncekey/oncekey/testkit/pgproxy"
 	"github.com/oncekey/oncekey/testkit/testenv"
@@ -73,6 +74,7 @@ type world struct {
 	a      Adapter
 	schema testenv.Schema
 	proxy  *pgproxy.Cutter
+	redis  *redisGate // the Claimer's way to Redis, which the windows take down
 	rdb    *redis.Client
 	prefix string
 	reader *claim.Claimer[pgx.Tx] // on the direct pool: reads records, resolves
@@ -124,9 +126,17 @@ func newWorld(t *testing.T, d Driver, window string, lease time.Duration) *world
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The suite reads and empties Redis on a client of its own (w.rdb); the
+	// Claimer's client dials through the gate, so a window can make Redis
+	// unreachable for the adapter alone.
 	w.rdb, w.prefix = testenv.Redis(t)
+	w.redis = &redisGate{conns: map[*gatedConn]struct{}{}}
+	opt := testenv.RedisOptions(t)
+	opt.Dialer = w.redis.dialer(redis.NewDialer(opt))
+	crdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = crdb.Close() })
 	c, err := claim.New(st, claim.WithLease(lease), claim.WithRetention(time.Hour),
-		claim.WithRedis(w.rdb, lua.Options{Prefix: w.prefix, Timeout: time.Second}))
+		claim.WithRedis(crdb, lua.Options{Prefix: w.prefix, Timeout: time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,8 +363,17 @@ func (w *world) release() {
 	time.Sleep(w.lease / 2)
 }
 
-// flushRedis deletes every Redis key of the window.
+// flushRedis deletes every Redis key of the window; it fails the test when
+// there is none (the adapter's Claimer does not use the window's Redis).
 func (w *world) flushRedis() {
+	if w.deleteRedisKeys() == 0 {
+		w.t.Fatal("entrytest: Redis holds no key of the window: is the adapter's Claimer using it?")
+	}
+}
+
+// deleteRedisKeys deletes every Redis key of the window and returns how
+// many there were.
+func (w *world) deleteRedisKeys() int {
 	ctx := context.Background()
 	iter := w.rdb.Scan(ctx, 0, w.prefix+":*", 1000).Iterator()
 	var keys []string
@@ -365,11 +384,109 @@ func (w *world) flushRedis() {
 		w.t.Fatal(err)
 	}
 	if len(keys) == 0 {
-		w.t.Fatal("entrytest: Redis holds no key of the window: is the adapter's Claimer using it?")
+		return 0
 	}
 	if err := w.rdb.Del(ctx, keys...).Err(); err != nil {
 		w.t.Fatal(err)
 	}
+	return len(keys)
+}
+
+// redisCopy returns what Redis holds for the record of key (the record's
+// one Redis key, read on the suite's own client).
+func (w *world) redisCopy(key string) (fastpath.Stored, bool) {
+	rec, ok := w.record(key)
+	if !ok {
+		return fastpath.Stored{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := fastpath.ReadStored(ctx, w.rdb, fastpath.KeysFor(w.prefix, rec.Ref))
+	if err != nil {
+		w.t.Fatalf("read the Redis copy of %s: %v", key, err)
+	}
+	return st, true
+}
+
+// errRedisDown is what the gate's dialer answers while Redis is down.
+var errRedisDown = errors.New("entrytest: Redis is down (the window took it down)")
+
+// redisGate stands between the Claimer's Redis client and Redis: while it
+// is down, every connection it dialed is closed and every dial refused,
+// as Redis unreachable looks to a client. Safe for concurrent use.
+type redisGate struct {
+	mu      sync.Mutex
+	down    bool
+	conns   map[*gatedConn]struct{}
+	refused int // dials refused while down
+}
+
+// dialer returns a redis.Options.Dialer that dials with dial while the
+// gate is up.
+func (g *redisGate) dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if g.refuse() {
+			return nil, errRedisDown
+		}
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		gc := &gatedConn{Conn: c, g: g}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.down {
+			_ = c.Close()
+			g.refused++
+			return nil, errRedisDown
+		}
+		g.conns[gc] = struct{}{}
+		return gc, nil
+	}
+}
+
+// refuse reports whether the gate is down, counting the refusal.
+func (g *redisGate) refuse() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.down {
+		g.refused++
+	}
+	return g.down
+}
+
+// setDown takes Redis down for the Claimer (closing every connection) or
+// brings it back.
+func (g *redisGate) setDown(down bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.down = down
+	if down {
+		for c := range g.conns {
+			_ = c.Conn.Close()
+			delete(g.conns, c)
+		}
+	}
+}
+
+// refusals returns how many dials the gate refused so far.
+func (g *redisGate) refusals() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.refused
+}
+
+// gatedConn is a connection the gate dialed; closing it forgets it.
+type gatedConn struct {
+	net.Conn
+	g *redisGate
+}
+
+func (c *gatedConn) Close() error {
+	c.g.mu.Lock()
+	delete(c.g.conns, c)
+	c.g.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // resolution is how the operator resolves one key.
