@@ -91,7 +91,10 @@ type Config struct {
 // leases with the worker's (skewed) clock; "one-attempt", "release-on-error"
 // and "no-recover" break the settlement engine of every entry point
 // instead (one try of the finishing write; a release for every outcome but
-// a completion; a panic neither recovered nor its renewals stopped). The
+// a completion; a panic neither recovered nor its renewals stopped), and
+// "retry-takes-lease" the Claimers' Redis clients (every lease claim.lua
+// grants confirmed at once, so a retry that only replays holds a lease
+// and the retries beside it are told "in progress"). The
 // checker must then report
 // violations; a run that finds none means the suite cannot see the bug.
 // It returns an error for an unknown mode.
@@ -118,6 +121,7 @@ func NegativeModes() map[string][]string {
 		string(broken.UnresolvedStaysProcessing): {"reconcile-unresolved"},
 		string(broken.ExpiresInInflated):         {"replay-cache"},
 		string(broken.ReplayIgnoresFingerprint):  {"mismatch", "no-redis"},
+		string(broken.RetryTakesLease):           {"finished-bursts"},
 		string(broken.OneAttempt):                {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
 		string(broken.ReleaseOnError):            {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
 		string(broken.NoRecover):                 {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
@@ -241,8 +245,9 @@ type Violation struct {
 	// Invariant names the rule, for example "at-most-one-effect",
 	// "acked-has-one-effect", "replays-identical", "generation-monotonic",
 	// "one-owner-per-generation", "no-stale-completion", "linearizable",
-	// "acked-result-durable", "stuck-reported-not-deleted" or
-	// "retention-new-operation"; a scenario may name one of its own.
+	// "acked-result-durable", "stuck-reported-not-deleted",
+	// "retention-new-operation" or "finished-never-in-progress"; a
+	// scenario may name one of its own.
 	Invariant string `json:"invariant"`
 	// Op is the logical operation concerned (key and epoch), when one is.
 	Op string `json:"op,omitempty"`

@@ -38,6 +38,11 @@
 // timeout), and an uncertain outcome resolved, then replayed in the
 // adapter's format; every operation must end completed, with one effect;
 //
+// then bursts of concurrent retries of finished operations, some with
+// results over the 64 KiB Redis caches, with the scenario's Redis keys
+// deleted before and during each burst: every retry replays, none is told
+// "in progress" (finished-bursts, issue 43);
+//
 // then an uncertain operation reconciled after its retention and replayed,
 // never rerun (reconcile-after-retention), and a dead worker's record the
 // Reconciler cannot resolve yet kept uncertain, never rerun, settled once
@@ -86,9 +91,11 @@
 // reads the durable generations while the scenario runs. The checker
 // then verifies the invariants, among them linearizability of each
 // operation against a model of the record (porcupine, timed-out calls
-// given an open end). A scenario fails on any violation, and also when a
-// kind of fault it injects never fired: a scenario whose faults did not
-// fire proved nothing.
+// given an open end), and that no call sent after its operation finished
+// (in real time: after a completion's or a replay's answer arrived) was
+// told "in progress" or "uncertain". A scenario fails on any violation,
+// and also when a kind of fault it injects never fired: a scenario whose
+// faults did not fire proved nothing.
 //
 // # Negative control
 //
@@ -124,6 +131,15 @@
 //     replays the first payload's result (mismatch, no-redis; in no-redis
 //     only the model's rule that a replay goes to the payload that stored
 //     it catches it).
+//
+// One more breaks the Claimers' Redis clients rather than the store:
+//
+//   - retry-takes-lease: every lease claim.lua grants confirmed the moment
+//     it is granted (a go-redis hook on each Claimer's client), as before
+//     issue 43: a retry of a finished operation whose result Redis does
+//     not hold takes a lease only to replay, and the retries beside it are
+//     told "in progress" (finished-bursts; the checker's
+//     finished-never-in-progress).
 //
 // Three more break the settlement engine every entry point shares rather
 // than the store, for the whole process while a scenario runs; each is

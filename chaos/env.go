@@ -72,8 +72,10 @@ func (e *env) store(o storeOpts, pool ...*pgxPool) (storeapi.Store[pgxTx], error
 	if o.seam != nil {
 		inner = o.seam(proto)
 	}
-	if e.cfg.negative == "" || e.cfg.negative.Settlement() {
-		return inner, nil // a broken settlement is the engine's (Run), not the store's
+	if e.cfg.negative == "" || e.cfg.negative.Settlement() || e.cfg.negative.Redis() {
+		// A broken settlement is the engine's (Run), a broken Redis client
+		// the Claimers' (claimer): not the store's.
+		return inner, nil
 	}
 	return broken.Wrap(proto, p, e.schema+"."+storeTable, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock))
 }
@@ -159,6 +161,9 @@ func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 			o.luaOpts(&lo)
 		}
 		rc := o.redis
+		if e.cfg.negative.Redis() {
+			e.breakRedis(rc)
+		}
 		if o.clock != nil {
 			rc = fastpath.WithHooks(rc, fastpath.Hooks{Now: o.clock})
 		}
@@ -169,6 +174,28 @@ func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 		return nil, fmt.Errorf("%w: claimer: %w", ErrSetup, err)
 	}
 	return c, nil
+}
+
+// breakRedis gives rc the negative control's bug of the Claimers' Redis
+// clients (retry-takes-lease), once per client however many Claimers
+// share it.
+func (e *env) breakRedis(rc redis.Scripter) {
+	if _, ok := rc.(interface{ AddHook(redis.Hook) }); !ok {
+		// Not a go-redis client (whose kinds are all pointers, fit for a
+		// map key): the bug cannot be given; the run says so.
+		e.observe("redis-client-not-broken")
+		return
+	}
+	e.mu.Lock()
+	if e.brokenRedis == nil {
+		e.brokenRedis = map[redis.Scripter]bool{}
+	}
+	done := e.brokenRedis[rc]
+	e.brokenRedis[rc] = true
+	e.mu.Unlock()
+	if !done {
+		broken.TakeLeases(rc, func() { e.observe("lease-confirmed-at-once") })
+	}
 }
 
 // standard builds the usual workload: one Claimer per client, each with a

@@ -11,9 +11,11 @@ import (
 // shows the bug itself was caught, not only one of its consequences:
 // under expires-in-inflated, a replay-cache retry answered by its process
 // cache with the result of the key's previous life (the entry outlived its
-// record).
+// record); under retry-takes-lease, a retry of a finished operation told
+// "in progress" (the lease another retry took only to replay).
 var negativeCatch = map[string]struct{ invariant, detail string }{
 	"expires-in-inflated": {"no-replay-of-an-expired-life", "from the process cache"},
+	"retry-takes-lease":   {"finished-never-in-progress", "answered in_progress"},
 }
 
 // TestNegativeControl runs scenarios against a deliberately broken store

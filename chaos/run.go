@@ -279,8 +279,10 @@ type env struct {
 	swept    map[string]bool
 	stuck    *check.Stuck
 	keyspace map[[32]byte]string
-	bgs      sync.WaitGroup
-	bgMu     sync.Mutex // serializes infrastructure faults
+	// brokenRedis: the Redis clients given the negative control's bug.
+	brokenRedis map[redis.Scripter]bool
+	bgs         sync.WaitGroup
+	bgMu        sync.Mutex // serializes infrastructure faults
 
 	httpc *http.Client
 }

@@ -32,6 +32,7 @@ func registry() []scenario {
 		{name: "uncertain", forces: "window 7: the downstream times out after doing the work: marked uncertain, reconciled, not guessed", setup: setupUncertain},
 		{name: "retention", forces: "window 8: keys retried after the retention window run as new operations; stuck records are reported, not deleted", setup: setupRetention},
 		{name: "replay-cache", forces: "finished results kept in process (WithReplayCache) on most clients: records expire and are swept under warm caches, then retried with the same and a new payload as new operations (no earlier life replayed); Redis flushed all along; uncertain records asked (uncertain, never replayed), resolved by an operator and by a Reconciler, then replayed", setup: setupReplayCache},
+		{name: "finished-bursts", forces: "issue 43: operations finished (some with results over the 64 KiB Redis caches), then bursts of concurrent retries with the scenario's Redis keys deleted before and during each burst: every retry replays, none is told in progress", setup: setupFinishedBursts},
 		{name: "resource-changed", forces: "window 9: the stored success is replayed after the resource changed or was deleted", setup: setupResourceChanged},
 		{name: "downstream-incident", forces: "window 10: load during a downstream incident: bounded, jittered retries, no amplification", setup: setupIncident},
 		{name: "http-lost-response", forces: "window 3 over HTTP: the middleware commits, the connection drops before the response, the Transport retries: replayed", setup: setupHTTPLostResponse},

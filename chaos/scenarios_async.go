@@ -460,7 +460,7 @@ func (e *env) enqueueOnce(ctx context.Context, r *claimriver.Runner[pgxTx], ins 
 		e.observe("replayed")
 		final = true
 	case err == nil:
-		call.Kind, call.Note = history.NoEffect, out.Kind.String()
+		call.Kind, call.Note, call.Answer = history.NoEffect, out.Kind.String(), answerOf(out.Kind)
 		e.observe("accepted-" + out.Kind.String())
 	case errors.Is(err, claim.ErrMismatch):
 		call.Kind = history.Mismatch

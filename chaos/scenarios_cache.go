@@ -398,7 +398,7 @@ func (x *cacheWorld) askUncertain(ctx context.Context, o *op, c int) {
 	call.End = e.rec.Now()
 	switch {
 	case err == nil && out.Kind == claim.Uncertain:
-		call.Kind, call.Note = history.NoEffect, "uncertain, before the resolution"
+		call.Kind, call.Note, call.Answer = history.NoEffect, "uncertain, before the resolution", history.Uncertain
 		e.fault("retried-while-uncertain")
 	case err == nil && out.Kind == claim.Replayed:
 		call.Kind, call.Body, call.Status = history.Replay, history.Hash(out.Result.Body), out.Result.StatusCode
@@ -412,7 +412,7 @@ func (x *cacheWorld) askUncertain(ctx context.Context, o *op, c int) {
 		e.violation("uncertain-until-resolved", history.OpName(o.key, epoch), "client %d took over an uncertain record before its resolution", c)
 		_ = out.Lease.MarkUncertain(context.WithoutCancel(ctx))
 	case err == nil:
-		call.Kind, call.Note = history.NoEffect, out.Kind.String()
+		call.Kind, call.Note, call.Answer = history.NoEffect, out.Kind.String(), answerOf(out.Kind)
 		e.observe(out.Kind.String())
 	case errors.Is(err, claim.ErrMismatch):
 		call.Kind, call.Note = history.Mismatch, "mismatch"

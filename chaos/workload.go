@@ -63,6 +63,9 @@ type workload struct {
 
 	modeOf     func(o *op) mode // default doMode
 	rejectRate float64          // share of Do operations that are business rejections
+	// bodyPad, when set, is how many bytes of padding an operation's Do
+	// result body carries (its effect's result too): 0 for none.
+	bodyPad func(o *op) int
 
 	// startOp runs when an operation starts, before its clients.
 	startOp func(ctx context.Context, o *op)
@@ -378,6 +381,25 @@ func flowBody(key string, epoch int, effect string) []byte {
 	return fmt.Appendf(nil, `{"key":%q,"epoch":%d,"effect":%q}`, key, epoch, effect)
 }
 
+// pad returns body, a JSON object, with w.bodyPad(o) bytes of padding in a
+// "pad" member; body itself when there is none.
+func (w *workload) pad(o *op, body []byte) []byte {
+	n := 0
+	if w.bodyPad != nil {
+		n = w.bodyPad(o)
+	}
+	if n <= 0 || len(body) == 0 || body[len(body)-1] != '}' {
+		return body
+	}
+	out := make([]byte, 0, len(body)+n+10)
+	out = append(out, body[:len(body)-1]...)
+	out = append(out, `,"pad":"`...)
+	for range n {
+		out = append(out, 'x')
+	}
+	return append(out, `"}`...)
+}
+
 // doAttempt is one Claimer.Do.
 func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool {
 	epoch, fp, reject := o.get()
@@ -412,11 +434,11 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 				}
 			}
 			if reject {
-				body := doBody(o.key, epoch, op.Token, true)
+				body := w.pad(o, doBody(o.key, epoch, op.Token, true))
 				ran, ranBody, ranCode = true, history.Hash(body), 402
 				return durable.Result{}, claim.Reject(resultOf(402, body))
 			}
-			body := doBody(o.key, epoch, op.Token, false)
+			body := w.pad(o, doBody(o.key, epoch, op.Token, false))
 			if _, err := e.tables.InsertEffect(ctx, tx, e.name, history.Effect{Key: o.key, Epoch: epoch, Owner: op.Token.Owner,
 				Generation: op.Token.Generation, Body: history.Hash(body), Via: "do"}); err != nil {
 				return durable.Result{}, err
@@ -447,7 +469,7 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 		e.observe("replayed")
 		e.observeCached(actx, out, &call)
 	case err == nil:
-		call.Kind, call.Note = history.NoEffect, out.Kind.String()
+		call.Kind, call.Note, call.Answer = history.NoEffect, out.Kind.String(), answerOf(out.Kind)
 		e.observe(out.Kind.String())
 	case errors.Is(err, claim.ErrMismatch):
 		call.Kind, call.Note = history.Mismatch, "mismatch"
@@ -502,7 +524,7 @@ func (e *env) flowAttempt(ctx context.Context, w *workload, o *op, c, n int) boo
 		e.observe("replayed")
 		return true
 	case err == nil:
-		call.Kind, call.Note = history.NoEffect, out.Kind.String()
+		call.Kind, call.Note, call.Answer = history.NoEffect, out.Kind.String(), answerOf(out.Kind)
 		e.rec.Add(call)
 		e.observe(out.Kind.String())
 		return false
@@ -605,6 +627,18 @@ func (e *env) flowAttempt(ctx context.Context, w *workload, o *op, c, n int) boo
 	return false
 }
 
+// answerOf is what a claim answered k told its caller about the
+// operation, for the history: in progress or uncertain, or nothing.
+func answerOf(k claim.Kind) history.Answer {
+	switch k {
+	case claim.InProgress:
+		return history.InProgress
+	case claim.Uncertain:
+		return history.Uncertain
+	}
+	return ""
+}
+
 func (e *env) recordNote(o *op, epoch, c int, fp, note string) {
 	now := e.rec.Now()
 	e.rec.Add(history.Call{Key: o.key, Epoch: epoch, Client: c, Kind: history.NoEffect, Fingerprint: fp, Start: now, End: now, Note: note})
@@ -614,7 +648,7 @@ func (e *env) recordNote(o *op, epoch, c int, fp, note string) {
 // the faults healed: an acknowledged result must replay, byte for byte.
 func (e *env) verify(ctx context.Context, w *workload, ops []*op) {
 	clean := &workload{claimers: []*claim.Claimer[pgxTx]{w.verifier}, downstream: w.downstream, modeOf: w.modeOf,
-		timeout: w.timeout, downstreamTimeout: w.downstreamTimeout, http: w.http, entry: w.entry}
+		bodyPad: w.bodyPad, timeout: w.timeout, downstreamTimeout: w.downstreamTimeout, http: w.http, entry: w.entry}
 	sem := make(chan struct{}, e.cfg.Parallel)
 	var wg sync.WaitGroup
 	var verified atomic.Int64

@@ -95,7 +95,7 @@ const inflation = time.Hour
 // Modes lists every mode.
 func Modes() []Mode {
 	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease, CommitOverExisting,
-		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing, ExpiresInInflated, ReplayIgnoresFingerprint}
+		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing, ExpiresInInflated, ReplayIgnoresFingerprint, RetryTakesLease}
 }
 
 // Breaks says, in a line, what the mode breaks.
@@ -119,6 +119,8 @@ func (m Mode) Breaks() string {
 		return "a live record's remaining life (ExpiresIn) reported an hour longer than it is: caches keep its result past the record"
 	case ReplayIgnoresFingerprint:
 		return "a finished record of another payload answered as the caller's own: a reused key replays the first payload's result"
+	case RetryTakesLease:
+		return "a replaying retry takes a Redis lease: claim.lua's leases confirmed at once, so retries of a finished operation beside it are told in progress"
 	case OneAttempt:
 		return "the settlement engine stops the lease and tries the finishing write once"
 	case ReleaseOnError:

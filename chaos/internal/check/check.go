@@ -46,6 +46,11 @@ const (
 	// as a new operation (one new effect, a new result), as documented;
 	// the old result is not replayed.
 	RetentionNewOperation = "retention-new-operation"
+	// FinishedNotInProgress: a call sent after its operation's completion
+	// or failure was acknowledged (or its stored result replayed) is never
+	// answered "in progress" or "uncertain": a finished operation replays,
+	// whatever Redis holds of it (issue 43).
+	FinishedNotInProgress = "finished-never-in-progress"
 )
 
 // Input is everything the checker reads. It comes from the history and the
@@ -224,6 +229,9 @@ func Check(in Input, opts Options) Report {
 		}
 	}
 
+	// A finished operation is never answered "in progress".
+	finishedNeverInProgress(in.Calls, add)
+
 	// Linearizability, per logical operation.
 	illegal, checked, unknown := linearize(in.Calls, opts.Timeout)
 	rep.Linearized, rep.Inconclusive = checked, unknown
@@ -297,6 +305,56 @@ func Check(in Input, opts Options) Report {
 	rep.Violations = append(rep.Violations, in.Extra...)
 	observe(in, rep)
 	return rep
+}
+
+// finishedNeverInProgress reports, per operation, the calls answered "in
+// progress" or "uncertain" that were sent after the operation was known to
+// be finished: after the answer of its first acknowledged completion or
+// failure (an Execute or Complete that is not ambiguous: it applied) or of
+// its first replay (a stored result came back) arrived. The order is real
+// time on the recorder's one monotonic clock: the finish's End before the
+// call's Start. A call that overlaps the finish may be answered either way
+// and is not judged; nor is one whose finish is only possible (an ambiguous
+// call), nor a call of another epoch (a later life of the key).
+func finishedNeverInProgress(calls []history.Call, add func(inv, op, format string, args ...any)) {
+	first := map[string]history.Call{} // per op: the finish answered first
+	for _, c := range calls {
+		if !finishes(c) {
+			continue
+		}
+		if f, ok := first[c.Op()]; !ok || c.End < f.End {
+			first[c.Op()] = c
+		}
+	}
+	late := map[string][]history.Call{}
+	for _, c := range calls {
+		if c.Answer == "" {
+			continue
+		}
+		if f, ok := first[c.Op()]; ok && f.End < c.Start {
+			late[c.Op()] = append(late[c.Op()], c)
+		}
+	}
+	for _, op := range sortedKeys(late) {
+		cs := late[op]
+		sort.SliceStable(cs, func(i, j int) bool { return cs[i].Start < cs[j].Start })
+		f, c := first[op], cs[0]
+		add(FinishedNotInProgress, op, "%d calls answered in progress or uncertain after the operation finished; the first: client %d, sent at %v, answered %s, after client %d's %s was answered at %v",
+			len(cs), c.Client, c.Start, c.Answer, f.Client, f.Kind, f.End)
+	}
+}
+
+// finishes reports whether c shows its operation finished once its answer
+// arrived: a completion or failure that applied, or a stored result
+// replayed.
+func finishes(c history.Call) bool {
+	switch c.Kind {
+	case history.Execute, history.Complete:
+		return !c.Ambiguous
+	case history.Replay:
+		return true
+	}
+	return false
 }
 
 // IsAck reports whether a client received a result from c.

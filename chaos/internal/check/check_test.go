@@ -114,6 +114,9 @@ func TestCheck_EveryInvariantCanFail(t *testing.T) {
 		{"StuckNotReported", check.StuckReported, func(in *check.Input) {
 			in.Stuck = &check.Stuck{Found: []string{"s"}, Reported: 0, Left: []string{"s"}}
 		}},
+		{"InProgressAfterFinish", check.FinishedNotInProgress, func(in *check.Input) {
+			in.Calls = append(in.Calls, told(history.InProgress, 420, 425))
+		}},
 		{"OldResultAfterRetention", check.RetentionNewOperation, func(in *check.Input) {
 			c := call(history.Replay, 3, fence.Token{}, bodyB, 2000, 2005)
 			c.Epoch = 2
@@ -170,5 +173,81 @@ func TestCheck_MismatchNeedsAnotherFingerprint(t *testing.T) {
 	in.Calls[len(in.Calls)-1].Fingerprint = "other"
 	if r := check.Check(in, check.Options{}); !r.OK() {
 		t.Fatalf("a mismatch for another fingerprint: violations %v", r.Violations)
+	}
+}
+
+// told is a call of client 3 that got no result and was told a.
+func told(a history.Answer, start, end int) history.Call {
+	c := call(history.NoEffect, 3, fence.Token{}, "", start, end)
+	c.Status, c.Answer = 0, a
+	return c
+}
+
+// A call sent after its operation finished is never answered "in
+// progress" or "uncertain"; one that overlaps the finish, or comes before
+// it, or in another life of the key, may be. In good(), B's completion is
+// answered at 415ms and the replay at 955ms.
+func TestCheck_FinishedNeverInProgress(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		call  history.Call
+		fires bool
+	}{
+		{"InProgressAfterCompletion", told(history.InProgress, 420, 425), true},
+		{"UncertainAfterCompletion", told(history.Uncertain, 420, 425), true},
+		{"InProgressAfterReplay", told(history.InProgress, 960, 965), true},
+		// Sent while the completion was in flight: either answer is right.
+		{"OverlapsCompletion", told(history.InProgress, 412, 430), false},
+		// Sent the moment the completion's answer arrived: not after it.
+		{"SentAsCompletionAnswered", told(history.InProgress, 415, 420), false},
+		{"BeforeCompletion", told(history.InProgress, 100, 105), false},
+		// An error, a timeout: told nothing about the operation.
+		{"NoAnswer", told("", 420, 425), false},
+		{"AnotherLife", func() history.Call {
+			c := told(history.InProgress, 2000, 2005)
+			c.Epoch = 2
+			return c
+		}(), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := good()
+			in.Calls = append(in.Calls, c.call)
+			r := check.Check(in, check.Options{})
+			got := strings.Join(invariants(r), ",")
+			switch {
+			case c.fires && got != check.FinishedNotInProgress:
+				t.Fatalf("violations %v, want %s alone", r.Violations, check.FinishedNotInProgress)
+			case !c.fires && got != "":
+				t.Fatalf("violations %v, want none", r.Violations)
+			}
+		})
+	}
+}
+
+// A replay shows the operation finished even when its completion is only
+// possible (an ambiguous Execute): a call sent after the replay's answer
+// must not be told "in progress"; one sent between the ambiguous Execute
+// and the replay may be.
+func TestCheck_FinishedNeverInProgress_ReplayIsTheEvidence(t *testing.T) {
+	in := check.Input{
+		Calls: []history.Call{
+			{Key: "k", Epoch: 1, Kind: history.Execute, Ambiguous: true, Token: tok(1, ownerA), Fingerprint: "fp", Body: bodyA, Status: 201, Start: ms(0), End: ms(50)},
+			told(history.InProgress, 60, 65),
+			{Key: "k", Epoch: 1, Client: 1, Kind: history.Replay, Fingerprint: "fp", Body: bodyA, Status: 201, Start: ms(500), End: ms(505)},
+		},
+		Effects: []history.Effect{effect(tok(1, ownerA), bodyA)},
+		Records: []history.Record{record("completed", 1, ownerA, bodyA)},
+	}
+	in.Records[0].Status = 201
+	if r := check.Check(in, check.Options{}); !r.OK() {
+		t.Fatalf("in progress before any finish was seen: violations %v", r.Violations)
+	}
+	in.Calls = append(in.Calls, told(history.Uncertain, 510, 515), told(history.InProgress, 520, 525))
+	r := check.Check(in, check.Options{})
+	if got := strings.Join(invariants(r), ","); got != check.FinishedNotInProgress {
+		t.Fatalf("violations %v, want %s once", r.Violations, check.FinishedNotInProgress)
+	}
+	if d := r.Violations[0].Detail; !strings.Contains(d, "2 calls") || !strings.Contains(d, "client 1's replay") {
+		t.Fatalf("detail %q: want the two calls counted and the replay named as the finish", d)
 	}
 }

@@ -26,6 +26,10 @@
 //     reported by Stats and never deleted.
 //   - [RetentionNewOperation]: after the retention window, a retried key is a
 //     new operation, as documented.
+//   - [FinishedNotInProgress]: a call sent after its operation finished (a
+//     completion or failure acknowledged, or a result replayed, before the
+//     call started: real-time order on the recorder's clock) is never
+//     answered "in progress" or "uncertain".
 //
 // A checker that cannot fail proves nothing: the suite runs the same
 // scenarios against a deliberately broken store and expects violations.

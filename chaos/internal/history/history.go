@@ -49,6 +49,20 @@ const (
 	NoEffect Kind = "none"
 )
 
+// Answer is what a call that got no result (NoEffect) was told about its
+// operation, when it was told anything: that it is still in progress, or
+// that its outcome is uncertain. Calls told nothing (an error, a timeout)
+// and every other kind of call have none.
+type Answer string
+
+// The answers.
+const (
+	// InProgress: claim.InProgress, retry later.
+	InProgress Answer = "in_progress"
+	// Uncertain: claim.Uncertain, its outcome unknown until resolved.
+	Uncertain Answer = "uncertain"
+)
+
 // Call is one recorded call.
 type Call struct {
 	ID     int
@@ -67,9 +81,15 @@ type Call struct {
 	// ambiguous Execute or Complete.
 	Body   string
 	Status int
-	Start  time.Duration
-	End    time.Duration
-	Note   string
+	// Answer, for a NoEffect call, is what it was told about the
+	// operation (in progress, uncertain), when it was told that.
+	Answer Answer
+	// Start is when the call was sent (invoked), End when its answer
+	// came back: a call whose End is before another's Start finished
+	// before that one began, in real time.
+	Start time.Duration
+	End   time.Duration
+	Note  string
 }
 
 // Op names the logical operation of the call: its key and epoch.
