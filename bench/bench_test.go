@@ -514,6 +514,128 @@ func TestIssue43Checks(t *testing.T) {
 	}
 }
 
+// Issue 44's checks on the realistic transaction fail the run when a key
+// answered executed has no ledger entry or two, when orders, lines or
+// ledger rows do not match the keys executed, or when the stock was taken
+// other than once per key.
+func TestRealisticChecks(t *testing.T) {
+	t.Parallel()
+	good := realBook{
+		sides: []realSideBook{
+			{name: "a", executed: 3, qty: 5, ledgerRows: 3, distincts: 3},
+			{name: "b", executed: 2, qty: 4, ledgerRows: 2, distincts: 2},
+		},
+		orders: 5, lines: 10, ledger: 5, taken: 9,
+	}
+	failed := func(b realBook) []string {
+		var out []string
+		for _, x := range b.checks() {
+			if !x.Check {
+				t.Errorf("%s is not a check", x.Name)
+			}
+			if x.Failed {
+				out = append(out, x.Name)
+			}
+		}
+		return out
+	}
+	if got := failed(good); len(got) != 0 {
+		t.Fatalf("a correct run failed %q", got)
+	}
+	for _, c := range []struct {
+		name string
+		bad  func(*realBook)
+		want []string
+	}{
+		// fn's writes committed twice for a key (its ledger reference is
+		// unique, so as a second key): one order and ledger row too many
+		{"ran twice", func(b *realBook) {
+			b.sides[0].ledgerRows, b.sides[0].distincts, b.orders, b.lines, b.ledger, b.taken = 4, 4, 6, 12, 6, 11
+		},
+			[]string{"a: ledger rows per executed key", "realistic: orders per executed key", "realistic: stock taken per unit ordered"}},
+		// Executed answered, nothing committed
+		{"lost", func(b *realBook) {
+			b.sides[1].ledgerRows, b.sides[1].distincts, b.orders, b.lines, b.ledger, b.taken = 1, 1, 4, 8, 4, 7
+		},
+			[]string{"b: ledger rows per executed key", "realistic: orders per executed key", "realistic: stock taken per unit ordered"}},
+		{"duplicate reference", func(b *realBook) { b.sides[0].distincts = 2 }, []string{"a: ledger rows per executed key"}},
+		{"an order without its ledger row", func(b *realBook) { b.ledger, b.sides[0].ledgerRows, b.sides[0].distincts = 4, 2, 2 },
+			[]string{"a: ledger rows per executed key", "realistic: orders per executed key"}},
+		{"a ledger row under no variant's key", func(b *realBook) { b.ledger = 6 }, []string{"realistic: orders per executed key"}},
+		{"one line", func(b *realBook) { b.lines = 9 }, []string{"realistic: order lines per order"}},
+		{"stock taken twice", func(b *realBook) { b.taken = 18 }, []string{"realistic: stock taken per unit ordered"}},
+		{"nothing ran", func(b *realBook) { *b = realBook{sides: []realSideBook{{name: "a"}}} },
+			[]string{"a: ledger rows per executed key", "realistic: orders per executed key", "realistic: order lines per order",
+				"realistic: stock taken per unit ordered"}},
+	} {
+		b := good
+		b.sides = slices.Clone(good.sides)
+		c.bad(&b)
+		if got := failed(b); !slices.Equal(got, c.want) {
+			t.Errorf("%s: failed %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// Issue 44's targets: each judged against its ceiling, a missed one with
+// a line naming the floor that bounds it; Claim + Complete reported with
+// no target.
+func TestIssue44Targets(t *testing.T) {
+	t.Parallel()
+	mk := func(name string, ops int64, p50 time.Duration) *variant {
+		v := &variant{name: name}
+		v.st = stats{ops: ops, elapsed: time.Second, rounds: 1}
+		v.st.h.record(p50)
+		return v
+	}
+	ms := time.Millisecond
+	vs := []*variant{
+		mk("floor-business-tx", 1000, 10*ms),
+		mk("floor-claim-new", 500, 20*ms),       // +1ms a request over the business tx
+		mk("floor-claim-new-redis", 400, 25*ms), // +1.5ms; p50 +5ms
+		mk("library-no-redis", 600, 20*ms),      // 1.67×: met
+		mk("library", 400, 30*ms),               // 2.5×, its floor alone 2.5×: missed, bounded by it
+		mk(realFloor, 250, 40*ms),               // 4ms a request
+		mk(realNoRedis, 200, 50*ms),             // 1.25×: met
+		mk(realLibrary, 160, 70*ms),             // 1.5625×, estimate (4+1.5)/4 = 1.375: missed, the library's share
+		mk(realClaimComplete, 125, 80*ms),
+	}
+	got := map[string]extra{}
+	for _, x := range issue44Targets(vs, 32) {
+		got[x.Name] = x
+	}
+	for name, want := range map[string]struct {
+		value float64
+		meets *bool
+		bound string
+	}{
+		"issue 44: library-no-redis-realistic / floor-realistic-tx":       {1.25, boolp(true), ""},
+		"issue 44: library-no-redis / floor-business-tx":                  {1000.0 / 600, boolp(true), ""},
+		"issue 44: library-realistic / floor-realistic-tx":                {1.5625, boolp(false), "an estimated 1.38×, within the ceiling: the library's own share misses it"},
+		"issue 44: library / floor-business-tx":                           {2.5, boolp(false), "bounded by its floor, floor-claim-new-redis alone costs 2.50×, over the ceiling"},
+		"issue 44: p50, library-realistic / library-no-redis-realistic":   {1.4, boolp(false), "an estimated 1.10×, within the target"},
+		"issue 44: p50, library / library-no-redis":                       {1.5, boolp(false), "an estimated 1.25×, within the target"},
+		"issue 44: library-claim-complete-realistic / floor-realistic-tx": {2, nil, ""},
+		"issue 44: library-claim-complete-realistic / floor-business-tx":  {8, nil, ""},
+	} {
+		x, ok := got[name]
+		switch {
+		case !ok:
+			t.Errorf("%s: not reported", name)
+			continue
+		case math.Abs(x.Value-want.value) > 0.02:
+			t.Errorf("%s = %v, want %v", name, x.Value, want.value)
+		case (x.Meets == nil) != (want.meets == nil) || (x.Meets != nil && *x.Meets != *want.meets):
+			t.Errorf("%s: meets %v, want %v", name, x.Meets, want.meets)
+		case !strings.Contains(x.Bound, want.bound) || (want.bound == "") != (x.Bound == ""):
+			t.Errorf("%s: bound %q, want it to say %q", name, x.Bound, want.bound)
+		}
+	}
+	if len(got) != 8 {
+		t.Errorf("%d targets reported, want 8", len(got))
+	}
+}
+
 // TestRun_Smoke runs every workload briefly against the real servers and
 // checks what the tool checks, plus that it cleans up after itself.
 func TestRun_Smoke(t *testing.T) {
@@ -559,12 +681,26 @@ func TestRun_Smoke(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]float64{
-		"fresh/floor-sql/sql":                                          3, // BEGIN, the order INSERT, the record INSERT with COMMIT
-		"fresh/library/sql":                                            5, // claiming first: BEGIN, the claim, the order INSERT, the completion, COMMIT
-		"fresh/library-no-redis/sql":                                   5,
-		"fresh/library-at-commit/sql":                                  3,
-		"fresh/library-at-commit-no-redis/sql":                         4, // and a read first: Redis did not say the key is new
-		"fresh/floor-business-tx/sql":                                  3, // BEGIN, the order INSERT, COMMIT
+		"fresh/floor-sql/sql":                  3, // BEGIN, the order INSERT, the record INSERT with COMMIT
+		"fresh/library/sql":                    5, // claiming first: BEGIN, the claim, the order INSERT, the completion, COMMIT
+		"fresh/library-no-redis/sql":           5,
+		"fresh/library-at-commit/sql":          3,
+		"fresh/library-at-commit-no-redis/sql": 4, // and a read first: Redis did not say the key is new
+		"fresh/floor-business-tx/sql":          3, // BEGIN, the order INSERT, COMMIT
+		// issue 44: BEGIN, the order, its lines, the stock, the ledger, COMMIT
+		"fresh/floor-realistic-tx/sql":               6,
+		"fresh/library-realistic/sql":                8, // and the claim and the completion
+		"fresh/library-no-redis-realistic/sql":       8,
+		"fresh/library-claim-complete-realistic/sql": 8, // the claim, the transaction, the completion
+		// every key answered executed committed one order of two lines,
+		// one ledger entry and one stock UPDATE
+		"fresh/library-realistic: ledger rows per executed key":                1,
+		"fresh/library-no-redis-realistic: ledger rows per executed key":       1,
+		"fresh/library-claim-complete-realistic: ledger rows per executed key": 1,
+		"fresh/floor-realistic-tx: ledger rows per executed key":               1,
+		"fresh/realistic: orders per executed key":                             1,
+		"fresh/realistic: order lines per order":                               2,
+		"fresh/realistic: stock taken per unit ordered":                        1,
 		"replay/library/sql":                                           0, // answered by Redis
 		"replay/library/redis":                                         1,
 		"replay/floor-select/sql":                                      1,

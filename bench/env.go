@@ -56,6 +56,9 @@ type env struct {
 	// insertOrder is the fresh workload's business write: one row of the
 	// run's own orders table, created with the schema.
 	insertOrder string
+	// real is the fresh workload's realistic business transaction (issue
+	// 44): its statements on four tables of the run's schema (realistic.go).
+	real realSQL
 	// pkOnlyTable is the record's table with its primary key alone
 	// (floor-sql-pk-only).
 	pkOnlyTable string
@@ -147,6 +150,9 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return e, fmt.Errorf("bench: orders table: %w", err)
 	}
 	e.insertOrder = "INSERT INTO " + e.schema + ".orders (id, amount) VALUES ($1, $2)"
+	if e.real, err = createRealistic(cctx, e); err != nil {
+		return e, err
+	}
 	// floor-sql-pk-only's table: the record's columns with its primary key
 	// alone (no secondary index, no CHECK constraint).
 	if _, err := e.pool.Exec(cctx, "CREATE TABLE "+e.pkOnlyTable+" (LIKE "+e.table+

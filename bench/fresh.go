@@ -53,9 +53,11 @@ func doWith(ctx context.Context, c *claim.Claimer[pgx.Tx], key string, fn func(c
 // the write at commit (claim.WithWriteAtCommit: the business INSERT, then
 // the record inserted with the COMMIT), against the write at commit's
 // statements issued with pgx in one transaction, and against the business
-// transaction alone (BEGIN, the INSERT, COMMIT).
+// transaction alone (BEGIN, the INSERT, COMMIT); and issue 44's realistic
+// business transaction through Do, through Claim and Lease.Complete, and
+// alone (realistic.go).
 func freshWorkload(e *env, f *floors) *workload {
-	return &workload{
+	w := &workload{
 		name: "fresh",
 		about: "unique keys through Do, in one transaction: claiming first (library, library-no-redis: the claim, the business INSERT, " +
 			"the completion) and with WithWriteAtCommit (library-at-commit*: the business INSERT then the finished record with the COMMIT); " +
@@ -69,7 +71,10 @@ func freshWorkload(e *env, f *floors) *workload {
 			"the write at commit's BEGIN and record INSERT (pipelined with COMMIT) and the business INSERT issued with pgx " +
 			"(floor-sql); the same into a copy of the record's table with its primary key alone (floor-sql-pk-only); " +
 			"the same with a bare 32-byte key row instead of the record (floor-key-row); " +
-			"and BEGIN, the INSERT, COMMIT with no idempotency at all (floor-business-tx)",
+			"and BEGIN, the INSERT, COMMIT with no idempotency at all (floor-business-tx); " +
+			"issue 44's realistic business transaction (an order with two lines, a stock UPDATE, a ledger INSERT: bench/realistic.go) " +
+			"through Do with and without Redis (library-realistic, library-no-redis-realistic), through Claim, the transaction on its own " +
+			"and Lease.Complete (library-claim-complete-realistic), and bare between BEGIN and COMMIT (floor-realistic-tx)",
 		variants: []*variant{
 			{name: "library", vs: "floor-claim-new", target: 0.90, open: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.9}, {floor: "floor-claim-new-redis"}},
@@ -157,4 +162,16 @@ func freshWorkload(e *env, f *floors) *workload {
 				}},
 		},
 	}
+	// Issue 44: the realistic transaction's variants, alternated with the
+	// others, its checks and the issue's targets.
+	real, sides := realisticVariants(e, f)
+	w.variants = append(w.variants, real...)
+	w.finish = func(ctx context.Context) ([]extra, error) {
+		book, err := readRealBook(ctx, e, sides)
+		if err != nil {
+			return nil, err
+		}
+		return append(issue44Targets(w.variants, e.cfg.concurrency), book.checks()...), nil
+	}
+	return w
 }
