@@ -22,6 +22,12 @@ import (
 // scope waits on the unique index (bounded by lock_timeout) for this one's
 // outcome.
 //
+// With p.LockFirst, the BEGIN's round trip also takes the key's lock (the
+// one every Claim takes) and checks that no record of the scope exists, in
+// a statement after the lock: fn runs only when none does, and a
+// concurrent request of the key waits for this COMMIT. A record that
+// exists returns [storeapi.ErrExists], after a rollback, with fn not run.
+//
 // Outcomes: nil (committed with its record); [storeapi.ErrNotInserted] (a
 // record of the scope exists, or tok.Generation is below the clock floor:
 // rolled back); fn's error after a rollback; a refused COMMIT (rolled back,
@@ -52,8 +58,17 @@ func (s *store) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok 
 		}
 		conn.Release()
 	}()
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: s.beginSQL})
+	ref := p.Scope.Ref(s.cfg.secret)
+	digest := ref.Digest()
+	begin := s.beginSQL
+	if p.LockFirst {
+		begin += s.lockFirstSQL(digest)
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
+		if p.LockFirst && notInserted(err) { // lockFirstSQL's 22012: a record exists
+			return storeapi.ErrExists
+		}
 		return translate("begin", err)
 	}
 	state, res, err := fn(ctx, tx)
@@ -72,8 +87,6 @@ func (s *store) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok 
 	if err != nil {
 		return fmt.Errorf("durable/postgres: insert at commit: %w", err)
 	}
-	ref := p.Scope.Ref(s.cfg.secret)
-	digest := ref.Digest()
 	b := &pgx.Batch{}
 	b.Queue(sql, ref.Tenant, ref.Operation, ref.KeyHash[:], p.Fingerprint, int64(tok.Generation), pgUUID(tok.Owner),
 		res.StatusCode, jsonHeaders, bin, body, res.Version, res.ResourceID,

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"encoding/hex"
 	"strconv"
 	"strings"
 )
@@ -66,7 +67,8 @@ const recCols = `r.tenant_id, r.operation, r.key_hash, r.request_hash, r.state::
 //     the snapshot, cur is empty and the caller reads the row again.
 //
 // In every case the statement returns exactly one row.
-const claimSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
+const claimSQL = `WITH lk AS MATERIALIZED (SELECT ` + keyLockSQL + `),
+c AS MATERIALIZED (SELECT clock_timestamp() AS now FROM lk),
 fin AS MATERIALIZED (
 	SELECT ` + recCols + `
 	FROM %T r, c n
@@ -115,6 +117,27 @@ rec AS (SELECT * FROM fin UNION ALL SELECT * FROM cur)
 SELECT ins.generation, COALESCE(ins.created_at <> c.now, false), EXISTS (SELECT 1 FROM old), rec.*
 FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
 
+// keyLockSQL takes the key's lock in a claim statement, before its clock
+// reading: a transaction-scoped advisory lock of the two-int form, in the
+// library's namespace (keyLockNamespace), on the first 32 bits of the
+// operation digest $9. Every claim takes it, so a Do that holds it while
+// its record does not exist yet (InsertAtCommit with LockFirst) orders the
+// claims of its key after its COMMIT. Two keys whose digests share 32 bits
+// share the lock: they wait on each other, nothing else. The insert's
+// conflict detection does not depend on the statement's snapshot, so
+// taking the lock inside the statement is enough here; Do's check, which
+// is a read, runs in a statement after its lock (lockFirstSQL).
+const keyLockSQL = `pg_advisory_xact_lock(` + keyLockNamespaceSQL + `, ((get_byte($9::bytea, 0) << 24) | (get_byte($9::bytea, 1) << 16) | (get_byte($9::bytea, 2) << 8) | get_byte($9::bytea, 3)))`
+
+// keyLockNamespace is the first int of every key lock: "once" in ASCII.
+// Applications' advisory locks of the one-bigint form never meet it (the
+// two forms are separate lock spaces); one of the two-int form would only
+// if it chose the same first int.
+const (
+	keyLockNamespace    = 0x6f6e6365
+	keyLockNamespaceSQL = "1869505381"
+)
+
 // claimNewSQL is the first statement of a claim: the insert of a record
 // that does not exist, exactly as claimSQL's ins inserts one ($1-$9 as
 // there), returning its generation; no row when the scope has a record
@@ -128,7 +151,8 @@ FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
 // subplans and an upsert, costs more to start than the insert costs to
 // run), and a key that has a record after all costs one more round trip.
 // docs/DESIGN.md (§5, step 3) has the measurement.
-const claimNewSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+const claimNewSQL = `WITH lk AS MATERIALIZED (SELECT ` + keyLockSQL + `),
+c AS MATERIALIZED (SELECT clock_timestamp() AS now FROM lk)
 INSERT INTO %T (tenant_id, operation, key_hash, request_hash, state, generation, owner_token,
 	lease_expires_at, takeovers, created_at, expires_at, retention_us, operation_digest)
 SELECT $1::text, $2::text, $3::bytea, $4::text, 'processing',
@@ -383,4 +407,21 @@ func buildQueries(table, name string) queries {
 		stats:           f(statsSQL, ""),
 		statsExact:      f(statsExactSQL, ""),
 	}
+}
+
+// keyLock returns the second int of the key lock of digest d, as keyLockSQL
+// computes it from the digest in SQL.
+func keyLock(d [32]byte) int32 {
+	return int32(uint32(d[0])<<24 | uint32(d[1])<<16 | uint32(d[2])<<8 | uint32(d[3]))
+}
+
+// lockFirstSQL is what a Do with LockFirst sends after its BEGIN, in the
+// same simple-protocol message: the key's lock, then, in a statement of its
+// own (READ COMMITTED takes a new snapshot per statement, so it sees a
+// record committed by the lock's previous holder), a check that fails with
+// division_by_zero (22012) when a record of the digest exists. The digest
+// is the only value interpolated: 64 hex digits.
+func (s *store) lockFirstSQL(d [32]byte) string {
+	return "; select pg_advisory_xact_lock(" + keyLockNamespaceSQL + ", " + strconv.FormatInt(int64(keyLock(d)), 10) + ")" +
+		"; select 1 / (not exists (select 1 from " + s.table + " where operation_digest = '\\x" + hex.EncodeToString(d[:]) + "'::bytea))::int"
 }

@@ -39,6 +39,9 @@ type store struct {
 	// pooler dropped the startup parameter; see noteSession).
 	sessionOK atomic.Bool
 	beginSQL  string
+	// table is the table's name as statements write it (schema-qualified
+	// when a schema is set).
+	table string
 }
 
 // New returns a [durable.Store] on pool, with pgx.Tx as its transaction
@@ -72,6 +75,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (durable.Store[pgx.Tx], error) {
 		pool:   pool,
 		cfg:    c,
 		q:      buildQueries(table, c.table),
+		table:  table,
 		lockMs: millis(c.lockTimeout),
 		beginSQL: "begin isolation level read committed; set local lock_timeout = " + millis(c.lockTimeout) +
 			"; set local idle_in_transaction_session_timeout = " + millis(c.idleInTx),

@@ -66,6 +66,13 @@ type ClaimParams struct {
 	// after all (Redis lost it), claim as it would without the hint. Only
 	// the number of statements depends on it, never the outcome.
 	ExpectNew bool
+	// LockFirst applies to [CommitWriter.InsertAtCommit]: before fn runs,
+	// the transaction takes the key's lock (the one every Claim takes,
+	// held until the transaction ends) and checks that no record of the
+	// scope exists; if one does, nothing runs and the error is ErrExists.
+	// A concurrent request of the same key then waits for this one's
+	// COMMIT instead of running fn beside it.
+	LockFirst bool
 }
 
 // Validate checks p and returns an error that matches
@@ -217,6 +224,11 @@ func (e *invalidError) Is(target error) bool { return target == durable.ErrInval
 // generation is below the database's clock floor. The transaction rolled
 // back with everything fn wrote; the caller goes on with the claim.
 var ErrNotInserted = errors.New("oncekey: record exists or generation below the floor; rolled back")
+
+// ErrExists is returned by [CommitWriter.InsertAtCommit] with
+// [ClaimParams.LockFirst] when a record of the scope exists: fn did not
+// run, nothing was written, and the caller goes on with the claim.
+var ErrExists = errors.New("oncekey: record exists; nothing ran")
 
 // CommitWriter is implemented by a store that can write a request's record
 // once, finished, in the round trip of the COMMIT that also commits the
