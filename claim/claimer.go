@@ -24,6 +24,11 @@ type Claimer[TTx any] struct {
 	// be written at commit and the store can (durable/postgres); nil
 	// otherwise (Do claims first).
 	atCommit storeapi.CommitWriter[TTx]
+	// locked is store when it can run Do's default protocol, the lock
+	// first (durable/postgres): the key's lock and a check for a record in
+	// the BEGIN's round trip, fn, and the finished record inserted with
+	// the COMMIT; nil otherwise (Do claims first).
+	locked storeapi.CommitWriter[TTx]
 	// evictionChecked is set once the maxmemory-policy check has run.
 	evictionChecked atomic.Bool
 	// settings is the state of the store's settings check (checkSettings):
@@ -86,6 +91,8 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger, tr: newTracer(cfg.tracer), local: localcache.New(cfg.replayCache)}
 	if cfg.atCommit {
 		c.atCommit, _ = store.(storeapi.CommitWriter[TTx])
+	} else {
+		c.locked, _ = store.(storeapi.CommitWriter[TTx])
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)

@@ -183,17 +183,27 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		// The record exists: claim it as below. fn's first run rolled back.
 		*d = doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
 		read = true
-	} else if f.proposed == 0 && c.guess.recorded() {
-		// Most recent claims Redis did not grant found a record: one read
-		// answers a finished one without a transaction (newGuess).
-		out, done, absent, err := c.readFirst(ctx, d, f)
-		if done {
-			if err == nil || errors.Is(err, durable.ErrMismatch) {
-				c.guess.observeRead()
+	} else {
+		if f.proposed == 0 && c.guess.recorded() {
+			// Most recent claims Redis did not grant found a record: one
+			// read answers a finished one without a transaction (newGuess).
+			out, done, absent, err := c.readFirst(ctx, d, f)
+			if done {
+				if err == nil || errors.Is(err, durable.ErrMismatch) {
+					c.guess.observeRead()
+				}
+				return out, err
 			}
-			return out, err
+			read = !absent
 		}
-		read = !absent
+		if c.locked != nil && !read {
+			if out, done, err := c.doLocked(ctx, d, f); done {
+				return out, err
+			}
+			// The record exists and is not finished: claim it as below.
+			*d = doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
+			read = true
+		}
 	}
 	c.hint(&d.p, f)
 	d.f = f
@@ -316,6 +326,79 @@ func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast
 		c.dropRedisLease(ctx, f, t, p)
 		return Outcome{OperationID: t.opID}, true, c.claimErr(ctx, err)
 	}
+}
+
+// doLocked is Do's default path on a store that can lock first
+// (durable/postgres): the key's lock and a check that no record exists ride
+// in the BEGIN's round trip, fn runs, and the record is inserted, finished,
+// with the COMMIT: one row version, two round trips of the library's own.
+// Every claim of the key takes the same lock, so a duplicate (a Do, a
+// Claim, a DoTx) waits for this COMMIT and then finds the record: fn runs
+// at most once per record life and never for a duplicate, a mismatch or a
+// key another worker holds, with or without Redis.
+//
+// It returns done=false when a record exists and is not finished within
+// its retention (held, uncertain, released, expired): fn did not run, and
+// the caller claims it.
+func (c *Claimer[TTx]) doLocked(ctx context.Context, d *doAttempt[TTx], f fast) (out Outcome, done bool, err error) {
+	t, p := &d.t, d.p
+	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
+	if tok.Generation == 0 {
+		tok.Generation = uint64(max(1, time.Now().Add(-atCommitLag).UnixMilli()))
+	}
+	if time.Until(d.sent.Add(p.Lease)) < c.marginFor(p.Lease) {
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{OperationID: t.opID}, true, ErrLeaseExpired
+	}
+	d.claimed = storeapi.ClaimResult{Acquired: true, Token: tok, Ref: t.ref}
+	d.f = f
+	p.Proposed = f.proposed
+	p.LockFirst = true
+
+	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
+	defer c.endTxOnPanic(ctx, txSpan, f, t, p)
+	err = c.locked.InsertAtCommit(txCtx, p, tok, d.runLocked)
+	if txSpan.IsRecording() {
+		switch {
+		case err == nil:
+			txSpan.SetAttributes(attrDurable.String("inserted"))
+		case errors.Is(err, storeapi.ErrExists), errors.Is(err, storeapi.ErrNotInserted):
+			txSpan.SetAttributes(attrDurable.String("existing"))
+		default:
+			txSpan.SetStatus(otelcodes.Error, errWord(err))
+		}
+	}
+	txSpan.End()
+	switch {
+	case err == nil:
+		c.guess.observe(p, storeapi.ClaimResult{Acquired: true})
+		c.acquired(ctx, t, p, f, d.claimed, true)
+		return c.executed(ctx, d), true, nil
+	case errors.Is(err, storeapi.ErrExists), errors.Is(err, storeapi.ErrNotInserted):
+		// A record exists (fn did not run), or the proposal fell below the
+		// store's floor (fn rolled back): one read answers a finished
+		// record; anything else is claimed.
+		c.guess.observe(p, storeapi.ClaimResult{})
+		out, done, _, err := c.readFirst(ctx, d, f)
+		return out, done, err
+	case d.committed && errors.Is(err, durable.ErrUnavailable):
+		out, err := c.commitLost(ctx, d, f, err)
+		return out, true, err
+	case d.fnErr != nil && errors.Is(err, d.fnErr):
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{OperationID: t.opID}, true, d.fnErr
+	default:
+		c.dropRedisLease(ctx, f, t, p)
+		return Outcome{OperationID: t.opID}, true, c.claimErr(ctx, err)
+	}
+}
+
+// runLocked is the transaction's body of doLocked, once the store holds the
+// key's lock and found no record: our Redis lease is confirmed (off the
+// caller's path), then fn runs and its outcome becomes the record's.
+func (d *doAttempt[TTx]) runLocked(ctx context.Context, tx TTx) (durable.State, durable.Result, error) {
+	d.c.confirmAsync(ctx, &d.t, d.f, d.claimed.Token)
+	return d.runAtCommit(ctx, tx)
 }
 
 // readFirst reads the record of d with one plain read: done with a replay

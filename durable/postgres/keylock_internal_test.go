@@ -25,11 +25,14 @@ func TestKeyLock_GoAndSQLAgree(t *testing.T) {
 	defer conn.Close(t.Context())
 	// keyLockSQL's second argument, alone.
 	expr := "select ((get_byte($9::bytea, 0) << 24) | (get_byte($9::bytea, 1) << 16) | (get_byte($9::bytea, 2) << 8) | get_byte($9::bytea, 3))"
-	if want := "pg_advisory_xact_lock(" + keyLockNamespaceSQL + ", " + expr[len("select "):] + ")"; keyLockSQL != want {
+	if want := "pg_advisory_xact_lock(%NS, " + expr[len("select "):] + ")"; keyLockSQL != want {
 		t.Fatalf("keyLockSQL = %s\nwant %s (this test's copy of it)", keyLockSQL, want)
 	}
-	if fmt.Sprint(keyLockNamespace) != keyLockNamespaceSQL {
-		t.Fatalf("keyLockNamespaceSQL %s is not keyLockNamespace %d", keyLockNamespaceSQL, keyLockNamespace)
+	if a, b := lockNamespace("s1.idempotency_requests"), lockNamespace("s2.idempotency_requests"); a == b {
+		t.Fatalf("two tables share the lock namespace %d", a)
+	}
+	if q := buildQueries("s1.t", "t"); !strings.Contains(q.claim, fmt.Sprintf("pg_advisory_xact_lock(%d,", lockNamespace("s1.t"))) {
+		t.Fatal("the claim statement does not lock in its table's namespace")
 	}
 	sql := strings.ReplaceAll(expr, "$9", "$1")
 	for i := range 256 {

@@ -77,13 +77,37 @@ func TestLockFirst_ExistingRecordRunsNothing(t *testing.T) {
 // record: fn ran once. A claim of the key (the workflow's, in autocommit)
 // waits the same way and then replays.
 func TestLockFirst_DuplicateWaitsAndRunsNothing(t *testing.T) {
+	if n := duplicateRuns(t, true); n != 1 {
+		t.Fatalf("fn ran %d times; want 1", n)
+	}
+}
+
+// TestLockFirst_NegativeControl: the same two requests without the lock
+// (a write at commit, the WithWriteAtCommit opt-in): the duplicate does
+// not wait and runs fn, whose writes then roll back. The test above would
+// catch a Do that skipped the lock.
+func TestLockFirst_NegativeControl(t *testing.T) {
+	if n := duplicateRuns(t, false); n != 2 {
+		t.Fatalf("without the lock fn ran %d times; want 2 (the duplicate's run rolled back)", n)
+	}
+}
+
+// duplicateRuns runs a request of one key that holds the key inside fn, a
+// duplicate of it, and a claim of the key, with or without LockFirst, and
+// returns how often fn ran.
+func duplicateRuns(t *testing.T, locked bool) int64 {
 	f, w, ctx := commitFixture(t, fixtureOpts{})
 	sc := scope()
+	params := func() storeapi.ClaimParams {
+		p := claimParams(sc, time.Second)
+		p.LockFirst = locked
+		return p
+	}
 	var runs atomic.Int64
 	inFn, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
-		first <- w.InsertAtCommit(ctx, lockFirst(sc), freshToken(), counted(&runs,
+		first <- w.InsertAtCommit(ctx, params(), freshToken(), counted(&runs,
 			func(ctx context.Context, tx pgx.Tx) (durable.State, durable.Result, error) {
 				st, res, err := write(sc.Key, durable.Completed)(ctx, tx)
 				close(inFn)
@@ -94,8 +118,22 @@ func TestLockFirst_DuplicateWaitsAndRunsNothing(t *testing.T) {
 	<-inFn
 	second := make(chan error, 1)
 	go func() {
-		second <- w.InsertAtCommit(ctx, lockFirst(sc), freshToken(), counted(&runs, write(sc.Key+"-dup", durable.Completed)))
+		second <- w.InsertAtCommit(ctx, params(), freshToken(), counted(&runs, write(sc.Key+"-dup", durable.Completed)))
 	}()
+	if !locked {
+		// The duplicate runs fn beside the first; one of the two inserts
+		// its record and the other fails, rolling its writes back.
+		for deadline := time.Now().Add(5 * time.Second); runs.Load() < 2 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		close(release)
+		e1, e2 := <-first, <-second
+		if (e1 == nil) == (e2 == nil) || !errors.Is(errors.Join(e1, e2), storeapi.ErrNotInserted) {
+			t.Fatalf("without the lock: %v and %v; want one committed and one ErrNotInserted", e1, e2)
+		}
+		settled(t, f, 1)
+		return runs.Load()
+	}
 	claimed := make(chan storeapi.ClaimResult, 1)
 	go func() {
 		res, err := f.s.Claim(ctx, nil, claimParams(sc, time.Second))
@@ -121,10 +159,8 @@ func TestLockFirst_DuplicateWaitsAndRunsNothing(t *testing.T) {
 	if res := <-claimed; res.Acquired || res.Record == nil || res.Record.State != durable.Completed {
 		t.Fatalf("claim = %+v; want the completed record", res)
 	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("fn ran %d times; want 1", n)
-	}
 	settled(t, f, 1)
+	return runs.Load()
 }
 
 // TestLockFirst_ClaimHoldsTheLockInItsTransaction: a claim inside a

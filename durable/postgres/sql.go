@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -119,7 +121,7 @@ FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
 
 // keyLockSQL takes the key's lock in a claim statement, before its clock
 // reading: a transaction-scoped advisory lock of the two-int form, in the
-// library's namespace (keyLockNamespace), on the first 32 bits of the
+// store's namespace (%NS, lockNamespace), on the first 32 bits of the
 // operation digest $9. Every claim takes it, so a Do that holds it while
 // its record does not exist yet (InsertAtCommit with LockFirst) orders the
 // claims of its key after its COMMIT. Two keys whose digests share 32 bits
@@ -127,16 +129,19 @@ FROM c LEFT JOIN ins ON true LEFT JOIN rec ON true`
 // conflict detection does not depend on the statement's snapshot, so
 // taking the lock inside the statement is enough here; Do's check, which
 // is a read, runs in a statement after its lock (lockFirstSQL).
-const keyLockSQL = `pg_advisory_xact_lock(` + keyLockNamespaceSQL + `, ((get_byte($9::bytea, 0) << 24) | (get_byte($9::bytea, 1) << 16) | (get_byte($9::bytea, 2) << 8) | get_byte($9::bytea, 3)))`
+const keyLockSQL = `pg_advisory_xact_lock(%NS, ((get_byte($9::bytea, 0) << 24) | (get_byte($9::bytea, 1) << 16) | (get_byte($9::bytea, 2) << 8) | get_byte($9::bytea, 3)))`
 
-// keyLockNamespace is the first int of every key lock: "once" in ASCII.
-// Applications' advisory locks of the one-bigint form never meet it (the
-// two forms are separate lock spaces); one of the two-int form would only
-// if it chose the same first int.
-const (
-	keyLockNamespace    = 0x6f6e6365
-	keyLockNamespaceSQL = "1869505381"
-)
+// lockNamespace returns the first int of the key locks of the store whose
+// table is table (as its statements name it): the first 32 bits of
+// SHA-256("oncekey/lock/v1", 0, table). Advisory locks are the database's,
+// not a schema's: two stores in one database (two schemas, two services)
+// lock apart. Applications' advisory locks of the one-bigint form never
+// meet these (the two forms are separate lock spaces); one of the two-int
+// form would only if it chose the same pair of ints.
+func lockNamespace(table string) int32 {
+	h := sha256.Sum256([]byte("oncekey/lock/v1\x00" + table))
+	return int32(binary.BigEndian.Uint32(h[:4]))
+}
 
 // claimNewSQL is the first statement of a claim: the insert of a record
 // that does not exist, exactly as claimSQL's ins inserts one ($1-$9 as
@@ -382,11 +387,12 @@ const setLockTimeoutSQL = `SELECT set_config('lock_timeout', $1::text, true)`
 // buildQueries fills in table (schema-qualified or not), whose name without
 // the schema is name.
 func buildQueries(table, name string) queries {
+	ns := strconv.FormatInt(int64(lockNamespace(table)), 10)
 	clock := func(at string) string { return strings.ReplaceAll(clockMs, "%C", at) }
 	floor := "(" + clock("(SELECT now FROM c)") + " - " + strconv.Itoa(generationFloorLagMs) + ")"
 	sweepMax := "(" + clock("(SELECT now FROM c)") + " - " + strconv.Itoa(sweepGenerationMarginMs) + ")"
 	f := func(q, state string) string {
-		return strings.NewReplacer("%SWEEPMAX", sweepMax, "%FLOOR", floor, "%PKEY", name+"_pkey", "%T", table, "%S", state).Replace(q)
+		return strings.NewReplacer("%NS", ns, "%SWEEPMAX", sweepMax, "%FLOOR", floor, "%PKEY", name+"_pkey", "%T", table, "%S", state).Replace(q)
 	}
 	return queries{
 		claim:           f(claimSQL, ""),
@@ -422,6 +428,6 @@ func keyLock(d [32]byte) int32 {
 // division_by_zero (22012) when a record of the digest exists. The digest
 // is the only value interpolated: 64 hex digits.
 func (s *store) lockFirstSQL(d [32]byte) string {
-	return "; select pg_advisory_xact_lock(" + keyLockNamespaceSQL + ", " + strconv.FormatInt(int64(keyLock(d)), 10) + ")" +
+	return "; select pg_advisory_xact_lock(" + strconv.FormatInt(int64(lockNamespace(s.table)), 10) + ", " + strconv.FormatInt(int64(keyLock(d)), 10) + ")" +
 		"; select 1 / (not exists (select 1 from " + s.table + " where operation_digest = '\\x" + hex.EncodeToString(d[:]) + "'::bytea))::int"
 }
