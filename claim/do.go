@@ -47,21 +47,29 @@ type Op struct {
 //     stored, the key is free, and Do returns the error;
 //   - a panic: the transaction rolls back, the key is free, Do re-panics.
 //
-// Do claims first: the durable claim is the first statement of the
-// transaction, then fn runs, then the record is completed, and all of it
-// commits together. A concurrent duplicate's claim waits on the claimed
-// row and, once the winner commits, replays its result; a key another
-// worker's [Lease] holds is answered InProgress, another payload
-// ErrMismatch, without running fn. So fn runs at most once per record life
-// (a run whose transaction rolled back leaves nothing, and the retry runs
-// it again), also when Redis is down, frozen or lost the key, and for a
-// result too large for Redis to cache. [WithWriteAtCommit] trades this, on
-// PostgreSQL, for fewer round trips on a fresh key: fn first, the record
-// inserted at COMMIT, and fn run again for the duplicates Redis did not
-// stop (see the option).
+// Do holds the key before fn runs. On PostgreSQL it locks first: the
+// transaction's first round trip takes the key's lock (a transaction-scoped
+// advisory lock that every claim of the key takes too) and checks that the
+// key has no record; fn runs; the record is inserted, finished, with the
+// COMMIT. The record is written once, and the library adds two round trips
+// of its own to fn's. A key that has a record is not run: a finished one
+// replays, any other is claimed as below. On SQLite Do claims first: the
+// durable claim is the first statement of the transaction, then fn runs,
+// then the record is completed, all committing together.
+//
+// Either way a concurrent duplicate waits for the holder's transaction and,
+// once it commits, replays its result; a key another worker's [Lease]
+// holds is answered InProgress, another payload ErrMismatch, without
+// running fn. So fn runs at most once per record life (a run whose
+// transaction rolled back leaves nothing, and the retry runs it again),
+// never for a duplicate, also when Redis is down, frozen or lost the key,
+// and for a result too large for Redis to cache. [WithWriteAtCommit]
+// trades this for one statement fewer: fn first without the lock, the
+// record inserted at COMMIT, and fn run again for the duplicates Redis did
+// not stop (see the option).
 //
 // fn must not make long external calls: the transaction holds locks (the
-// business rows, the claimed row) that concurrent duplicates wait on. Use
+// business rows, the key's) that concurrent duplicates wait on. Use
 // [Claimer.Claim] and a [Lease] for work that calls other systems.
 //
 // It returns Executed (fn ran and its result committed), Replayed,

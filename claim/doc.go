@@ -144,14 +144,16 @@
 //	                                           oncekey.state on a replay; status Error with the
 //	                                           outcome for an error
 //	oncekey.redis.claim           claim        claim.lua: oncekey.redis.result (acquired, cached,
-//	                                           busy, mismatch, error, breaker_open)
-//	oncekey.durable.transaction   claim        one of Do's transactions: the claim, the function,
-//	                                           the result and the commit; with WithWriteAtCommit
-//	                                           on PostgreSQL, the function and the record inserted
-//	                                           with the commit, oncekey.durable.result (inserted,
-//	                                           or existing when the record was there: Do then
-//	                                           reads it, and claims it in a second transaction
-//	                                           unless it is finished)
+//	                                           busy, finished, mismatch, error, breaker_open)
+//	oncekey.durable.transaction   claim        one of Do's transactions: on PostgreSQL the key's
+//	                                           lock and check, the function and the record inserted
+//	                                           with the commit (with WithWriteAtCommit, without
+//	                                           the lock), oncekey.durable.result (inserted, or
+//	                                           existing when the record was there: Do then reads
+//	                                           it, and claims it in a second transaction unless it
+//	                                           is finished); on SQLite, and for a key with a
+//	                                           record, the claim, the function, the result and
+//	                                           the commit
 //	oncekey.durable.claim         claim or     the store's claim: oncekey.durable.result
 //	                              transaction  (acquired, existing, or the error's kind)
 //	oncekey.finish                the caller   one per Lease.Complete, Fail, MarkUncertain or

@@ -214,14 +214,14 @@ func WithReplayCache(maxBytes int64) Option {
 // without it, every retry after Redis lost the key, a request whose payload
 // then mismatches, a request for a key another worker's [Lease] holds, and
 // every replay of a result too large for Redis to cache. In a storm of
-// duplicates the business work is multiplied by them. What it saves is the
-// claim's round trip on a fresh key and the row's update at completion (one
-// INSERT at COMMIT instead of a claim, then an UPDATE).
+// duplicates the business work is multiplied by them. What it saves, since
+// issue 44, is little: the default also writes the record once, at COMMIT,
+// and only adds the key's lock and a check for a record to the BEGIN's
+// round trip.
 //
-// Without it (the default) Do claims first: the durable claim is the
-// transaction's first statement, so fn runs at most once per record life.
-// On a store that cannot write at commit (durable/sqlite) the option has no
-// effect.
+// Without it (the default) Do locks first on PostgreSQL (see Do): fn runs
+// at most once per record life and never for a duplicate. On a store that
+// cannot write at commit (durable/sqlite) the option has no effect.
 func WithWriteAtCommit() Option {
 	return func(cfg *config) error {
 		cfg.atCommit = true
