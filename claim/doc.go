@@ -141,8 +141,11 @@
 //	                                           oncekey.generation (acquired, or the record's),
 //	                                           oncekey.takeover (bool), oncekey.replay (bool),
 //	                                           oncekey.replay.source (redis, durable) and
-//	                                           oncekey.state on a replay; status Error with the
-//	                                           outcome for an error
+//	                                           oncekey.state on a replay; oncekey.durable.read
+//	                                           (absent, or the state read) when Redis sent the
+//	                                           claim to read the record (a tentative lease, a
+//	                                           finished marker); status Error with the outcome
+//	                                           for an error
 //	oncekey.redis.claim           claim        claim.lua: oncekey.redis.result (acquired, cached,
 //	                                           busy, finished, mismatch, error, breaker_open)
 //	oncekey.durable.transaction   claim        one of Do's transactions: on PostgreSQL the key's
