@@ -62,11 +62,11 @@ func (s *store) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok 
 	digest := ref.Digest()
 	begin := s.beginSQL
 	if p.LockFirst {
-		begin += s.lockFirstSQL(digest)
+		begin += s.lockFirstSQL(digest, tok.Generation)
 	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
-		if p.LockFirst && notInserted(err) { // lockFirstSQL's 22012: a record exists
+		if p.LockFirst && notInserted(err) { // lockFirstSQL's 22012: a record exists, or tok is below the floor
 			return storeapi.ErrExists
 		}
 		return translate("begin", err)
@@ -76,10 +76,16 @@ func (s *store) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok 
 		return err
 	}
 	sql := s.q.insertCompleted
+	if p.LockFirst {
+		sql = s.q.insertCompletedLocked
+	}
 	switch state {
 	case durable.Completed:
 	case durable.Failed:
 		sql = s.q.insertFailed
+		if p.LockFirst {
+			sql = s.q.insertFailedLocked
+		}
 	default:
 		return fmt.Errorf("durable/postgres: insert at commit: %w", storeapi.Invalid("state", "not finished"))
 	}

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
+	"github.com/oncekey/oncekey/fence"
 )
 
 // lockFirst is claimParams with LockFirst: Do's default protocol.
@@ -221,4 +223,35 @@ func TestLockFirst_RefusedClaimUnderSavepointFreesTheLock(t *testing.T) {
 	if err := w.InsertAtCommit(lctx, lockFirst(sc), freshToken(), write(sc.Key, durable.Completed)); !errors.Is(err, storeapi.ErrExists) {
 		t.Fatalf("LockFirst while the refused claim's transaction is open = %v; want ErrExists at once", err)
 	}
+}
+
+// TestLockFirst_FloorCheckedAtBegin: with LockFirst the clock floor is
+// checked before fn runs, not at the INSERT after it. A generation below
+// it runs nothing (ErrExists); one just above it commits even when fn
+// outlasts the floor's move (a slow fn with a Redis proposal, 59 s behind
+// the clock, used to fail its INSERT after 1 s and roll back fn's run).
+func TestLockFirst_FloorCheckedAtBegin(t *testing.T) {
+	f, w, ctx := commitFixture(t, fixtureOpts{})
+	var runs atomic.Int64
+	below := fence.Token{Generation: uint64(time.Now().UnixMilli() - 61_000), Owner: uuid.New()}
+	sc := scope()
+	if err := w.InsertAtCommit(ctx, lockFirst(sc), below, counted(&runs, write(sc.Key, durable.Completed))); !errors.Is(err, storeapi.ErrExists) {
+		t.Fatalf("LockFirst below the floor = %v; want ErrExists", err)
+	}
+	if runs.Load() != 0 {
+		t.Fatal("fn ran for a generation below the floor")
+	}
+	// 59.5 s behind: above the floor at BEGIN, below it 0.5 s later.
+	near := fence.Token{Generation: uint64(time.Now().UnixMilli() - 59_500), Owner: uuid.New()}
+	slow := func(ctx context.Context, tx pgx.Tx) (durable.State, durable.Result, error) {
+		time.Sleep(time.Second)
+		return write(sc.Key, durable.Completed)(ctx, tx)
+	}
+	if err := w.InsertAtCommit(ctx, lockFirst(sc), near, counted(&runs, slow)); err != nil {
+		t.Fatalf("LockFirst with a slow fn = %v; want committed", err)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("fn ran %d times; want 1", runs.Load())
+	}
+	settled(t, f, 1)
 }

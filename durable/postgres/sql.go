@@ -27,6 +27,7 @@ const clockMs = `floor(EXTRACT(EPOCH FROM %C) * 1000)::bigint`
 type queries struct {
 	claim, claimNew, get, operation, handover, complete, fail, markUncertain, renew, release, adopt string
 	insertCompleted, insertFailed                                                                   string
+	insertCompletedLocked, insertFailedLocked                                                       string
 	pending, sweep, stats, statsExact                                                               string
 }
 
@@ -189,7 +190,11 @@ INSERT INTO %T (tenant_id, operation, key_hash, request_hash, state, generation,
 SELECT $1::text, $2::text, $3::bytea, $4::text, '%S', $5::bigint, $6::uuid,
 	$7::integer, $8::jsonb, $9::bytea, $10::bytea, $11::integer, $12::text,
 	0, c.now, c.now, c.now + $13::bigint * interval '1 microsecond', $13::bigint, $14::bytea
-FROM c
+FROM c` + insertFloorCheck
+
+// insertFloorCheck is insertFinishedSQL's check of the clock floor, which
+// an insert with LockFirst leaves out: its floor was checked at BEGIN.
+const insertFloorCheck = `
 WHERE 1 / (CASE WHEN $5::bigint >= %FLOOR THEN 1 ELSE 0 END) = 1`
 
 // getSQL reads one record: $1 tenant, $2 operation, $3 key hash,
@@ -403,6 +408,9 @@ func buildQueries(table, name string) queries {
 		complete:        f(finishSQL, "completed"),
 		insertCompleted: f(insertFinishedSQL, "completed"),
 		insertFailed:    f(insertFinishedSQL, "failed"),
+		// With LockFirst the floor was checked at BEGIN (lockFirstSQL).
+		insertCompletedLocked: f(strings.Replace(insertFinishedSQL, insertFloorCheck, "", 1), "completed"),
+		insertFailedLocked:    f(strings.Replace(insertFinishedSQL, insertFloorCheck, "", 1), "failed"),
 		fail:            f(finishSQL, "failed"),
 		markUncertain:   f(markUncertainSQL, ""),
 		renew:           f(renewSQL, ""),
@@ -425,9 +433,17 @@ func keyLock(d [32]byte) int32 {
 // same simple-protocol message: the key's lock, then, in a statement of its
 // own (READ COMMITTED takes a new snapshot per statement, so it sees a
 // record committed by the lock's previous holder), a check that fails with
-// division_by_zero (22012) when a record of the digest exists. The digest
-// is the only value interpolated: 64 hex digits.
-func (s *store) lockFirstSQL(d [32]byte) string {
+// division_by_zero (22012) when a record of the digest exists or when gen
+// is below the clock floor of a fresh claim. The floor is checked here, at
+// BEGIN, not at the INSERT after fn: a slow fn must not push a proposal
+// under a floor that moved on while it ran. It is as sound here: a
+// predecessor of the key swept before this BEGIN had a generation below
+// the sweep's clock less sweepGenerationMarginMs, itself below the floor
+// now, and none can be swept after it while this transaction holds the key
+// with no record. Only integers and the digest's 64 hex digits are
+// interpolated.
+func (s *store) lockFirstSQL(d [32]byte, gen uint64) string {
 	return "; select pg_advisory_xact_lock(" + strconv.FormatInt(int64(lockNamespace(s.table)), 10) + ", " + strconv.FormatInt(int64(keyLock(d)), 10) + ")" +
-		"; select 1 / (not exists (select 1 from " + s.table + " where operation_digest = '\\x" + hex.EncodeToString(d[:]) + "'::bytea))::int"
+		"; select 1 / (not exists (select 1 from " + s.table + " where operation_digest = '\\x" + hex.EncodeToString(d[:]) + "'::bytea)" +
+		" and " + strconv.FormatUint(gen, 10) + " >= " + strings.ReplaceAll(clockMs, "%C", "clock_timestamp()") + " - " + strconv.Itoa(generationFloorLagMs) + ")::int"
 }

@@ -69,7 +69,10 @@ type ClaimParams struct {
 	// LockFirst applies to [CommitWriter.InsertAtCommit]: before fn runs,
 	// the transaction takes the key's lock (the one every Claim takes,
 	// held until the transaction ends) and checks that no record of the
-	// scope exists; if one does, nothing runs and the error is ErrExists.
+	// scope exists and the generation is not below the clock floor of a
+	// fresh claim; otherwise nothing runs and the error is ErrExists. The
+	// INSERT after fn then checks no floor, so a slow fn cannot fall below
+	// it.
 	// A concurrent request of the same key then waits for this one's
 	// COMMIT instead of running fn beside it.
 	LockFirst bool
@@ -226,8 +229,9 @@ func (e *invalidError) Is(target error) bool { return target == durable.ErrInval
 var ErrNotInserted = errors.New("oncekey: record exists or generation below the floor; rolled back")
 
 // ErrExists is returned by [CommitWriter.InsertAtCommit] with
-// [ClaimParams.LockFirst] when a record of the scope exists: fn did not
-// run, nothing was written, and the caller goes on with the claim.
+// [ClaimParams.LockFirst] when a record of the scope exists, or the token's
+// generation is below the clock floor at BEGIN: fn did not run, nothing
+// was written, and the caller goes on with the claim.
 var ErrExists = errors.New("oncekey: record exists; nothing ran")
 
 // CommitWriter is implemented by a store that can write a request's record
