@@ -37,22 +37,65 @@ type recorder[T any] struct {
 	capturing atomic.Bool
 	mu        sync.Mutex
 	captured  []T
+	// answered holds the indexes in captured of the records answered so
+	// far (answer), for a counter that sees the answers.
+	answered map[int]bool
 }
 
 // record appends what v returns (a copy of what the counter sees), while
-// capturing only.
-func (r *recorder[T]) record(v func() T) {
-	if r.capturing.Load() {
-		r.mu.Lock()
-		r.captured = append(r.captured, v())
-		r.mu.Unlock()
+// capturing only, and returns its index in the capture (-1: none).
+func (r *recorder[T]) record(v func() T) int {
+	if !r.capturing.Load() {
+		return -1
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.captured = append(r.captured, v())
+	return len(r.captured) - 1
+}
+
+// answer notes that the record i (from record) was answered.
+func (r *recorder[T]) answer(i int) {
+	if i < 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.answered == nil {
+		r.answered = map[int]bool{}
+	}
+	r.answered[i] = true
+}
+
+// answeredSoFar returns the indexes of the records answered so far in
+// this capture.
+func (r *recorder[T]) answeredSoFar() map[int]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[int]bool, len(r.answered))
+	for i := range r.answered {
+		out[i] = true
+	}
+	return out
+}
+
+// seen reports whether anything recorded so far in this capture satisfies
+// ok.
+func (r *recorder[T]) seen(ok func(T) bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range r.captured {
+		if ok(v) {
+			return true
+		}
+	}
+	return false
 }
 
 // capture records what fn sends.
 func (r *recorder[T]) capture(fn func() error) ([]T, error) {
 	r.mu.Lock()
-	r.captured = nil
+	r.captured, r.answered = nil, nil
 	r.mu.Unlock()
 	r.capturing.Store(true)
 	err := fn()
@@ -75,10 +118,11 @@ type sqlCounter struct {
 }
 
 // commitWatch notes when a completion (a statement setting a record's
-// state to completed) is durable: at the end of the statement or batch
-// after which the connection that sent it is no longer in a transaction
-// (the statement itself, sent alone; or the COMMIT of the transaction it
-// was sent in). That is when the holder's commit returned, before any
+// state to completed, or, as Do sends it since issue 44, the record's
+// INSERT as finished, pipelined with the COMMIT) is durable: at the end of
+// the statement or batch after which the connection that sent it is no
+// longer in a transaction (the statement itself, sent alone; or the COMMIT
+// of the transaction it was sent in). That is when the holder's commit returned, before any
 // Redis step the library takes after it.
 type commitWatch struct {
 	mu    sync.Mutex
@@ -102,9 +146,10 @@ func (c *sqlCounter) watchCommit() (stop func() time.Time) {
 // isCompletionSQL tells the store's completion apart.
 func isCompletionSQL(sql string) bool { return strings.Contains(sql, "SET state = 'completed'") }
 
-// started arms the watch for conn when it sends a completion.
+// started arms the watch for conn when it sends a completion, or the
+// record's INSERT as finished.
 func (c *sqlCounter) started(conn *pgx.Conn, sql string) {
-	if w := c.commits.Load(); w != nil && conn != nil && isCompletionSQL(sql) {
+	if w := c.commits.Load(); w != nil && conn != nil && (isCompletionSQL(sql) || isInsertAtCommitSQL(sql)) {
 		w.mu.Lock()
 		w.armed[conn] = true
 		w.mu.Unlock()
@@ -215,12 +260,15 @@ func (c *redisCounter) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
 }
 
-// ProcessHook counts one command.
+// ProcessHook counts one command, and while capturing records it and
+// notes when it was answered.
 func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
-		c.record(func() []any { return append([]any(nil), cmd.Args()...) })
-		return next(ctx, cmd)
+		i := c.record(func() []any { return append([]any(nil), cmd.Args()...) })
+		err := next(ctx, cmd)
+		c.answer(i)
+		return err
 	}
 }
 

@@ -40,43 +40,62 @@
 //
 //   - fresh: unique keys through [claim.Claimer.Do], whose business write
 //     is one INSERT into a small orders table the tool creates in its
-//     schema: library and library-no-redis claim first (Do's default: the
-//     claim, the INSERT, the completion, in one transaction), each with its
-//     throughput ratio to its floor (target 0.90: floor-claim-new, the
-//     insert first, which a Claimer sends for a key Redis granted and,
-//     without Redis, once its recent claims were mostly new keys, as they
-//     are here after the first 16) and its cost
-//     ratio to floor-business-tx (issue 30: at most 1.9 with Redis, 1.7
-//     without); library-at-commit and library-at-commit-no-redis, the same
-//     with [claim.WithWriteAtCommit] (the finished record inserted with the
-//     COMMIT), against floor-sql (target 0.85) and at most 1.45 and 1.3 of
-//     floor-business-tx. Floors: floor-claim-first, Do's claim-first
-//     statements without Redis (BEGIN, the full claim, the order INSERT,
-//     the completion with COMMIT in one pipeline; captured from Do at
-//     start-up, which checks the sequence) issued with pgx, whose own cost
-//     ratio has issue 30's ceiling of 1.5: it is the protocol's price on
-//     today's record, what a slimmer record would lower; floor-claim-new,
-//     the same with the insert Do sends for a key Redis granted
-//     (ClaimParams.ExpectNew) instead of the full claim;
-//     floor-claim-new-redis, floor-claim-new between the two script calls
-//     Do makes around it when Redis answers (claim.lua, then complete.lua
-//     with the result Do caches; SHAs, result and TTL captured from Do at
-//     start-up), each a bare EVALSHA (since issue 43.1 Do also sends
-//     syncgen.lua, off the caller's path, to confirm its lease; the floor
-//     does not): the floor of a fresh Do with Redis,
-//     to which library's cost ratio is printed beside its target;
-//     library-digest-key, library-no-redis-digest-key and
-//     floor-claim-new-digest-key, library, library-no-redis and
-//     floor-claim-new on a second table of the tool's schema carried over by
-//     migration 007's contract step (oncekey migrate contract: the
-//     operation digest as the primary key), with the same targets;
+//     schema. library and library-no-redis run Do's default on PostgreSQL
+//     since issue 44, locking first: one round trip sends the BEGIN (with
+//     its SET LOCALs), the key's advisory lock and the check that no record
+//     exists (one simple-protocol message), then fn's INSERT, then the
+//     finished record's INSERT pipelined with the COMMIT; with Redis,
+//     claim.lua before and complete.lua after (at 7bab721 waited for,
+//     with syncgen.lua, confirming the lease, sent from a goroutine while
+//     fn ran; whether Do waits for complete.lua and sends syncgen.lua has
+//     changed since, so floor-lock-first-redis sends what Do sent at
+//     start-up). Each
+//     has its throughput ratio to floor-lock-first (target 0.90) and its
+//     cost ratio to floor-business-tx (issue 30: at most 1.9 with Redis,
+//     1.7 without); library's cost ratio to floor-lock-first-redis is
+//     printed beside them, and names that floor in its "missed" lines.
+//     library-at-commit and library-at-commit-no-redis, the same with
+//     [claim.WithWriteAtCommit] (the finished record inserted with the
+//     COMMIT, no lock), against floor-sql (target 0.85) and at most 1.45 and
+//     1.3 of floor-business-tx. Floors: floor-lock-first, Do's statements
+//     (the BEGIN with the lock and the check, captured from Do at start-up
+//     and rebuilt for each key from the values it interpolates: the lock,
+//     the digest, the generation; a second Do, with Redis, is checked to
+//     send exactly that; the record INSERT, captured) issued with pgx, at
+//     the generation Do proposes without Redis;
+//     floor-lock-first-redis, the same between the bare EVALSHAs Do sends
+//     around it, as one Do at start-up sent them (logged): claim.lua, then
+//     complete.lua with the result Do caches (SHAs, result and TTL
+//     captured), waited for, or sent from a goroutine and not waited for
+//     when Do sent it after its answer; and syncgen.lua when Do sent it,
+//     from a goroutine once the BEGIN returned, its answer not read; all
+//     at claim.lua's generation: the floor of a fresh Do with Redis (a
+//     call it did not wait for that failed fails its next request);
+//     floor-lock-first-digest-key, floor-lock-first
+//     on a second table of the tool's schema carried over by migration
+//     007's contract step (oncekey migrate contract: the operation digest
+//     as the primary key), against library-digest-key and
+//     library-no-redis-digest-key (Do on that table), with the same
+//     targets. The claim-first floors, Do's default before issue 44, now
+//     what Do sends for a key whose record exists unfinished and what the
+//     workflow (Claim, the caller's transaction, Lease.Complete) sends in
+//     one transaction, every claim now taking the key's lock too:
+//     floor-claim-first (BEGIN, the full claim a Claim sends without Redis,
+//     the order INSERT, the completion with COMMIT in one pipeline), whose
+//     cost ratio has issue 30's ceiling of 1.5; floor-claim-new, the same
+//     with the insert a Claim sends for a key Redis granted
+//     (ClaimParams.ExpectNew) instead of the full claim (the claims and the
+//     completion captured from Claim and Lease.Complete at start-up);
+//     floor-claim-new-redis, floor-claim-new between claim.lua and
+//     complete.lua (no syncgen.lua);
 //     floor-claim-in-begin, floor-claim-new with the insert sent in the
 //     query that opens the transaction (one round trip fewer), through a
 //     PL/pgSQL function the tool creates in its schema (its plan prepared
 //     once per connection) called with literal, hex-encoded arguments,
 //     measured, not used by the library (beginclaim.go);
 //     floor-slim-claim-first and floor-slim-pending-claim-first,
-//     floor-claim-new's statements on issue 30.4's slim record (the
+//     floor-claim-new's statements, without the lock, on issue 30.4's slim
+//     record (the
 //     operation digest as the primary key, compact columns, fillfactor 80:
 //     slim.go), the first with a B-tree on the expiry alone (HOT
 //     completions, no index for Pending), the second with today's partial
@@ -114,11 +133,12 @@
 //     1.8× floor-business-tx; with Redis 1.4× and (library) 2.0×; the
 //     caller's p50 with Redis at most 1.3× without, judged on both
 //     transactions; Claim + Complete's cost ratio to both floors, reported
-//     only. A missed ceiling on the realistic transaction is bounded by an
-//     estimate from the same run: what floor-claim-new (without Redis) or
-//     floor-claim-new-redis (with) adds to floor-business-tx a request
-//     (1/throughput), added to floor-realistic-tx's; a missed p50 by the
-//     p50 floor-claim-new-redis adds to floor-claim-new. Checks: every key
+//     only. A missed ceiling on the minimal transaction is bounded by
+//     floor-lock-first (without Redis) or floor-lock-first-redis (with);
+//     one on the realistic transaction by an estimate from the same run:
+//     what that floor adds to floor-business-tx a request (1/throughput),
+//     added to floor-realistic-tx's; a missed p50 by the p50
+//     floor-lock-first-redis adds to floor-lock-first. Checks: every key
 //     a realistic variant answered executed has one ledger row (warm-up
 //     included), the orders equal those keys, two lines per order, and
 //     the stock taken equals the quantities of those keys (the UPDATE
@@ -190,7 +210,10 @@
 // Each workload alternates its variants in short rounds (the order rotating
 // every round), so drift on a shared machine hits all of them alike; only
 // ratios measured in the same run mean much. Every variant gets one untimed
-// warm-up round. Per variant the tool reports throughput, p50/p99/p99.9
+// warm-up round. Each variant's share of -duration is split into the
+// whole number of -round long rounds nearest to it (at least one): fresh's
+// 23 variants get two rounds of 217ms from -duration 10s at the default
+// -round 250ms, four of 109ms at -round 100ms (bench/README.md's command). Per variant the tool reports throughput, p50/p99/p99.9
 // latency (a log-linear histogram, ±1.6%), Redis commands and SQL
 // statements per request (a go-redis Hook and a pgx QueryTracer; BEGIN and
 // COMMIT are statements), allocations per request (runtime.MemStats Mallocs

@@ -5,11 +5,15 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,24 +46,36 @@ var (
 // library's own statements and script, captured from it at start-up so the
 // floors cannot drift from what they are compared to.
 type floors struct {
-	e          *env
-	beginSQL   string         // the library's BEGIN (with its SET LOCALs)
-	claimSQL   string         // the durable claim: INSERT ... ON CONFLICT ... RETURNING
-	claimNew   string         // the claim of a key Redis granted: INSERT ... ON CONFLICT DO NOTHING
-	slim       slimStatements // on the slim record with slimHotIndexes
-	slimPend   slimStatements // on the slim record with slimPendingIndexes
-	finishSQL  string         // the fenced completion: UPDATE ... SET state = 'completed'
-	insertSQL  string         // Do's record, inserted finished with the COMMIT
-	pkOnlySQL  string         // insertSQL into the record's table with its primary key alone
-	selectSQL  string         // a bare read of a stored result
-	sha        string         // claim.lua's SHA1
-	headers    string         // result.Headers as JSON text, encoded once (the store sends it as text)
-	binHeaders []byte         // result.Headers in the store's byte-exact encoding, captured
+	e         *env
+	beginSQL  string         // the library's BEGIN (with its SET LOCALs)
+	claimSQL  string         // the durable claim: INSERT ... ON CONFLICT ... RETURNING
+	claimNew  string         // the claim of a key Redis granted: INSERT ... ON CONFLICT DO NOTHING
+	slim      slimStatements // on the slim record with slimHotIndexes
+	slimPend  slimStatements // on the slim record with slimPendingIndexes
+	finishSQL string         // the fenced completion: UPDATE ... SET state = 'completed'
+	insertSQL string         // Do's record, inserted finished with the COMMIT
+	// locked and lockedDigestKey are what Do sends by default, locking
+	// first, on the store's table and on the digest-keyed one (captured)
+	locked, lockedDigestKey lockFirstStatements
+	pkOnlySQL               string // insertSQL into the record's table with its primary key alone
+	selectSQL               string // a bare read of a stored result
+	sha                     string // claim.lua's SHA1
+	headers                 string // result.Headers as JSON text, encoded once (the store sends it as text)
+	binHeaders              []byte // result.Headers in the store's byte-exact encoding, captured
 
 	// complete.lua's SHA1, and the result and TTL Do cached with it
 	completeSHA  string
 	completeBlob string
 	completeTTL  int64
+	// completeAsync: Do sent complete.lua after it returned, off the
+	// caller's path, and did not wait for it
+	completeAsync bool
+	// syncgen.lua's SHA1, when Do sent it (captured likewise): the call by
+	// which Do confirmed its lease from a goroutine while fn ran
+	syncgenSHA string
+	// asyncErr is the first error of a script call floor-lock-first-redis
+	// did not wait for, returned by its next request
+	asyncErr atomic.Pointer[error]
 }
 
 func newFloors(ctx context.Context, e *env) (*floors, error) {
@@ -83,6 +99,15 @@ func newFloors(ctx context.Context, e *env) (*floors, error) {
 	if err := f.captureScript(ctx); err != nil {
 		return nil, err
 	}
+	calls := "claim.lua, "
+	if f.syncgenSHA != "" {
+		calls += "syncgen.lua (from a goroutine, not waited for), "
+	}
+	calls += "complete.lua"
+	if f.completeAsync {
+		calls += " (after its answer, not waited for)"
+	}
+	logf("floors: a fresh Do with Redis sent %s; floor-lock-first-redis sends the same", calls)
 	f.selectSQL = `SELECT state, request_hash, status_code, response_headers, response_body, response_version, resource_id
 FROM ` + e.table + ` WHERE tenant_id = $1 AND operation = $2 AND key_hash = $3`
 	return f, nil
@@ -141,12 +166,14 @@ func plain(v any) any {
 // captureSQL records the statements of one Do (with the fresh workload's
 // business write) on the Redis Claimer with the write at commit
 // (claim.WithWriteAtCommit) and keeps its BEGIN and its record INSERT, and
-// the claim statement of one Claim. It checks that Do sent
-// BEGIN, the order INSERT, then the record INSERT with COMMIT, as the floor
-// sends them.
+// the claim statement of one Claim without Redis (the full claim). It
+// checks that Do sent BEGIN, the order INSERT, then the record INSERT with
+// COMMIT, as the floor sends them; then what Do sends by default, locking
+// first (captureLockFirst), and the workflow's claim and completion
+// (captureClaimNew).
 func (f *floors) captureSQL(ctx context.Context) error {
 	h := make([]byte, 32)
-	err := f.captureDo(ctx, f.e.atCommit, "begin,order,record,commit", func(i int, s pgx.TraceQueryStartData) string {
+	err := f.captureDo(ctx, f.e.atCommit, randName("capture-"), "begin,order,record,commit", func(i int, s pgx.TraceQueryStartData) string {
 		switch {
 		case i == 0 && strings.HasPrefix(strings.ToLower(s.SQL), "begin"):
 			f.beginSQL = s.SQL
@@ -174,14 +201,14 @@ func (f *floors) captureSQL(ctx context.Context) error {
 		return fmt.Errorf("%w: Claim: %w", ErrCapture, err)
 	}
 	for _, s := range stmts {
-		if isClaimSQL(s.SQL) && sameShape(f.claimArgs(h, uuid.Nil), s.Args) {
+		if isClaimSQL(s.SQL) && !strings.Contains(s.SQL, "DO NOTHING") && sameShape(f.claimArgs(h, uuid.Nil), s.Args) {
 			f.claimSQL = s.SQL
 		}
 	}
 	if f.claimSQL == "" {
 		return fmt.Errorf("%w: no claim statement of the expected shape among %d statements", ErrCapture, len(stmts))
 	}
-	if err := f.captureClaimFirst(ctx); err != nil {
+	if err := f.captureLockFirst(ctx); err != nil {
 		return err
 	}
 	return f.captureClaimNew(ctx)
@@ -194,58 +221,213 @@ func (f *floors) finishArgs(h []byte, gen int64, owner uuid.UUID) []any {
 		result.Body, result.Version, result.ResourceID, f.binHeaders}
 }
 
-// captureClaimFirst records one Do without Redis, claiming first (the
-// default), checks it sent BEGIN, the claim, the order INSERT, the
-// completion and COMMIT, and keeps the completion.
-func (f *floors) captureClaimFirst(ctx context.Context) error {
-	h := make([]byte, 32)
-	return f.captureDo(ctx, f.e.noRedis, "begin,claim,order,complete,commit", func(i int, s pgx.TraceQueryStartData) string {
-		switch {
-		case i == 0 && s.SQL == f.beginSQL:
-			return "begin"
-		case s.SQL == f.claimSQL:
-			return "claim"
-		case strings.Contains(s.SQL, "SET state = 'completed'") && sameShape(f.finishArgs(h, 1, uuid.Nil), s.Args):
-			f.finishSQL = s.SQL
-			return "complete"
-		}
-		return ""
-	})
+// lockFirstStatements are the statements of Do's default protocol on
+// PostgreSQL (it locks first, issue 44) on one table: the query that opens
+// its transaction and the finished record's INSERT sent with the COMMIT.
+type lockFirstStatements struct {
+	begin  lockBegin
+	insert string
 }
 
-// captureClaimNew records one Do with Redis, which claims a key Redis
-// granted with the insert alone (ClaimParams.ExpectNew), checks it sent
-// BEGIN, that insert, the order INSERT, the completion and COMMIT, and keeps
-// the insert.
+// lockBegin is the query that opens Do's transaction when it locks first:
+// the library's BEGIN (with its SET LOCALs), then, in the same
+// simple-protocol message, the key's advisory lock and the check that no
+// record of the key exists (with, in later library versions, its
+// generation checked against the clock floor), as Do sent it for one key,
+// cut around the values it interpolates for each request: parts[i] comes
+// before the value slots[i], parts[len(slots)] last.
+type lockBegin struct {
+	parts []string
+	slots []int
+}
+
+// The values a lock-first BEGIN interpolates: the second int of the key's
+// lock (the first 32 bits of the operation digest), the digest's 64 hex
+// digits, the generation.
+const (
+	slotLock = iota
+	slotDigest
+	slotGen
+)
+
+// lockBeginValues are the values as the BEGIN writes them: the lock is
+// the lock function's last argument.
+func lockBeginValues(d []byte, gen int64) [3]string {
+	return [3]string{", " + strconv.FormatInt(int64(int32(binary.BigEndian.Uint32(d[:4]))), 10) + ")",
+		hex.EncodeToString(d), strconv.FormatInt(gen, 10)}
+}
+
+// parseLockBegin cuts sql, the lock-first BEGIN Do sent for operation
+// digest d at generation gen, around those values: the lock and the digest
+// must occur once each, the generation at most once.
+func parseLockBegin(sql string, d []byte, gen int64) (lockBegin, error) {
+	vals := lockBeginValues(d, gen)
+	type at struct{ pos, slot int }
+	var found []at
+	for slot, v := range vals {
+		switch n := strings.Count(sql, v); {
+		case n == 1:
+			found = append(found, at{strings.Index(sql, v), slot})
+		case n == 0 && slot == slotGen:
+		default:
+			return lockBegin{}, fmt.Errorf("%w: the lock-first BEGIN holds %q %d times: %q", ErrCapture, v, n, sql)
+		}
+	}
+	slices.SortFunc(found, func(a, b at) int { return a.pos - b.pos })
+	var t lockBegin
+	last := 0
+	for _, x := range found {
+		if x.pos < last {
+			return lockBegin{}, fmt.Errorf("%w: the lock-first BEGIN's values overlap: %q", ErrCapture, sql)
+		}
+		t.parts = append(t.parts, sql[last:x.pos])
+		t.slots = append(t.slots, x.slot)
+		last = x.pos + len(vals[x.slot])
+	}
+	t.parts = append(t.parts, sql[last:])
+	if got := t.build(d, gen); got != sql {
+		return lockBegin{}, fmt.Errorf("%w: the lock-first BEGIN does not rebuild: %q from %q", ErrCapture, got, sql)
+	}
+	return t, nil
+}
+
+// build is the BEGIN for operation digest d at generation gen.
+func (t lockBegin) build(d []byte, gen int64) string {
+	vals := lockBeginValues(d, gen)
+	var b strings.Builder
+	for i, slot := range t.slots {
+		b.WriteString(t.parts[i])
+		b.WriteString(vals[slot])
+	}
+	b.WriteString(t.parts[len(t.slots)])
+	return b.String()
+}
+
+// captureLockFirst records one Do on each of the Claimers without and
+// with Redis and on the digest-keyed one without Redis, which lock first
+// (Do's default on PostgreSQL), checks each sent its BEGIN with the key's
+// lock and the record check, the order INSERT, then the record INSERT with
+// COMMIT, and keeps the BEGIN (cut around its values: parseLockBegin) and
+// the INSERT of each table; the Do with Redis must send what the one
+// without did, at its own values.
+func (f *floors) captureLockFirst(ctx context.Context) error {
+	h := make([]byte, 32)
+	for _, c := range []struct {
+		name  string
+		c     *claim.Claimer[pgx.Tx]
+		table string
+		st    *lockFirstStatements
+		check bool // the statements are known: check them
+	}{
+		{"without Redis", f.e.noRedis, f.e.table, &f.locked, false},
+		{"with Redis", f.e.withRedis, f.e.table, &f.locked, true},
+		{"digest-keyed, without Redis", f.e.digestKeyNoRedis, f.e.digestKeyTable, &f.lockedDigestKey, false},
+	} {
+		key := randName("capture-")
+		d := scope(key).Ref(nil).Digest()
+		var begin string
+		var gen int64
+		err := f.captureDo(ctx, c.c, key, "begin,order,record,commit", func(i int, s pgx.TraceQueryStartData) string {
+			switch {
+			case i == 0 && strings.HasPrefix(s.SQL, f.beginSQL+"; ") && strings.Contains(s.SQL, "pg_advisory_xact_lock("):
+				begin = s.SQL
+				return "begin"
+			case isInsertAtCommitSQL(s.SQL) && strings.Contains(s.SQL, c.table+" ") && sameShape(f.insertArgs(h, 1, uuid.Nil), s.Args):
+				gen, _ = s.Args[4].(int64)
+				if c.check && s.SQL != c.st.insert {
+					return "other record"
+				}
+				c.st.insert = s.SQL
+				return "record"
+			}
+			return ""
+		})
+		if err != nil {
+			return fmt.Errorf("%w (Do %s, locking first)", err, c.name)
+		}
+		if c.check {
+			if want := c.st.begin.build(d[:], gen); begin != want {
+				return fmt.Errorf("%w: Do %s sent the BEGIN %q; want %q", ErrCapture, c.name, begin, want)
+			}
+			continue
+		}
+		if c.st.begin, err = parseLockBegin(begin, d[:], gen); err != nil {
+			return fmt.Errorf("%w (Do %s)", err, c.name)
+		}
+	}
+	return nil
+}
+
+// captureClaimNew records one Claim on the Redis Claimer, which claims a
+// key Redis granted with the insert alone (ClaimParams.ExpectNew), and
+// Lease.Complete, checks they sent that insert and the completion (each
+// possibly after a SET of the lock timeout, in the same round trip), and
+// keeps both: floor-claim-new's claim and the completion of every
+// claim-first floor. Since issue 44 Do claims first only for a key whose
+// record exists unfinished (or on a store that cannot lock first); the
+// workflow (Claim, the caller's transaction, Lease.Complete) claims so
+// every time.
 func (f *floors) captureClaimNew(ctx context.Context) error {
 	h := make([]byte, 32)
-	return f.captureDo(ctx, f.e.withRedis, "begin,claim,order,complete,commit", func(i int, s pgx.TraceQueryStartData) string {
+	stmts, err := f.e.sql.capture(func() error {
+		out, err := f.e.withRedis.Claim(ctx, request(randName("capture-")))
+		if err != nil {
+			return err
+		}
+		if out.Kind != claim.Acquired || out.Lease == nil {
+			return fmt.Errorf("%w: Claim of a fresh key answered %v", ErrUnexpected, out.Kind)
+		}
+		return out.Lease.Complete(ctx, result)
+	})
+	if err != nil {
+		return fmt.Errorf("%w: Claim and Complete: %w", ErrCapture, err)
+	}
+	var shape []string
+	for _, s := range stmts {
 		switch {
-		case i == 0 && s.SQL == f.beginSQL:
-			return "begin"
+		case strings.Contains(s.SQL, "set_config('lock_timeout'"):
+			// The store's own lock timeout on a pooled session that lacks it.
 		case isClaimSQL(s.SQL) && strings.Contains(s.SQL, "DO NOTHING") && sameShape(f.claimArgs(h, uuid.Nil), s.Args):
 			f.claimNew = s.SQL
-			return "claim"
-		case s.SQL == f.finishSQL:
-			return "complete"
+			shape = append(shape, "claim")
+		case isCompletionSQL(s.SQL) && sameShape(f.finishArgs(h, 1, uuid.Nil), s.Args):
+			f.finishSQL = s.SQL
+			shape = append(shape, "complete")
+		default:
+			shape = append(shape, "other: "+firstLine(s.SQL))
 		}
-		return ""
-	})
+	}
+	if got := strings.Join(shape, ","); got != "claim,complete" {
+		return fmt.Errorf("%w: Claim and Complete sent %s; want claim,complete", ErrCapture, got)
+	}
+	return nil
 }
 
-// captureDo records the statements of one Do of the fresh workload on c,
-// names each with kind (which keeps what it needs; "" for none of its
-// own), and checks the names read want. The order INSERT and COMMIT are
-// named here.
-func (f *floors) captureDo(ctx context.Context, c *claim.Claimer[pgx.Tx], want string, kind func(i int, s pgx.TraceQueryStartData) string) error {
+// firstLine is the start of a statement, for an error.
+func firstLine(sql string) string {
+	if i := strings.IndexByte(sql, '\n'); i >= 0 {
+		sql = sql[:i]
+	}
+	if len(sql) > 80 {
+		sql = sql[:80] + "…"
+	}
+	return sql
+}
+
+// captureDo records the statements of one Do of the fresh workload on c
+// for key, names each with kind (which keeps what it needs; "" for none of
+// its own), and checks the names read want. The order INSERT and COMMIT
+// are named here; an error names the start of each statement kind did not.
+func (f *floors) captureDo(ctx context.Context, c *claim.Claimer[pgx.Tx], key, want string, kind func(i int, s pgx.TraceQueryStartData) string) error {
 	stmts, err := f.e.sql.capture(func() error {
-		_, err := doOrder(ctx, f.e, c, randName("capture-"))
+		_, err := doOrder(ctx, f.e, c, key)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("%w: Do: %w", ErrCapture, err)
 	}
 	shape := make([]string, len(stmts))
+	var others []string
 	for i, s := range stmts {
 		switch shape[i] = kind(i, s); {
 		case shape[i] != "":
@@ -255,24 +437,45 @@ func (f *floors) captureDo(ctx context.Context, c *claim.Claimer[pgx.Tx], want s
 			shape[i] = "commit"
 		default:
 			shape[i] = "other"
+			others = append(others, fmt.Sprintf("%q", firstLine(s.SQL)))
 		}
 	}
 	if got := strings.Join(shape, ","); got != want {
-		return fmt.Errorf("%w: Do sent %s; want %s", ErrCapture, got, want)
+		return fmt.Errorf("%w: Do sent %s; want %s (unrecognised: %s)", ErrCapture, got, want, strings.Join(others, ", "))
 	}
 	return nil
 }
 
 // captureScript records the Redis commands of one Do on the Redis Claimer
-// and keeps the SHA of the first script it ran (claim.lua) and, from the
-// second (complete.lua), its SHA and the cached result it wrote. The
-// syncgen.lua call that confirms Do's tentative lease (sent off the
-// caller's path, concurrently with fn, since issue 43.1) is recognised by
-// its shape and passed over: the floors do not send it.
+// (locking first) and keeps the SHA of the first script it ran (claim.lua)
+// and, from the second (complete.lua), its SHA and the cached result it
+// wrote, and whether Do waited for its answer or returned first (it sent
+// it off the caller's path: completeAsync). A syncgen.lua call, by
+// which Do confirmed its tentative lease from a goroutine while fn ran
+// (issue 43.1; since dropped from the lock-first path), is recognised by
+// its shape and its SHA kept. floor-lock-first-redis sends what was seen,
+// as it was seen; floor-claim-new-redis sends claim.lua and complete.lua
+// and waits for both.
 func (f *floors) captureScript(ctx context.Context) error {
+	// syncgen.lua: the key; generation, owner.
+	syncgen := []any{"evalsha", "", 1, "", int64(0), ""}
+	// complete.lua: the key; owner, generation, fingerprint, result, TTL.
+	complete := []any{"evalsha", "", 1, "", "", int64(0), fingerprint, "", int64(0)}
+	var answered map[int]bool // the commands answered when Do returned
 	cmds, err := f.e.rc.capture(func() error {
-		_, err := f.e.withRedis.Do(ctx, request(randName("capture-")), emptyWrite)
-		return err
+		if _, err := f.e.withRedis.Do(ctx, request(randName("capture-")), emptyWrite); err != nil {
+			return err
+		}
+		answered = f.e.rc.answeredSoFar()
+		// complete.lua may follow Do's answer: wait for it, then a moment
+		// for a call still on its way.
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if f.e.rc.seen(func(args []any) bool { return sameShape(args, complete) }) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w: Do: %w", ErrCapture, err)
@@ -286,11 +489,9 @@ func (f *floors) captureScript(ctx context.Context) error {
 		{"claim", []any{"evalsha", "", 1, "", fingerprint, "", leaseMs}},
 		{"complete", []any{"evalsha", "", 1, "", "", int64(0), fingerprint, "", int64(0)}},
 	}
-	// syncgen.lua: the key; generation, owner.
-	syncgen := []any{"evalsha", "", 1, "", int64(0), ""}
 	var scripts [][]any
-	for _, args := range cmds {
-		if len(args) < 2 || len(scripts) == len(shapes) {
+	for i, args := range cmds {
+		if len(args) < 2 {
 			continue
 		}
 		sha := ""
@@ -305,6 +506,10 @@ func (f *floors) captureScript(ctx context.Context) error {
 			continue
 		}
 		if len(scripts) > 0 && sameShape(args, syncgen) {
+			f.syncgenSHA = sha
+			continue
+		}
+		if len(scripts) == len(shapes) {
 			continue
 		}
 		want := shapes[len(scripts)]
@@ -314,6 +519,10 @@ func (f *floors) captureScript(ctx context.Context) error {
 				shape[i] = fmt.Sprintf("%T", a)
 			}
 			return fmt.Errorf("%w: the %s script call has an unexpected shape: %v", ErrCapture, want.name, shape)
+		}
+		if want.name == "complete" {
+			// Do waited for complete.lua if its answer came before Do's.
+			f.completeAsync = !answered[i]
 		}
 		args = append([]any{args[0], sha}, args[2:]...)
 		scripts = append(scripts, args)
@@ -328,7 +537,10 @@ func (f *floors) captureScript(ctx context.Context) error {
 	if f.completeBlob == "" || f.completeTTL <= 0 {
 		return fmt.Errorf("%w: complete.lua cached no result (ttl %d)", ErrCapture, f.completeTTL)
 	}
-	for _, sha := range []string{f.sha, f.completeSHA} {
+	for _, sha := range []string{f.sha, f.completeSHA, f.syncgenSHA} {
+		if sha == "" {
+			continue // no syncgen.lua
+		}
 		ok, err := f.e.rdb.ScriptExists(ctx, sha).Result()
 		if err != nil || len(ok) != 1 || !ok[0] {
 			return fmt.Errorf("%w: script %s not loaded: %v", ErrCapture, sha, err)
@@ -360,7 +572,7 @@ func (f *floors) pkOnly(ctx context.Context, key string) (outcome, error) {
 // sends without Redis, and COMMIT.
 func (f *floors) record(ctx context.Context, key, insert string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
-	return f.orderThenCommit(ctx, key, f.beginSQL, insert,
+	return f.orderThenCommit(ctx, key, f.beginSQL, nil, insert,
 		f.insertArgs(h[:], time.Now().Add(-30*time.Second).UnixMilli(), uuid.New())...)
 }
 
@@ -374,12 +586,13 @@ func (f *floors) record(ctx context.Context, key, insert string) (outcome, error
 // written with the business write costs.
 func (f *floors) keyRow(ctx context.Context, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
-	return f.orderThenCommit(ctx, key, f.beginSQL, f.e.insertKeyRow, h[:])
+	return f.orderThenCommit(ctx, key, f.beginSQL, nil, f.e.insertKeyRow, h[:])
 }
 
 // orderThenCommit runs begin, the order INSERT, then sql with args and
-// COMMIT in one pipeline, on one connection.
-func (f *floors) orderThenCommit(ctx context.Context, key, begin, sql string, args ...any) (outcome, error) {
+// COMMIT in one pipeline, on one connection; afterBegin, when set, once
+// begin has returned.
+func (f *floors) orderThenCommit(ctx context.Context, key, begin string, afterBegin func(), sql string, args ...any) (outcome, error) {
 	conn, err := f.e.pool.Acquire(ctx)
 	if err != nil {
 		return oOther, err
@@ -388,6 +601,9 @@ func (f *floors) orderThenCommit(ctx context.Context, key, begin, sql string, ar
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
 		return oOther, err
+	}
+	if afterBegin != nil {
+		afterBegin()
 	}
 	if err := insertOrder(ctx, f.e, tx, key); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -422,24 +638,16 @@ func execWithCommit(ctx context.Context, conn *pgxpool.Conn, sql string, args ..
 	return done, nil
 }
 
-// claimFirst is Do's protocol when it claims first (its default) as its
-// statements alone, with pgx: BEGIN, the claim (claimSQL, Do's without
-// Redis, or claimNew, Do's when Redis granted the key; reading the
-// generation it grants), the order INSERT, then the completion and COMMIT
-// in one pipeline. It is the floor of running fn once per record life on
-// today's record.
+// claimFirst is the claim-first protocol as its statements alone, with
+// pgx: BEGIN, the claim (claimSQL, the full claim a Claim sends without
+// Redis, or claimNew, the insert it sends for a key Redis granted; reading
+// the generation it grants), the order INSERT, then the completion and
+// COMMIT in one pipeline. Do's default until issue 44, now what Do sends
+// for a key whose record exists unfinished (or on a store that cannot
+// lock first), and the workflow's statements (Claim, the caller's
+// transaction, Lease.Complete) in one transaction. Since issue 44 every
+// claim statement also takes the key's advisory lock.
 func (f *floors) claimFirst(ctx context.Context, claimSQL, key string) (outcome, error) {
-	return f.claimFirstOn(ctx, claimSQL, f.finishSQL, key)
-}
-
-// onDigestKey is sql (one of the library's statements) on the digest-keyed
-// table instead of the store's.
-func (f *floors) onDigestKey(sql string) string {
-	return strings.ReplaceAll(sql, f.e.table+" ", f.e.digestKeyTable+" ")
-}
-
-// claimFirstOn is claimFirst with the completion finishSQL.
-func (f *floors) claimFirstOn(ctx context.Context, claimSQL, finishSQL, key string) (outcome, error) {
 	h := sha256.Sum256([]byte(key))
 	owner := uuid.New()
 	return f.claimThenComplete(ctx, key, f.beginSQL, func(tx pgx.Tx) (int64, error) {
@@ -458,7 +666,7 @@ func (f *floors) claimFirstOn(ctx context.Context, claimSQL, finishSQL, key stri
 		}
 		rows.Close()
 		return gen, rows.Err()
-	}, func(gen int64) (string, []any) { return finishSQL, f.finishArgs(h[:], gen, owner) })
+	}, func(gen int64) (string, []any) { return f.finishSQL, f.finishArgs(h[:], gen, owner) })
 }
 
 // claimThenComplete runs begin (the library's BEGIN, or more in the same
@@ -580,6 +788,84 @@ func (f *floors) claimNewRedis(ctx context.Context, key string) (outcome, error)
 	}
 	if len(r) != 2 || r[0] != int64(1) || r[1] != int64(1) {
 		return oOther, fmt.Errorf("%w: complete.lua answered %v, want the result cached and the lease dropped", ErrUnexpected, r)
+	}
+	return oExecuted, nil
+}
+
+// lockFirst is Do's default protocol on PostgreSQL since issue 44 (it
+// locks first) as its statements alone, with pgx, without Redis, on the
+// table of st: BEGIN with the key's lock and the check that no record
+// exists in one round trip, the order INSERT, then the finished record's
+// INSERT and COMMIT in one pipeline, at the generation Do proposes without
+// Redis (the client's clock less 30 s). One row version, three round
+// trips: the floor of fn once per record life with the lock.
+func (f *floors) lockFirst(ctx context.Context, st *lockFirstStatements, key string) (outcome, error) {
+	h := sha256.Sum256([]byte(key))
+	gen := time.Now().Add(-30 * time.Second).UnixMilli()
+	return f.orderThenCommit(ctx, key, st.begin.build(h[:], gen), nil, st.insert, f.insertArgs(h[:], gen, uuid.New())...)
+}
+
+// lockFirstRedis is floor-lock-first with the script calls Do makes when
+// Redis answers, as captureScript saw Do make them: claim.lua on the
+// record's key (acquired, with a generation), the statements at that
+// generation, then complete.lua with the result Do caches, dropping the
+// lease, waited for, or, when Do sent it after its answer, from a goroutine
+// not waited for. When Do sent syncgen.lua (which confirmed the lease while
+// fn ran), it is sent likewise from a goroutine once the BEGIN's round trip
+// has returned, its answer not read. It is the floor of a fresh Do with
+// Redis. A failed call that was not waited for fails the next request.
+func (f *floors) lockFirstRedis(ctx context.Context, key string) (outcome, error) {
+	if err := f.asyncErr.Swap(nil); err != nil {
+		return oOther, *err
+	}
+	k := fastpath.KeysFor(f.e.prefix, scope(key).Ref(nil))
+	owner := uuid.New()
+	ownerText := owner.String()
+	v, err := f.claimScript(ctx, f.e.rdb, k, ownerText)
+	if err != nil {
+		return oOther, err
+	}
+	if len(v) != 2 || v[0] != "acquired" {
+		return oOther, fmt.Errorf("%w: claim.lua answered %v for a fresh key", ErrUnexpected, v)
+	}
+	gen, err := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+	if err != nil || gen <= 0 {
+		return oOther, fmt.Errorf("%w: claim.lua granted generation %v", ErrUnexpected, v[1])
+	}
+	var confirm func()
+	if f.syncgenSHA != "" {
+		confirm = func() {
+			go func() {
+				_ = f.e.rdb.EvalSha(context.WithoutCancel(ctx), f.syncgenSHA, []string{k.Record}, gen, ownerText).Err()
+			}()
+		}
+	}
+	h := sha256.Sum256([]byte(key))
+	if out, err := f.orderThenCommit(ctx, key, f.locked.begin.build(h[:], gen), confirm, f.locked.insert,
+		f.insertArgs(h[:], gen, owner)...); err != nil {
+		return out, err
+	}
+	cache := func(ctx context.Context) error {
+		r, err := f.e.rdb.EvalSha(ctx, f.completeSHA, []string{k.Record},
+			ownerText, v[1], fingerprint, f.completeBlob, f.completeTTL).Slice()
+		if err != nil {
+			return err
+		}
+		if len(r) != 2 || r[0] != int64(1) || r[1] != int64(1) {
+			return fmt.Errorf("%w: complete.lua answered %v, want the result cached and the lease dropped", ErrUnexpected, r)
+		}
+		return nil
+	}
+	if f.completeAsync {
+		go func() {
+			if err := cache(context.WithoutCancel(ctx)); err != nil {
+				f.asyncErr.CompareAndSwap(nil, &err)
+			}
+		}()
+		return oExecuted, nil
+	}
+	if err := cache(ctx); err != nil {
+		return oOther, err
 	}
 	return oExecuted, nil
 }

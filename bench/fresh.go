@@ -48,24 +48,30 @@ func doWith(ctx context.Context, c *claim.Claimer[pgx.Tx], key string, fn func(c
 	return oExecuted, nil
 }
 
-// freshWorkload: unique keys through Do, claiming first (the default: the
-// claim, the business INSERT, the completion, in one transaction) and with
+// freshWorkload: unique keys through Do, locking first (the default on
+// PostgreSQL since issue 44: BEGIN with the key's lock and the record
+// check, the business INSERT, the finished record with the COMMIT) and with
 // the write at commit (claim.WithWriteAtCommit: the business INSERT, then
-// the record inserted with the COMMIT), against the write at commit's
-// statements issued with pgx in one transaction, and against the business
-// transaction alone (BEGIN, the INSERT, COMMIT); and issue 44's realistic
-// business transaction through Do, through Claim and Lease.Complete, and
-// alone (realistic.go).
+// the record inserted with the COMMIT), against Do's statements issued with
+// pgx in one transaction (floor-lock-first, with Redis's scripts
+// floor-lock-first-redis), the claim-first protocol's (the workflow's, and
+// Do's before issue 44), and the business transaction alone (BEGIN, the
+// INSERT, COMMIT); and issue 44's realistic business transaction through
+// Do, through Claim and Lease.Complete, and alone (realistic.go).
 func freshWorkload(e *env, f *floors) *workload {
 	w := &workload{
 		name: "fresh",
-		about: "unique keys through Do, in one transaction: claiming first (library, library-no-redis: the claim, the business INSERT, " +
-			"the completion) and with WithWriteAtCommit (library-at-commit*: the business INSERT then the finished record with the COMMIT); " +
-			"floors: Do's claim-first statements, BEGIN, the claim, the business INSERT, the completion with COMMIT, issued with pgx, " +
-			"with the full claim Do sends without Redis (floor-claim-first) and with the insert it sends for a key Redis granted (floor-claim-new); " +
-			"floor-claim-new between the bare EVALSHAs of claim.lua and complete.lua Do sends around it when Redis answers (floor-claim-new-redis); " +
-			"library, library-no-redis and floor-claim-new on a table carried over by migration 007's contract step (the digest as the primary key: *-digest-key); " +
-			"floor-claim-new's statements on issue 30.4's slim record (bench/slim.go), with a B-tree on the expiry alone " +
+		about: "unique keys through Do, in one transaction: locking first (library, library-no-redis: BEGIN with the key's lock and the record check, " +
+			"the business INSERT, the finished record with the COMMIT) and with WithWriteAtCommit (library-at-commit*: the business INSERT then the finished record with the COMMIT, no lock); " +
+			"floors: Do's statements issued with pgx, BEGIN with the lock and the check in one round trip, the business INSERT, the record INSERT pipelined with COMMIT (floor-lock-first), " +
+			"the same between the bare EVALSHAs Do sends when Redis answers, as captured from Do at start-up: claim.lua before, complete.lua after " +
+			"(from a goroutine, not waited for, if Do sends it after its answer), and syncgen.lua from a goroutine once the BEGIN returned, if Do sends it (floor-lock-first-redis), " +
+			"and on a table carried over by migration 007's contract step (the digest as the primary key: floor-lock-first-digest-key, against library*-digest-key); " +
+			"the claim-first protocol (the workflow's Claim and Complete in one transaction; Do's before issue 44; its claims now take the key's lock too): " +
+			"BEGIN, the claim, the business INSERT, the completion with COMMIT, " +
+			"with the full claim (floor-claim-first) and with the insert sent for a key Redis granted (floor-claim-new); " +
+			"floor-claim-new between the bare EVALSHAs of claim.lua and complete.lua (floor-claim-new-redis); " +
+			"floor-claim-new's statements on issue 30.4's slim record, without the lock (bench/slim.go), with a B-tree on the expiry alone " +
 			"(floor-slim-claim-first: HOT completions, no index for Pending) and with today's partial sweep and pending indexes " +
 			"(floor-slim-pending-claim-first); " +
 			"the write at commit's BEGIN and record INSERT (pipelined with COMMIT) and the business INSERT issued with pgx " +
@@ -76,22 +82,22 @@ func freshWorkload(e *env, f *floors) *workload {
 			"through Do with and without Redis (library-realistic, library-no-redis-realistic), through Claim, the transaction on its own " +
 			"and Lease.Complete (library-claim-complete-realistic), and bare between BEGIN and COMMIT (floor-realistic-tx)",
 		variants: []*variant{
-			{name: "library", vs: "floor-claim-new", target: 0.90, open: true,
-				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.9}, {floor: "floor-claim-new-redis"}},
+			{name: "library", vs: "floor-lock-first", target: 0.90, open: true,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.9}, {floor: "floor-lock-first-redis"}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.withRedis, r.key(i))
 				}},
-			{name: "library-no-redis", vs: "floor-claim-new", target: 0.90, open: true,
+			{name: "library-no-redis", vs: "floor-lock-first", target: 0.90, open: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.7}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.noRedis, r.key(i))
 				}},
-			{name: "library-digest-key", vs: "floor-claim-new-digest-key", target: 0.90,
+			{name: "library-digest-key", vs: "floor-lock-first-digest-key", target: 0.90,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.9}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.digestKey, r.key(i))
 				}},
-			{name: "library-no-redis-digest-key", vs: "floor-claim-new-digest-key", target: 0.90,
+			{name: "library-no-redis-digest-key", vs: "floor-lock-first-digest-key", target: 0.90,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.7}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.digestKeyNoRedis, r.key(i))
@@ -105,6 +111,21 @@ func freshWorkload(e *env, f *floors) *workload {
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.3}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return doOrder(ctx, e, e.atCommitNoRedis, r.key(i))
+				}},
+			{name: "floor-lock-first", floor: true,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.lockFirst(ctx, &f.locked, r.key(i))
+				}},
+			{name: "floor-lock-first-redis", floor: true,
+				costs: []costTarget{{floor: "floor-business-tx"}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.lockFirstRedis(ctx, r.key(i))
+				}},
+			{name: "floor-lock-first-digest-key", floor: true,
+				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
+				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
+					return f.lockFirst(ctx, &f.lockedDigestKey, r.key(i))
 				}},
 			{name: "floor-claim-first", floor: true,
 				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
@@ -120,11 +141,6 @@ func freshWorkload(e *env, f *floors) *workload {
 				costs: []costTarget{{floor: "floor-business-tx"}},
 				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
 					return f.claimNewRedis(ctx, r.key(i))
-				}},
-			{name: "floor-claim-new-digest-key", floor: true,
-				costs: []costTarget{{floor: "floor-business-tx", atMost: 1.5}},
-				op: func(ctx context.Context, r *round, i int64) (outcome, error) {
-					return f.claimFirstOn(ctx, f.onDigestKey(f.claimNew), f.onDigestKey(f.finishSQL), r.key(i))
 				}},
 			{name: "floor-claim-in-begin", floor: true,
 				costs: []costTarget{{floor: "floor-business-tx"}},
