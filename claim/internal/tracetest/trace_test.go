@@ -294,11 +294,10 @@ func TestTraces_RedisDownTakeoverFenced(t *testing.T) {
 
 func TestTraces_Do(t *testing.T) {
 	t.Parallel()
-	// Claiming first (the default): the claim is the transaction's first
-	// statement, a child of its span. Writing at commit (the opt-in): the
-	// record is inserted with the COMMIT, and the transaction span says so
-	// and holds no claim.
-	t.Run("ClaimFirst", func(t *testing.T) {
+	// Locking first (the default on PostgreSQL) and writing at commit (the
+	// opt-in): the record is inserted with the COMMIT, and the transaction
+	// span says so and holds no claim.
+	t.Run("LockFirst", func(t *testing.T) {
 		t.Parallel()
 		testTracesDo(t, false)
 	})
@@ -329,12 +328,10 @@ func testTracesDo(t *testing.T, atCommit bool) {
 	cl := f.one("oncekey.claim")
 	want(t, cl, attribute.String("oncekey.mode", "do"), attribute.String("oncekey.outcome", "executed"), attribute.Bool("oncekey.redis.answered", true))
 	tx := f.one("oncekey.durable.transaction")
-	if tx.Parent.SpanID() != cl.SpanContext.SpanID() || has(f.children(tx), "oncekey.durable.claim") == atCommit {
+	if tx.Parent.SpanID() != cl.SpanContext.SpanID() || has(f.children(tx), "oncekey.durable.claim") {
 		t.Fatalf("transaction span under %v with children %q (write at commit: %v)", tx.Parent.SpanID(), f.children(tx), atCommit)
 	}
-	if atCommit {
-		want(t, tx, attribute.String("oncekey.durable.result", "inserted"))
-	}
+	want(t, tx, attribute.String("oncekey.durable.result", "inserted"))
 
 	// Redis lost the key: Do replays the record from the database, and fn
 	// does not run.
@@ -349,9 +346,7 @@ func testTracesDo(t *testing.T, atCommit bool) {
 	if err != nil || rep.Kind != claim.Replayed || string(rep.Result.Body) != "done" {
 		t.Fatalf("replay after Redis lost the key: %v %v", rep.Kind, err)
 	}
-	if atCommit {
-		want(t, f.one("oncekey.durable.transaction"), attribute.String("oncekey.durable.result", "existing"))
-	}
+	want(t, f.one("oncekey.durable.transaction"), attribute.String("oncekey.durable.result", "existing"))
 	want(t, f.one("oncekey.claim"), attribute.String("oncekey.outcome", "replayed"), attribute.String("oncekey.replay.source", "durable"))
 
 	f.exp.Reset()
