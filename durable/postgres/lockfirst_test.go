@@ -255,3 +255,42 @@ func TestLockFirst_FloorCheckedAtBegin(t *testing.T) {
 	}
 	settled(t, f, 1)
 }
+
+// TestLockFirst_WriteAtCommitWaitsForTheHolder: a write at commit (the
+// WithWriteAtCommit opt-in, no lock first) of a key a lock-first Do holds
+// waits at its insert for the holder's COMMIT, then fails on its record:
+// it never commits beside the holder, whose duplicates the holder's Redis
+// lease answers meanwhile.
+func TestLockFirst_WriteAtCommitWaitsForTheHolder(t *testing.T) {
+	f, w, ctx := commitFixture(t, fixtureOpts{})
+	sc := scope()
+	inFn, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- w.InsertAtCommit(ctx, lockFirst(sc), freshToken(),
+			func(ctx context.Context, tx pgx.Tx) (durable.State, durable.Result, error) {
+				st, res, err := write(sc.Key, durable.Completed)(ctx, tx)
+				close(inFn)
+				<-release
+				return st, res, err
+			})
+	}()
+	<-inFn
+	atCommit := make(chan error, 1)
+	go func() {
+		atCommit <- w.InsertAtCommit(ctx, claimParams(sc, time.Second), freshToken(), write(sc.Key+"-at-commit", durable.Completed))
+	}()
+	select {
+	case err := <-atCommit:
+		t.Fatalf("the write at commit returned %v while a lock-first Do held the key; want it to wait", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the holder = %v; want committed", err)
+	}
+	if err := <-atCommit; !errors.Is(err, storeapi.ErrNotInserted) {
+		t.Fatalf("the write at commit = %v; want ErrNotInserted", err)
+	}
+	settled(t, f, 1)
+}

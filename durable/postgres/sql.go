@@ -192,6 +192,16 @@ SELECT $1::text, $2::text, $3::bytea, $4::text, '%S', $5::bigint, $6::uuid,
 	0, c.now, c.now, c.now + $13::bigint * interval '1 microsecond', $13::bigint, $14::bytea
 FROM c` + insertFloorCheck
 
+// insertAtCommitSQL is insertFinishedSQL as the write at commit sends it
+// (WithWriteAtCommit): it takes the key's lock first, as every claim does,
+// so that it waits for a Do that holds the key with no record yet (lock
+// first) and then fails on its record, instead of committing beside it.
+// An insert with LockFirst holds the lock already and sends
+// insertFinishedSQL without its floor check.
+var insertAtCommitSQL = strings.Replace(insertFinishedSQL,
+	"WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)",
+	"WITH lk AS MATERIALIZED (SELECT "+strings.ReplaceAll(keyLockSQL, "$9", "$14")+"),\nc AS MATERIALIZED (SELECT clock_timestamp() AS now FROM lk)", 1)
+
 // insertFloorCheck is insertFinishedSQL's check of the clock floor, which
 // an insert with LockFirst leaves out: its floor was checked at BEGIN.
 const insertFloorCheck = `
@@ -406,8 +416,8 @@ func buildQueries(table, name string) queries {
 		operation:       f(operationSQL, ""),
 		handover:        f(handoverSQL, ""),
 		complete:        f(finishSQL, "completed"),
-		insertCompleted: f(insertFinishedSQL, "completed"),
-		insertFailed:    f(insertFinishedSQL, "failed"),
+		insertCompleted: f(insertAtCommitSQL, "completed"),
+		insertFailed:    f(insertAtCommitSQL, "failed"),
 		// With LockFirst the floor was checked at BEGIN (lockFirstSQL).
 		insertCompletedLocked: f(strings.Replace(insertFinishedSQL, insertFloorCheck, "", 1), "completed"),
 		insertFailedLocked:    f(strings.Replace(insertFinishedSQL, insertFloorCheck, "", 1), "failed"),
