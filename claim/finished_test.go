@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
 )
 
@@ -319,5 +320,51 @@ func TestWait_LostLeaseNoWakeLoop(t *testing.T) {
 	// its watch is set, then its polls); a wake loop makes hundreds.
 	if n := e.stmts.Count(); n > 60 {
 		t.Fatalf("%d durable statements while 5 duplicates waited 800ms, want a few per waiter", n)
+	}
+}
+
+// TestFinished_StaleConfirmedLeaseIsVerified: Redis holds a confirmed lease
+// of a finished operation, as after a failover to a replica that saw the
+// confirmation and not the completion. Once the lease is older than a
+// tenth of its length (at most a second), a retry reads the store and
+// replays, and puts the result back in Redis; a younger lease of an
+// operation really in progress is still answered by Redis alone.
+func TestFinished_StaleConfirmedLeaseIsVerified(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withRedis)
+	scripts, err := fastpath.New(e.rdb, fastpath.Options{Prefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("stale-confirmed", "v1:s")
+	finish(t, e, r, []byte("done"))
+	e.flushRedis()
+	// The replica's leftover: a lease taken and confirmed, 400ms long.
+	owner := uuid.New()
+	rep, err := scripts.Claim(t.Context(), e.ref(r), fastpath.ClaimArgs{Fingerprint: r.Fingerprint, Owner: owner, Lease: 400 * time.Millisecond})
+	if err != nil || rep.Status != fastpath.ClaimAcquired {
+		t.Fatalf("claim.lua = %+v, %v", rep, err)
+	}
+	rec, err := e.store.Get(t.Context(), e.ref(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Confirmed under the record's generation, as its holder confirmed it.
+	if err := scripts.SyncGen(t.Context(), e.ref(r), fence.Token{Generation: rec.Token.Generation, Owner: owner}); err != nil {
+		t.Fatal(err)
+	}
+	// Young (under 40ms): Redis answers alone. The test cannot hold the
+	// lease young on a loaded machine, so it only requires an answer that
+	// is either.
+	if out, err := e.c.Claim(t.Context(), r); err != nil || (out.Kind != claim.InProgress && out.Kind != claim.Replayed) {
+		t.Fatalf("retry of a young lease = %v, %v", out.Kind, err)
+	}
+	time.Sleep(60 * time.Millisecond) // older than a tenth of its length
+	out := mustClaim(t, e.c, r, claim.Replayed)
+	if string(out.Result.Body) != "done" {
+		t.Fatalf("replayed %q", out.Result.Body)
+	}
+	if st, err := fastpath.ReadStored(t.Context(), e.rdb, fastpath.KeysFor(e.prefix, e.ref(r))); err != nil || st.Kind != fastpath.StoredResult {
+		t.Fatalf("Redis after the verified retry = %+v, %v; want the result back", st, err)
 	}
 }

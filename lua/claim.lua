@@ -13,10 +13,14 @@
 --   {"finished", generation}                    the operation finished with a result too
 --                                               large to cache (an "F" marker with this
 --                                               fingerprint): read it from the durable store
---   {"busy", generation, owner, lease_ms, same, tentative}
+--   {"busy", generation, owner, lease_ms, same, tentative, pttl_ms}
 --                                               another owner holds a live lease of
 --                                               lease_ms (its length: it ends sooner);
 --                                               same is 1 when it is for this fingerprint;
+--                                               pttl_ms is what is left of it (-1 unless
+--                                               same and confirmed): its age is lease_ms
+--                                               - pttl_ms, since its last confirmation or
+--                                               renewal;
 --                                               tentative is 1 when the durable store has
 --                                               not granted it yet (a "T" lease): its
 --                                               holder may only be about to replay, so
@@ -36,7 +40,8 @@
 -- two clocks agree within a second the store keeps the proposal and no
 -- sync is needed.
 -- Server calls (EVALSHA included): a replay 2 (3 with "ttl": PTTL), a busy
--- duplicate or a finished marker 2, a new key 4 (GET, TIME, SET).
+-- duplicate of a confirmed lease 3 (GET, PTTL), of a tentative one or a
+-- finished marker 2, a new key 4 (GET, TIME, SET).
 -- The proposal is formatted with %d: tostring would print 1.8e+12.
 -- Safe to re-run: a second run by the lease holder finds its own lease and
 -- returns the same generation without proposing another.
@@ -60,9 +65,10 @@ elseif kind == 'L' then -- x: lease_ms, y: owner, z: fingerprint
   if y == ARGV[2] and same == 1 then
     return {'acquired', gen}
   end
-  local t = 0
+  local t, left = 0, -1
   if tent then t = 1 end
-  return {'busy', gen, y, tonumber(x), same, t}
+  if same == 1 and t == 0 then left = redis.call('PTTL', KEYS[1]) end
+  return {'busy', gen, y, tonumber(x), same, t, left}
 end
 
 -- TIME is {seconds, microseconds}; whole ms since the epoch minus 59 s.

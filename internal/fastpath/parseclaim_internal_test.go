@@ -67,14 +67,15 @@ func TestParseClaim_BusyLease(t *testing.T) {
 		wantTent  bool
 		corrupt   bool
 	}{
-		{"same request", []any{"busy", "7", owner.String(), int64(30000), int64(1), int64(0)}, 30 * time.Second, true, false, false},
-		{"other request", []any{"busy", "7", owner.String(), int64(1500), int64(0), int64(0)}, 1500 * time.Millisecond, false, false, false},
-		{"tentative", []any{"busy", "7", owner.String(), int64(1500), int64(1), int64(1)}, 1500 * time.Millisecond, true, true, false},
-		{"lease not an integer", []any{"busy", "7", owner.String(), "1500", int64(0), int64(0)}, 0, false, false, true},
-		{"owner not a uuid", []any{"busy", "7", "short", int64(1500), int64(0), int64(0)}, 0, false, false, true},
-		{"generation 0", []any{"busy", "0", owner.String(), int64(1500), int64(0), int64(0)}, 0, false, false, true},
-		{"tentative not an integer", []any{"busy", "7", owner.String(), int64(1500), int64(0), "1"}, 0, false, false, true},
-		{"too short", []any{"busy", "7", owner.String(), int64(1500), int64(0)}, 0, false, false, true},
+		{"same request", []any{"busy", "7", owner.String(), int64(30000), int64(1), int64(0), int64(29000)}, 30 * time.Second, true, false, false},
+		{"other request", []any{"busy", "7", owner.String(), int64(1500), int64(0), int64(0), int64(-1)}, 1500 * time.Millisecond, false, false, false},
+		{"tentative", []any{"busy", "7", owner.String(), int64(1500), int64(1), int64(1), int64(-1)}, 1500 * time.Millisecond, true, true, false},
+		{"lease not an integer", []any{"busy", "7", owner.String(), "1500", int64(0), int64(0), int64(-1)}, 0, false, false, true},
+		{"owner not a uuid", []any{"busy", "7", "short", int64(1500), int64(0), int64(0), int64(-1)}, 0, false, false, true},
+		{"generation 0", []any{"busy", "0", owner.String(), int64(1500), int64(0), int64(0), int64(-1)}, 0, false, false, true},
+		{"tentative not an integer", []any{"busy", "7", owner.String(), int64(1500), int64(0), "1", int64(-1)}, 0, false, false, true},
+		{"pttl not an integer", []any{"busy", "7", owner.String(), int64(1500), int64(1), int64(0), "1"}, 0, false, false, true},
+		{"too short", []any{"busy", "7", owner.String(), int64(1500), int64(0), int64(0)}, 0, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := parseClaim(tc.reply)

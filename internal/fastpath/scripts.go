@@ -659,6 +659,10 @@ type ClaimReply struct {
 	// only be about to replay a finished operation. Only the durable store
 	// can then tell "in progress" from "finished".
 	Tentative bool
+	// Age is, for ClaimBusy of a confirmed lease for the same request, how
+	// long ago it was last confirmed or renewed (its length less what is
+	// left of it, by Redis's clock); zero otherwise.
+	Age time.Duration
 	// Cached is set for ClaimCached.
 	Cached *CachedResult
 }
@@ -730,17 +734,22 @@ func parseClaim(v any) (ClaimReply, error) {
 			return ClaimReply{}, corrupt("claim", v)
 		}
 		return ClaimReply{Status: ClaimAcquired, Generation: g}, nil
-	case kind == "busy" && len(arr) == 6:
+	case kind == "busy" && len(arr) == 7:
 		g, gok := generation(arr[1])
 		os, _ := arr[2].(string)
 		owner, oerr := uuid.Parse(os)
 		lease, lok := arr[3].(int64)
 		same, sok := arr[4].(int64)
 		tent, tok := arr[5].(int64)
-		if !gok || oerr != nil || !lok || !sok || !tok {
+		left, pok := arr[6].(int64)
+		if !gok || oerr != nil || !lok || !sok || !tok || !pok {
 			return ClaimReply{}, corrupt("claim", v)
 		}
-		return ClaimReply{Status: ClaimBusy, Generation: g, Owner: owner, Lease: time.Duration(max(lease, 0)) * time.Millisecond, SameRequest: same == 1, Tentative: tent == 1}, nil
+		r := ClaimReply{Status: ClaimBusy, Generation: g, Owner: owner, Lease: time.Duration(max(lease, 0)) * time.Millisecond, SameRequest: same == 1, Tentative: tent == 1}
+		if left >= 0 {
+			r.Age = max(r.Lease-time.Duration(left)*time.Millisecond, 0)
+		}
+		return r, nil
 	case kind == "finished" && len(arr) == 2:
 		g, ok := generation(arr[1])
 		if !ok {
