@@ -54,8 +54,9 @@
 //
 // One key per record keeps every script to one read and at most one write:
 // a fresh claim and its completion cost 8 server calls (the completion's
-// wake included), a busy duplicate 3 (its lease's age) and a replay 2 (claim.lua's and complete.lua's headers count them). A
-// lease and a cached result never coexist: the result replaces the lease.
+// wake included), a busy duplicate 3 (its lease's age) and a replay 2
+// (claim.lua's and complete.lua's headers count them). A lease and a
+// cached result never coexist: the result replaces the lease.
 // There is no generation counter: claim.lua proposes Redis's clock, the
 // durable store decides.
 //
