@@ -94,7 +94,9 @@ type Config struct {
 // a completion; a panic neither recovered nor its renewals stopped), and
 // "retry-takes-lease" the Claimers' Redis clients (every lease claim.lua
 // grants confirmed at once, so a retry that only replays holds a lease
-// and the retries beside it are told "in progress"). The
+// and the retries beside it are told "in progress"); "do-skips-lock" runs
+// Do's function without the key's lock and the check for a record (a
+// duplicate that reaches the database runs it beside the first). The
 // checker must then report
 // violations; a run that finds none means the suite cannot see the bug.
 // It returns an error for an unknown mode.
@@ -122,6 +124,7 @@ func NegativeModes() map[string][]string {
 		string(broken.ExpiresInInflated):         {"replay-cache"},
 		string(broken.ReplayIgnoresFingerprint):  {"mismatch", "no-redis"},
 		string(broken.RetryTakesLease):           {"finished-bursts"},
+		string(broken.DoSkipsLock):               {"do-duplicates", "no-redis"},
 		string(broken.OneAttempt):                {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
 		string(broken.ReleaseOnError):            {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
 		string(broken.NoRecover):                 {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
@@ -246,8 +249,8 @@ type Violation struct {
 	// "acked-has-one-effect", "replays-identical", "generation-monotonic",
 	// "one-owner-per-generation", "no-stale-completion", "linearizable",
 	// "acked-result-durable", "stuck-reported-not-deleted",
-	// "retention-new-operation" or "finished-never-in-progress"; a
-	// scenario may name one of its own.
+	// "retention-new-operation", "finished-never-in-progress" or
+	// "one-fn-run-at-a-time"; a scenario may name one of its own.
 	Invariant string `json:"invariant"`
 	// Op is the logical operation concerned (key and epoch), when one is.
 	Op string `json:"op,omitempty"`

@@ -41,7 +41,11 @@
 // then bursts of concurrent retries of finished operations, some with
 // results over the 64 KiB Redis caches, with the scenario's Redis keys
 // deleted before and during each burst: every retry replays, none is told
-// "in progress" (finished-bursts, issue 43);
+// "in progress" (finished-bursts, issue 43); duplicates of a Do reaching
+// PostgreSQL while the first one's function holds its transaction, Redis
+// down or the key deleted from Redis inside that transaction: each waits
+// on the key's lock and replays, the function never runs twice at once
+// (do-duplicates, issue 44);
 //
 // then an uncertain operation reconciled after its retention and replayed,
 // never rerun (reconcile-after-retention), and a dead worker's record the
@@ -84,7 +88,8 @@
 // # History and checker
 //
 // Every call is recorded (package chaos/internal/history) with its start, end, outcome,
-// token and the hash of its result; every business effect goes to a table
+// token and the hash of its result, and every run of Do's function with its
+// start and end in process; every business effect goes to a table
 // without a unique constraint, so a duplicate would be visible (the edge
 // scenarios' downstream does not deduplicate either, and they count the
 // calls that reached it); a sampler
@@ -93,7 +98,9 @@
 // operation against a model of the record (porcupine, timed-out calls
 // given an open end), and that no call sent after its operation finished
 // (in real time: after a completion's or a replay's answer arrived) was
-// told "in progress" or "uncertain". A scenario fails on any violation,
+// told "in progress" or "uncertain", and that no run of Do's function
+// started while another of the same operation ran under the key's lock
+// (Do without WithWriteAtCommit). A scenario fails on any violation,
 // and also when a kind of fault it injects never fired: a scenario whose
 // faults did not fire proved nothing.
 //
@@ -130,7 +137,13 @@
 //     another payload answers it as the caller's own, so a reused key
 //     replays the first payload's result (mismatch, no-redis; in no-redis
 //     only the model's rule that a replay goes to the payload that stored
-//     it catches it).
+//     it catches it);
+//   - do-skips-lock: Do's transaction runs the function without the key's
+//     lock and the check that no record exists (LockFirst dropped), so a
+//     duplicate that reaches the database runs it beside the first, its
+//     writes then rolled back: only the checker's one-fn-run-at-a-time,
+//     from the runs of the function the suite records, sees it
+//     (do-duplicates, no-redis).
 //
 // One more breaks the Claimers' Redis clients rather than the store:
 //

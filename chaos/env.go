@@ -77,7 +77,8 @@ func (e *env) store(o storeOpts, pool ...*pgxPool) (storeapi.Store[pgxTx], error
 		// the Claimers' (claimer): not the store's.
 		return inner, nil
 	}
-	return broken.Wrap(proto, p, e.schema+"."+storeTable, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock))
+	return broken.Wrap(proto, p, e.schema+"."+storeTable, e.cfg.negative, broken.Over(inner), broken.WorkerClock(o.clock),
+		broken.OnLockSkipped(func() { e.observe("lock-first-skipped") }))
 }
 
 // redisUser returns a client for the user's Redis, through addr when set
@@ -173,7 +174,26 @@ func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: claimer: %w", ErrSetup, err)
 	}
+	e.mu.Lock()
+	if e.atCommit == nil {
+		e.atCommit = map[*claim.Claimer[pgxTx]]bool{}
+	}
+	e.atCommit[c] = o.atCommit
+	e.mu.Unlock()
 	return c, nil
+}
+
+// locked reports whether c, one of the scenario's Claimers, runs Do's
+// function in a transaction that holds the key's lock: without
+// claim.WithWriteAtCommit, Do locks first (the durable store writes at
+// commit: every store of the suite passes it on) or claims first (the
+// claim's statement takes the lock), and the lock is held until the
+// transaction ends. The opt-in runs fn first and holds no lock.
+func (e *env) locked(c *claim.Claimer[pgxTx]) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	at, ok := e.atCommit[c]
+	return ok && !at
 }
 
 // breakRedis gives rc the negative control's bug of the Claimers' Redis
@@ -208,8 +228,10 @@ func (e *env) standard(ctx context.Context, st storeapi.Store[pgxTx], newRedis f
 		o.store = st
 		// Every other client writes Do's record at commit; all of them
 		// under the negative control that breaks that path, so it runs as
-		// often as it did when it was Do's default.
-		o.atCommit = c%2 == 1 || e.cfg.negative == broken.CommitOverExisting
+		// often as it did when it was Do's default, and none under the one
+		// that breaks Do's default path (the lock first), so every
+		// duplicate takes it.
+		o.atCommit = (c%2 == 1 && e.cfg.negative != broken.DoSkipsLock) || e.cfg.negative == broken.CommitOverExisting
 		if co.logFor != nil {
 			o.logger = co.logFor(c)
 		}

@@ -12,10 +12,13 @@ import (
 // under expires-in-inflated, a replay-cache retry answered by its process
 // cache with the result of the key's previous life (the entry outlived its
 // record); under retry-takes-lease, a retry of a finished operation told
-// "in progress" (the lease another retry took only to replay).
+// "in progress" (the lease another retry took only to replay); under
+// do-skips-lock, a duplicate's run of Do's function beside the first one's
+// (its writes rolled back, nothing else shows).
 var negativeCatch = map[string]struct{ invariant, detail string }{
 	"expires-in-inflated": {"no-replay-of-an-expired-life", "from the process cache"},
 	"retry-takes-lease":   {"finished-never-in-progress", "answered in_progress"},
+	"do-skips-lock":       {"one-fn-run-at-a-time", "started while another ran"},
 }
 
 // TestNegativeControl runs scenarios against a deliberately broken store

@@ -22,6 +22,7 @@ import (
 	"github.com/oncekey/oncekey/chaos/internal/check"
 	"github.com/oncekey/oncekey/chaos/internal/fault"
 	"github.com/oncekey/oncekey/chaos/internal/history"
+	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/testkit/redisproc"
 )
@@ -281,8 +282,11 @@ type env struct {
 	keyspace map[[32]byte]string
 	// brokenRedis: the Redis clients given the negative control's bug.
 	brokenRedis map[redis.Scripter]bool
-	bgs         sync.WaitGroup
-	bgMu        sync.Mutex // serializes infrastructure faults
+	// atCommit: the scenario's Claimers, each with whether it has
+	// claim.WithWriteAtCommit (see env.locked).
+	atCommit map[*claim.Claimer[pgxTx]]bool
+	bgs      sync.WaitGroup
+	bgMu     sync.Mutex // serializes infrastructure faults
 
 	httpc *http.Client
 }
@@ -440,7 +444,7 @@ func (e *env) execute(ctx context.Context, s scenario) (check.Input, error) {
 	if runErr == nil && w.after != nil {
 		runErr = w.after(ctx, e, ops)
 	}
-	in := check.Input{Calls: e.rec.Calls(), Samples: samples}
+	in := check.Input{Calls: e.rec.Calls(), Runs: e.rec.Runs(), Samples: samples}
 	if runErr != nil {
 		return in, runErr
 	}

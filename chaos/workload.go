@@ -416,6 +416,9 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 		out     claim.Outcome
 		err     error
 	)
+	cl := w.claimer(c)
+	locked := e.locked(cl)
+	var runs []history.Run // fn's runs in this call, recorded with it
 	call := history.Call{Key: o.key, Epoch: epoch, Client: c, Fingerprint: fp, Start: e.rec.Now()}
 	func() {
 		defer func() {
@@ -426,7 +429,17 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 				err = errCrash
 			}
 		}()
-		out, err = w.claimer(c).Do(actx, claim.Request{Scope: o.scope, Fingerprint: fp}, func(ctx context.Context, tx pgxTx, op claim.Op) (durable.Result, error) {
+		out, err = cl.Do(actx, claim.Request{Scope: o.scope, Fingerprint: fp}, func(ctx context.Context, tx pgxTx, op claim.Op) (durable.Result, error) {
+			// The run as the process sees it, for the checker's
+			// one-fn-run-at-a-time: its start once the transaction holds
+			// what it takes before fn, its end before the COMMIT (on a
+			// panic too), whether it returned a result, and the effect it
+			// wrote.
+			run := history.Run{Key: o.key, Epoch: epoch, Client: c, Locked: locked, Start: e.rec.Now()}
+			defer func() {
+				run.End = e.rec.Now()
+				runs = append(runs, run)
+			}()
 			a.tok, a.tx = op.Token, tx
 			if w.inTx != nil {
 				if err := w.inTx(ctx, a); err != nil {
@@ -436,19 +449,23 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 			if reject {
 				body := w.pad(o, doBody(o.key, epoch, op.Token, true))
 				ran, ranBody, ranCode = true, history.Hash(body), 402
+				run.Returned = true
 				return durable.Result{}, claim.Reject(resultOf(402, body))
 			}
 			body := w.pad(o, doBody(o.key, epoch, op.Token, false))
-			if _, err := e.tables.InsertEffect(ctx, tx, e.name, history.Effect{Key: o.key, Epoch: epoch, Owner: op.Token.Owner,
-				Generation: op.Token.Generation, Body: history.Hash(body), Via: "do"}); err != nil {
+			id, err := e.tables.InsertEffect(ctx, tx, e.name, history.Effect{Key: o.key, Epoch: epoch, Owner: op.Token.Owner,
+				Generation: op.Token.Generation, Body: history.Hash(body), Via: "do"})
+			if err != nil {
 				return durable.Result{}, err
 			}
+			run.Effect = id
 			ran, ranBody, ranCode = true, history.Hash(body), 201
 			if w.afterEffect != nil {
 				if err := w.afterEffect(ctx, a); err != nil {
 					return durable.Result{}, err
 				}
 			}
+			run.Returned = true
 			return resultOf(201, body), nil
 		})
 	}()
@@ -499,7 +516,11 @@ func (e *env) doAttempt(ctx context.Context, w *workload, o *op, c, n int) bool 
 	if a.note != "" {
 		call.Note = a.note + "; " + call.Note
 	}
-	e.rec.Add(call)
+	id := e.rec.Add(call)
+	for _, r := range runs {
+		r.Call = id
+		e.rec.AddRun(r)
+	}
 	return final
 }
 

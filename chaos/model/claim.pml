@@ -18,17 +18,31 @@
  *                   (a swept row's generation is handed out again)
  *   STALE=2         a claim's clock reading may be older than the bound
  *                   (SWEEPMARGIN - LAG) when it inserts: the same reuse
- *   NOWAC           Claimer.Do as it runs by default: without the write at
- *                   commit (the WithWriteAtCommit opt-in), only the claim
- *                   first: claim, effect and completion in one transaction
- *                   holding the row lock
+ * Claimer.Do's first path (one of three; the default is the write at commit):
+ *   (neither)       the write at commit (WAC, the WithWriteAtCommit opt-in):
+ *                   fn, then the finished record inserted with the COMMIT,
+ *                   no lock; a row (or the floor) sends it to the claim path
+ *   LOCK            lock first, Do's default on durable/postgres: BEGIN, the
+ *                   key's advisory lock, a check that no record exists, fn,
+ *                   the finished record inserted with the COMMIT; a record
+ *                   sends it to the claim path. Every claim takes the lock.
+ *   NOWAC           claim first only: claim, effect and completion in one
+ *                   transaction holding the row lock (Do on durable/sqlite;
+ *                   the claim path is every variant's fallback)
  *   NC_FNFIRST      (with NOWAC) Do runs fn before its claim, as a write at
  *                   commit does, then claims: P7 must fail
+ *   NC_NOLOCK       (with LOCK) Do does not take the key's lock: BEGIN, the
+ *                   check, fn, insert at commit: P7 must fail
+ *   NC_CLAIMNOLOCK  (with LOCK) the workflow's Claim (autocommit) does not
+ *                   take the key's lock: P7 must fail
+ *   NC_LOCKSNAP     (with LOCK) Do's check is in the lock's statement: its
+ *                   snapshot predates the lock wait: P7 must fail
  *   NC_COMMITUPSERT write at commit: the insert does not fail on an existing
  *                   row (ON CONFLICT DO NOTHING): the effect commits anyway
  *   NC_COMMITNOROW  write at commit: a generation below the floor inserts
  *                   no row, and the COMMIT after it commits the effect
- *   NC_COMMITNOFLOOR write at commit: no floor check at the insert
+ *   NC_COMMITNOFLOOR write at commit: no floor check at the insert; with
+ *                   LOCK: no floor check at BEGIN (the insert has none)
  *   NC_COMMITP1     write at commit: without Redis the proposal is 1, not
  *                   the client's clock
  * Bounds: NW workers, MAXTRY attempts each, NADOPT reconciler adoptions,
@@ -79,13 +93,19 @@
 #define MODES 2
 #endif
 #define SKEW   1	/* worker clock error, +-, used by NC_WORKERCLOCK only */
-/* Claimer.Do's first path with WithWriteAtCommit (WAC): on unless NOWAC,
- * the library's default (claim first), is given */
-#ifndef NOWAC
+/* Claimer.Do's first path: the write at commit (WAC, WithWriteAtCommit)
+ * unless NOWAC (claim first only) or LOCK (lock first) is given */
+#if !defined(NOWAC) && !defined(LOCK)
 #define WAC 1
 #endif
-#if defined(NC_FNFIRST) && defined(WAC)
+#if defined(NOWAC) && defined(LOCK)
+#error "NOWAC and LOCK exclude each other"
+#endif
+#if defined(NC_FNFIRST) && !defined(NOWAC)
 #error "NC_FNFIRST needs NOWAC"
+#endif
+#if (defined(NC_NOLOCK) || defined(NC_CLAIMNOLOCK) || defined(NC_LOCKSNAP)) && !defined(LOCK)
+#error "NC_NOLOCK, NC_CLAIMNOLOCK and NC_LOCKSNAP need LOCK"
 #endif
 
 /*
@@ -124,6 +144,13 @@
 #error "STALE > 2: extend pick_floor"
 #endif
 #define SUB0(a, b) ((a) > (b) -> (a) - (b) : 0)	/* a - b, or 0 below it */
+/* Do's proposal when Redis did not answer: the client's clock (taken to be
+ * the database's) less atCommitLag, at least 1 */
+#ifdef NC_COMMITP1
+#define CLIENT_P 1
+#else
+#define CLIENT_P (SUB0(clk, RLAG) > 1 -> SUB0(clk, RLAG) : 1)
+#endif
 
 #ifdef NORESTART
 #define RESTARTS 0	/* retention never passes (expires_at far away) */
@@ -169,6 +196,16 @@ Row row;
 Row pre;
 bool locked;
 byte lockby;	/* w+1: worker w's open transaction; PENDING: commit in flight */
+/*
+ * The key's advisory lock (pg_advisory_xact_lock), apart from the row: held
+ * by a transaction until it ends (commit, rollback, lost connection). Every
+ * claim statement takes it first: Store.Claim in autocommit (one atomic
+ * step here: it waits while the lock is held), and the claim inside a Do
+ * transaction, which then holds it to its end. A lock-first Do (LOCK) takes
+ * it in its BEGIN while no record exists. w+1: worker w's open transaction;
+ * PENDING: its COMMIT in flight, which holds it until it lands or rolls back.
+ */
+byte klock;
 
 #define COPYROW(d, s) d.ex = s.ex; d.st = s.st; d.gen = s.gen; d.own = s.own; \
 	d.lrem = s.lrem; d.xrem = s.xrem; d.res = s.res; d.ep = s.ep
@@ -230,7 +267,8 @@ byte nfinal;
 
 /* ghosts for the properties */
 byte effects[MAXEP];	/* P1: business effects committed, per operation */
-bool infn[NW];		/* P7: the worker's Do runs fn, its transaction open */
+byte infn[NW];		/* P7: the owner token whose fn the worker's Do runs, its
+			 * transaction open; 0: none */
 byte ack[MAXEP];	/* P5: the result a client was told, per operation */
 byte last_gen;		/* P3 */
 bool gone;		/* P3: the row was deleted since last_gen */
@@ -271,15 +309,30 @@ byte last_ep;		/* the operation of the last committed row */
  * assertion in pan's report, so check.sh can tell which property failed */
 #define PROP(n, c) assert(n == n && (c))
 
+/* P7, while worker f's Do runs fn (infn[f] its owner token): the committed
+ * record is not something that answers the key for another owner, neither
+ * finished within its retention nor processing under a live lease */
+#define FNFREE(f) (infn[f] == 0 || row.own == infn[f] || \
+	!((row.st == DONE && row.xrem > 0) || (row.st == PROC && row.own != 0 && row.lrem > 0)))
+#if NW > 2
+#define FNFREE_ALL (FNFREE(0) && FNFREE(1) && FNFREE(2))
+#elif NW > 1
+#define FNFREE_ALL (FNFREE(0) && FNFREE(1))
+#else
+#define FNFREE_ALL FNFREE(0)
+#endif
+
 /*
  * committed: called on every durable change once it is committed; checks
- * P3 (generation never decreases), P4 (a completed record never changes)
- * and P5 (the stored result is the one every client was told).
+ * P3 (generation never decreases), P4 (a completed record never changes),
+ * P5 (the stored result is the one every client was told) and P7 (no
+ * record answers the key for another owner while a Do runs fn).
  */
 inline committed() {
 	if
 	:: row.ex ->
 		assert(row.ep < MAXEP);
+		PROP(7, FNFREE_ALL);
 		/* P3: never lower; and a row created after a Sweep never reuses
 		 * the deleted row's generation */
 		PROP(3, row.gen >= last_gen && (!gone || row.gen > last_gen));
@@ -484,11 +537,16 @@ inline stage_complete(f_me, f_g, f_ok) {
 	fi
 }
 
+/* KUNLOCK(t): transaction t (w+1, or PENDING) ends: it gives back the key's
+ * lock if it holds it */
+#define KUNLOCK(t) if :: klock != 0 && klock == (t) -> klock = 0 :: else fi
+
 /* commit_apply: the staged change of the lock holder becomes durable. */
 inline commit_apply() {
 	d_step {
 		effects[row.ep]++;
 		PROP(1, effects[row.ep] <= 1);	/* P1: at most one business effect */
+		KUNLOCK(lockby);
 		locked = 0; lockby = 0;
 		CLEARROW(pre);
 		committed()
@@ -498,6 +556,7 @@ inline commit_apply() {
 inline commit_abort() {
 	d_step {
 		COPYROW(row, pre);
+		KUNLOCK(lockby);
 		locked = 0; lockby = 0;
 		CLEARROW(pre)
 	}
@@ -511,7 +570,12 @@ inline commit(m_ok) {
 		printf("   COMMIT applied, acknowledgement lost\n")
 	:: faults_on && dbf > 0 -> dbf--; commit_abort(); m_ok = 0;	/* cut before it applied */
 		printf("   COMMIT failed before it applied (error)\n")
-	:: faults_on && dbf > 0 -> dbf--; lockby = PENDING; m_ok = 0;	/* still in flight */
+	:: faults_on && dbf > 0 -> dbf--;	/* still in flight, holding its locks */
+		if
+		:: klock != 0 && klock == lockby -> klock = PENDING
+		:: else
+		fi;
+		lockby = PENDING; m_ok = 0;
 		printf("   COMMIT still in flight (error for the sender)\n")
 	fi
 }
@@ -540,8 +604,10 @@ inline reread(q_me, q_g, q_ok) {
  * per record life, never for a key something else answers: no other Do
  * runs fn for the key at the same time, and the committed record is
  * neither finished within its retention (a replay answers) nor processing
- * under another owner's live lease (in progress). A run whose transaction
- * rolls back leaves nothing, and the retry may run fn again.
+ * under another owner's live lease (in progress). Checked here when fn
+ * starts, and by committed() (FNFREE) on every committed change until fn's
+ * transaction ends. A run whose transaction rolls back leaves nothing, and
+ * the retry may run fn again.
  */
 inline fn_runs(f_w, f_me) {
 	for (i : 0 .. NW - 1) {
@@ -550,7 +616,7 @@ inline fn_runs(f_w, f_me) {
 	i = 0;
 	PROP(7, !(SEEN(ex) && SEEN(st) == DONE && SEEN(xrem) > 0));
 	PROP(7, !(SEEN(ex) && SEEN(st) == PROC && SEEN(own) != 0 && SEEN(own) != f_me && SEEN(lrem) > 0));
-	infn[f_w] = 1
+	infn[f_w] = f_me
 }
 
 inline start_work(b_w, b_me, b_go) {
@@ -596,10 +662,12 @@ inline db_release(l_me, l_g) {
  * with a fresh owner token) until it gets a final answer. An attempt is
  * Claimer.Claim followed by Lease.Renew / Complete / Release /
  * MarkUncertain, or Claimer.Do: first the write at commit (WAC: effect and
- * finished record inserted in the COMMIT, the transaction as the lease),
- * then, when a row exists or the generation is below the floor, the claim
- * path (claim, effect and completion in one transaction holding the row
- * lock). A crash may cut an attempt at any step.
+ * finished record inserted in the COMMIT, the transaction as the lease) or
+ * the lock first (LOCK: the key's lock and a check that no record exists,
+ * then the same), then, when a row exists or the generation is below the
+ * floor, the claim path (claim, effect and completion in one transaction
+ * holding the row lock and the key's lock). A crash may cut an attempt at
+ * any step.
  */
 proctype Worker(byte w) {
 	byte a;		/* attempts made */
@@ -614,6 +682,9 @@ proctype Worker(byte w) {
 	bool ok;
 	bool amb;	/* the commit's outcome is unknown to me */
 	bool dom;	/* this attempt is Claimer.Do */
+#ifdef NC_LOCKSNAP
+	bool snap;	/* the lock-first check's snapshot */
+#endif
 
 #ifdef NC_WORKERCLOCK
 	if
@@ -675,14 +746,30 @@ end_retry:
 				:: else
 				fi
 #endif
+#ifdef LOCK
+				/* Do: lock first; with Redis's generation when it
+				 * acquired, else the client clock's proposal, after a
+				 * plain read or not (doOnce: c.guess.recorded()) */
+				if
+				:: dom && used -> g = p; goto lockfirst
+				:: dom && !used -> g = CLIENT_P; goto lockfirst
+				:: dom && !used -> goto readfirst
+				:: else
+				fi
+#endif
 			};
 
-			/* Store.Claim (autocommit) or Store.ClaimTx (inside Do) */
+			/* Store.Claim (autocommit) or Store.ClaimTx (inside Do),
+			 * the key's lock first: a Do's transaction keeps it */
 oldpath:
 			atomic {
-				!locked;
+#ifdef NC_CLAIMNOLOCK
+				!locked && (!dom || klock == 0);	/* Claim skips the lock */
+#else
+				!locked && klock == 0;
+#endif
 				if
-				:: dom -> COPYROW(pre, row); locked = 1; lockby = w + 1
+				:: dom -> COPYROW(pre, row); locked = 1; lockby = w + 1; klock = w + 1
 				:: else
 				fi;
 				db_claim(me, p, w, out, g, e, r);
@@ -705,7 +792,7 @@ oldpath:
 					if
 					:: !ok ->	/* ErrLeaseExpired */
 						if
-						:: dom -> COPYROW(row, pre); locked = 0; lockby = 0; CLEARROW(pre)
+						:: dom -> COPYROW(row, pre); locked = 0; lockby = 0; CLEARROW(pre); klock = 0
 						:: else -> db_release(me, g);	/* Lease.Release */
 							printf("w%d o%d: Store.Release\n", w, me)
 						fi;
@@ -718,7 +805,7 @@ oldpath:
 					fi
 				:: else ->
 					if
-					:: dom -> CLEARROW(pre); locked = 0; lockby = 0	/* nothing written */
+					:: dom -> CLEARROW(pre); locked = 0; lockby = 0; klock = 0	/* nothing written */
 					:: else
 					fi;
 					if
@@ -855,28 +942,26 @@ settle:
 				fi;
 				goto next
 			};
-#ifdef WAC
+#if defined(WAC) || defined(LOCK)
 			/*
-			 * Do, write at commit (durable/postgres InsertAtCommit). Redis
-			 * did not answer: a plain read of the committed row first, its
-			 * own statement outside any transaction. No row: the
-			 * generation is the client clock's proposal. Finished and
-			 * retained: replay it. Any other row: the claim (old path).
+			 * Do, write at commit (durable/postgres InsertAtCommit) or
+			 * lock first (LOCK). Redis did not answer: a plain read of the
+			 * committed row first, its own statement outside any
+			 * transaction. No row: the generation is the client clock's
+			 * proposal. Finished and retained: replay it. Any other row:
+			 * the claim (old path).
 			 */
 readfirst:
 			atomic {
 				if
 				:: !SEEN(ex) ->
-#ifdef NC_COMMITP1
-					g = 1;
+					g = CLIENT_P;
+#ifdef LOCK
+					printf("w%d o%d: Store.Get -> no row; lock first, proposed %d\n", w, me, g);
+					goto lockfirst
 #else
-					g = SUB0(clk, RLAG);
-					if
-					:: g < 1 -> g = 1
-					:: else
-					fi;
-#endif
 					printf("w%d o%d: Store.Get -> no row; write at commit, proposed %d\n", w, me, g)
+#endif
 				:: SEEN(ex) && SEEN(st) == DONE && SEEN(xrem) > 0 ->
 					e = SEEN(ep); r = SEEN(res);
 					acked(e, r); final[w] = 1; nfinal++;
@@ -888,6 +973,8 @@ readfirst:
 					goto oldpath
 				fi
 			};
+#endif
+#ifdef WAC
 			/*
 			 * BEGIN (no lock) and the business write, staged: invisible and
 			 * nothing in the model's state until the COMMIT. The worker may
@@ -956,6 +1043,113 @@ atcommit:
 				fi
 			};
 #endif
+#ifdef LOCK
+#ifdef NC_LOCKSNAP
+#define LOCKCHECK snap	/* what the check sees: the snapshot before the wait */
+#define SAYLOCK printf("w%d o%d: key lock; check on the snapshot: ", w, me)
+#elif defined(NC_NOLOCK)
+#define LOCKCHECK SEEN(ex)
+#define SAYLOCK printf("w%d o%d: BEGIN, check (no key lock): ", w, me)
+#else
+#define LOCKCHECK SEEN(ex)	/* a statement after the lock: committed state */
+#define SAYLOCK printf("w%d o%d: BEGIN, key lock, check: ", w, me)
+#endif
+#ifdef NC_COMMITNOFLOOR
+#define BELOWFLOOR 0	/* no floor check at BEGIN */
+#else
+#define BELOWFLOOR (g < fl)
+#endif
+			/*
+			 * Do, lock first (Claimer.doLocked: durable/postgres
+			 * InsertAtCommit with LockFirst). In the BEGIN's round trip:
+			 * the key's lock (waits while a transaction holds it), then,
+			 * in a statement of its own, a check that sees the committed
+			 * state and reads the clock: a record of the key exists (any
+			 * state), or the generation is below the clock floor -> rolled
+			 * back, fn does not run (ErrExists); otherwise fn runs. (The
+			 * floor is read as a claim's, up to STALE old: conservative,
+			 * as nothing waits after this reading.)
+			 */
+lockfirst:
+#ifdef NC_LOCKSNAP
+			/* the check in the lock's statement: its snapshot is taken
+			 * when the statement starts, before the lock wait */
+			atomic {
+				snap = SEEN(ex);
+				printf("w%d o%d: BEGIN; key lock + check in one statement, its snapshot taken (record: %d)\n", w, me, snap)
+			};
+#endif
+			atomic {
+#ifndef NC_NOLOCK
+				klock == 0;	/* pg_advisory_xact_lock waits */
+				klock = w + 1;
+#endif
+				pick_floor();
+				if
+				:: LOCKCHECK || BELOWFLOOR ->
+					SAYLOCK; printf("a record exists (%d) or gen %d < floor %d: rolled back, fn not run\n", LOCKCHECK, g, fl);
+					fl = 0; KUNLOCK(w + 1);
+					goto lockread
+				:: else ->
+					fl = 0;
+					fn_runs(w, me);	/* P7 */
+					SAYLOCK; printf("no record; fn runs (gen %d)\n", g)
+				fi
+			};
+			/*
+			 * fn's business write, staged: invisible until the COMMIT. The
+			 * worker may pause here (holding the key's lock) or crash (a
+			 * rollback: the lock is given back). Then INSERT (finished) +
+			 * COMMIT in one round trip, as the write at commit's but
+			 * without its floor check (done at BEGIN): it fails on a row
+			 * (unique violation: only without the lock, in the NC_
+			 * variants), and everything rolls back (ErrNotInserted).
+			 */
+			atomic {
+				!locked;
+				if
+				:: row.ex ->
+					KUNLOCK(w + 1); infn[w] = 0;
+					printf("w%d o%d: INSERT at commit (gen %d) -> the row exists: rolled back\n", w, me, g);
+					goto lockread
+				:: else ->
+					/* pre is the committed version: no row */
+					row.ex = 1; row.st = DONE; row.gen = g; row.own = me;
+					row.lrem = 0; row.xrem = RETAIN; row.res = me;
+					row.ep = (ever -> last_ep + 1 : 0);
+					e = row.ep;
+					locked = 1; lockby = w + 1;
+					printf("w%d o%d: fn's business write + INSERT at commit (gen %d, finished)\n", w, me, g);
+					commit(ok);	/* gives the key's lock back (or keeps it in flight) */
+					infn[w] = 0;
+					amb = !ok;
+					SHOWROW;
+					goto settle
+				fi
+			};
+			/*
+			 * fn did not run, or rolled back: one plain read (readFirst).
+			 * Finished and retained: replay it (and refill Redis). No row,
+			 * or any other row: the claim (old path).
+			 */
+lockread:
+			atomic {
+				if
+				:: SEEN(ex) && SEEN(st) == DONE && SEEN(xrem) > 0 ->
+					e = SEEN(ep); r = SEEN(res);
+					acked(e, r); final[w] = 1; nfinal++;
+					printf("w%d o%d: Store.Get -> finished; client told: replay, result %d (op %d)\n", w, me, r, e);
+					i = (used -> me : 0);
+					REDIS_CALL(complete_lua(i, 0, r, e));
+					i = 0;
+					goto next
+				:: else ->
+					g = 0;
+					printf("w%d o%d: Store.Get -> no finished row; claim it\n", w, me);
+					goto oldpath
+				fi
+			};
+#endif
 busy:
 			wait_tick(w);
 next:
@@ -969,6 +1163,7 @@ next:
 					COPYROW(row, pre); locked = 0; lockby = 0; CLEARROW(pre)
 				:: else
 				fi;
+				KUNLOCK(w + 1);	/* and the key's lock given back */
 				working[w] = 0; waiting[w] = 0; wdl[w] = 0; rtmp[w] = 0; infn[w] = 0
 			}
 		};

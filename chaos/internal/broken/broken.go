@@ -86,6 +86,15 @@ const (
 	// fingerprint. Reads (Get) are untouched, so a Claimer that reads
 	// first still compares fingerprints itself.
 	ReplayIgnoresFingerprint Mode = "replay-ignores-fingerprint"
+	// DoSkipsLock passes Do's write at commit on with LockFirst unset: the
+	// transaction neither takes the key's lock nor checks that no record
+	// exists before fn runs, as Do ran before issue 44 (and as the
+	// WithWriteAtCommit opt-in still runs). A duplicate that reaches the
+	// database while the holder's fn runs (Redis down, or it lost the key)
+	// runs fn beside it; its insert at commit then waits for the holder's
+	// and fails, rolling fn's writes back, so the record, the effects and
+	// every answer stay right: only the two runs at once show.
+	DoSkipsLock Mode = "do-skips-lock"
 )
 
 // inflation is how much longer than it is [ExpiresInInflated] reports a
@@ -95,7 +104,7 @@ const inflation = time.Hour
 // Modes lists every mode.
 func Modes() []Mode {
 	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease, CommitOverExisting,
-		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing, ExpiresInInflated, ReplayIgnoresFingerprint, RetryTakesLease}
+		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing, ExpiresInInflated, ReplayIgnoresFingerprint, RetryTakesLease, DoSkipsLock}
 }
 
 // Breaks says, in a line, what the mode breaks.
@@ -119,6 +128,8 @@ func (m Mode) Breaks() string {
 		return "a live record's remaining life (ExpiresIn) reported an hour longer than it is: caches keep its result past the record"
 	case ReplayIgnoresFingerprint:
 		return "a finished record of another payload answered as the caller's own: a reused key replays the first payload's result"
+	case DoSkipsLock:
+		return "Do's transaction runs fn without the key's lock and the check for a record: a duplicate runs fn beside the holder (its writes then rolled back)"
 	case RetryTakesLease:
 		return "a replaying retry takes a Redis lease: claim.lua's leases confirmed at once, so retries of a finished operation beside it are told in progress"
 	case OneAttempt:
@@ -148,6 +159,7 @@ type Store struct {
 	mode                   Mode
 	now                    func() time.Time
 	adopted                sync.Map // fence.Token -> struct{}: Adopt's tokens for processing records (UnresolvedStaysProcessing)
+	onSkip                 func()   // called for each lock DoSkipsLock skipped
 }
 
 var (
@@ -177,6 +189,13 @@ func WorkerClock(now func() time.Time) Option {
 			s.now = now
 		}
 	}
+}
+
+// OnLockSkipped makes [DoSkipsLock] call f each time it drops the lock a
+// write at commit asked for (ClaimParams.LockFirst): the Claimer took Do's
+// default path, and the bug was met.
+func OnLockSkipped(f func()) Option {
+	return func(s *Store) { s.onSkip = f }
 }
 
 // Wrap returns s, which runs on pool with its records in table (as written
@@ -392,11 +411,25 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 }
 
 // InsertAtCommit is, with CommitOverExisting, a write at commit whose
-// insert does not stop at an existing record. Under every other mode it
-// writes nothing and returns ErrNotInserted without running fn, so Do
-// claims first, through that mode's bug.
+// insert does not stop at an existing record; with DoSkipsLock the real
+// one (the wrapped store's, when it writes at commit) with LockFirst
+// unset. Under every other mode it writes nothing and returns
+// ErrNotInserted without running fn, so Do claims first, through that
+// mode's bug.
 func (s *Store) InsertAtCommit(ctx context.Context, p storeapi.ClaimParams, tok fence.Token, fn func(ctx context.Context, tx pgx.Tx) (durable.State, durable.Result, error)) error {
-	if s.mode != CommitOverExisting {
+	switch s.mode {
+	case CommitOverExisting:
+	case DoSkipsLock:
+		cw, ok := s.Store.(storeapi.CommitWriter[pgx.Tx])
+		if !ok {
+			return storeapi.ErrNotInserted
+		}
+		if p.LockFirst && s.onSkip != nil {
+			s.onSkip()
+		}
+		p.LockFirst = false // the bug: fn runs without the key's lock, beside any duplicate
+		return cw.InsertAtCommit(ctx, p, tok, fn)
+	default:
 		return storeapi.ErrNotInserted
 	}
 	ref, err := s.Store.Ref(p.Scope)

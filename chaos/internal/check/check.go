@@ -51,12 +51,23 @@ const (
 	// answered "in progress" or "uncertain": a finished operation replays,
 	// whatever Redis holds of it (issue 43).
 	FinishedNotInProgress = "finished-never-in-progress"
+	// OneRunAtATime: two runs of Do's function for one operation never
+	// overlap in time when both ran in a transaction that holds the key's
+	// lock (Do without WithWriteAtCommit: the lock first, or the claim's):
+	// no such run starts while another one runs whose transaction is known
+	// to have lived through it (it committed, or its record's write was
+	// answered). A duplicate waits for the holder's COMMIT and never runs
+	// the function beside it, with or without Redis (issue 44).
+	OneRunAtATime = "one-fn-run-at-a-time"
 )
 
 // Input is everything the checker reads. It comes from the history and the
 // database, never from the library's own counters.
 type Input struct {
-	Calls   []history.Call
+	Calls []history.Call
+	// Runs are the runs of Do's business function, as the process saw
+	// them.
+	Runs    []history.Run
 	Effects []history.Effect
 	// Records are the durable records at the end, read with plain SQL.
 	Records []history.Record
@@ -232,6 +243,9 @@ func Check(in Input, opts Options) Report {
 	// A finished operation is never answered "in progress".
 	finishedNeverInProgress(in.Calls, add)
 
+	// Do's function: one run at a time per operation, under the lock.
+	oneRunAtATime(in.Runs, in.Calls, in.Effects, add)
+
 	// Linearizability, per logical operation.
 	illegal, checked, unknown := linearize(in.Calls, opts.Timeout)
 	rep.Linearized, rep.Inconclusive = checked, unknown
@@ -341,6 +355,94 @@ func finishedNeverInProgress(calls []history.Call, add func(inv, op, format stri
 		f, c := first[op], cs[0]
 		add(FinishedNotInProgress, op, "%d calls answered in progress or uncertain after the operation finished; the first: client %d, sent at %v, answered %s, after client %d's %s was answered at %v",
 			len(cs), c.Client, c.Start, c.Answer, f.Client, f.Kind, f.End)
+	}
+}
+
+// oneRunAtATime reports, per operation, the locked runs of Do's function
+// (see [history.Run]) that started while another locked run of it ran
+// whose session is known to have lived, holding the key's lock, from
+// before that run's start (recorded on entry, after the lock was granted)
+// to after its end (recorded on return, before the record's write): no
+// other holder of the lock can start in between. The order is real time
+// on the recorder's one clock. A run is such a witness when
+//
+//   - its transaction committed: its effect is in the table; or
+//   - it returned a result, it was its call's last run, and the call was
+//     answered with a replay or a mismatch (not ambiguous): the database
+//     refused its record's write (another record of the key was there),
+//     which it answered, so the session was alive past the run's end; or
+//     with Executed, its write committed (a business rejection too, which
+//     writes no effect).
+//
+// Any other run is no witness: its connection may have been cut, or its
+// session ended, while the function still ran in process, and the lock
+// went with the session; a retry that then starts beside it is sequential
+// for the database (so is a retry after a rollback, which starts after the
+// run ended). Runs of the opt-in WithWriteAtCommit (not Locked), which
+// hold no lock while the function runs and may overlap by design, are not
+// judged.
+func oneRunAtATime(runs []history.Run, calls []history.Call, effects []history.Effect, add func(inv, op, format string, args ...any)) {
+	committed := map[int64]bool{}
+	for _, e := range effects {
+		if e.ID != 0 {
+			committed[e.ID] = true
+		}
+	}
+	callByID := map[int]history.Call{}
+	for _, c := range calls {
+		if c.ID != 0 {
+			callByID[c.ID] = c
+		}
+	}
+	last := map[int]history.Run{} // per call: its last run
+	for _, r := range runs {
+		if l, ok := last[r.Call]; r.Call != 0 && (!ok || r.Start > l.Start) {
+			last[r.Call] = r
+		}
+	}
+	witness := func(r history.Run) bool {
+		if r.Effect != 0 && committed[r.Effect] {
+			return true
+		}
+		c, ok := callByID[r.Call]
+		if !ok || !r.Returned || last[r.Call] != r || c.Ambiguous {
+			return false
+		}
+		switch c.Kind {
+		case history.Replay, history.Mismatch, history.Execute:
+			return true
+		}
+		return false
+	}
+	byOp := map[string][]history.Run{}
+	for _, r := range runs {
+		if r.Locked {
+			byOp[r.Op()] = append(byOp[r.Op()], r)
+		}
+	}
+	for _, op := range sortedKeys(byOp) {
+		rs := byOp[op]
+		sort.SliceStable(rs, func(i, j int) bool { return rs[i].Start < rs[j].Start })
+		n := 0
+		var first string
+		for i, held := range rs {
+			if !witness(held) {
+				continue
+			}
+			for j, r := range rs {
+				if i == j || r.Start < held.Start || r.Start > held.End {
+					continue
+				}
+				n++
+				if first == "" {
+					first = fmt.Sprintf("client %d's started at %v while client %d's ran, from %v to %v",
+						r.Client, r.Start, held.Client, held.Start, held.End)
+				}
+			}
+		}
+		if n > 0 {
+			add(OneRunAtATime, op, "%d runs of Do's function started while another ran whose transaction lived through it (both on Do's locked path); the first: %s", n, first)
+		}
 	}
 }
 

@@ -117,6 +117,10 @@ func TestCheck_EveryInvariantCanFail(t *testing.T) {
 		{"InProgressAfterFinish", check.FinishedNotInProgress, func(in *check.Input) {
 			in.Calls = append(in.Calls, told(history.InProgress, 420, 425))
 		}},
+		{"FunctionRanBesideHolder", check.OneRunAtATime, func(in *check.Input) {
+			in.Effects[0].ID = 1
+			in.Runs = []history.Run{run(1, true, 406, 409, 1), run(0, true, 407, 412, 2)}
+		}},
 		{"OldResultAfterRetention", check.RetentionNewOperation, func(in *check.Input) {
 			c := call(history.Replay, 3, fence.Token{}, bodyB, 2000, 2005)
 			c.Epoch = 2
@@ -249,5 +253,137 @@ func TestCheck_FinishedNeverInProgress_ReplayIsTheEvidence(t *testing.T) {
 	}
 	if d := r.Violations[0].Detail; !strings.Contains(d, "2 calls") || !strings.Contains(d, "client 1's replay") {
 		t.Fatalf("detail %q: want the two calls counted and the replay named as the finish", d)
+	}
+}
+
+// run is a run of Do's function by client, locked or not, from start to
+// end (ms), that inserted the effect with row id effect (0: none).
+func run(client int, locked bool, start, end int, effect int64) history.Run {
+	return history.Run{Key: "k", Epoch: 1, Client: client, Locked: locked, Start: ms(start), End: ms(end), Effect: effect}
+}
+
+// Two locked runs of Do's function for one operation never overlap: none
+// starts while another runs that committed. In good(), B's effect is given
+// row id 1: a run that inserted row 1 committed, any other row id did not.
+// The holder is client 1's run from 406 to 409ms, which committed.
+func TestCheck_OneRunAtATime(t *testing.T) {
+	holder := run(1, true, 406, 409, 1)
+	for _, c := range []struct {
+		name  string
+		runs  []history.Run
+		fires bool
+	}{
+		// A duplicate ran beside the holder, its insert at commit failed
+		// and rolled it back (do-skips-lock): nothing else shows.
+		{"DuplicateBesideHolder", []history.Run{holder, run(0, true, 407, 412, 2)}, true},
+		{"StartedWithTheHolder", []history.Run{holder, run(0, true, 406, 407, 2)}, true},
+		// A business rejection writes no effect, and still ran beside it.
+		{"RejectionBesideHolder", []history.Run{holder, run(2, true, 408, 409, 0)}, true},
+		{"TwoDuplicates", []history.Run{holder, run(0, true, 407, 412, 2), run(2, true, 408, 410, 3)}, true},
+		// Rolled back (its own error, a crash) before the holder started.
+		{"RetryAfterRollback", []history.Run{run(0, true, 400, 405, 2), holder}, false},
+		// Its session was cut while the function still ran in process:
+		// the lock went with it, and the holder's start beside it is
+		// sequential for the database.
+		{"HolderAfterACutRun", []history.Run{run(0, true, 400, 420, 2), holder}, false},
+		// Neither committed: no witness held the lock to the end.
+		{"NoneCommitted", []history.Run{run(1, true, 406, 409, 9), run(0, true, 407, 412, 2)}, false},
+		// WithWriteAtCommit runs the function without the lock, for
+		// duplicates too: not judged, on either side.
+		{"WriteAtCommitDuplicate", []history.Run{holder, run(0, false, 407, 412, 2)}, false},
+		{"WriteAtCommitHolder", []history.Run{run(1, false, 406, 409, 1), run(0, true, 407, 412, 2)}, false},
+		{"AfterTheHolder", []history.Run{holder, run(0, true, 410, 412, 2)}, false},
+		{"AnotherLife", []history.Run{holder, func() history.Run {
+			r := run(0, true, 407, 412, 2)
+			r.Epoch = 2
+			return r
+		}()}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := good()
+			in.Effects[0].ID = 1
+			in.Runs = c.runs
+			r := check.Check(in, check.Options{})
+			got := strings.Join(invariants(r), ",")
+			switch {
+			case c.fires && got != check.OneRunAtATime:
+				t.Fatalf("violations %v, want %s alone", r.Violations, check.OneRunAtATime)
+			case !c.fires && got != "":
+				t.Fatalf("violations %v, want none", r.Violations)
+			}
+		})
+	}
+}
+
+// A run that did not commit is a witness too when its session is known to
+// have lived past its end: it returned a result, it was its call's last
+// run, and the call was answered with a replay or a mismatch (the
+// database refused its record's write). Client 0's call (id 101) is
+// answered from 405 to 420ms; its run, from 406 to 409ms, wrote effect 2,
+// rolled back; client 2's run starts at 407ms.
+func TestCheck_OneRunAtATime_RefusedWriteIsAWitness(t *testing.T) {
+	answered := func(kind history.Kind, fp string) history.Call {
+		c := call(kind, 0, fence.Token{}, bodyB, 405, 420)
+		c.ID, c.Fingerprint = 101, fp
+		if kind != history.Replay {
+			c.Body, c.Status = "", 0
+		}
+		return c
+	}
+	held := run(0, true, 406, 409, 2)
+	held.Call, held.Returned = 101, true
+	dup := run(2, true, 407, 408, 3)
+	for _, c := range []struct {
+		name  string
+		call  history.Call
+		runs  []history.Run
+		fires bool
+	}{
+		{"Replayed", answered(history.Replay, "fp"), []history.Run{held, dup}, true},
+		{"Mismatch", answered(history.Mismatch, "other"), []history.Run{held, dup}, true},
+		// An error after the run (a cut connection): its session may have
+		// ended while the function still ran.
+		{"Error", answered(history.NoEffect, "fp"), []history.Run{held, dup}, false},
+		// The function failed or panicked: nothing was written after it.
+		{"NotReturned", answered(history.Replay, "fp"), []history.Run{func() history.Run {
+			r := held
+			r.Returned = false
+			return r
+		}(), dup}, false},
+		// Not the call's last run: the call's answer speaks of the last.
+		{"NotLast", answered(history.Replay, "fp"), []history.Run{held, dup, func() history.Run {
+			r := run(0, true, 430, 431, 0)
+			r.Call, r.Returned = 101, true
+			return r
+		}()}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := good()
+			in.Calls = append(in.Calls, c.call)
+			in.Runs = c.runs
+			r := check.Check(in, check.Options{})
+			got := strings.Join(invariants(r), ",")
+			switch {
+			case c.fires && got != check.OneRunAtATime:
+				t.Fatalf("violations %v, want %s alone", r.Violations, check.OneRunAtATime)
+			case !c.fires && got != "":
+				t.Fatalf("violations %v, want none", r.Violations)
+			}
+		})
+	}
+}
+
+// The violation counts the runs that started beside a committed one and
+// names the first.
+func TestCheck_OneRunAtATime_Detail(t *testing.T) {
+	in := good()
+	in.Effects[0].ID = 1
+	in.Runs = []history.Run{run(2, true, 408, 410, 3), run(1, true, 406, 409, 1), run(0, true, 407, 412, 2)}
+	r := check.Check(in, check.Options{})
+	if len(r.Violations) != 1 || r.Violations[0].Op != "k#1" {
+		t.Fatalf("violations %v, want one of k#1", r.Violations)
+	}
+	if d := r.Violations[0].Detail; !strings.HasPrefix(d, "2 runs") || !strings.Contains(d, "client 0's started at 407ms while client 1's ran, from 406ms to 409ms") {
+		t.Fatalf("detail %q", d)
 	}
 }

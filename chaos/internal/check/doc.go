@@ -30,6 +30,13 @@
 //     completion or failure acknowledged, or a result replayed, before the
 //     call started: real-time order on the recorder's clock) is never
 //     answered "in progress" or "uncertain".
+//   - [OneRunAtATime]: two runs of Do's business function for one
+//     operation, both meant to hold the key's lock (Do without
+//     WithWriteAtCommit), never overlap: none starts while another runs
+//     whose transaction lived through it, as its commit (its effect in
+//     the table) or its call's answer shows (real-time order on the
+//     recorder's clock; a run whose session may have ended early, taking
+//     the lock with it, is no witness).
 //
 // A checker that cannot fail proves nothing: the suite runs the same
 // scenarios against a deliberately broken store and expects violations.

@@ -1,8 +1,10 @@
 // Package history records what a chaos scenario did, for package check:
 // every attempt a client made (start, end, outcome, token, result hash),
-// every business effect (in a table that deliberately has no unique
-// constraint, so a duplicate is visible), samples of the durable
-// generations, and the final durable records read with plain SQL.
+// every run of Do's business function (its start and end in process, and
+// the effect it wrote), every business effect (in a table that
+// deliberately has no unique constraint, so a duplicate is visible),
+// samples of the durable generations, and the final durable records read
+// with plain SQL.
 //
 // Times are offsets on the monotonic clock from the recorder's start.
 // Results are named by the hex SHA-256 of their body, never by their
@@ -112,6 +114,36 @@ type Effect struct {
 	Via  string // "do" or "downstream"
 }
 
+// Run is one run of Do's business function (fn) as its process saw it:
+// from fn's entry to its return, both inside fn's transaction (the lock or
+// claim before it, the COMMIT after it), on the recorder's clock. A call
+// may run fn more than once (a first run rolled back, then the claim's).
+type Run struct {
+	Key    string
+	Epoch  int
+	Client int
+	// Call is the ID of the call whose Do ran it (0: not known).
+	Call int
+	// Locked: the Claimer runs Do without claim.WithWriteAtCommit, so fn
+	// runs in a transaction that took the key's lock before it (Do's lock
+	// first, or the claim's statement) and holds it until it ends. Runs of
+	// the opt-in (fn first, the record at COMMIT) hold no lock.
+	Locked bool
+	Start  time.Duration
+	End    time.Duration
+	// Returned: the function returned a result (a success, or a business
+	// rejection), not an error or a panic: its transaction went on to
+	// the record's write.
+	Returned bool
+	// Effect is the row id of the effect fn inserted in its transaction (0
+	// when it inserted none): the run committed exactly when that row is
+	// in the effects table at the end.
+	Effect int64
+}
+
+// Op names the logical operation of the run: its key and epoch.
+func (r Run) Op() string { return OpName(r.Key, r.Epoch) }
+
 // Sample is one reading of a record's generation.
 type Sample struct {
 	Key        string
@@ -147,6 +179,7 @@ type Recorder struct {
 
 	mu    sync.Mutex
 	calls []Call
+	runs  []Run
 }
 
 // NewRecorder returns a recorder whose clock starts now.
@@ -162,6 +195,21 @@ func (r *Recorder) Add(c Call) int {
 	c.ID = len(r.calls) + 1
 	r.calls = append(r.calls, c)
 	return c.ID
+}
+
+// AddRun records a run of Do's function.
+func (r *Recorder) AddRun(x Run) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs = append(r.runs, x)
+}
+
+// Runs returns the runs of Do's function recorded so far, in the order
+// they ended.
+func (r *Recorder) Runs() []Run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Run(nil), r.runs...)
 }
 
 // Calls returns the calls recorded so far, in the order they ended.

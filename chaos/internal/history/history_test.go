@@ -37,6 +37,27 @@ func TestRecorder(t *testing.T) {
 	}
 }
 
+func TestRecorder_Runs(t *testing.T) {
+	r := history.NewRecorder()
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Go(func() {
+			start := r.Now()
+			r.AddRun(history.Run{Key: "s/1", Epoch: 2, Client: i, Locked: i%2 == 0, Start: start, End: r.Now(), Effect: int64(i)})
+		})
+	}
+	wg.Wait()
+	runs := r.Runs()
+	if len(runs) != 10 || len(r.Calls()) != 0 {
+		t.Fatalf("%d runs and %d calls, want 10 and 0", len(runs), len(r.Calls()))
+	}
+	for _, x := range runs {
+		if x.End < x.Start || x.Op() != "s/1#2" || x.Locked != (x.Client%2 == 0) {
+			t.Fatalf("bad run %+v", x)
+		}
+	}
+}
+
 func TestHash(t *testing.T) {
 	if history.Hash([]byte("a")) == history.Hash([]byte("b")) || len(history.Hash(nil)) != 64 {
 		t.Fatal("Hash does not tell bodies apart or is not hex SHA-256")
