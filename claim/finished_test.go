@@ -326,7 +326,7 @@ func TestWait_LostLeaseNoWakeLoop(t *testing.T) {
 // TestFinished_StaleConfirmedLeaseIsVerified: Redis holds a confirmed lease
 // of a finished operation, as after a failover to a replica that saw the
 // confirmation and not the completion. Once the lease is older than a
-// tenth of its length (at most a second), a retry reads the store and
+// hundredth of its length (at most a second), a retry reads the store and
 // replays, and puts the result back in Redis; a younger lease of an
 // operation really in progress is still answered by Redis alone.
 func TestFinished_StaleConfirmedLeaseIsVerified(t *testing.T) {
@@ -353,13 +353,13 @@ func TestFinished_StaleConfirmedLeaseIsVerified(t *testing.T) {
 	if err := scripts.SyncGen(t.Context(), e.ref(r), fence.Token{Generation: rec.Token.Generation, Owner: owner}); err != nil {
 		t.Fatal(err)
 	}
-	// Young (under 40ms): Redis answers alone. The test cannot hold the
+	// Young (under 4ms): Redis answers alone. The test cannot hold the
 	// lease young on a loaded machine, so it only requires an answer that
 	// is either.
 	if out, err := e.c.Claim(t.Context(), r); err != nil || (out.Kind != claim.InProgress && out.Kind != claim.Replayed) {
 		t.Fatalf("retry of a young lease = %v, %v", out.Kind, err)
 	}
-	time.Sleep(60 * time.Millisecond) // older than a tenth of its length
+	time.Sleep(60 * time.Millisecond) // older than a hundredth of its length
 	out := mustClaim(t, e.c, r, claim.Replayed)
 	if string(out.Result.Body) != "done" {
 		t.Fatalf("replayed %q", out.Result.Body)

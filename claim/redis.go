@@ -119,14 +119,14 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 
 // verifyAfter is how long after its last confirmation or renewal a
 // confirmed Redis lease of length lease still answers a duplicate "in
-// progress" alone: a tenth of the lease, at most a second. Past it the
+// progress" alone: a hundredth of the lease, at most a second. Past it the
 // duplicate reads the record (one read shared by the process's duplicates,
 // peek). A Do holds its lease for the transaction's span, well within it; a
 // long workflow's duplicates read the store; and a lease that a Redis
 // failover or split brain left behind its finished operation answers "in
 // progress" for at most that long instead of until it expires.
 func verifyAfter(lease time.Duration) time.Duration {
-	return min(lease/10, time.Second)
+	return min(lease/100, time.Second)
 }
 
 // dropRedisLease gives back a Redis lease that the durable store did not
