@@ -421,15 +421,15 @@ func buildQueries(table, name string) queries {
 		// With LockFirst the floor was checked at BEGIN (lockFirstSQL).
 		insertCompletedLocked: f(strings.Replace(insertFinishedSQL, insertFloorCheck, "", 1), "completed"),
 		insertFailedLocked:    f(strings.Replace(insertFinishedSQL, insertFloorCheck, "", 1), "failed"),
-		fail:            f(finishSQL, "failed"),
-		markUncertain:   f(markUncertainSQL, ""),
-		renew:           f(renewSQL, ""),
-		release:         f(releaseSQL, ""),
-		adopt:           f(adoptSQL, ""),
-		pending:         f(pendingSQL, ""),
-		sweep:           f(sweepSQL, ""),
-		stats:           f(statsSQL, ""),
-		statsExact:      f(statsExactSQL, ""),
+		fail:                  f(finishSQL, "failed"),
+		markUncertain:         f(markUncertainSQL, ""),
+		renew:                 f(renewSQL, ""),
+		release:               f(releaseSQL, ""),
+		adopt:                 f(adoptSQL, ""),
+		pending:               f(pendingSQL, ""),
+		sweep:                 f(sweepSQL, ""),
+		stats:                 f(statsSQL, ""),
+		statsExact:            f(statsExactSQL, ""),
 	}
 }
 
