@@ -18,8 +18,7 @@ import (
 // so it bounds what such a peer costs; the storm, the burst and the replay
 // report the library's throughput against it. The other peer,
 // go-idempotency, is not measured: no module of that name is served by
-// this machine's module proxy (every candidate answered 403 on
-// 2026-12-06).
+// this machine's module proxy (every candidate answered 403).
 
 // peerTTL is how long a peer lock holds its key: past any workload, so a
 // key is obtained once and every later Obtain finds it held.
