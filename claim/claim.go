@@ -280,7 +280,12 @@ func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.Claim
 		c.m.takeover(ctx)
 		c.log.Info("oncekey: took over an expired lease", "op", t.ref, "generation", res.Token.Generation)
 	}
-	if (f.answered && res.Token.Generation != f.proposed) || f.ambiguous || (!completing && f.mayHoldRedisLease()) {
+	sync := (f.answered && res.Token.Generation != f.proposed) || f.ambiguous
+	if !sync && !completing {
+		// Only the confirmation is left: it need not hold the caller up.
+		c.confirmAsync(ctx, t, f, res.Token)
+	}
+	if sync {
 		err := c.scripts.SyncGenKeys(context.WithoutCancel(ctx), t.keys, res.Token)
 		c.tr.event(ctx, eventRedisSync, err)
 		if err != nil {

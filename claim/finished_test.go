@@ -368,3 +368,28 @@ func TestFinished_StaleConfirmedLeaseIsVerified(t *testing.T) {
 		t.Fatalf("Redis after the verified retry = %+v, %v; want the result back", st, err)
 	}
 }
+
+// TestClaim_ConfirmsItsLease: once the store granted a Claim, its Redis
+// lease is confirmed (sent off the caller's path), so duplicates are
+// answered "in progress" by Redis alone rather than by reading the record.
+func TestClaim_ConfirmsItsLease(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withRedis)
+	r := req("confirmed", "v1:c")
+	mustClaim(t, e.c, r, claim.Acquired)
+	k := fastpath.KeysFor(e.prefix, e.ref(r))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		st, err := fastpath.ReadStored(t.Context(), e.rdb, k)
+		if err == nil && st.Kind == fastpath.StoredLease && !st.Tentative {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis holds %+v, %v 5s after the grant; want a confirmed lease", st, err)
+		}
+	}
+	e.stmts.Reset()
+	mustClaim(t, e.c, r, claim.InProgress)
+	if n := e.stmts.Count(); n != 0 {
+		t.Fatalf("a duplicate of a confirmed lease sent %d statements; want Redis alone", n)
+	}
+}
