@@ -299,17 +299,7 @@ func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
 	defer c.endTxOnPanic(ctx, txSpan, f, t, p)
 	err = c.atCommit.InsertAtCommit(txCtx, p, tok, d.runAtCommit)
-	if txSpan.IsRecording() {
-		switch {
-		case err == nil:
-			txSpan.SetAttributes(attrDurable.String("inserted"))
-		case errors.Is(err, storeapi.ErrNotInserted):
-			txSpan.SetAttributes(attrDurable.String("existing"))
-		default:
-			txSpan.SetStatus(otelcodes.Error, errWord(err))
-		}
-	}
-	txSpan.End()
+	endInsertSpan(txSpan, err)
 	switch {
 	case err == nil:
 		c.acquired(ctx, t, p, f, d.claimed, true)
@@ -366,17 +356,7 @@ func (c *Claimer[TTx]) doLocked(ctx context.Context, d *doAttempt[TTx], f fast) 
 	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
 	defer c.endTxOnPanic(ctx, txSpan, f, t, p)
 	err = c.locked.InsertAtCommit(txCtx, p, tok, d.runLocked)
-	if txSpan.IsRecording() {
-		switch {
-		case err == nil:
-			txSpan.SetAttributes(attrDurable.String("inserted"))
-		case errors.Is(err, storeapi.ErrExists), errors.Is(err, storeapi.ErrNotInserted):
-			txSpan.SetAttributes(attrDurable.String("existing"))
-		default:
-			txSpan.SetStatus(otelcodes.Error, errWord(err))
-		}
-	}
-	txSpan.End()
+	endInsertSpan(txSpan, err)
 	switch {
 	case err == nil:
 		c.guess.observe(p, storeapi.ClaimResult{Acquired: true})
@@ -399,6 +379,23 @@ func (c *Claimer[TTx]) doLocked(ctx context.Context, d *doAttempt[TTx], f fast) 
 		c.dropRedisLease(ctx, f, t, p)
 		return Outcome{OperationID: t.opID}, true, c.claimErr(ctx, err)
 	}
+}
+
+// endInsertSpan ends the span of a transaction that inserts its record at
+// COMMIT (InsertAtCommit), saying whether it inserted, found the record
+// (ErrExists, ErrNotInserted), or failed.
+func endInsertSpan(span trace.Span, err error) {
+	if span.IsRecording() {
+		switch {
+		case err == nil:
+			span.SetAttributes(attrDurable.String("inserted"))
+		case errors.Is(err, storeapi.ErrExists), errors.Is(err, storeapi.ErrNotInserted):
+			span.SetAttributes(attrDurable.String("existing"))
+		default:
+			span.SetStatus(otelcodes.Error, errWord(err))
+		}
+	}
+	span.End()
 }
 
 // runLocked is the transaction's body of doLocked, once the store holds the
