@@ -425,25 +425,30 @@ func (x *entry) work(ctx context.Context, o *op, opID string, tok fence.Token) (
 }
 
 // workThroughRenewOutage is work after the effect while the store refuses
-// every renewal for a bit longer than the lease (and no one else asks):
-// the lease is read while the renewals are still refused (it ran out
-// unrenewed by then); once they are accepted again, KeepAlive renews it
-// back to life, since no one took it over.
+// every renewal for longer than the lease (and no one else asks): the
+// lease is read until it is seen expired while the renewals are still
+// refused; then they are accepted again and KeepAlive renews it back to
+// life, since no one took it over. The refusal lasts until the expiry is
+// seen (at most four leases), not for a fixed time: a loaded machine that
+// oversleeps a fixed window would never see the expiry it is there for.
 func (e *env) workThroughRenewOutage(ctx context.Context, st *faultyStore, o *op, tok fence.Token) {
 	lease := e.cfg.Lease
 	start := time.Now()
-	st.refuse(o.ref, lease*13/10, refuseRenew)
+	st.refuse(o.ref, 4*lease, refuseRenew)
 	time.Sleep(lease * 105 / 100)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	// Read until it is seen expired, while the renewals are refused.
-	for time.Since(start) < lease*125/100 {
+	for {
 		if gen, state, live, err := e.leaseOf(rctx, o); err == nil && gen == tok.Generation && state == "processing" && !live {
 			e.fault("lease-expired-unrenewed")
 			break
 		}
+		if time.Since(start) > 4*lease-lease/5 {
+			break
+		}
 		time.Sleep(lease / 50)
 	}
+	st.refuse(o.ref, 0, refuseRenew) // renewals accepted again
 	time.Sleep(lease*3/2 - time.Since(start))
 	if errors.Is(context.Cause(ctx), claim.ErrLeaseExpired) {
 		e.observe("work-context-ended-lease-expired")
