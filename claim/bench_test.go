@@ -200,8 +200,8 @@ func BenchmarkClaimer_DoReplayFromRedis(b *testing.B) {
 }
 
 // BenchmarkClaimer_DoStorm: a duplicate of a request in progress through
-// Do, answered by Redis alone with InProgress (the bench tool's storm
-// workload, while the first request of the key runs).
+// Do, answered InProgress after Redis and one read of the record (the
+// bench tool's storm workload, while the first request of the key runs).
 func BenchmarkClaimer_DoStorm(b *testing.B) {
 	f := newBenchFixture(b, &lua.Options{})
 	ctx := context.Background()

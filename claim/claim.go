@@ -265,8 +265,8 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 }
 
 // acquired finishes the Redis side of a durable acquisition: our tentative
-// Redis lease is confirmed, so Redis alone answers duplicates "in
-// progress"; when the database's generation differs from Redis's proposal
+// Redis lease is confirmed (no stale result may replace it, and under
+// lua.Options.TrustLease it answers duplicates "in progress" alone); when the database's generation differs from Redis's proposal
 // (Redis lost data or was bypassed), or when the Redis claim's reply was
 // lost so the proposal is unknown, the lease also takes the durable
 // generation. completing: complete.lua runs next and replaces the lease,

@@ -39,10 +39,14 @@ type Claimer[TTx any] struct {
 	// redisTimeout is the per-call timeout of the scripts: the longest a
 	// successful call can take to reach Redis.
 	redisTimeout time.Duration
-	cfg          config
-	log          *slog.Logger
-	m            *meters
-	tr           tracer
+	// trustLease is lua.Options.TrustLease: how young a confirmed Redis
+	// lease must be to answer a duplicate "in progress" without a read of
+	// the record (zero: never).
+	trustLease time.Duration
+	cfg        config
+	log        *slog.Logger
+	m          *meters
+	tr         tracer
 	// local is the replay cache in process (WithReplayCache); nil when off.
 	local *localcache.Cache
 	// breaker logs and counts the Redis breaker's changes; nil without
@@ -106,6 +110,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 			return nil, configErr("WithRedis: %w", err)
 		}
 		c.scripts = s
+		c.trustLease = fo.TrustLease
 		c.redisTimeout = fo.Timeout
 		if c.redisTimeout == 0 {
 			c.redisTimeout = fastpath.DefaultTimeout

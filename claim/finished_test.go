@@ -16,6 +16,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/lua"
 )
 
 // Issue 43: a finished operation always replays. A burst of concurrent
@@ -325,41 +326,43 @@ func TestWait_LostLeaseNoWakeLoop(t *testing.T) {
 
 // TestFinished_StaleConfirmedLeaseIsVerified: Redis holds a confirmed lease
 // of a finished operation, as after a failover to a replica that saw the
-// confirmation and not the completion. Once the lease is older than a
-// hundredth of its length (at most a second), a retry reads the store and
-// replays, and puts the result back in Redis; a younger lease of an
-// operation really in progress is still answered by Redis alone.
+// confirmation and not the completion. By default a retry reads the store
+// and replays, however young the lease, and puts the result back in Redis.
+// With lua.Options.TrustLease (the opt-in), a lease younger than it answers
+// "in progress" alone: the control that shows the read is what replays.
 func TestFinished_StaleConfirmedLeaseIsVerified(t *testing.T) {
 	t.Parallel()
 	e := setup(t, withRedis)
+	trusting, err := claim.New[pgx.Tx](e.store, claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second, TrustLease: time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	scripts, err := fastpath.New(e.rdb, fastpath.Options{Prefix: e.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := req("stale-confirmed", "v1:s")
 	finish(t, e, r, []byte("done"))
-	e.flushRedis()
-	// The replica's leftover: a lease taken and confirmed, 400ms long.
-	owner := uuid.New()
-	rep, err := scripts.Claim(t.Context(), e.ref(r), fastpath.ClaimArgs{Fingerprint: r.Fingerprint, Owner: owner, Lease: 400 * time.Millisecond})
-	if err != nil || rep.Status != fastpath.ClaimAcquired {
-		t.Fatalf("claim.lua = %+v, %v", rep, err)
+	leftover := func() {
+		t.Helper()
+		e.flushRedis()
+		// The replica's leftover: a lease taken and confirmed, a minute long.
+		owner := uuid.New()
+		rep, err := scripts.Claim(t.Context(), e.ref(r), fastpath.ClaimArgs{Fingerprint: r.Fingerprint, Owner: owner, Lease: time.Minute})
+		if err != nil || rep.Status != fastpath.ClaimAcquired {
+			t.Fatalf("claim.lua = %+v, %v", rep, err)
+		}
+		rec, err := e.store.Get(t.Context(), e.ref(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Confirmed under the record's generation, as its holder confirmed it.
+		if err := scripts.SyncGen(t.Context(), e.ref(r), fence.Token{Generation: rec.Token.Generation, Owner: owner}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	rec, err := e.store.Get(t.Context(), e.ref(r))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Confirmed under the record's generation, as its holder confirmed it.
-	if err := scripts.SyncGen(t.Context(), e.ref(r), fence.Token{Generation: rec.Token.Generation, Owner: owner}); err != nil {
-		t.Fatal(err)
-	}
-	// Young (under 4ms): Redis answers alone. The test cannot hold the
-	// lease young on a loaded machine, so it only requires an answer that
-	// is either.
-	if out, err := e.c.Claim(t.Context(), r); err != nil || (out.Kind != claim.InProgress && out.Kind != claim.Replayed) {
-		t.Fatalf("retry of a young lease = %v, %v", out.Kind, err)
-	}
-	time.Sleep(60 * time.Millisecond) // older than a hundredth of its length
+	leftover()
+	mustClaim(t, trusting, r, claim.InProgress)
 	out := mustClaim(t, e.c, r, claim.Replayed)
 	if string(out.Result.Body) != "done" {
 		t.Fatalf("replayed %q", out.Result.Body)
@@ -367,11 +370,32 @@ func TestFinished_StaleConfirmedLeaseIsVerified(t *testing.T) {
 	if st, err := fastpath.ReadStored(t.Context(), e.rdb, fastpath.KeysFor(e.prefix, e.ref(r))); err != nil || st.Kind != fastpath.StoredResult {
 		t.Fatalf("Redis after the verified retry = %+v, %v; want the result back", st, err)
 	}
+	leftover()
+	const n = 8
+	outs := make(chan claim.Kind, n)
+	for range n {
+		go func() {
+			out, err := e.c.Claim(t.Context(), r)
+			if err != nil {
+				t.Error(err)
+			}
+			outs <- out.Kind
+		}()
+	}
+	for range n {
+		if k := <-outs; k != claim.Replayed {
+			t.Fatalf("a concurrent retry of a young leftover lease got %v, want Replayed", k)
+		}
+	}
+	if _, err := claim.New[pgx.Tx](e.store, claim.WithRedis(e.rdb, lua.Options{TrustLease: -time.Second})); !errors.Is(err, claim.ErrConfig) {
+		t.Fatalf("negative TrustLease: New = %v, want ErrConfig", err)
+	}
 }
 
 // TestClaim_ConfirmsItsLease: once the store granted a Claim, its Redis
-// lease is confirmed (sent off the caller's path), so duplicates are
-// answered "in progress" by Redis alone rather than by reading the record.
+// lease is confirmed (sent off the caller's path). A duplicate is answered
+// "in progress" after one read of the record by default, and by Redis alone
+// with TrustLease.
 func TestClaim_ConfirmsItsLease(t *testing.T) {
 	t.Parallel()
 	e := setup(t, withRedis)
@@ -389,7 +413,16 @@ func TestClaim_ConfirmsItsLease(t *testing.T) {
 	}
 	e.stmts.Reset()
 	mustClaim(t, e.c, r, claim.InProgress)
+	if n := e.stmts.Count(); n != 1 {
+		t.Fatalf("a duplicate of a confirmed lease sent %d statements; want the one read of the record", n)
+	}
+	trusting, err := claim.New[pgx.Tx](e.store, claim.WithRedis(e.rdb, lua.Options{Prefix: e.prefix, Timeout: time.Second, TrustLease: time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stmts.Reset()
+	mustClaim(t, trusting, r, claim.InProgress)
 	if n := e.stmts.Count(); n != 0 {
-		t.Fatalf("a duplicate of a confirmed lease sent %d statements; want Redis alone", n)
+		t.Fatalf("with TrustLease a duplicate of a confirmed lease sent %d statements; want Redis alone", n)
 	}
 }

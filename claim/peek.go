@@ -11,11 +11,13 @@ import (
 )
 
 // A duplicate is told the truth (issue 43): a finished operation replays,
-// never "in progress", whether or not Redis holds its result. Redis answers
-// "in progress" alone only for a lease the durable store granted (a
-// confirmed lease). Two of claim.lua's answers leave the truth to the
+// never "in progress", whether or not Redis holds its result. Redis does not
+// answer "in progress" alone (but for a confirmed lease younger than the
+// lua.Options.TrustLease opt-in). Its answers that leave the truth to the
 // durable store, which peek reads without claiming anything:
 //
+//   - a confirmed lease: the store granted it, but a Redis failover or split
+//     brain may have kept it and lost the holder's completion;
 //   - a tentative lease: another request took the key in Redis and has not
 //     heard from the store yet. It may be about to execute, or about to find
 //     the operation finished (Redis lost its copy) and replay it;

@@ -105,28 +105,17 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 			// can tell; ask it, proposing no generation.
 			return fast{}
 		}
-		if rep.Tentative || rep.Age > verifyAfter(rep.Lease) {
+		if rep.Tentative || rep.Age >= c.trustLease {
 			// A tentative holder may only be about to replay; a confirmed
-			// lease this old may have outlived its completion in Redis (a
-			// failover that kept the confirmation and lost the result):
-			// the store knows.
+			// lease may have outlived its completion in Redis (a failover
+			// or split brain that kept the lease and lost the result): the
+			// store knows. Only a lease younger than lua.Options.TrustLease
+			// (an opt-in, zero by default) answers alone.
 			return fast{answered: true, peek: true, retry: rep.Lease}
 		}
 		return fast{answered: true, final: true, kind: InProgress, retry: rep.Lease}
 	}
 	return fast{}
-}
-
-// verifyAfter is how long after its last confirmation or renewal a
-// confirmed Redis lease of length lease still answers a duplicate "in
-// progress" alone: a hundredth of the lease, at most a second. Past it the
-// duplicate reads the record (one read shared by the process's duplicates,
-// peek). A Do holds its lease for the transaction's span, well within it; a
-// long workflow's duplicates read the store; and a lease that a Redis
-// failover or split brain left behind its finished operation answers "in
-// progress" for at most that long instead of until it expires.
-func verifyAfter(lease time.Duration) time.Duration {
-	return min(lease/100, time.Second)
 }
 
 // dropRedisLease gives back a Redis lease that the durable store did not

@@ -47,8 +47,10 @@
 // key yet, and the holder may find the operation finished there (Redis lost
 // its copy) and only replay it. A duplicate that meets a tentative lease is
 // not answered "in progress" by Redis; it reads the durable store.
-// syncgen.lua (or renew.lua) confirms the lease once the store granted it;
-// from then on Redis answers duplicates "in progress" alone. A finished
+// syncgen.lua (or renew.lua) confirms the lease once the store granted it:
+// a confirmed lease stops a stale result from replacing it (complete.lua),
+// and under the [Options].TrustLease opt-in answers
+// duplicates "in progress" alone while it is young. A finished
 // result too large to cache leaves the marker, so that retries replay from
 // the durable store without taking a lease.
 //

@@ -25,11 +25,12 @@ func TestFromLua(t *testing.T) {
 	t.Parallel()
 	want := fastpath.Options{
 		Prefix: "p", Timeout: 2 * time.Second, MaxCachedBody: -1, CacheTTL: time.Hour,
-		Breaker: fastpath.BreakerOptions{Failures: 7, CoolDown: 3 * time.Second},
+		Breaker:    fastpath.BreakerOptions{Failures: 7, CoolDown: 3 * time.Second},
+		TrustLease: time.Minute,
 	}
 	got := fastpath.FromLua(lua.Options{
 		Prefix: "p", Timeout: 2 * time.Second, MaxCachedBody: -1, CacheTTL: time.Hour,
-		BreakerFailures: 7, BreakerCoolDown: 3 * time.Second,
+		BreakerFailures: 7, BreakerCoolDown: 3 * time.Second, TrustLease: time.Minute,
 	})
 	if got.OnStateChange != nil || got.Breaker.Now != nil {
 		t.Fatal("FromLua set a hook")
@@ -66,6 +67,7 @@ func TestNew_RejectsBadLuaOptions(t *testing.T) {
 		"NegativeCacheTTL": {CacheTTL: -1},
 		"NegativeFailures": {BreakerFailures: -1},
 		"NegativeCoolDown": {BreakerCoolDown: -1},
+		"NegativeTrust":    {TrustLease: -1},
 	}
 	for name, o := range bad {
 		t.Run(name, func(t *testing.T) {

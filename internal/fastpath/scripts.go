@@ -82,6 +82,9 @@ type Options struct {
 	CacheTTL time.Duration
 	// Breaker configures the circuit breaker.
 	Breaker BreakerOptions
+	// TrustLease is lua.Options.TrustLease; the Claimer reads it, the
+	// scripts do not. New only checks it is not negative.
+	TrustLease time.Duration
 	// OnStateChange, when set, is called with the breaker's new state on
 	// every change (for a metric or a log line). It runs under the
 	// breaker's lock: it must be quick and must not call [Scripts].
@@ -96,6 +99,7 @@ func FromLua(o lua.Options) Options {
 		MaxCachedBody: o.MaxCachedBody,
 		CacheTTL:      o.CacheTTL,
 		Breaker:       BreakerOptions{Failures: o.BreakerFailures, CoolDown: o.BreakerCoolDown},
+		TrustLease:    o.TrustLease,
 	}
 }
 
@@ -257,6 +261,8 @@ func New(c redis.Scripter, opts Options) (*Scripts, error) {
 		return nil, invalid("BreakerFailures must not be negative")
 	case opts.Breaker.CoolDown < 0:
 		return nil, invalid("BreakerCoolDown must not be negative")
+	case opts.TrustLease < 0:
+		return nil, invalid("TrustLease must not be negative")
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
@@ -934,7 +940,8 @@ func (s *Scripts) CompleteKeys(ctx context.Context, k Keys, tok fence.Token, fin
 
 // SyncGen runs syncgen.lua with tok once the durable store granted the key
 // to tok.Owner: tok.Owner's lease, if Redis still holds it, is confirmed
-// (duplicates are answered "in progress" by Redis alone from then on) and
+// (no stale result may replace it; under lua.Options.TrustLease it
+// answers young duplicates "in progress" alone) and
 // carries the durable generation, which differs from claim.lua's proposal
 // when Redis lost data, went back in time, or its reply was lost. With
 // tok.Owner uuid.Nil there is no lease to rewrite and no call is made.
