@@ -145,13 +145,19 @@
 //     from the runs of the function the suite records, sees it
 //     (do-duplicates, no-redis).
 //
-// One more breaks the Claimers' Redis clients rather than the store:
+// Two more break the Claimers' Redis clients rather than the store:
 //
 //   - retry-takes-lease: every lease claim.lua grants confirmed the moment
 //     it is granted (a go-redis hook on each Claimer's client), as before
 //     issue 43: a retry of a finished operation whose result Redis does
 //     not hold takes a lease only to replay, and the retries beside it are
 //     told "in progress" (finished-bursts; the checker's
+//     finished-never-in-progress);
+//   - trust-lease: every Claimer configured with lua.Options.TrustLease of
+//     a whole lease, so a confirmed Redis lease answers "in progress"
+//     without a read of the record for as long as it lives: the side of a
+//     split brain that kept a holder's lease and not its completion tells
+//     retries of finished work "in progress" (split-brain; the checker's
 //     finished-never-in-progress).
 //
 // Three more break the settlement engine every entry point shares rather

@@ -161,6 +161,9 @@ func (e *env) claimer(o claimerOpts) (*claim.Claimer[pgxTx], error) {
 		if o.luaOpts != nil {
 			o.luaOpts(&lo)
 		}
+		if e.cfg.negative == broken.TrustLease {
+			lo.TrustLease = time.Hour // every lease, for its whole length
+		}
 		rc := o.redis
 		if e.cfg.negative.Redis() {
 			e.breakRedis(rc)

@@ -19,6 +19,7 @@ var negativeCatch = map[string]struct{ invariant, detail string }{
 	"expires-in-inflated": {"no-replay-of-an-expired-life", "from the process cache"},
 	"retry-takes-lease":   {"finished-never-in-progress", "answered in_progress"},
 	"do-skips-lock":       {"one-fn-run-at-a-time", "started while another ran"},
+	"trust-lease":         {"finished-never-in-progress", "answered in_progress"},
 }
 
 // TestNegativeControl runs scenarios against a deliberately broken store

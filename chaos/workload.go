@@ -80,6 +80,9 @@ type workload struct {
 	// beforeComplete runs in workflow mode after the downstream call,
 	// before Complete.
 	beforeComplete func(ctx context.Context, a *attempt)
+	// afterComplete runs in workflow mode once Complete succeeded and was
+	// recorded, before the attempt returns.
+	afterComplete func(ctx context.Context, a *attempt)
 	// fingerprint overrides the fingerprint a client sends.
 	fingerprint func(o *op, client int) string
 	// dropAck loses a client's first answer of an executed operation.
@@ -89,6 +92,9 @@ type workload struct {
 	clientTimeout func(o *op, client, attempt int) time.Duration
 	// noKeepAlive runs workflow attempts without KeepAlive.
 	noKeepAlive bool
+	// requestLease, when set and positive for o, is the lease of o's
+	// workflow claims (claim.Request.Lease) instead of the Claimer's.
+	requestLease func(o *op) time.Duration
 
 	// timeout bounds one attempt; downstreamTimeout one downstream call.
 	timeout, downstreamTimeout time.Duration
@@ -533,7 +539,11 @@ func (e *env) flowAttempt(ctx context.Context, w *workload, o *op, c, n int) boo
 	actx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	call := history.Call{Key: o.key, Epoch: epoch, Client: c, Fingerprint: fp, Start: e.rec.Now()}
-	out, err := w.claimer(c).Claim(actx, claim.Request{Scope: o.scope, Fingerprint: fp})
+	r := claim.Request{Scope: o.scope, Fingerprint: fp}
+	if w.requestLease != nil {
+		r.Lease = w.requestLease(o)
+	}
+	out, err := w.claimer(c).Claim(actx, r)
 	call.End = e.rec.Now()
 	switch {
 	case err == nil && out.Kind == claim.Acquired:
@@ -633,6 +643,9 @@ func (e *env) flowAttempt(ctx context.Context, w *workload, o *op, c, n int) boo
 		case err == nil:
 			cc.Kind = history.Complete
 			e.rec.Add(cc)
+			if w.afterComplete != nil {
+				w.afterComplete(cctx, a)
+			}
 			return true
 		case errors.Is(err, claim.ErrFenced):
 			cc.Kind, cc.Note = history.Fenced, err.Error()

@@ -95,6 +95,14 @@ const (
 	// and fails, rolling fn's writes back, so the record, the effects and
 	// every answer stay right: only the two runs at once show.
 	DoSkipsLock Mode = "do-skips-lock"
+	// TrustLease gives every Claimer lua.Options.TrustLease of a whole
+	// lease: a duplicate that meets a confirmed Redis lease is answered
+	// "in progress" by Redis alone for as long as it lives, as before the
+	// opt-in existed. A split brain that kept a holder's lease on one side
+	// and its completion on the other then tells retries of finished work
+	// "in progress". The store and the library are the real ones; only the
+	// configuration differs.
+	TrustLease Mode = "trust-lease"
 )
 
 // inflation is how much longer than it is [ExpiresInInflated] reports a
@@ -104,7 +112,7 @@ const inflation = time.Hour
 // Modes lists every mode.
 func Modes() []Mode {
 	return []Mode{CompleteWithoutFence, ClaimTrustsRedis, ReleaseAfterStart, NoRereadAfterLostAck, WorkerClockLease, CommitOverExisting,
-		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing, ExpiresInInflated, ReplayIgnoresFingerprint, RetryTakesLease, DoSkipsLock}
+		OneAttempt, ReleaseOnError, NoRecover, UnresolvedStaysProcessing, ExpiresInInflated, ReplayIgnoresFingerprint, RetryTakesLease, DoSkipsLock, TrustLease}
 }
 
 // Breaks says, in a line, what the mode breaks.
@@ -132,6 +140,8 @@ func (m Mode) Breaks() string {
 		return "Do's transaction runs fn without the key's lock and the check for a record: a duplicate runs fn beside the holder (its writes then rolled back)"
 	case RetryTakesLease:
 		return "a replaying retry takes a Redis lease: claim.lua's leases confirmed at once, so retries of a finished operation beside it are told in progress"
+	case TrustLease:
+		return "Redis leases trusted for their whole length: a duplicate that meets one is told in progress without reading the record, even when Redis lost the completion"
 	case OneAttempt:
 		return "the settlement engine stops the lease and tries the finishing write once"
 	case ReleaseOnError:
