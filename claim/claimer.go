@@ -43,10 +43,13 @@ type Claimer[TTx any] struct {
 	// lease must be to answer a duplicate "in progress" without a read of
 	// the record (zero: never).
 	trustLease time.Duration
-	cfg        config
-	log        *slog.Logger
-	m          *meters
-	tr         tracer
+	// behind holds a token for each Redis completion of Do running after
+	// its caller's answer (cacheBehind).
+	behind chan struct{}
+	cfg    config
+	log    *slog.Logger
+	m      *meters
+	tr     tracer
 	// local is the replay cache in process (WithReplayCache); nil when off.
 	local *localcache.Cache
 	// breaker logs and counts the Redis breaker's changes; nil without
@@ -110,6 +113,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 			return nil, configErr("WithRedis: %w", err)
 		}
 		c.scripts = s
+		c.behind = make(chan struct{}, maxBehind)
 		c.trustLease = fo.TrustLease
 		c.redisTimeout = fo.Timeout
 		if c.redisTimeout == 0 {

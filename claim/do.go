@@ -448,6 +448,6 @@ func (d *doAttempt[TTx]) runAtCommit(ctx context.Context, tx TTx) (durable.State
 // executed caches the committed result of d in Redis and returns its
 // outcome, whose Result points into d.
 func (c *Claimer[TTx]) executed(ctx context.Context, d *doAttempt[TTx]) Outcome {
-	c.cacheResult(ctx, d.t.ref, d.t.keys, d.claimed.Token, d.p.Fingerprint, d.state, d.result, d.p.Retention, d.sent)
+	c.cacheBehind(ctx, d.t.ref, d.t.keys, d.claimed.Token, d.p.Fingerprint, d.state, d.result, d.p.Retention, d.sent)
 	return Outcome{Kind: Executed, OperationID: d.t.opID, State: d.state, Result: &d.result}
 }

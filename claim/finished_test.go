@@ -103,6 +103,27 @@ func finish(t *testing.T, e *env, r claim.Request, body []byte) {
 	if err != nil || out.Kind != claim.Executed {
 		t.Fatalf("Do = %v, %v; want executed", out.Kind, err)
 	}
+	e.awaitRedisFinished(r)
+}
+
+// awaitRedisFinished waits until Redis holds r's finished result or marker:
+// Do sends its Redis completion after the caller's answer. Without Redis it
+// returns at once.
+func (e *env) awaitRedisFinished(r claim.Request) {
+	e.t.Helper()
+	if e.rdb == nil {
+		return
+	}
+	k := fastpath.KeysFor(e.prefix, e.ref(r))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		st, err := fastpath.ReadStored(e.t.Context(), e.rdb, k)
+		if err == nil && (st.Kind == fastpath.StoredResult || st.Kind == fastpath.StoredFinished) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("Redis holds %+v, %v 5s after Do returned; want its result", st, err)
+		}
+	}
 }
 
 func TestFinished_BurstsReplay(t *testing.T) {

@@ -187,6 +187,46 @@ func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, keys fa
 	if c.scripts == nil {
 		return
 	}
+	c.cacheRedis(ctx, ref, keys, tok, fp, state, res, retention, sent)
+}
+
+// maxBehind bounds the Redis completions of Do that run after the caller
+// has its answer (cacheBehind); past it they run on the caller's path.
+const maxBehind = 256
+
+// cacheBehind is cacheResult for a Do whose commit was acknowledged: the
+// replay cache in process is filled at once, and the Redis completion is
+// sent off the caller's path, at most maxBehind at a time (beyond that, on
+// the caller's path: nothing is dropped). Until it lands, Redis still holds
+// the caller's lease, and a duplicate that meets a lease reads the record
+// and replays (redis.go, fastClaim): the answer stays true. Not under
+// lua.Options.TrustLease, where a young confirmed lease answers "in
+// progress" alone: there the completion stays on the caller's path. Each
+// call is bounded by the scripts' Timeout; nothing waits for them at
+// shutdown.
+func (c *Claimer[TTx]) cacheBehind(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
+	if c.scripts == nil || c.trustLease > 0 {
+		c.cacheResult(ctx, ref, keys, tok, fp, state, res, retention, sent)
+		return
+	}
+	if c.local != nil {
+		c.local.Put(ref.Digest(), fp, state, res, sent.Add(retention), time.Now())
+	}
+	select {
+	case c.behind <- struct{}{}:
+	default:
+		c.cacheRedis(ctx, ref, keys, tok, fp, state, res, retention, sent)
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer func() { <-c.behind }()
+		c.cacheRedis(ctx, ref, keys, tok, fp, state, res, retention, sent)
+	}()
+}
+
+// cacheRedis is cacheResult's Redis part.
+func (c *Claimer[TTx]) cacheRedis(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
 	ttl := c.cacheTTL(retention, sent)
 	if ttl <= 0 {
 		if _, err := c.scripts.ReleaseKeys(context.WithoutCancel(ctx), keys, tok); err != nil {

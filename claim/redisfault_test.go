@@ -162,6 +162,7 @@ func TestClaimer_RedisCacheNeverOutlivesTheRecord(t *testing.T) {
 			if out, err := slow.Do(t.Context(), r, e.insertOrder); err != nil || out.Kind != claim.Executed {
 				t.Fatalf("Do = %v, %v", out.Kind, err)
 			}
+			e.awaitRedisFinished(r) // sent after Do's answer
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
