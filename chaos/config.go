@@ -99,10 +99,15 @@ type Config struct {
 // duplicate that reaches the database runs it beside the first). The
 // checker must then report
 // violations; a run that finds none means the suite cannot see the bug.
-// It returns an error for an unknown mode.
+// It returns an error for an unknown mode, and [ErrNotBuilt] for the
+// three settlement modes in a binary built without -tags
+// oncekey_negative.
 func NegativeControl(cfg Config, mode string) (Config, error) {
 	for _, m := range broken.Modes() {
 		if string(m) == mode {
+			if err := negativeBuilt(m); err != nil {
+				return cfg, err
+			}
 			cfg.negative = m
 			return cfg, nil
 		}
@@ -110,8 +115,18 @@ func NegativeControl(cfg Config, mode string) (Config, error) {
 	return cfg, fmt.Errorf("%w: negative control %q (want one of %v)", ErrConfig, mode, broken.Modes())
 }
 
+// negativeBuilt returns ErrNotBuilt for a mode this binary cannot run:
+// one that breaks the settlement engine, without -tags oncekey_negative.
+func negativeBuilt(m broken.Mode) error {
+	if m.Settlement() && !broken.SettlementBuilt {
+		return fmt.Errorf("%w: negative control %q breaks the library's settlement engine, which only a build with that tag can (go run -tags oncekey_negative ./chaos/cmd/chaos, go test -tags oncekey_negative)", ErrNotBuilt, m)
+	}
+	return nil
+}
+
 // NegativeModes lists the negative-control modes and the scenarios whose
-// faults expose each.
+// faults expose each; the three that break the settlement engine run only
+// in a binary built with -tags oncekey_negative ([NegativeControl]).
 func NegativeModes() map[string][]string {
 	return map[string][]string{
 		string(broken.CompleteWithoutFence):      {"stale-owner", "paused-owner", "clock-skew", "async-river", "pg-network"},
@@ -173,6 +188,9 @@ func (c Config) normalized() (Config, error) {
 		return c, fmt.Errorf("%w: Parallel must be 1 to 64, got %d", ErrConfig, c.Parallel)
 	case c.Lease < 100*time.Millisecond:
 		return c, fmt.Errorf("%w: Lease must be at least 100ms (the library's floor), got %v", ErrConfig, c.Lease)
+	}
+	if err := negativeBuilt(c.negative); err != nil {
+		return c, err
 	}
 	known := map[string]bool{}
 	for _, s := range append(registry(), hazards()...) {

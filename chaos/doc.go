@@ -162,7 +162,10 @@
 //
 // Three more break the settlement engine every entry point shares rather
 // than the store, for the whole process while a scenario runs; each is
-// caught by every entry-point scenario:
+// caught by every entry-point scenario. The engine can be broken only in a
+// binary built with -tags oncekey_negative (go run -tags oncekey_negative
+// ./chaos/cmd/chaos, go test -tags oncekey_negative); without it
+// [NegativeControl] returns [ErrNotBuilt] for them:
 //
 //   - one-attempt: the finishing write tried once, the lease stopped (a
 //     short outage at completion lets a takeover run the work again);

@@ -15,9 +15,9 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/testkit/pgproxy"
+	"github.com/oncekey/oncekey/testkit/settletest"
 )
 
 // enqueue claims key and inserts its job through cl.
@@ -107,10 +107,10 @@ func TestAsync_StoreOutageAtCompletionIsRetriedNotRunAgain(t *testing.T) {
 }
 
 // The negative control: with the one-attempt settlement the worker had
-// (settle.OneAttempt), the same scenario runs the work twice. Not parallel:
-// the broken mode is the process's.
+// (settletest.OneAttempt), the same scenario runs the work twice. Not
+// parallel: the broken mode is the process's.
 func TestAsync_StoreOutageAtCompletionCatchesAOneAttemptSettlement(t *testing.T) {
-	restore := settle.Break(settle.OneAttempt)
+	restore := settletest.Break(t, settletest.OneAttempt)
 	t.Cleanup(restore) // after the River client stopped (cleanups run last first)
 	calls, _, _ := outageAtCompletion(t)
 	if calls < 2 {

@@ -3,9 +3,12 @@
 // engine's own tests, the entry-point conformance suite and the chaos
 // runner's -negative. It lives outside claim's tree so that every module
 // of the repository (the chaos runner's too) can import it.
+//
+// The switch exists only in builds with -tags oncekey_negative. In any
+// other build (every application's) Current is the constant Correct, the
+// engine's broken branches are dead code the compiler removes, and there
+// is no Break and no variable to set.
 package settlemode
-
-import "sync/atomic"
 
 // Mode is a broken settlement: each reproduces a defect an entry point
 // once had, and the suites must catch every one.
@@ -38,16 +41,4 @@ func (m Mode) String() string {
 		return "no-recover"
 	}
 	return "settlemode.Mode(?)"
-}
-
-var current atomic.Int32
-
-// Current is the mode every engine of the process settles in.
-func Current() Mode { return Mode(current.Load()) }
-
-// Break makes every engine of the process settle as m until the returned
-// function restores the previous mode.
-func Break(m Mode) (restore func()) {
-	old := current.Swap(int32(m))
-	return func() { current.Store(old) }
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/driver/consume"
-	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/testkit/settletest"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -69,7 +69,9 @@ type Rig interface {
 // which each adapter runs as a test of its own under the name the
 // CHANGELOG cites (TestRun_StoreOutageAtCompletion_OneEffect). Not
 // parallel: the negative controls break the settlement of the whole
-// process.
+// process. Without -tags oncekey_negative the negative controls of the
+// settlement engine fail under CI=true and skip otherwise
+// (settletest.NotBuilt).
 func Scenarios[R Rig](t *testing.T, newRig func(t *testing.T) R) {
 	for _, s := range []struct {
 		name string
@@ -165,7 +167,7 @@ func StoreOutageAtCompletion(t *testing.T, r Rig) {
 // effect again. The test must not be parallel: the breakage is the
 // process's.
 func storeOutageAtCompletionCaught(t *testing.T, r Rig) {
-	defer settle.Break(settle.OneAttempt)()
+	defer settletest.Break(t, settletest.OneAttempt)()
 	if n, a := outageAtCompletion(t, r); n != 2 {
 		t.Fatalf("with one completion attempt: %d effects (actions %v), want the 2 StoreOutageAtCompletion catches", n, a)
 	}
@@ -259,7 +261,7 @@ func panicAfterEffectChecked(t *testing.T, r Rig) {
 // in progress, never uncertain) and a renewal goroutine leaks (until the
 // test's cleanup fences it). The test must not be parallel.
 func panicAfterEffectCaught(t *testing.T, r Rig) {
-	defer settle.Break(settle.NoRecover)()
+	defer settletest.Break(t, settletest.NoRecover)()
 	res := panicAfterEffect(t, r)
 	if res.state == "uncertain" || res.leaked == 0 {
 		t.Fatalf("without recover: state %q, %d leaked renewals; want processing and a leak (caught by panicAfterEffectChecked)", res.state, res.leaked)

@@ -45,7 +45,8 @@
 //
 // -negative MODE runs the negative control instead: the scenarios that
 // expose MODE against a deliberately broken store (or settlement engine,
-// for one-attempt, release-on-error and no-recover; or the Claimers' Redis
+// for one-attempt, release-on-error and no-recover, which only a binary
+// built with -tags oncekey_negative can run; or the Claimers' Redis
 // clients, for retry-takes-lease); it exits 1 when the
 // checker does NOT catch the bug. -list shows the scenarios, what each
 // forces, and the modes with the scenarios that catch each.

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/oncekey/oncekey/chaos"
+	"github.com/oncekey/oncekey/testkit/settletest"
 	"github.com/oncekey/oncekey/testkit/testenv"
 )
 
@@ -74,6 +76,16 @@ func TestRun_NegativeControlIsCaught(t *testing.T) {
 		"caught the broken store")
 }
 
+// needSettlementBroken ends the test (failed under CI=true, skipped
+// otherwise) in a build without -tags oncekey_negative, where the
+// settlement engine cannot be broken.
+func needSettlementBroken(t *testing.T) {
+	t.Helper()
+	if _, err := chaos.NegativeControl(chaos.Config{}, "one-attempt"); errors.Is(err, chaos.ErrNotBuilt) {
+		settletest.NotBuilt(t, "the negative control one-attempt")
+	}
+}
+
 // TestRun_BrokenSettlementIsCaught runs a negative control of the
 // settlement engine (broken for the whole process, not the store) through
 // the flag: the entry-point scenario must catch it. Under this mode every
@@ -81,6 +93,7 @@ func TestRun_NegativeControlIsCaught(t *testing.T) {
 // (chaos's revealing): in the full rotation a loaded machine once let 24
 // operations, three chances, pass.
 func TestRun_BrokenSettlementIsCaught(t *testing.T) {
+	needSettlementBroken(t)
 	runChaos(t, []string{"-negative", "one-attempt", "-scenario", "grpc-windows", "-iterations", "12"},
 		"caught the broken store")
 }
@@ -91,6 +104,7 @@ func TestRun_BrokenSettlementIsCaught(t *testing.T) {
 // a page of porcupine's visualization of them, and the page names the
 // operation and the invariant it broke.
 func TestRun_HTMLReportOfViolations(t *testing.T) {
+	needSettlementBroken(t)
 	dir := filepath.Join(t.TempDir(), "html")
 	file := filepath.Join(t.TempDir(), "report.json")
 	out := runChaos(t, []string{"-negative", "one-attempt", "-scenario", "grpc-windows", "-iterations", "12", "-json", file, "-html", dir},

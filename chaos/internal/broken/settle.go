@@ -3,10 +3,12 @@ package broken
 import "github.com/oncekey/oncekey/internal/settlemode"
 
 // The broken settlements: the modes of the library's settlement engine
-// (claim/driver/settle, broken.go), which every entry point (claimhttp,
-// claimgrpc, the message consumers, claimriver) settles its started work
-// through. Under them the store is the real one; the engine is broken for
-// the whole process while the scenario runs ([BreakSettlement]).
+// (claim/driver/settle, switched by internal/settlemode), which every
+// entry point (claimhttp, claimgrpc, the message consumers, claimriver)
+// settles its started work through. Under them the store is the real one;
+// the engine is broken for the whole process while the scenario runs
+// ([BreakSettlement]), which only a build with -tags oncekey_negative can
+// ([SettlementBuilt]).
 const (
 	// OneAttempt stops the lease and tries the finishing write once: a
 	// short store outage at completion leaves the record to a takeover
@@ -28,14 +30,3 @@ var settleModes = map[Mode]settlemode.Mode{
 // Settlement reports whether m breaks the settlement engine rather than
 // the store.
 func (m Mode) Settlement() bool { _, ok := settleModes[m]; return ok }
-
-// BreakSettlement breaks the settlement engine of this process as m says
-// until restore is called; for a mode that is not a settlement one it does
-// nothing.
-func BreakSettlement(m Mode) (restore func()) {
-	n, ok := settleModes[m]
-	if !ok {
-		return func() {}
-	}
-	return settlemode.Break(n)
-}

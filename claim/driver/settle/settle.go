@@ -37,6 +37,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/settlemode"
 )
 
 // Kind is the durable outcome a settlement records.
@@ -203,7 +204,7 @@ type Report struct {
 func (e *Engine) Run(ctx context.Context, l *claim.Lease, op *Op, work func(ctx context.Context) Settlement) Report {
 	detached := context.WithoutCancel(ctx)
 	wctx, stop := l.KeepAlive(detached)
-	if brokenMode() == NoRecover {
+	if brokenMode() == settlemode.NoRecover {
 		s := work(With(wctx, op))
 		return e.finish(detached, l, op, wctx, stop, s)
 	}
@@ -248,7 +249,7 @@ func (e *Engine) finish(ctx context.Context, l *claim.Lease, op *Op, wctx contex
 	if s.Kind < Complete || s.Kind > Release {
 		s = Settlement{Kind: Uncertain} // an adapter's bug must not release
 	}
-	if brokenMode() == ReleaseOnError && s.Kind != Complete {
+	if brokenMode() == settlemode.ReleaseOnError && s.Kind != Complete {
 		s = Settlement{Kind: Release}
 	}
 	// A lease that ran out unrenewed (the store refused renewals) is not
@@ -262,7 +263,7 @@ func (e *Engine) finish(ctx context.Context, l *claim.Lease, op *Op, wctx contex
 // it returns, then in the background until the lease has run out. stop
 // (the KeepAlive's) is called once it is settled either way.
 func (e *Engine) settle(ctx context.Context, l *claim.Lease, stop func() error, opID string, s Settlement) Report {
-	if brokenMode() == OneAttempt {
+	if brokenMode() == settlemode.OneAttempt {
 		_ = stop()
 		actx, cancel := context.WithTimeout(ctx, e.attempt())
 		err := e.apply(actx, l, s)

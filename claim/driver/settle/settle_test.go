@@ -101,7 +101,7 @@ func TestRun_OutageAtCompletionIsRetriedWithinTheLease(t *testing.T) {
 	}
 
 	t.Run("NegativeControl/OneAttempt", func(t *testing.T) {
-		defer settle.Break(settle.OneAttempt)()
+		defer settletest.Break(t, settletest.OneAttempt)()
 		rep, sc := outageAtCompletion(f, e)
 		if !errors.Is(rep.Err, claim.ErrUnavailable) {
 			t.Fatalf("broken report = %+v; want the outage's error", rep)
@@ -169,7 +169,7 @@ func TestRun_PanicIsRecordedUncertain(t *testing.T) {
 	}
 
 	t.Run("NegativeControl/NoRecover", func(t *testing.T) {
-		restore := settle.Break(settle.NoRecover)
+		restore := settletest.Break(t, settletest.NoRecover)
 		v, sc := run()
 		restore()
 		if v != "boom" {
@@ -224,7 +224,7 @@ func TestRun_ReleaseOnlyOnTheApplicationsWord(t *testing.T) {
 	}
 
 	t.Run("NegativeControl/ReleaseOnError", func(t *testing.T) {
-		defer settle.Break(settle.ReleaseOnError)()
+		defer settletest.Break(t, settletest.ReleaseOnError)()
 		if got := f.state(run(failed, false, false)); got == durable.Failed {
 			t.Fatal("broken mode recorded failed; want it released")
 		}
