@@ -311,29 +311,29 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 
 // answer is what River is told of an attempt whose work ran.
 func (r *Runner[TTx]) answer(opID string, rep settle.Report, werr error) error {
-	switch {
-	case rep.Lost != nil, errors.Is(rep.Err, claim.ErrFenced):
+	switch rep.Verdict() {
+	case settle.Lost:
 		// Another run (a later attempt, the Reconciler, an operator) took
 		// the operation over: its outcome is the operation's. The job is
 		// done; that owner decides.
 		return nil
-	case rep.Err == nil && rep.Settlement.Kind == settle.Release:
+	case settle.RecordedRelease:
 		// The application said nothing happened: the lease was ended with
 		// the record kept processing, and River's retry adopts it at once.
 		return fmt.Errorf("claimriver: the attempt had no effect; River retries it: %w", werr)
-	case rep.Err == nil:
-		if rep.Settlement.Kind == settle.Uncertain {
-			slog.Default().Warn("claimriver: the work failed after it started; the operation is uncertain, for the Reconciler",
-				"op", opID, "err", werr)
-		}
-		// Recorded: completed, failed, or uncertain (the Reconciler's).
+	case settle.RecordedUncertain:
+		slog.Default().Warn("claimriver: the work failed after it started; the operation is uncertain, for the Reconciler",
+			"op", opID, "err", werr)
 		return nil
-	case errors.Is(rep.Err, settle.ErrLeaseRanOut), errors.Is(rep.Err, settle.ErrPending):
+	case settle.Recorded:
+		return nil
+	case settle.RanOut, settle.Pending, settle.ReleasePending:
 		// The outcome could not be recorded before the lease ran out: the
 		// record stays processing, and River's retry adopts it after the
 		// lease, as after a crash (the work may run again: OperationID
 		// downstream deduplicates it).
 		return fmt.Errorf("claimriver: operation %s: %w", opID, rep.Err)
+	case settle.Unrecorded:
 	}
 	return fmt.Errorf("claimriver: operation %s: recording the outcome: %w", opID, rep.Err)
 }
