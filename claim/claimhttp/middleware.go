@@ -11,7 +11,6 @@ import (
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/claim/driver/problem"
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
@@ -42,7 +41,7 @@ func Middleware[TTx any](c *claim.Claimer[TTx], tenant func(r *http.Request) (st
 	if err != nil {
 		return nil, err
 	}
-	if err := driver.CheckLease(c, "WithLease", "", o.lease); err != nil {
+	if err := c.Driver().CheckLease("WithLease", "", o.lease); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	m := &middleware[TTx]{c: c, o: o,
@@ -81,7 +80,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	operation := g.operation(r)
 	if operation != "" {
-		secs := int64(driver.Retention(m.c, operation) / time.Second)
+		secs := int64(m.c.Driver().Retention(operation) / time.Second)
 		w.Header().Set(claimclient.HeaderRetention, strconv.FormatInt(secs, 10))
 	}
 	switch {
@@ -279,7 +278,7 @@ func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder 
 	if holder > 0 {
 		retry = min(retry, holder)
 	}
-	if driver.Polls(m.c) {
+	if m.c.Driver().Polls() {
 		w.Header().Set("Location", m.o.operationPath+opID)
 		writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "A request with this key is still being processed; poll the Location or retry the request.", opID, retry)
 		return

@@ -22,7 +22,6 @@ import (
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 )
@@ -254,7 +253,7 @@ func settlementOf(res durable.Result, err error) settle.Settlement {
 	case errors.Is(err, ErrNothingHappened):
 		return settle.Settlement{Kind: settle.Release}
 	}
-	if rres, ok := driver.Rejected(err); ok {
+	if rres, ok := claim.RejectedResult(err); ok {
 		return settle.Settlement{Kind: settle.Fail, Result: rres}
 	}
 	return settle.Settlement{Kind: settle.Uncertain}
