@@ -7,38 +7,14 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/oncekey/oncekey/claim/internal/adapter"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/fence"
 )
 
-// The asynchronous adapters of this package (claimriver) claim a key in the
-// transaction that records the intent to run, and resume the operation
-// from a worker, through package adapter rather than through claim's API.
-func init() {
-	type async interface {
-		inTxAny(ctx context.Context, fn func(ctx context.Context, tx any) error) error
-		claimTxAny(ctx context.Context, tx any, r Request) (Outcome, bool, error)
-		resume(ctx context.Context, tenant, id string, tok fence.Token) (*Lease, durable.Record, error)
-		leaseLength() time.Duration
-	}
-	adapter.InTx = func(ctx context.Context, c any, fn func(ctx context.Context, tx any) error) error {
-		return c.(async).inTxAny(ctx, fn)
-	}
-	adapter.ClaimTx = func(ctx context.Context, c, tx, r any) (any, bool, error) {
-		return c.(async).claimTxAny(ctx, tx, r.(Request))
-	}
-	adapter.Resume = func(ctx context.Context, c any, tenant, id string, tok fence.Token) (any, durable.Record, error) {
-		l, rec, err := c.(async).resume(ctx, tenant, id, tok)
-		if l == nil {
-			return nil, rec, err
-		}
-		return l, rec, err
-	}
-	adapter.Expire = func(ctx context.Context, l any) error { return l.(*Lease).expire(ctx) }
-	adapter.Lease = func(c any) time.Duration { return c.(async).leaseLength() }
-}
+// The asynchronous adapters (claimriver) claim a key in the transaction
+// that records the intent to run, and resume the operation from a worker,
+// through Driver (driver_seam.go).
 
 func (c *Claimer[TTx]) leaseLength() time.Duration { return c.cfg.lease }
 
@@ -52,19 +28,11 @@ func (l *Lease) expire(ctx context.Context) (err error) {
 	}))
 }
 
-func (c *Claimer[TTx]) inTxAny(ctx context.Context, fn func(ctx context.Context, tx any) error) error {
-	return c.store.InTx(ctx, func(ctx context.Context, tx TTx) error { return fn(ctx, tx) })
-}
-
-// claimTxAny claims r inside tx, in the durable store only (Redis is not
+// claimTx claims r inside tx, in the durable store only (Redis is not
 // asked: the claim is not visible before tx commits). An Acquired outcome
 // carries a Lease whose writes run on their own, once tx committed, and
 // reports whether it took over an expired lease of the same request.
-func (c *Claimer[TTx]) claimTxAny(ctx context.Context, txAny any, r Request) (Outcome, bool, error) {
-	tx, ok := txAny.(TTx)
-	if !ok {
-		return Outcome{}, false, configErr("claim in a transaction of type %T, not the store's", txAny)
-	}
+func (c *Claimer[TTx]) claimTx(ctx context.Context, tx TTx, r Request) (Outcome, bool, error) {
 	t, p, err := c.prepare(r)
 	if err != nil {
 		return Outcome{}, false, err

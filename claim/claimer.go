@@ -2,12 +2,10 @@ package claim
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
-	"github.com/oncekey/oncekey/claim/internal/adapter"
 	"github.com/oncekey/oncekey/claim/internal/localcache"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
@@ -139,28 +137,6 @@ func (c *Claimer[TTx]) retentionFor(operation string) time.Duration {
 
 // polls reports whether the Claimer was configured [WithPoll].
 func (c *Claimer[TTx]) polls() bool { return c.cfg.poll }
-
-// The adapters of this package (claimhttp) read the retention and the poll
-// setting of a Claimer through package adapter, not through its API.
-func init() {
-	type settings interface {
-		retentionFor(operation string) time.Duration
-		polls() bool
-		checkLease(what, operation string, lease time.Duration) error
-	}
-	adapter.Retention = func(c any, operation string) time.Duration { return c.(settings).retentionFor(operation) }
-	adapter.Polls = func(c any) bool { return c.(settings).polls() }
-	adapter.CheckLease = func(c any, what, operation string, lease time.Duration) error {
-		return c.(settings).checkLease(what, operation, lease)
-	}
-	adapter.Rejected = func(err error) (durable.Result, bool) {
-		var rej *rejectError
-		if errors.As(err, &rej) {
-			return rej.Result, true
-		}
-		return durable.Result{}, false
-	}
-}
 
 // marginFor returns the start margin of a claim with the given lease: the
 // explicit one, or a tenth of that lease.

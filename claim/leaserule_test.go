@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -61,7 +60,7 @@ func TestLeaseRule_New(t *testing.T) {
 			t.Errorf("%s: New = %v", name, err)
 			continue
 		}
-		if got := driver.Lease(c); got != tc.want {
+		if got := c.Driver().Lease(); got != tc.want {
 			t.Errorf("%s: lease = %v, want %v", name, got, tc.want)
 		}
 	}
@@ -128,12 +127,12 @@ func TestLeaseRule_Adapter(t *testing.T) {
 	t.Parallel()
 	e := setup(t, withoutRed, claim.WithOperationRetention("POST /short", time.Minute))
 	for _, lease := range []time.Duration{0, 100 * time.Millisecond, time.Minute} {
-		if err := driver.CheckLease(e.c, "WithRouteLease", "POST /short", lease); err != nil {
+		if err := e.c.Driver().CheckLease("WithRouteLease", "POST /short", lease); err != nil {
 			t.Errorf("CheckLease(%v) = %v, want nil", lease, err)
 		}
 	}
 	for _, lease := range []time.Duration{-1, time.Millisecond, 2 * time.Minute} {
-		err := driver.CheckLease(e.c, "WithRouteLease", "POST /short", lease)
+		err := e.c.Driver().CheckLease("WithRouteLease", "POST /short", lease)
 		wantInvalidLease(t, "CheckLease "+lease.String(), err)
 		if err != nil && !strings.Contains(err.Error(), "WithRouteLease") {
 			t.Errorf("CheckLease(%v) = %q, does not name the option", lease, err)

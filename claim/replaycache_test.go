@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/durable"
 )
 
@@ -230,7 +229,7 @@ func doTxOwnWriteNotCached(t *testing.T, mode string, cacheSize int64) {
 }
 
 // TestResume_CachesNoLongerThanTheRecord: a lease resumed by another
-// Claimer (a River worker's, through driver.Resume) keeps the record's
+// Claimer (a River worker's, through Claimer.Driver().Resume) keeps the record's
 // retention, that of the claim that created it, which may be shorter than
 // the resuming Claimer's. Its result must be cached (Redis, the replay
 // cache) no longer than the record lives: once the record expired, a retry
@@ -248,14 +247,14 @@ func TestResume_CachesNoLongerThanTheRecord(t *testing.T) {
 			r := req("resumed", "v1:a")
 
 			var out claim.Outcome
-			if err := driver.InTx(ctx, edge, func(ctx context.Context, tx pgx.Tx) error {
+			if err := edge.Driver().InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				var err error
-				out, _, err = driver.ClaimTx(ctx, edge, tx, r)
+				out, _, err = edge.Driver().ClaimTx(ctx, tx, r)
 				return err
 			}); err != nil || out.Kind != claim.Acquired {
 				t.Fatalf("the edge's claim = %v, %v", out.Kind, err)
 			}
-			lease, _, err := driver.Resume(ctx, worker, r.Scope.Tenant, out.OperationID, out.Lease.Token())
+			lease, _, err := worker.Driver().Resume(ctx, r.Scope.Tenant, out.OperationID, out.Lease.Token())
 			if err != nil || lease == nil {
 				t.Fatalf("Resume = %v, %v", lease, err)
 			}

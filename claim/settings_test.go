@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/postgres"
 	"github.com/oncekey/oncekey/testkit/testenv"
@@ -118,8 +117,8 @@ func TestClaimer_DurabilityWarnedOnEveryPath(t *testing.T) {
 			finish(t.Context(), tx.Commit(t.Context()))
 		},
 		"ClaimInTx": func(t *testing.T, e *settingsEnv) {
-			err := driver.InTx(t.Context(), e.c, func(ctx context.Context, tx pgx.Tx) error {
-				out, _, err := driver.ClaimTx(ctx, e.c, tx, req("k", "v1:a"))
+			err := e.c.Driver().InTx(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
+				out, _, err := e.c.Driver().ClaimTx(ctx, tx, req("k", "v1:a"))
 				if err == nil && out.Kind != claim.Acquired {
 					t.Errorf("ClaimTx = %v; want Acquired", out.Kind)
 				}

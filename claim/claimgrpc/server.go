@@ -194,31 +194,29 @@ func (s *server[TTx]) run(ctx context.Context, req any, out claim.Outcome, handl
 		}
 		return st
 	})
-	st, err := rep.Settlement, rep.Err
-	switch {
-	case rep.Lost != nil:
-		// Another worker took the key over after our lease expired: its
-		// outcome is the operation's; ours must not be published.
+	st := rep.Settlement
+	switch rep.Verdict() {
+	case settle.Lost:
+		// Another worker holds the operation: its outcome is the
+		// operation's; ours must not be published.
+		s.o.Logger.Warn("claimgrpc: lease lost or "+st.Kind.String()+" fenced; reply discarded", "op", opID)
 		return nil, s.inProgress(opID, 0)
-	case err == nil && st.Kind == settle.Uncertain:
+	case settle.RecordedUncertain:
 		return nil, s.uncertain(opID)
-	case err == nil:
+	case settle.Recorded, settle.RecordedRelease:
 		// Completed, failed or released: the handler's own answer, which
 		// is what every replay decodes from the record.
 		return resp, herr
-	case errors.Is(err, claim.ErrFenced):
-		s.o.Logger.Warn("claimgrpc: fenced "+st.Kind.String()+"; reply discarded", "op", opID)
-		return nil, s.inProgress(opID, 0)
-	case errors.Is(err, settle.ErrPending) && st.Kind == settle.Release:
+	case settle.ReleasePending:
 		// The application said nothing happened: the lease will expire
 		// and the next call runs, so "not processed" is the truth.
 		return nil, s.unavailable()
-	case errors.Is(err, settle.ErrPending):
+	case settle.Pending:
 		return nil, answer(codes.Aborted, "the call was processed, but its result is not recorded yet; retry with the same key", ReasonPending, opID, s.o.RetryAfter)
-	default:
-		s.o.Logger.Error("claimgrpc: "+st.Kind.String()+" failed; reply discarded", "op", opID, "err", err)
-		return nil, status.Error(codes.Internal, "the call was processed but its result could not be recorded")
+	case settle.RanOut, settle.Unrecorded:
 	}
+	s.o.Logger.Error("claimgrpc: "+st.Kind.String()+" failed; reply discarded", "op", opID, "err", rep.Cause())
+	return nil, status.Error(codes.Internal, "the call was processed but its result could not be recorded")
 }
 
 // outcome answers a claim that did not run the handler.

@@ -11,7 +11,6 @@ import (
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/claim/driver/problem"
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
@@ -42,7 +41,7 @@ func Middleware[TTx any](c *claim.Claimer[TTx], tenant func(r *http.Request) (st
 	if err != nil {
 		return nil, err
 	}
-	if err := driver.CheckLease(c, "WithLease", "", o.lease); err != nil {
+	if err := c.Driver().CheckLease("WithLease", "", o.lease); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	m := &middleware[TTx]{c: c, o: o,
@@ -81,7 +80,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	operation := g.operation(r)
 	if operation != "" {
-		secs := int64(driver.Retention(m.c, operation) / time.Second)
+		secs := int64(m.c.Driver().Retention(operation) / time.Second)
 		w.Header().Set(claimclient.HeaderRetention, strconv.FormatInt(secs, 10))
 	}
 	switch {
@@ -220,35 +219,40 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 		cw.finish()
 		return m.settlementFor(cw)
 	})
-	s, err := rep.Settlement, rep.Err
-	switch {
-	case rep.Lost != nil:
-		// Another worker took the key over after our lease expired: its
-		// outcome is the operation's; ours must not be published.
+	s := rep.Settlement
+	switch rep.Verdict() {
+	case settle.Lost:
+		// Another worker holds the operation: its outcome is the
+		// operation's; ours must not be published.
+		m.o.Logger.Warn("claimhttp: lease lost or "+s.Kind.String()+" fenced; response discarded", "op", opID)
 		m.inProgress(w, opID, m.o.RetryAfter)
-	case err == nil && s.Kind == settle.Uncertain:
+	case settle.RecordedUncertain:
 		m.uncertain(w, opID)
-	case err == nil && cw.err != nil && s.Kind == settle.Release:
-		m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; key released as it said", "op", opID)
-		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The response could not be produced.", "", 0)
-	case err == nil && cw.err != nil:
-		// The whole body was never buffered: the first client gets what
-		// every retry will get, the status and stored headers without it.
-		m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", "op", opID)
-		writeStored(w, &s.Result, false)
-	case err == nil:
+	case settle.RecordedRelease:
+		if cw.err != nil {
+			m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; key released as it said", "op", opID)
+			writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The response could not be produced.", "", 0)
+			return
+		}
 		cw.publish(w)
-	case errors.Is(err, claim.ErrFenced):
-		m.o.Logger.Warn("claimhttp: fenced "+s.Kind.String()+"; response discarded", "op", opID)
-		m.inProgress(w, opID, m.o.RetryAfter)
-	case errors.Is(err, settle.ErrPending) && s.Kind == settle.Release:
+	case settle.Recorded:
+		if cw.err != nil {
+			// The whole body was never buffered: the first client gets
+			// what every retry will get, the status and stored headers
+			// without it.
+			m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", "op", opID)
+			writeStored(w, &s.Result, false)
+			return
+		}
+		cw.publish(w)
+	case settle.ReleasePending:
 		// The application said nothing happened: the lease will expire
 		// and the next request runs, so "not processed" is the truth.
 		m.unavailable(w)
-	case errors.Is(err, settle.ErrPending):
+	case settle.Pending:
 		m.pending(w, opID)
-	default:
-		m.o.Logger.Error("claimhttp: "+s.Kind.String()+" failed; response discarded", "op", opID, "err", err)
+	case settle.RanOut, settle.Unrecorded:
+		m.o.Logger.Error("claimhttp: "+s.Kind.String()+" failed; response discarded", "op", opID, "err", rep.Cause())
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request was processed but its result could not be recorded.", opID, 0)
 	}
 }
@@ -274,7 +278,7 @@ func (m *middleware[TTx]) inProgress(w http.ResponseWriter, opID string, holder 
 	if holder > 0 {
 		retry = min(retry, holder)
 	}
-	if driver.Polls(m.c) {
+	if m.c.Driver().Polls() {
 		w.Header().Set("Location", m.o.operationPath+opID)
 		writeProblem(w, http.StatusAccepted, claimclient.ProblemInProgress, "A request with this key is still being processed; poll the Location or retry the request.", opID, retry)
 		return

@@ -88,7 +88,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/claim/driver/consume"
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
@@ -177,13 +176,13 @@ func New[TTx any](c *claim.Claimer[TTx], work Work, opts ...Option) (*Runner[TTx
 	if err != nil {
 		return nil, err
 	}
-	return &Runner[TTx]{c: c, work: work, o: o, lease: driver.Lease(c), engine: &settle.Engine{
+	return &Runner[TTx]{c: c, work: work, o: o, lease: c.Driver().Lease(), engine: &settle.Engine{
 		Name: "claimriver",
 		// Handoff 0: the attempt stays running until the outcome is
 		// recorded or the lease ran out; River learns nothing before.
 		Attempt: o.finishTimeout,
 		// A nothing-happened run keeps the record for the job's retry.
-		Release: func(ctx context.Context, l *claim.Lease) error { return driver.Expire(ctx, l) },
+		Release: func(ctx context.Context, l *claim.Lease) error { return c.Driver().Expire(ctx, l) },
 	}}, nil
 }
 
@@ -206,8 +205,8 @@ func (r *Runner[TTx]) Enqueue(ctx context.Context, client *river.Client[TTx], re
 		return claim.Outcome{}, fmt.Errorf("%w: Enqueue: nil River client", ErrConfig)
 	}
 	var out claim.Outcome
-	err := driver.InTx(ctx, r.c, func(ctx context.Context, tx TTx) error {
-		o, takeover, err := driver.ClaimTx(ctx, r.c, tx, req)
+	err := r.c.Driver().InTx(ctx, func(ctx context.Context, tx TTx) error {
+		o, takeover, err := r.c.Driver().ClaimTx(ctx, tx, req)
 		if err != nil {
 			return err
 		}
@@ -268,9 +267,9 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 	// other (River delivers a job again after a crash, a retry, a snooze)
 	// finds it handed over and adopts the record once the lease it was
 	// handed under expired. Every run holds a generation of its own.
-	lease, rec, err := driver.Resume(ctx, r.c, a.Tenant, a.OperationID, fence.Token{Generation: a.Generation, Owner: a.Owner})
+	lease, rec, err := r.c.Driver().Resume(ctx, a.Tenant, a.OperationID, fence.Token{Generation: a.Generation, Owner: a.Owner})
 	if errors.Is(err, durable.ErrFenced) {
-		lease, rec, err = driver.Resume(ctx, r.c, a.Tenant, a.OperationID, fence.Token{})
+		lease, rec, err = r.c.Driver().Resume(ctx, a.Tenant, a.OperationID, fence.Token{})
 	}
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
@@ -294,7 +293,7 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 	rep := r.engine.Run(ctx, lease, op, func(wctx context.Context) settle.Settlement {
 		res, err := r.work(wctx, Job{OperationID: a.OperationID, Operation: rec.Ref.Operation, Tenant: a.Tenant, Token: lease.Token(), Attempt: job.Attempt, Payload: a.Payload})
 		werr = err
-		rejected, isReject := driver.Rejected(err)
+		rejected, isReject := claim.RejectedResult(err)
 		switch {
 		case err == nil:
 			return settle.Settlement{Kind: settle.Complete, Result: res}
@@ -311,29 +310,29 @@ func (w *worker[TTx]) Work(ctx context.Context, job *river.Job[Args]) error {
 
 // answer is what River is told of an attempt whose work ran.
 func (r *Runner[TTx]) answer(opID string, rep settle.Report, werr error) error {
-	switch {
-	case rep.Lost != nil, errors.Is(rep.Err, claim.ErrFenced):
+	switch rep.Verdict() {
+	case settle.Lost:
 		// Another run (a later attempt, the Reconciler, an operator) took
 		// the operation over: its outcome is the operation's. The job is
 		// done; that owner decides.
 		return nil
-	case rep.Err == nil && rep.Settlement.Kind == settle.Release:
+	case settle.RecordedRelease:
 		// The application said nothing happened: the lease was ended with
 		// the record kept processing, and River's retry adopts it at once.
 		return fmt.Errorf("claimriver: the attempt had no effect; River retries it: %w", werr)
-	case rep.Err == nil:
-		if rep.Settlement.Kind == settle.Uncertain {
-			slog.Default().Warn("claimriver: the work failed after it started; the operation is uncertain, for the Reconciler",
-				"op", opID, "err", werr)
-		}
-		// Recorded: completed, failed, or uncertain (the Reconciler's).
+	case settle.RecordedUncertain:
+		slog.Default().Warn("claimriver: the work failed after it started; the operation is uncertain, for the Reconciler",
+			"op", opID, "err", werr)
 		return nil
-	case errors.Is(rep.Err, settle.ErrLeaseRanOut), errors.Is(rep.Err, settle.ErrPending):
+	case settle.Recorded:
+		return nil
+	case settle.RanOut, settle.Pending, settle.ReleasePending:
 		// The outcome could not be recorded before the lease ran out: the
 		// record stays processing, and River's retry adopts it after the
 		// lease, as after a crash (the work may run again: OperationID
 		// downstream deduplicates it).
 		return fmt.Errorf("claimriver: operation %s: %w", opID, rep.Err)
+	case settle.Unrecorded:
 	}
 	return fmt.Errorf("claimriver: operation %s: recording the outcome: %w", opID, rep.Err)
 }

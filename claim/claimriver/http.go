@@ -15,7 +15,6 @@ import (
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/claimclient"
-	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/wire"
 )
@@ -64,7 +63,7 @@ type handler[TTx any] struct {
 func (h *handler[TTx]) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	o := h.r.o
 	// Every answer says how long the key is remembered, as claimhttp's do.
-	w.Header().Set(claimclient.HeaderRetention, strconv.FormatInt(int64(driver.Retention(h.r.c, h.operation)/time.Second), 10))
+	w.Header().Set(claimclient.HeaderRetention, strconv.FormatInt(int64(h.r.c.Driver().Retention(h.operation)/time.Second), 10))
 	key, err := wire.ParseKey(req.Header, "")
 	switch {
 	case errors.Is(err, wire.ErrKeyMissing):
@@ -163,7 +162,7 @@ func (h *handler[TTx]) valid(w http.ResponseWriter, req *http.Request, body []by
 	if err == nil {
 		return true
 	}
-	if res, ok := driver.Rejected(err); ok {
+	if res, ok := claim.RejectedResult(err); ok {
 		hdr := w.Header()
 		for k, v := range res.Headers {
 			hdr[k] = append([]string(nil), v...)

@@ -19,8 +19,10 @@
 //
 // Above claim (claim/driver):
 //
-//   - driver (this one): a Claimer's settings and its transactional claim,
-//     typed, for the adapters.
+//   - driver (this one): this documentation. A Claimer's settings and its
+//     transactional claim reach the adapters typed, through
+//     [github.com/oncekey/oncekey/claim.Claimer.Driver] (claim's file
+//     driver_seam.go, under the same terms as this tree).
 //   - [github.com/oncekey/oncekey/claim/driver/settle]: the one settlement
 //     engine every entry point runs its work under.
 //   - [github.com/oncekey/oncekey/claim/driver/consume]: a message

@@ -22,7 +22,6 @@ import (
 
 	"github.com/oncekey/oncekey/canon"
 	"github.com/oncekey/oncekey/claim"
-	"github.com/oncekey/oncekey/claim/driver"
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 )
@@ -254,7 +253,7 @@ func settlementOf(res durable.Result, err error) settle.Settlement {
 	case errors.Is(err, ErrNothingHappened):
 		return settle.Settlement{Kind: settle.Release}
 	}
-	if rres, ok := driver.Rejected(err); ok {
+	if rres, ok := claim.RejectedResult(err); ok {
 		return settle.Settlement{Kind: settle.Fail, Result: rres}
 	}
 	return settle.Settlement{Kind: settle.Uncertain}
@@ -262,31 +261,27 @@ func settlementOf(res durable.Result, err error) settle.Settlement {
 
 // decide turns the engine's report into the broker's action.
 func decide(ctx context.Context, log *slog.Logger, opID string, r settle.Report, herr error, d Delays) Decision {
-	if r.Lost == nil && r.Err == nil {
-		switch r.Settlement.Kind {
-		case settle.Complete, settle.Fail:
-			return Decision{Action: Ack, Kind: claim.Executed}
-		case settle.Uncertain:
-			log.WarnContext(ctx, "oncekey: message outcome uncertain; held for the reconciler",
-				"operation_id", opID, "error", herr)
-			if herr == nil {
-				herr = errUncertain
-			}
-			return Decision{Action: Hold, Delay: d.Uncertain, Kind: claim.Uncertain, Err: herr}
-		case settle.Release:
-			return Decision{Action: Retry, Delay: d.Retry, Err: herr}
+	switch r.Verdict() {
+	case settle.Recorded:
+		return Decision{Action: Ack, Kind: claim.Executed}
+	case settle.RecordedUncertain:
+		log.WarnContext(ctx, "oncekey: message outcome uncertain; held for the reconciler",
+			"operation_id", opID, "error", herr)
+		if herr == nil {
+			herr = errUncertain
 		}
+		return Decision{Action: Hold, Delay: d.Uncertain, Kind: claim.Uncertain, Err: herr}
+	case settle.RecordedRelease:
+		return Decision{Action: Retry, Delay: d.Retry, Err: herr}
+	case settle.Lost, settle.Pending, settle.ReleasePending, settle.RanOut, settle.Unrecorded:
+		// Not recorded by this consumer: the lease was lost to another
+		// one (whose outcome is the operation's), the write was fenced,
+		// the lease ran out while the store was unreachable (the record
+		// stays processing; after the lease a takeover or the Reconciler
+		// decides), or another store error. The next delivery is
+		// answered from the record.
 	}
-	// Not recorded by this consumer: the lease was lost to another one
-	// (whose outcome is the operation's), the write was fenced, the lease
-	// ran out while the store was unreachable (the record stays
-	// processing; after the lease a takeover or the Reconciler decides),
-	// or another store error. The next delivery is answered from the
-	// record.
-	serr := r.Err
-	if r.Lost != nil {
-		serr = r.Lost
-	}
+	serr := r.Cause()
 	log.WarnContext(ctx, "oncekey: message settlement not written; redelivering",
 		"operation_id", opID, "step", r.Settlement.Kind.String(), "error", serr)
 	return Decision{Action: Retry, Delay: d.Retry, Err: serr}

@@ -15,6 +15,12 @@
 //
 //	go run ./internal/cmd/seams
 //
+// It also fails on an exported package-level variable of a function type
+// that takes or returns any (or interface{}) in a released module: the
+// shape of an untyped seam filled by init functions, where a wrong type is
+// a silent zero value instead of a compile error. A released module's
+// packages reach claim's internals through claim.Driver, typed.
+//
 // It runs in the workspace root (go.work); CI runs it.
 package main
 
@@ -22,9 +28,14 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -50,11 +61,22 @@ func main() {
 		}
 	}
 	bad := check(mods, imports)
+	for _, m := range mods {
+		if !m.released() {
+			continue
+		}
+		vars, err := anyFuncVars(m.abs)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "seams:", err)
+			os.Exit(2)
+		}
+		bad = append(bad, vars...)
+	}
 	for _, b := range bad {
 		fmt.Println(b)
 	}
 	if len(bad) > 0 {
-		fmt.Printf("seams: %d imports of another module's internal packages; share through claim/driver, durable/driver or testkit instead\n", len(bad))
+		fmt.Printf("seams: %d imports of another module's internal packages or any-typed function variables; share through claim.Driver, claim/driver, durable/driver or testkit instead\n", len(bad))
 		os.Exit(1)
 	}
 	fmt.Printf("seams: no released module imports another module's internal packages (%d modules checked)\n", len(imports))
@@ -169,4 +191,84 @@ func importsOf(dir string) ([]string, error) {
 		}
 	}
 	return list, nil
+}
+
+// anyFuncVars lists the exported package-level variables of a function
+// type with an any (or interface{}) parameter or result, in the non-test
+// Go files of the module in folder dir (nested modules and testdata
+// skipped).
+func anyFuncVars(dir string) ([]string, error) {
+	var bad []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != dir && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil && p != dir {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, v := range anyFuncVarsIn(f) {
+			bad = append(bad, fmt.Sprintf("%s: exported variable %s is a function over any", fset.Position(v.Pos()), v.Name))
+		}
+		return nil
+	})
+	return bad, err
+}
+
+// anyFuncVarsIn returns f's exported package-level variables whose type is
+// a function type with an any (or interface{}) parameter or result.
+func anyFuncVarsIn(f *ast.File) []*ast.Ident {
+	var out []*ast.Ident
+	for _, decl := range f.Decls {
+		g, ok := decl.(*ast.GenDecl)
+		if !ok || g.Tok != token.VAR {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			ft, ok := vs.Type.(*ast.FuncType)
+			if !ok || !takesAny(ft) {
+				continue
+			}
+			for _, n := range vs.Names {
+				if n.IsExported() {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// takesAny reports whether a function type has an any or interface{}
+// parameter or result, at any depth (a callback's too).
+func takesAny(ft *ast.FuncType) bool {
+	found := false
+	ast.Inspect(ft, func(n ast.Node) bool {
+		switch t := n.(type) {
+		case *ast.Ident:
+			if t.Name == "any" {
+				found = true
+			}
+		case *ast.InterfaceType:
+			if t.Methods == nil || len(t.Methods.List) == 0 {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"go/parser"
+	"go/token"
 	"slices"
 	"testing"
 )
@@ -66,5 +68,32 @@ func TestWorkspace(t *testing.T) {
 	}
 	if bad := check(ms, imports); len(bad) > 0 {
 		t.Fatalf("%d imports of another module's internal packages:\n%q", len(bad), bad)
+	}
+}
+
+func TestAnyFuncVars(t *testing.T) {
+	t.Parallel()
+	src := `package p
+
+import "time"
+
+var (
+	Retention func(claimer any, operation string) time.Duration
+	InTx      func(fn func(tx interface{}) error) error
+	Typed     func(operation string) time.Duration
+	hidden    func(any)
+	Value     any
+)
+`
+	f, err := parser.ParseFile(token.NewFileSet(), "p.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, id := range anyFuncVarsIn(f) {
+		got = append(got, id.Name)
+	}
+	if want := []string{"Retention", "InTx"}; !slices.Equal(got, want) {
+		t.Fatalf("anyFuncVarsIn = %v, want %v", got, want)
 	}
 }
