@@ -148,11 +148,11 @@
 // Two more break the Claimers' Redis clients rather than the store:
 //
 //   - retry-takes-lease: every lease claim.lua grants confirmed the moment
-//     it is granted (a go-redis hook on each Claimer's client), as before
-//     issue 43: a retry of a finished operation whose result Redis does
-//     not hold takes a lease only to replay, and the retries beside it are
-//     told "in progress" (finished-bursts; the checker's
-//     finished-never-in-progress);
+//     it is granted (a go-redis hook on each Claimer's client), with
+//     confirmed leases trusted (TrustLease) as before issue 43: a retry of
+//     a finished operation whose result Redis does not hold takes a lease
+//     only to replay, and the retries beside it are told "in progress"
+//     (finished-bursts; the checker's finished-never-in-progress);
 //   - trust-lease: every Claimer configured with lua.Options.TrustLease of
 //     a whole lease, so a confirmed Redis lease answers "in progress"
 //     without a read of the record for as long as it lives: the side of a

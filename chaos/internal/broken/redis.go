@@ -14,11 +14,14 @@ import (
 
 // RetryTakesLease breaks the Claimer's Redis client rather than the store:
 // every lease claim.lua grants is confirmed the moment its reply comes
-// back, as claim.lua's leases were before issue 43. A retry of a finished
-// operation whose result Redis does not hold (too large to cache, flushed,
-// lost) takes a lease only to read the durable store and replay, and the
-// retries beside it meet a confirmed lease and are answered "in progress"
-// until it has replayed. The store and the library are the real ones.
+// back, as claim.lua's leases were before issue 43, and the Claimers trust
+// a confirmed lease for its whole length (lua.Options.TrustLease, as every
+// confirmed lease answered alone then; without it the library reads the
+// record and the bug is harmless). A retry of a finished operation whose
+// result Redis does not hold (too large to cache, flushed, lost) takes a
+// lease only to read the durable store and replay, and the retries beside
+// it meet a confirmed lease and are answered "in progress" until it has
+// replayed. The store and the library are the real ones.
 const RetryTakesLease Mode = "retry-takes-lease"
 
 // Redis reports whether m breaks the Claimers' Redis clients ([TakeLeases])
