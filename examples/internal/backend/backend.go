@@ -29,10 +29,10 @@ const connectTimeout = 10 * time.Second
 // DefaultRedisTimeout is the examples' budget for each Redis call
 // (lua.Options.Timeout), when Config.RedisTimeout is zero. It is ten times
 // the library's default (50ms) because the examples run on laptops and
-// shared CI machines, where a busy CPU delays the in-process Redis too, and
-// a call that times out has a cost: while Redis holds a lease that the
-// durable store has already finished, duplicates are told "in progress"
-// until that lease expires. In production keep the default, or measure.
+// shared CI machines, where a busy CPU delays the in-process Redis too:
+// calls that time out go to the durable store alone and, repeated, open
+// the breaker (slower, never wrong). In production keep the default, or
+// measure.
 const DefaultRedisTimeout = 500 * time.Millisecond
 
 // Config says which services to use. The zero value is the embedded
