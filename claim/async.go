@@ -10,6 +10,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // The asynchronous adapters (claimriver) claim a key in the transaction
@@ -46,7 +47,7 @@ func (c *Claimer[TTx]) claimTx(ctx context.Context, tx TTx, r Request) (Outcome,
 	if err != nil {
 		return Outcome{OperationID: t.opID}, false, c.claimErr(ctx, err)
 	}
-	c.guess.observe(p, res)
+	c.newKeyGuess.observe(p, res)
 	if !res.Acquired {
 		return c.existing(ctx, &t, p, fast{}, res.Record, sent, true), false, nil
 	}
@@ -83,8 +84,8 @@ func (c *Claimer[TTx]) resume(ctx context.Context, tenant, id string, tok fence.
 	} else {
 		ntok, err = c.store.Adopt(ctx, rec.Ref, uuid.New(), 0, p.Lease)
 		if err == nil {
-			c.m.takeover(ctx)
-			c.log.Info("oncekey: a worker took the operation over", "op", rec.Ref, "generation", ntok.Generation)
+			c.metrics.takeover(ctx)
+			c.log.Info("oncekey: a worker took the operation over", logkeys.Op, rec.Ref, logkeys.Generation, ntok.Generation)
 		}
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // breakerLogEvery is the least time between two warnings that the Redis
@@ -59,23 +60,23 @@ func (b *breakerLog) change(s fastpath.BreakerState) {
 	case open == b.loggedOpen:
 		// A probe going out, or failing: claims go where the last line
 		// said.
-		b.log.Debug(breakerMsg+" probe", "state", s.String())
+		b.log.Debug(breakerMsg+" probe", logkeys.State, s.String())
 	case !open:
 		b.loggedOpen = false
-		b.log.Warn(breakerMsg, "state", "closed", "claims", "use Redis again")
+		b.log.Warn(breakerMsg, logkeys.State, "closed", logkeys.Claims, "use Redis again")
 	default:
 		now := b.now()
 		if !b.lastOpen.IsZero() && now.Sub(b.lastOpen) < breakerLogEvery {
 			if opening {
 				b.suppressed++
 			}
-			b.log.Debug(breakerMsg+" probe", "state", s.String())
+			b.log.Debug(breakerMsg+" probe", logkeys.State, s.String())
 			return
 		}
 		b.loggedOpen, b.lastOpen = true, now
-		args := []any{"state", "open", "claims", "go to the durable store alone (correct, slower) until a probe after the cool-down succeeds"}
+		args := []any{logkeys.State, "open", logkeys.Claims, "go to the durable store alone (correct, slower) until a probe after the cool-down succeeds"}
 		if b.suppressed > 0 {
-			args = append(args, "suppressed", b.suppressed)
+			args = append(args, logkeys.Suppressed, b.suppressed)
 			b.suppressed = 0
 		}
 		b.log.Warn(breakerMsg, args...)

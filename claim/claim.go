@@ -11,6 +11,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // Kind is the kind of an [Outcome].
@@ -94,10 +95,10 @@ func retryAfter(d time.Duration) time.Duration {
 // not run the work), [ErrLeaseExpired]. ctx bounds the round trips and any
 // wait; the lease is governed by its duration.
 func (c *Claimer[TTx]) Claim(ctx context.Context, r Request) (Outcome, error) {
-	start := c.m.start()
+	start := c.metrics.start()
 	ctx, span := c.startClaim(ctx, "claim", r)
 	out, err := c.withPolicy(ctx, r, c.claimOnce)
-	c.m.claimDone(ctx, start, out.Kind, err)
+	c.metrics.claimDone(ctx, start, out.Kind, err)
 	endClaim(span, out, err)
 	return out, err
 }
@@ -141,7 +142,7 @@ func (c *Claimer[TTx]) withPolicy(ctx context.Context, r Request, once func(cont
 			return out, nil
 		case <-wake:
 			t.Stop()
-			c.m.woken(ctx)
+			c.metrics.woken(ctx)
 		case <-t.C:
 			backoff = min(backoff*2, most)
 		}
@@ -175,42 +176,42 @@ func (c *Claimer[TTx]) watch(ctx context.Context, r Request, deadline time.Time)
 	return w
 }
 
-// claimStart is how a claim or a Do began: r prepared as t and p, offered
-// to Redis (its answer f) at sent.
+// claimStart is how a claim or a Do began: r prepared as target and
+// params, offered to Redis (its answer fast) at sent.
 type claimStart struct {
-	t    target
-	p    storeapi.ClaimParams
-	f    fast
-	sent time.Time
+	target target
+	params storeapi.ClaimParams
+	fast   fast
+	sent   time.Time
 }
 
 // beginClaim prepares r and offers it to Redis. done reports that the claim
 // is over already (r is invalid, or Redis settled it): out and err are its
 // answer.
 func (c *Claimer[TTx]) beginClaim(ctx context.Context, r Request) (s claimStart, out Outcome, done bool, err error) {
-	s.t, s.p, err = c.prepare(r)
+	s.target, s.params, err = c.prepare(r)
 	if err != nil {
 		return s, Outcome{}, true, err
 	}
-	if out, ok := c.localReplay(ctx, &s.t, s.p); ok {
+	if out, ok := c.localReplay(ctx, &s.target, s.params); ok {
 		return s, out, true, nil
 	}
 	// The lease is measured from here, on the monotonic clock; so is the
 	// age of what the durable claim reads (see refill).
 	s.sent = time.Now()
-	s.f = c.redisClaim(ctx, &s.t, s.p)
-	if c.tr.on() {
-		c.tr.note(ctx, attrRedis.Bool(s.f.answered))
+	s.fast = c.redisClaim(ctx, &s.target, s.params)
+	if c.tracing.on() {
+		c.tracing.note(ctx, attrRedis.Bool(s.fast.answered))
 	}
-	if s.f.final {
-		out, err = c.fastOutcome(ctx, s.t.opID, s.f)
+	if s.fast.final {
+		out, err = c.fastOutcome(ctx, s.target.opID, s.fast)
 		return s, out, true, err
 	}
-	if s.f.peek {
-		if out, done, err = c.peek(ctx, &s.t, s.p, s.f, s.sent); done {
+	if s.fast.peek {
+		if out, done, err = c.peek(ctx, &s.target, s.params, s.fast, s.sent); done {
 			return s, out, true, err
 		}
-		s.f = fast{}
+		s.fast = fast{}
 	}
 	return s, Outcome{}, false, nil
 }
@@ -220,7 +221,7 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 	if done {
 		return out, err
 	}
-	t, p, f, sent := s.t, s.p, s.f, s.sent
+	t, p, f, sent := s.target, s.params, s.fast, s.sent
 	c.hint(&p, f)
 	res, err := c.durableClaim(ctx, *new(TTx), p)
 	if err != nil {
@@ -244,14 +245,14 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 
 func (c *Claimer[TTx]) claimErr(ctx context.Context, err error) error {
 	if errors.Is(err, durable.ErrMismatch) {
-		c.m.mismatch(ctx)
+		c.metrics.mismatch(ctx)
 	}
 	return wrap("claim", err)
 }
 
 func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Outcome, error) {
 	if f.err != nil {
-		c.m.mismatch(ctx)
+		c.metrics.mismatch(ctx)
 		return Outcome{OperationID: opID}, f.err
 	}
 	o := Outcome{Kind: f.kind, OperationID: opID, State: f.state, Result: f.result, FromCache: f.kind == Replayed}
@@ -259,7 +260,7 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 		o.RetryAfter = retryAfter(f.retry)
 	}
 	if f.kind == Replayed {
-		c.m.replay(ctx, true)
+		c.metrics.replay(ctx, true)
 	}
 	return o, nil
 }
@@ -273,12 +274,12 @@ func (c *Claimer[TTx]) fastOutcome(ctx context.Context, opID string, f fast) (Ou
 // so only a generation to sync is sent (complete.lua's staleness rule
 // compares durable generations).
 func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.ClaimParams, f fast, res storeapi.ClaimResult, completing bool) {
-	if c.tr.on() {
-		c.tr.note(ctx, attrGeneration.Int64(int64(res.Token.Generation)), attrTakeover.Bool(res.Takeover))
+	if c.tracing.on() {
+		c.tracing.note(ctx, attrGeneration.Int64(int64(res.Token.Generation)), attrTakeover.Bool(res.Takeover))
 	}
 	if res.Takeover {
-		c.m.takeover(ctx)
-		c.log.Info("oncekey: took over an expired lease", "op", t.ref, "generation", res.Token.Generation)
+		c.metrics.takeover(ctx)
+		c.log.Info("oncekey: took over an expired lease", logkeys.Op, t.ref, logkeys.Generation, res.Token.Generation)
 	}
 	sync := (f.answered && res.Token.Generation != f.proposed) || f.ambiguous
 	if !sync && !completing {
@@ -287,7 +288,7 @@ func (c *Claimer[TTx]) acquired(ctx context.Context, t *target, p storeapi.Claim
 	}
 	if sync {
 		err := c.scripts.SyncGenKeys(context.WithoutCancel(ctx), t.keys, res.Token)
-		c.tr.event(ctx, eventRedisSync, err)
+		c.tracing.event(ctx, eventRedisSync, err)
 		if err != nil {
 			c.debug("oncekey: redis syncgen failed", t.ref, err)
 		}
@@ -304,12 +305,12 @@ func (c *Claimer[TTx]) existing(ctx context.Context, t *target, p storeapi.Claim
 		c.dropRedisLease(ctx, f, t, p)
 		return Outcome{Kind: InProgress, OperationID: t.opID, RetryAfter: time.Second}
 	}
-	if c.tr.on() {
-		c.tr.note(ctx, attrGeneration.Int64(int64(rec.Token.Generation)))
+	if c.tracing.on() {
+		c.tracing.note(ctx, attrGeneration.Int64(int64(rec.Token.Generation)))
 	}
 	switch {
 	case rec.State.Finished() && rec.Result != nil:
-		c.m.replay(ctx, false)
+		c.metrics.replay(ctx, false)
 		if callerTx {
 			c.dropRedisLease(ctx, f, t, p)
 		} else {
@@ -329,10 +330,10 @@ func (c *Claimer[TTx]) existing(ctx context.Context, t *target, p storeapi.Claim
 
 // durableClaim runs the store's claim as a child span of the claim.
 func (c *Claimer[TTx]) durableClaim(ctx context.Context, tx TTx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
-	ctx, span := c.tr.start(ctx, spanDurableClaim)
+	ctx, span := c.tracing.start(ctx, spanDurableClaim)
 	res, err := c.store.Claim(ctx, tx, p)
 	if err == nil {
-		c.guess.observe(p, res)
+		c.newKeyGuess.observe(p, res)
 	}
 	if span.IsRecording() {
 		switch {

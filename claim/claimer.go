@@ -43,18 +43,19 @@ type Claimer[TTx any] struct {
 	trustLease time.Duration
 	// behind holds a token for each Redis completion of Do running after
 	// its caller's answer (cacheBehind).
-	behind chan struct{}
-	cfg    config
-	log    *slog.Logger
-	m      *meters
-	tr     tracer
+	behind  chan struct{}
+	cfg     config
+	log     *slog.Logger
+	metrics *meters
+	tracing tracer
 	// local is the replay cache in process (WithReplayCache); nil when off.
 	local *localcache.Cache
 	// breaker logs and counts the Redis breaker's changes; nil without
 	// Redis.
 	breaker *breakerLog
-	// guess sets ExpectNew on the claims Redis did not grant (newGuess).
-	guess newGuess
+	// newKeyGuess sets ExpectNew on the claims Redis did not grant
+	// (newGuess).
+	newKeyGuess newGuess
 	// reads shares the durable reads of concurrent duplicates (peek).
 	reads readGroup
 	// pause replaces the sweep's pause between batches in tests.
@@ -93,7 +94,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 			return nil, err
 		}
 	}
-	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger, tr: newTracer(cfg.tracer), local: localcache.New(cfg.replayCache)}
+	c := &Claimer[TTx]{store: proto, cfg: cfg, log: cfg.logger, tracing: newTracer(cfg.tracer), local: localcache.New(cfg.replayCache)}
 	if cfg.atCommit {
 		c.atCommit, _ = store.(storeapi.CommitWriter[TTx])
 	} else {
@@ -104,7 +105,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 	}
 	if cfg.redis != nil {
 		fo := fastpath.FromLua(cfg.luaOpts)
-		c.breaker = &breakerLog{log: c.log, m: func() *meters { return c.m }, now: time.Now}
+		c.breaker = &breakerLog{log: c.log, m: func() *meters { return c.metrics }, now: time.Now}
 		fo.OnStateChange = c.breaker.change
 		s, err := fastpath.New(cfg.redis, fo)
 		if err != nil {
@@ -122,7 +123,7 @@ func New[TTx any](store durable.Store[TTx], opts ...Option) (*Claimer[TTx], erro
 	if err != nil {
 		return nil, err
 	}
-	c.m = m
+	c.metrics = m
 	c.initSettings()
 	return c, nil
 }

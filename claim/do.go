@@ -12,6 +12,7 @@ import (
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // commitRereadTimeout bounds the read that settles a COMMIT whose reply was
@@ -82,7 +83,7 @@ func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Co
 	if fn == nil {
 		return Outcome{}, configErr("Do: nil function")
 	}
-	start := c.m.start()
+	start := c.metrics.start()
 	ctx, span := c.startClaim(ctx, "do", r)
 	ended := false
 	defer func() {
@@ -94,7 +95,7 @@ func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Co
 	out, err := c.withPolicy(ctx, r, func(ctx context.Context, r Request) (Outcome, error) {
 		return c.doOnce(ctx, r, fn)
 	})
-	c.m.claimDone(ctx, start, out.Kind, err)
+	c.metrics.claimDone(ctx, start, out.Kind, err)
 	ended = true
 	endClaim(span, out, err)
 	return out, err
@@ -103,25 +104,25 @@ func (c *Claimer[TTx]) Do(ctx context.Context, r Request, fn func(ctx context.Co
 // doAttempt is one attempt of Do: what its transaction needs and what it
 // learns, in one allocation shared with the function that InTx runs.
 type doAttempt[TTx any] struct {
-	c    *Claimer[TTx]
-	fn   func(context.Context, TTx, Op) (durable.Result, error)
-	t    target
-	p    storeapi.ClaimParams
-	sent time.Time // when the claim was sent: the lease counts from it
-	f    fast      // Redis's answer to the claim
+	claimer *Claimer[TTx]
+	fn      func(context.Context, TTx, Op) (durable.Result, error)
+	target  target
+	params  storeapi.ClaimParams
+	sent    time.Time // when the claim was sent: the lease counts from it
+	fast    fast      // Redis's answer to the claim
 
 	claimed   storeapi.ClaimResult
 	state     durable.State
 	result    durable.Result
 	committed bool // fn and the completion succeeded inside the transaction
 	fnErr     error
-	rej       *rejectError
+	rejected  *rejectError
 }
 
 // run is the transaction's body: the durable claim, fn and the completion.
 func (d *doAttempt[TTx]) run(ctx context.Context, tx TTx) error {
-	c := d.c
-	res, err := c.durableClaim(ctx, tx, d.p)
+	c := d.claimer
+	res, err := c.durableClaim(ctx, tx, d.params)
 	if err != nil {
 		return err
 	}
@@ -130,17 +131,17 @@ func (d *doAttempt[TTx]) run(ctx context.Context, tx TTx) error {
 		return nil // commit nothing; classify below
 	}
 	tok := res.Token
-	if time.Until(d.sent.Add(d.p.Lease)) < c.marginFor(d.p.Lease) {
+	if time.Until(d.sent.Add(d.params.Lease)) < c.marginFor(d.params.Lease) {
 		return ErrLeaseExpired
 	}
-	c.confirmAsync(ctx, &d.t, d.f, tok)
+	c.confirmAsync(ctx, &d.target, d.fast, tok)
 	if err := d.call(ctx, tx, tok); err != nil {
 		return err
 	}
 	if d.state == durable.Completed {
-		err = c.store.Complete(ctx, tx, d.t.ref, tok, d.result)
+		err = c.store.Complete(ctx, tx, d.target.ref, tok, d.result)
 	} else {
-		err = c.store.Fail(ctx, tx, d.t.ref, tok, d.result)
+		err = c.store.Fail(ctx, tx, d.target.ref, tok, d.result)
 	}
 	if err != nil {
 		return err
@@ -152,12 +153,12 @@ func (d *doAttempt[TTx]) run(ctx context.Context, tx TTx) error {
 // call runs fn under tok and keeps its outcome: Completed with its result,
 // Failed with a [Reject]'s, or fn's transient error, returned.
 func (d *doAttempt[TTx]) call(ctx context.Context, tx TTx, tok fence.Token) error {
-	d.result, d.fnErr = d.fn(d.c.withOperationBaggage(ctx, d.t.opID), tx, Op{ID: d.t.opID, Token: tok})
+	d.result, d.fnErr = d.fn(d.claimer.withOperationBaggage(ctx, d.target.opID), tx, Op{ID: d.target.opID, Token: tok})
 	switch {
 	case d.fnErr == nil:
 		d.state = durable.Completed
-	case errors.As(d.fnErr, &d.rej):
-		d.state, d.result = durable.Failed, d.rej.Result
+	case errors.As(d.fnErr, &d.rejected):
+		d.state, d.result = durable.Failed, d.rejected.Result
 	default:
 		return d.fnErr
 	}
@@ -181,24 +182,24 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 	if done {
 		return out, err
 	}
-	t, p, f, sent := s.t, s.p, s.f, s.sent
-	d := &doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
+	t, p, f, sent := s.target, s.params, s.fast, s.sent
+	d := &doAttempt[TTx]{claimer: c, fn: fn, target: t, params: p, sent: sent}
 	read := false // the record was just read: it exists
 	if c.atCommit != nil {
 		if out, done, err := c.doAtCommit(ctx, d, f); done {
 			return out, err
 		}
 		// The record exists: claim it as below. fn's first run rolled back.
-		*d = doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
+		*d = doAttempt[TTx]{claimer: c, fn: fn, target: t, params: p, sent: sent}
 		read = true
 	} else {
-		if f.proposed == 0 && c.guess.recorded() {
+		if f.proposed == 0 && c.newKeyGuess.recorded() {
 			// Most recent claims Redis did not grant found a record: one
 			// read answers a finished one without a transaction (newGuess).
 			out, done, absent, err := c.readFirst(ctx, d, f)
 			if done {
 				if err == nil || errors.Is(err, durable.ErrMismatch) {
-					c.guess.observeRead()
+					c.newKeyGuess.observeRead()
 				}
 				return out, err
 			}
@@ -209,18 +210,18 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 				return out, err
 			}
 			// The record exists and is not finished: claim it as below.
-			*d = doAttempt[TTx]{c: c, fn: fn, t: t, p: p, sent: sent}
+			*d = doAttempt[TTx]{claimer: c, fn: fn, target: t, params: p, sent: sent}
 			read = true
 		}
 	}
-	c.hint(&d.p, f)
-	d.f = f
+	c.hint(&d.params, f)
+	d.fast = f
 	// A record just read would only be found again by the plain insert.
-	d.p.ExpectNew = d.p.ExpectNew && !read
-	p = d.p
+	d.params.ExpectNew = d.params.ExpectNew && !read
+	p = d.params
 
-	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
-	defer c.endTxOnPanic(ctx, txSpan, f, &d.t, p)
+	txCtx, txSpan := c.tracing.start(ctx, spanDurableTx)
+	defer c.endTxOnPanic(ctx, txSpan, f, &d.target, p)
 	txErr := c.store.InTx(txCtx, d.run)
 	if txErr != nil && txSpan.IsRecording() {
 		txSpan.SetStatus(otelcodes.Error, errWord(txErr))
@@ -230,16 +231,16 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 		if d.committed && errors.Is(txErr, durable.ErrUnavailable) {
 			return c.commitLost(ctx, d, f, txErr)
 		}
-		c.dropRedisLease(ctx, f, &d.t, p)
+		c.dropRedisLease(ctx, f, &d.target, p)
 		if d.fnErr != nil && errors.Is(txErr, d.fnErr) {
-			return Outcome{OperationID: d.t.opID}, d.fnErr
+			return Outcome{OperationID: d.target.opID}, d.fnErr
 		}
-		return Outcome{OperationID: d.t.opID}, c.claimErr(ctx, txErr)
+		return Outcome{OperationID: d.target.opID}, c.claimErr(ctx, txErr)
 	}
 	if !d.claimed.Acquired {
-		return c.existing(ctx, &d.t, p, f, d.claimed.Record, sent, false), nil
+		return c.existing(ctx, &d.target, p, f, d.claimed.Record, sent, false), nil
 	}
-	c.acquired(ctx, &d.t, p, f, d.claimed, true)
+	c.acquired(ctx, &d.target, p, f, d.claimed, true)
 	return c.executed(ctx, d), nil
 }
 
@@ -249,16 +250,16 @@ func (c *Claimer[TTx]) doOnce(ctx context.Context, r Request, fn func(context.Co
 func (c *Claimer[TTx]) commitLost(ctx context.Context, d *doAttempt[TTx], f fast, txErr error) (Outcome, error) {
 	tok := d.claimed.Token
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitRereadTimeout)
-	rec, err := c.store.Get(rctx, d.t.ref)
+	rec, err := c.store.Get(rctx, d.target.ref)
 	cancel()
 	if err == nil && rec.State == d.state && rec.Token == tok && rec.Result != nil {
-		c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", "op", d.t.ref)
-		c.acquired(ctx, &d.t, d.p, f, d.claimed, true)
+		c.log.Info("oncekey: commit acknowledgement lost; the record shows it applied", logkeys.Op, d.target.ref)
+		c.acquired(ctx, &d.target, d.params, f, d.claimed, true)
 		d.result = *rec.Result
 		return c.executed(ctx, d), nil
 	}
-	c.dropRedisLease(ctx, f, &d.t, d.p)
-	return Outcome{OperationID: d.t.opID}, fmt.Errorf("claim: %w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
+	c.dropRedisLease(ctx, f, &d.target, d.params)
+	return Outcome{OperationID: d.target.opID}, fmt.Errorf("claim: %w: commit outcome unknown and not visible: %w", ErrUnavailable, txErr)
 }
 
 // atCommitLag is how far behind the client's clock the generation of a
@@ -281,7 +282,7 @@ const atCommitLag = 30 * time.Second
 // (or the generation is below the database's floor): the caller claims it,
 // with Redis as f left it.
 func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast) (out Outcome, done bool, err error) {
-	t, p := &d.t, d.p
+	t, p := &d.target, d.params
 	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
 	if !f.answered {
 		out, done, absent, err := c.readFirst(ctx, d, f)
@@ -296,7 +297,7 @@ func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast
 	}
 	d.claimed = storeapi.ClaimResult{Acquired: true, Token: tok, Ref: t.ref}
 
-	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
+	txCtx, txSpan := c.tracing.start(ctx, spanDurableTx)
 	defer c.endTxOnPanic(ctx, txSpan, f, t, p)
 	err = c.atCommit.InsertAtCommit(txCtx, p, tok, d.runAtCommit)
 	endInsertSpan(txSpan, err)
@@ -339,7 +340,7 @@ func (c *Claimer[TTx]) doAtCommit(ctx context.Context, d *doAttempt[TTx], f fast
 // its retention (held, uncertain, released, expired): fn did not run, and
 // the caller claims it.
 func (c *Claimer[TTx]) doLocked(ctx context.Context, d *doAttempt[TTx], f fast) (out Outcome, done bool, err error) {
-	t, p := &d.t, d.p
+	t, p := &d.target, d.params
 	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
 	if tok.Generation == 0 {
 		tok.Generation = uint64(max(1, time.Now().Add(-atCommitLag).UnixMilli()))
@@ -349,24 +350,24 @@ func (c *Claimer[TTx]) doLocked(ctx context.Context, d *doAttempt[TTx], f fast) 
 		return Outcome{OperationID: t.opID}, true, ErrLeaseExpired
 	}
 	d.claimed = storeapi.ClaimResult{Acquired: true, Token: tok, Ref: t.ref}
-	d.f = f
+	d.fast = f
 	p.Proposed = f.proposed
 	p.LockFirst = true
 
-	txCtx, txSpan := c.tr.start(ctx, spanDurableTx)
+	txCtx, txSpan := c.tracing.start(ctx, spanDurableTx)
 	defer c.endTxOnPanic(ctx, txSpan, f, t, p)
 	err = c.locked.InsertAtCommit(txCtx, p, tok, d.runLocked)
 	endInsertSpan(txSpan, err)
 	switch {
 	case err == nil:
-		c.guess.observe(p, storeapi.ClaimResult{Acquired: true})
+		c.newKeyGuess.observe(p, storeapi.ClaimResult{Acquired: true})
 		c.acquired(ctx, t, p, f, d.claimed, true)
 		return c.executed(ctx, d), true, nil
 	case errors.Is(err, storeapi.ErrExists), errors.Is(err, storeapi.ErrNotInserted):
 		// A record exists (fn did not run), or the proposal fell below the
 		// store's floor (fn rolled back): one read answers a finished
 		// record; anything else is claimed.
-		c.guess.observe(p, storeapi.ClaimResult{})
+		c.newKeyGuess.observe(p, storeapi.ClaimResult{})
 		out, done, _, err := c.readFirst(ctx, d, f)
 		return out, done, err
 	case d.committed && errors.Is(err, durable.ErrUnavailable):
@@ -402,7 +403,7 @@ func endInsertSpan(span trace.Span, err error) {
 // key's lock and found no record: our Redis lease is confirmed (off the
 // caller's path), then fn runs and its outcome becomes the record's.
 func (d *doAttempt[TTx]) runLocked(ctx context.Context, tx TTx) (durable.State, durable.Result, error) {
-	d.c.confirmAsync(ctx, &d.t, d.f, d.claimed.Token)
+	d.claimer.confirmAsync(ctx, &d.target, d.fast, d.claimed.Token)
 	return d.runAtCommit(ctx, tx)
 }
 
@@ -411,7 +412,7 @@ func (d *doAttempt[TTx]) runLocked(ctx context.Context, tx TTx) (durable.State, 
 // error when the store cannot be read; absent when there is no record;
 // neither otherwise (the record must be claimed).
 func (c *Claimer[TTx]) readFirst(ctx context.Context, d *doAttempt[TTx], f fast) (out Outcome, done, absent bool, err error) {
-	t, p := &d.t, d.p
+	t, p := &d.target, d.params
 	rec, err := c.store.Get(ctx, t.ref)
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
@@ -448,6 +449,6 @@ func (d *doAttempt[TTx]) runAtCommit(ctx context.Context, tx TTx) (durable.State
 // executed caches the committed result of d in Redis and returns its
 // outcome, whose Result points into d.
 func (c *Claimer[TTx]) executed(ctx context.Context, d *doAttempt[TTx]) Outcome {
-	c.cacheBehind(ctx, d.t.ref, d.t.keys, d.claimed.Token, d.p.Fingerprint, d.state, d.result, d.p.Retention, d.sent)
-	return Outcome{Kind: Executed, OperationID: d.t.opID, State: d.state, Result: &d.result}
+	c.cacheBehind(ctx, d.target.ref, d.target.keys, d.claimed.Token, d.params.Fingerprint, d.state, d.result, d.params.Retention, d.sent)
+	return Outcome{Kind: Executed, OperationID: d.target.opID, State: d.state, Result: &d.result}
 }

@@ -58,8 +58,8 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 	if reflect.ValueOf(&tx).Elem().IsZero() {
 		return Outcome{}, finish, configErr("DoTx: nil transaction (use Do to run in a transaction of the store's)")
 	}
-	start := c.m.start()
-	defer func() { c.m.claimDone(ctx, start, out.Kind, err) }()
+	start := c.metrics.start()
+	defer func() { c.metrics.claimDone(ctx, start, out.Kind, err) }()
 	t, p, err := c.prepare(r)
 	if err != nil {
 		return Outcome{}, finish, err
@@ -97,7 +97,7 @@ func (c *Claimer[TTx]) DoTx(ctx context.Context, tx TTx, r Request, fn func(ctx 
 		c.dropRedisLease(ctx, f, &t, p)
 		return Outcome{OperationID: opID}, finish, c.claimErr(ctx, err)
 	}
-	c.guess.observe(p, claimed)
+	c.newKeyGuess.observe(p, claimed)
 	if !claimed.Acquired {
 		return c.existing(ctx, &t, p, f, claimed.Record, sent, true), finish, nil
 	}

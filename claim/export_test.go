@@ -30,4 +30,4 @@ func SetBreakerLogClock[TTx any](c *Claimer[TTx], now func() time.Time) {
 // SetGuess sets c's guess of whether keys Redis did not grant are new
 // (newGuess): 32 sends the plain insert first, -32 makes Do read first,
 // 0 is where a Claimer starts.
-func SetGuess[TTx any](c *Claimer[TTx], score int32) { c.guess.score.Store(score) }
+func SetGuess[TTx any](c *Claimer[TTx], score int32) { c.newKeyGuess.score.Store(score) }

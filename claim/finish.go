@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // Complete stores res as the operation's result (state completed), fenced,
@@ -36,7 +37,7 @@ func (l *Lease) finish(ctx context.Context, state durable.State, res durable.Res
 	if err != nil {
 		if errors.Is(err, durable.ErrFenced) {
 			l.c.meters().fenced(ctx)
-			l.c.logger().Warn("oncekey: fenced completion rejected", "op", l.ref, "generation", l.tok.Generation)
+			l.c.logger().Warn("oncekey: fenced completion rejected", logkeys.Op, l.ref, logkeys.Generation, l.tok.Generation)
 		}
 		return wrap(string(state), err)
 	}
@@ -63,7 +64,7 @@ func (l *Lease) releaseRedis(ctx context.Context) {
 	_, err := l.c.redis().ReleaseKeys(context.WithoutCancel(ctx), l.keys, l.tok)
 	l.c.tracer().event(ctx, eventRedisRelease, err)
 	if err != nil {
-		l.c.logger().Debug("oncekey: redis release failed", "op", l.ref, "err", err)
+		l.c.logger().Debug("oncekey: redis release failed", logkeys.Op, l.ref, logkeys.Err, err)
 	}
 }
 

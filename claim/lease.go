@@ -13,6 +13,7 @@ import (
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // Lease is a durable claim held by this worker (workflow mode: [Claimer.Claim]
@@ -95,7 +96,7 @@ func (l *Lease) renewRedis(ctx context.Context) {
 		return
 	}
 	if _, err := l.c.redis().RenewKeys(ctx, l.keys, l.tok, l.lease); err != nil {
-		l.c.logger().Debug("oncekey: redis renew failed", "op", l.ref, "err", err)
+		l.c.logger().Debug("oncekey: redis renew failed", logkeys.Op, l.ref, logkeys.Err, err)
 	}
 }
 
@@ -135,5 +136,5 @@ func (c *Claimer[TTx]) markUncertain(ctx context.Context, ref durable.Ref, tok f
 
 func (c *Claimer[TTx]) redis() *fastpath.Scripts { return c.scripts }
 func (c *Claimer[TTx]) logger() *slog.Logger     { return c.log }
-func (c *Claimer[TTx]) meters() *meters          { return c.m }
-func (c *Claimer[TTx]) tracer() tracer           { return c.tr }
+func (c *Claimer[TTx]) meters() *meters          { return c.metrics }
+func (c *Claimer[TTx]) tracer() tracer           { return c.tracing }

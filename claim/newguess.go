@@ -91,5 +91,5 @@ func (g *newGuess) add(step int32) {
 // Redis answered f (or did not).
 func (c *Claimer[TTx]) hint(p *storeapi.ClaimParams, f fast) {
 	p.Proposed = f.proposed
-	p.ExpectNew = f.proposed != 0 || c.guess.likely()
+	p.ExpectNew = f.proposed != 0 || c.newKeyGuess.likely()
 }

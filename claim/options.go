@@ -243,6 +243,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithLogger logs with l. Defaults to discarding logs. Log lines never hold
 // a raw key, tenant or body: records are named by their operation identity.
+// Their attributes use one set of keys across the library and its adapters
+// (op for the operation identity, err for the error), listed in the
+// repository's internal/logkeys.
 //
 // With a logger that writes warnings (or a [WithMeterProvider]), a Claimer
 // on PostgreSQL reads the database's settings once, beside its first call

@@ -36,8 +36,8 @@ func (c *Claimer[TTx]) peek(ctx context.Context, t *target, p storeapi.ClaimPara
 		return c.store.Get(ctx, t.ref)
 	})
 	notFound := errors.Is(err, durable.ErrNotFound)
-	if c.tr.on() {
-		c.tr.note(ctx, attrPeek.String(peekWord(rec, err)))
+	if c.tracing.on() {
+		c.tracing.note(ctx, attrPeek.String(peekWord(rec, err)))
 	}
 	switch {
 	case notFound && f.marker:
@@ -52,7 +52,7 @@ func (c *Claimer[TTx]) peek(ctx context.Context, t *target, p storeapi.ClaimPara
 		if rec.Fingerprint != p.Fingerprint {
 			return Outcome{OperationID: t.opID}, true, c.claimErr(ctx, durable.ErrMismatch)
 		}
-		c.m.replay(ctx, false)
+		c.metrics.replay(ctx, false)
 		if !f.marker {
 			// Redis lost the result: put it back (or the marker), which
 			// also replaces the tentative lease, so the next retries

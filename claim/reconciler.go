@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // Resolution is what the resolve function given to [NewReconciler] learned
@@ -184,21 +185,21 @@ func (r *Reconciler[TTx]) RunOnce(ctx context.Context) (Report, error) {
 			t.skipped++ // someone else got there first
 		default:
 			t.errors++
-			r.c.log.Warn("oncekey: reconcile failed", "op", rec.Ref, "err", err)
+			r.c.log.Warn("oncekey: reconcile failed", logkeys.Op, rec.Ref, logkeys.Err, err)
 		}
 	}
-	r.c.m.reconciled(ctx, t)
+	r.c.metrics.reconciled(ctx, t)
 	return t.report(), nil
 }
 
 func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally) (err error) {
-	ctx, span := r.c.tr.start(ctx, spanReconcile)
+	ctx, span := r.c.tracing.start(ctx, spanReconcile)
 	before := *t
 	defer func() { endReconcile(span, rec, before, *t, err) }()
 	if r.cfg.skip != nil {
 		skip, err := r.cfg.skip(ctx, rec)
 		if err != nil {
-			return fmt.Errorf("skip: %w", err)
+			return fmt.Errorf("claim: skip: %w", err)
 		}
 		if skip {
 			t.skipped++
@@ -206,23 +207,23 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally)
 		}
 	}
 	var tok fence.Token
-	err = r.c.tr.step(ctx, spanDurableAdopt, func(ctx context.Context) (err error) {
+	err = r.c.tracing.step(ctx, spanDurableAdopt, func(ctx context.Context) (err error) {
 		tok, err = r.c.store.Adopt(ctx, rec.Ref, uuid.New(), 0, r.c.cfg.lease)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	r.c.m.takeover(ctx)
+	r.c.metrics.takeover(ctx)
 	rec.Token = tok
 	res, err := r.resolve(r.c.withOperationBaggage(ctx, rec.Ref.OperationID()), rec)
 	if err != nil {
-		return fmt.Errorf("resolve: %w", err)
+		return fmt.Errorf("claim: resolve: %w", err)
 	}
 	switch {
 	case res.release:
 		// The application's word that nothing happened: the key is free.
-		err = r.c.tr.step(ctx, spanDurableWrite, func(ctx context.Context) error {
+		err = r.c.tracing.step(ctx, spanDurableWrite, func(ctx context.Context) error {
 			return r.c.store.Release(ctx, *new(TTx), rec.Ref, tok)
 		})
 		if err == nil {
@@ -232,14 +233,14 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally)
 	}
 	switch res.state {
 	case durable.Completed:
-		err = r.c.tr.step(ctx, spanDurableWrite, func(ctx context.Context) error {
+		err = r.c.tracing.step(ctx, spanDurableWrite, func(ctx context.Context) error {
 			return r.c.store.Complete(ctx, *new(TTx), rec.Ref, tok, res.result)
 		})
 		if err == nil {
 			t.completed++
 		}
 	case durable.Failed:
-		err = r.c.tr.step(ctx, spanDurableWrite, func(ctx context.Context) error {
+		err = r.c.tracing.step(ctx, spanDurableWrite, func(ctx context.Context) error {
 			return r.c.store.Fail(ctx, *new(TTx), rec.Ref, tok, res.result)
 		})
 		if err == nil {
@@ -253,13 +254,13 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally)
 			// a retry would take it over once the lease ran out and run
 			// the work again. Uncertain, it waits for a later pass, an
 			// operator or the application (issue 27 #9).
-			err = r.c.tr.step(ctx, spanDurableWrite, func(ctx context.Context) error {
+			err = r.c.tracing.step(ctx, spanDurableWrite, func(ctx context.Context) error {
 				return r.c.markUncertain(ctx, rec.Ref, tok)
 			})
 			if err != nil {
 				return err
 			}
-			r.c.m.uncertain(ctx)
+			r.c.metrics.uncertain(ctx)
 		}
 		t.unknown++
 		return nil
@@ -293,7 +294,7 @@ func (r *Reconciler[TTx]) Run(ctx context.Context, every time.Duration) error {
 	defer t.Stop()
 	for {
 		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			r.c.log.Warn("oncekey: reconcile pass failed", "err", err)
+			r.c.log.Warn("oncekey: reconcile pass failed", logkeys.Err, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -11,6 +11,7 @@ import (
 	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/fastpath"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // checkEviction reads Redis's maxmemory-policy the first time it is called,
@@ -25,10 +26,10 @@ func (c *Claimer[TTx]) checkEviction(ctx context.Context) {
 	cancel()
 	switch {
 	case err != nil:
-		c.log.Warn("oncekey: could not read redis maxmemory-policy", "err", err)
+		c.log.Warn("oncekey: could not read redis maxmemory-policy", logkeys.Err, err)
 	case policy != "" && policy != fastpath.NoEviction:
-		c.m.evictionPolicy(policy)
-		c.log.Warn("oncekey: redis maxmemory-policy is not noeviction; evictions degrade the fast path (the database still arbitrates)", "policy", policy)
+		c.metrics.evictionPolicy(policy)
+		c.log.Warn("oncekey: redis maxmemory-policy is not noeviction; evictions degrade the fast path (the database still arbitrates)", logkeys.Policy, policy)
 	}
 }
 
@@ -69,7 +70,7 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 	if c.scripts == nil {
 		return fast{}
 	}
-	ctx, span := c.tr.start(ctx, spanRedisClaim)
+	ctx, span := c.tracing.start(ctx, spanRedisClaim)
 	defer span.End()
 	asked := time.Now()
 	rep, err := c.scripts.ClaimKeys(ctx, t.keys, fastpath.ClaimArgs{Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: p.Lease, WithTTL: c.local != nil})
@@ -77,7 +78,7 @@ func (c *Claimer[TTx]) redisClaim(ctx context.Context, t *target, p storeapi.Cla
 		span.SetAttributes(attrRedisResult.String(redisResult(rep.Status, err)))
 	}
 	if err != nil {
-		c.m.fallback(ctx)
+		c.metrics.fallback(ctx)
 		c.debug("oncekey: redis claim failed; using the durable store alone", t.ref, err)
 		// An open breaker or a bad argument sent nothing; any other error
 		// may come after the script ran and took a lease for our owner.
@@ -130,7 +131,7 @@ func (c *Claimer[TTx]) dropRedisLease(ctx context.Context, f fast, t *target, p 
 	}
 	tok := fence.Token{Generation: f.proposed, Owner: p.Owner}
 	_, err := c.scripts.DropKeys(context.WithoutCancel(ctx), t.keys, tok)
-	c.tr.event(ctx, eventRedisRelease, err)
+	c.tracing.event(ctx, eventRedisRelease, err)
 	if err != nil {
 		c.debug("oncekey: redis release failed", t.ref, err)
 	}
@@ -159,7 +160,7 @@ func (c *Claimer[TTx]) refill(ctx context.Context, f fast, t *target, p storeapi
 		tok.Owner = p.Owner
 	}
 	_, err := c.scripts.CompleteKeys(context.WithoutCancel(ctx), t.keys, tok, rec.Fingerprint, rec.State, *rec.Result, ttl)
-	c.tr.event(ctx, eventRedisCache, err)
+	c.tracing.event(ctx, eventRedisCache, err)
 	if err != nil {
 		c.debug("oncekey: redis refill failed", t.ref, err)
 	}
@@ -236,7 +237,7 @@ func (c *Claimer[TTx]) cacheRedis(ctx context.Context, ref durable.Ref, keys fas
 	}
 	ctx = context.WithoutCancel(ctx)
 	_, err := c.scripts.CompleteKeys(ctx, keys, tok, fp, state, res, ttl)
-	c.tr.event(ctx, eventRedisCache, err)
+	c.tracing.event(ctx, eventRedisCache, err)
 	if err != nil {
 		// The result is durable, but a Redis lease left behind would answer
 		// duplicates "in progress" until it expires: try once more to drop it.
@@ -251,7 +252,7 @@ func (c *Claimer[TTx]) cacheRedis(ctx context.Context, ref durable.Ref, keys fas
 // building the line's arguments only when that level is on.
 func (c *Claimer[TTx]) debug(msg string, ref durable.Ref, err error) {
 	if c.log.Enabled(context.Background(), slog.LevelDebug) {
-		c.log.Debug(msg, "op", ref, "err", err)
+		c.log.Debug(msg, logkeys.Op, ref, logkeys.Err, err)
 	}
 }
 
@@ -286,7 +287,7 @@ func (c *Claimer[TTx]) localReplay(ctx context.Context, t *target, p storeapi.Cl
 	if !ok {
 		return Outcome{}, false
 	}
-	c.m.replayLocal(ctx)
+	c.metrics.replayLocal(ctx)
 	return Outcome{Kind: Replayed, OperationID: t.opID, State: state, Result: &res, FromCache: true, local: true}, true
 }
 

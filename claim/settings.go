@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // States of a Claimer's settings check (Claimer.settings).
@@ -37,7 +39,7 @@ type settingsReader interface {
 // oncekey.durable.degraded gauge): no claim then pays for it.
 func (c *Claimer[TTx]) initSettings() {
 	_, ok := c.store.(settingsReader)
-	if !ok || (!c.m.on && !c.log.Enabled(context.Background(), slog.LevelWarn)) {
+	if !ok || (!c.metrics.on && !c.log.Enabled(context.Background(), slog.LevelWarn)) {
 		c.settings.Store(settingsRead)
 	}
 }
@@ -73,15 +75,15 @@ func (c *Claimer[TTx]) readSettings(s settingsReader) {
 	if err != nil {
 		c.settingsRetry.Store(time.Now().Add(settingsRetryAfter).UnixNano())
 		c.settings.Store(settingsUnread)
-		c.log.Warn("oncekey: could not read the database's settings (durability, timeouts); a later claim tries again", "err", err)
+		c.log.Warn("oncekey: could not read the database's settings (durability, timeouts); a later claim tries again", logkeys.Err, err)
 		return
 	}
 	c.settings.Store(settingsRead)
 	if durability != "" {
-		c.m.degraded.Store(true)
-		c.log.Warn("oncekey: the database can lose acknowledged commits; a lost claim or completion can run again", "settings", durability)
+		c.metrics.degraded.Store(true)
+		c.log.Warn("oncekey: the database can lose acknowledged commits; a lost claim or completion can run again", logkeys.Settings, durability)
 	}
 	if timeouts != "" {
-		c.log.Warn("oncekey: the pool is not configured with postgres.ConfigurePool", "settings", timeouts)
+		c.log.Warn("oncekey: the pool is not configured with postgres.ConfigurePool", logkeys.Settings, timeouts)
 	}
 }

@@ -3,6 +3,8 @@ package claim
 import (
 	"context"
 	"time"
+
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // A sweep deletes in batches of defaultSweepBatch records per statement
@@ -78,9 +80,9 @@ func (c *Claimer[TTx]) RunSweeper(ctx context.Context, every time.Duration) erro
 	defer t.Stop()
 	for {
 		if n, err := c.Sweep(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("oncekey: sweep failed", "err", err, "deleted", n)
+			c.log.Warn("oncekey: sweep failed", logkeys.Err, err, logkeys.Deleted, n)
 		} else if n > 0 {
-			c.log.Debug("oncekey: swept expired records", "deleted", n)
+			c.log.Debug("oncekey: swept expired records", logkeys.Deleted, n)
 		}
 		select {
 		case <-ctx.Done():

@@ -134,10 +134,10 @@ func (t tracer) step(ctx context.Context, name string, f func(context.Context) e
 
 // startClaim starts the span of a claim of mode "claim" or "do".
 func (c *Claimer[TTx]) startClaim(ctx context.Context, mode string, r Request) (context.Context, trace.Span) {
-	if !c.tr.on() {
+	if !c.tracing.on() {
 		return ctx, offSpan
 	}
-	return c.tr.start(ctx, spanClaim, trace.WithAttributes(attrMode.String(mode), attrOperation.String(r.Scope.Operation)))
+	return c.tracing.start(ctx, spanClaim, trace.WithAttributes(attrMode.String(mode), attrOperation.String(r.Scope.Operation)))
 }
 
 // endClaim records a claim's outcome on its span and ends it. An error's
@@ -190,7 +190,7 @@ func errWord(err error) string {
 // downstream call made with it (and a propagator that sends baggage) can
 // be joined to its claim.
 func (c *Claimer[TTx]) withOperationBaggage(ctx context.Context, opID string) context.Context {
-	if !c.tr.on() {
+	if !c.tracing.on() {
 		return ctx
 	}
 	return operationBaggage(ctx, opID)

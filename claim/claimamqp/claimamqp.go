@@ -314,7 +314,7 @@ func settle(d *amqp.Delivery, dec consume.Decision, log *slog.Logger) error {
 		time.AfterFunc(dec.Delay, func() {
 			if err := d.Reject(true); err != nil {
 				// The channel closed: RabbitMQ requeued the delivery already.
-				log.Warn("claimamqp: delayed requeue failed", "error", err)
+				log.Warn("claimamqp: delayed requeue failed", "err", err)
 			}
 		})
 	case Terminate:

@@ -102,7 +102,7 @@ func encodeReply(resp any, herr error) (res durable.Result, failed bool, err err
 	}
 	m, ok := resp.(proto.Message)
 	if !ok || m == nil || !m.ProtoReflect().IsValid() {
-		return durable.Result{}, false, fmt.Errorf("reply is %T, not a protobuf message", resp)
+		return durable.Result{}, false, fmt.Errorf("claimgrpc: reply is %T, not a protobuf message", resp)
 	}
 	res, err = ReplyResult(m)
 	return res, false, err

@@ -150,7 +150,7 @@ func keyFrom(ctx context.Context) (string, string) {
 func fingerprint(fullMethod string, req any) (canon.Fingerprint, error) {
 	m, ok := req.(proto.Message)
 	if !ok {
-		return "", errors.New("request is not a protobuf message")
+		return "", errors.New("claimgrpc: request is not a protobuf message")
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {

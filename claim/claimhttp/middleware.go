@@ -15,6 +15,7 @@ import (
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/durable/driver/wire"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // Middleware returns net/http middleware that makes the guarded requests
@@ -106,7 +107,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	scope := durable.Scope{Tenant: tenant, Operation: operation, Key: key}
 	if err := scope.Validate(); err != nil {
-		m.o.Logger.Error("claimhttp: invalid scope from the tenant or operation function", "err", err)
+		m.o.Logger.Error("claimhttp: invalid scope from the tenant or operation function", logkeys.Err, err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be scoped.", "", 0)
 		return
 	}
@@ -118,7 +119,7 @@ func (g *guarded[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusRequestEntityTooLarge, claimclient.ProblemBodyTooLarge, problem.DetailTooLarge, "", 0)
 		return
 	case errors.Is(err, canon.ErrConfig):
-		m.o.Logger.Error("claimhttp: fingerprint options", "err", err)
+		m.o.Logger.Error("claimhttp: fingerprint options", logkeys.Err, err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be fingerprinted.", "", 0)
 		return
 	case err != nil:
@@ -224,13 +225,13 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 	case settle.Lost:
 		// Another worker holds the operation: its outcome is the
 		// operation's; ours must not be published.
-		m.o.Logger.Warn("claimhttp: lease lost or "+s.Kind.String()+" fenced; response discarded", "op", opID)
+		m.o.Logger.Warn("claimhttp: lease lost or "+s.Kind.String()+" fenced; response discarded", logkeys.Op, opID)
 		m.inProgress(w, opID, m.o.RetryAfter)
 	case settle.RecordedUncertain:
 		m.uncertain(w, opID)
 	case settle.RecordedRelease:
 		if cw.err != nil {
-			m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; key released as it said", "op", opID)
+			m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; key released as it said", logkeys.Op, opID)
 			writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The response could not be produced.", "", 0)
 			return
 		}
@@ -240,7 +241,7 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 			// The whole body was never buffered: the first client gets
 			// what every retry will get, the status and stored headers
 			// without it.
-			m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", "op", opID)
+			m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; result stored without its body", logkeys.Op, opID)
 			writeStored(w, &s.Result, false)
 			return
 		}
@@ -252,7 +253,7 @@ func (g *guarded[TTx]) serveWorkflow(w http.ResponseWriter, r *http.Request, req
 	case settle.Pending:
 		m.pending(w, opID)
 	case settle.RanOut, settle.Unrecorded:
-		m.o.Logger.Error("claimhttp: "+s.Kind.String()+" failed; response discarded", "op", opID, "err", rep.Cause())
+		m.o.Logger.Error("claimhttp: "+s.Kind.String()+" failed; response discarded", logkeys.Op, opID, logkeys.Err, rep.Cause())
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request was processed but its result could not be recorded.", opID, 0)
 	}
 }
@@ -305,7 +306,7 @@ func (m *middleware[TTx]) unavailable(w http.ResponseWriter) {
 }
 
 func (m *middleware[TTx]) tooLarge(w http.ResponseWriter, opID string) {
-	m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; transaction rolled back", "op", opID)
+	m.o.Logger.Error("claimhttp: handler wrote more than MaxResponseBody; transaction rolled back", logkeys.Op, opID)
 	writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The response could not be produced.", "", 0)
 }
 
@@ -318,7 +319,7 @@ func (m *middleware[TTx]) claimError(w http.ResponseWriter, opID string, err err
 	case errors.Is(err, claim.ErrUnavailable), errors.Is(err, claim.ErrLeaseExpired):
 		m.unavailable(w)
 	default:
-		m.o.Logger.Error("claimhttp: claim failed", "op", opID, "err", err)
+		m.o.Logger.Error("claimhttp: claim failed", logkeys.Op, opID, logkeys.Err, err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The request could not be processed.", "", 0)
 	}
 }

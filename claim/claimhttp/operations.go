@@ -13,6 +13,7 @@ import (
 	"github.com/oncekey/oncekey/claim/claimclient"
 	"github.com/oncekey/oncekey/claim/driver/problem"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // Operations returns a handler serving the operation resource that the
@@ -110,7 +111,7 @@ func (h *operations[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, claimclient.ProblemUnavailable, "The operation could not be read; retry after the Retry-After delay.", "", h.o.RetryAfter)
 		return
 	case err != nil:
-		h.o.Logger.Error("claimhttp: reading an operation failed", "op", id, "err", err)
+		h.o.Logger.Error("claimhttp: reading an operation failed", logkeys.Op, id, logkeys.Err, err)
 		writeProblem(w, http.StatusInternalServerError, claimclient.ProblemInternal, "The operation could not be read.", "", 0)
 		return
 	case rec.Released:

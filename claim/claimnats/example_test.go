@@ -168,6 +168,6 @@ func ExampleWithDeadLetter() {
 	})
 	fmt.Println(action)
 	// Output:
-	// message "{\"amount\":1299}" given up: oncekey: message given up (dead-lettered, or dropped without a dead-letter target): oncekey: message has no identity
+	// message "{\"amount\":1299}" given up: consume: message given up (dead-lettered, or dropped without a dead-letter target): consume: message has no identity
 	// terminate
 }

@@ -183,7 +183,7 @@ func (s *store) claim(ctx context.Context, q querier, p storeapi.ClaimParams) (s
 		}
 		return classify(res, rec, p.Fingerprint)
 	}
-	return res, unavailable("claim", errConflictLoop)
+	return res, errConflictLoop
 }
 
 // claimNew runs claimNewSQL when p.ExpectNew, and otherwise answers

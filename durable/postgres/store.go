@@ -545,4 +545,6 @@ func fencedErr(op string) error { return fmt.Errorf("durable/postgres: %s: %w", 
 // errMismatch is the claim's ErrMismatch.
 func errMismatch() error { return fmt.Errorf("durable/postgres: claim: %w", durable.ErrMismatch) }
 
-var errConflictLoop = errors.New("the record kept changing under the claim")
+// errConflictLoop answers a claim whose record kept changing under it: the
+// store could not serve it now.
+var errConflictLoop = fmt.Errorf("durable/postgres: claim: %w: the record kept changing under the claim", durable.ErrUnavailable)

@@ -114,5 +114,5 @@ func (s *store) claim(ctx context.Context, q querier, ref durable.Ref, p storeap
 		}
 		return storeapi.ClaimResult{Ref: ref, Record: &rec}, nil
 	}
-	return storeapi.ClaimResult{}, unavailable("claim", errors.New("the record kept changing under the claim"))
+	return storeapi.ClaimResult{}, fmt.Errorf("durable/sqlite: claim: %w: the record kept changing under the claim", durable.ErrUnavailable)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // Action is what the adapter does with the message.
@@ -61,10 +62,10 @@ func (a Action) String() string {
 // ErrNothingHappened, wrapped by a workflow handler's error, states that the
 // handler had no effect: the lease is released and the message redelivered,
 // to run again. Any other handler error marks the operation uncertain.
-var ErrNothingHappened = errors.New("oncekey: handler had no effect")
+var ErrNothingHappened = errors.New("consume: handler had no effect")
 
 // ErrNoIdentity is the cause of a Terminate for a message without an identity.
-var ErrNoIdentity = errors.New("oncekey: message has no identity")
+var ErrNoIdentity = errors.New("consume: message has no identity")
 
 // Message is the broker-independent view of one delivery.
 type Message struct {
@@ -139,7 +140,7 @@ func Do[TTx any](ctx context.Context, c *claim.Claimer[TTx], m Message, d Delays
 		// happened and the key is free. The message is retried (a panic
 		// on every delivery is reported at the broker's delivery limit).
 		log.ErrorContext(ctx, "oncekey: message handler panicked; rolled back, redelivering",
-			append([]any{"panic", pv.v, "stack", pv.stack}, m.Where...)...)
+			append([]any{logkeys.Panic, pv.v, logkeys.Stack, pv.stack}, m.Where...)...)
 		return Decision{Action: Retry, Delay: d.Retry, Err: fmt.Errorf("%w: %v", ErrPanicked, pv.v)}
 	}
 	if err != nil {
@@ -228,7 +229,7 @@ func work(ctx context.Context, l *claim.Lease, m Message, d Delays, log *slog.Lo
 		// cannot be stopped: the goroutine ends after this.
 		v := recover()
 		log.ErrorContext(ctx, "oncekey: message handler panicked; outcome recorded as uncertain, message held for the reconciler",
-			append([]any{"operation_id", op.ID, "panic", v, "stack", string(debug.Stack())}, m.Where...)...)
+			append([]any{logkeys.Op, op.ID, logkeys.Panic, v, logkeys.Stack, string(debug.Stack())}, m.Where...)...)
 		dec = Decision{Action: Hold, Delay: d.Uncertain, Kind: claim.Uncertain, Err: fmt.Errorf("%w: %v", ErrPanicked, v)}
 	}()
 	r := eng.Run(ctx, l, op, func(ctx context.Context) settle.Settlement {
@@ -243,7 +244,7 @@ func work(ctx context.Context, l *claim.Lease, m Message, d Delays, log *slog.Lo
 // ErrPanicked is the cause of the Hold of a message whose workflow handler
 // panicked (Run: recorded uncertain), or of the Retry of one whose
 // transaction handler panicked (Do: rolled back).
-var ErrPanicked = errors.New("oncekey: message handler panicked")
+var ErrPanicked = errors.New("consume: message handler panicked")
 
 // settlementOf is what a workflow handler's answer records.
 func settlementOf(res durable.Result, err error) settle.Settlement {
@@ -266,7 +267,7 @@ func decide(ctx context.Context, log *slog.Logger, opID string, r settle.Report,
 		return Decision{Action: Ack, Kind: claim.Executed}
 	case settle.RecordedUncertain:
 		log.WarnContext(ctx, "oncekey: message outcome uncertain; held for the reconciler",
-			"operation_id", opID, "error", herr)
+			logkeys.Op, opID, logkeys.Err, herr)
 		if herr == nil {
 			herr = errUncertain
 		}
@@ -283,7 +284,7 @@ func decide(ctx context.Context, log *slog.Logger, opID string, r settle.Report,
 	}
 	serr := r.Cause()
 	log.WarnContext(ctx, "oncekey: message settlement not written; redelivering",
-		"operation_id", opID, "step", r.Settlement.Kind.String(), "error", serr)
+		logkeys.Op, opID, logkeys.Step, r.Settlement.Kind.String(), logkeys.Err, serr)
 	return Decision{Action: Retry, Delay: d.Retry, Err: serr}
 }
 
@@ -305,7 +306,7 @@ func terminate(log *slog.Logger, m Message, err error) Decision {
 	// secret names records by an HMAC this package cannot compute): the
 	// scope as the library logs it (tenant and operation hashed, no key),
 	// the cause, and where the broker holds the message.
-	attrs := append([]any{"scope", durable.Scope{Tenant: m.Tenant, Operation: m.Operation}, "error", err}, m.Where...)
+	attrs := append([]any{logkeys.Scope, durable.Scope{Tenant: m.Tenant, Operation: m.Operation}, logkeys.Err, err}, m.Where...)
 	log.Error("oncekey: message dead-lettered, never run", attrs...)
 	return Decision{Action: Terminate, Err: fmt.Errorf("%w: %w", ErrDeadLetter, err)}
 }
@@ -319,10 +320,10 @@ func fromOutcome(out claim.Outcome, d Delays) Decision {
 	case claim.Uncertain:
 		return Decision{Action: Hold, Kind: out.Kind, Delay: d.Uncertain, Err: errUncertain}
 	}
-	return Decision{Action: Retry, Kind: out.Kind, Delay: d.Retry, Err: fmt.Errorf("oncekey: unexpected outcome %v", out.Kind)}
+	return Decision{Action: Retry, Kind: out.Kind, Delay: d.Retry, Err: fmt.Errorf("consume: unexpected outcome %v", out.Kind)}
 }
 
 var (
-	errInProgress = errors.New("oncekey: in progress under another consumer")
-	errUncertain  = errors.New("oncekey: outcome uncertain, awaiting the reconciler")
+	errInProgress = errors.New("consume: in progress under another consumer")
+	errUncertain  = errors.New("consume: outcome uncertain, awaiting the reconciler")
 )

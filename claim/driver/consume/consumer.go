@@ -20,7 +20,8 @@ type Broker[M any] struct {
 	// Payload is the message's payload: its fingerprint.
 	Payload func(M) []byte
 	// Where names the delivery for a log line (stream sequence, delivery
-	// tag), as slog attributes; never the identity. It may return nil.
+	// tag), as slog attributes whose keys are in the library's vocabulary
+	// (internal/logkeys); never the identity. It may return nil.
 	Where func(M) []any
 	// Last reports whether the broker will not deliver m again once it is
 	// requeued (Retry, Hold): its delivery count reached limit (> 0).

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/oncekey/oncekey/claim"
+	"github.com/oncekey/oncekey/internal/logkeys"
 )
 
 // ErrDeadLetter is matched by the error of every delivery a consumer gives
@@ -18,7 +19,7 @@ import (
 // running (a mismatch, no identity, an invalid scope: the queue's
 // dead-letter target gets it, or it is dropped when there is none), or
 // requeued on its last delivery ([ErrDeliveryLimit]).
-var ErrDeadLetter = errors.New("oncekey: message given up (dead-lettered, or dropped without a dead-letter target)")
+var ErrDeadLetter = errors.New("consume: message given up (dead-lettered, or dropped without a dead-letter target)")
 
 // ErrDeliveryLimit is matched by the error of a delivery requeued (Retry or
 // Hold) that the broker will not deliver again: it reached the broker's
@@ -68,7 +69,7 @@ func (x *Drops) Limit() int { return x.limit }
 func (x *Drops) Check(ctx context.Context, log *slog.Logger, where []any, d Decision, last bool) (Decision, bool) {
 	if last && (d.Action == Retry || d.Action == Hold) {
 		log.ErrorContext(ctx, "oncekey: message at the broker's delivery limit; its requeue drops it or dead-letters it",
-			append([]any{"action", d.Action.String(), "error", d.Err}, where...)...)
+			append([]any{logkeys.Action, d.Action.String(), logkeys.Err, d.Err}, where...)...)
 		if d.Err != nil {
 			d.Err = fmt.Errorf("%w: %v (%w)", ErrDeliveryLimit, d.Action, d.Err)
 		} else {

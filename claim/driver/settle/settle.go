@@ -37,6 +37,7 @@ import (
 	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/durable"
 	"github.com/oncekey/oncekey/fence"
+	"github.com/oncekey/oncekey/internal/logkeys"
 	"github.com/oncekey/oncekey/internal/settlemode"
 )
 
@@ -124,13 +125,13 @@ func From(ctx context.Context) *Op {
 // renewing the lease, until it is recorded, fenced, or the lease has run
 // out. The record stays processing meanwhile, and every retry sees it in
 // progress: the transport must not answer "not processed".
-var ErrPending = errors.New("oncekey: outcome not recorded yet; still being recorded")
+var ErrPending = errors.New("settle: outcome not recorded yet; still being recorded")
 
 // ErrLeaseRanOut reports a settlement that could not be recorded before the
 // lease ran out (the store stayed unreachable). The record stays
 // processing; after the lease a takeover or a Reconciler decides, as after
 // a crash.
-var ErrLeaseRanOut = errors.New("oncekey: the lease ran out before the outcome could be recorded")
+var ErrLeaseRanOut = errors.New("settle: the lease ran out before the outcome could be recorded")
 
 // Engine settles started work. The zero value is not usable: set Name.
 type Engine struct {
@@ -221,9 +222,9 @@ func (e *Engine) Run(ctx context.Context, l *claim.Lease, op *Op, work func(ctx 
 		}
 		r := e.settle(detached, l, stop, op.ID, s)
 		if r.Err != nil {
-			e.logger().Error(e.Name+": handler panicked; its outcome could not be recorded yet", "op", op.ID, "err", r.Err)
+			e.logger().Error(e.Name+": handler panicked; its outcome could not be recorded yet", logkeys.Op, op.ID, logkeys.Err, r.Err)
 		} else {
-			e.logger().Error(e.Name+": handler panicked; outcome recorded as "+s.Kind.String(), "op", op.ID)
+			e.logger().Error(e.Name+": handler panicked; outcome recorded as "+s.Kind.String(), logkeys.Op, op.ID)
 		}
 		// recover() is not called: the panic goes on with its own stack.
 	}()
@@ -237,7 +238,7 @@ func (e *Engine) finish(ctx context.Context, l *claim.Lease, op *Op, wctx contex
 		// Another worker took the key over after our lease expired: its
 		// outcome is the operation's; ours must not be published.
 		_ = stop()
-		e.logger().Warn(e.Name+": lease lost to another worker; answer discarded", "op", op.ID)
+		e.logger().Warn(e.Name+": lease lost to another worker; answer discarded", logkeys.Op, op.ID)
 		return Report{Settlement: s, Lost: claim.ErrFenced}
 	}
 	switch {
@@ -296,7 +297,7 @@ func (e *Engine) settle(ctx context.Context, l *claim.Lease, stop func() error, 
 	}
 	if e.Handoff <= 0 {
 		_ = stop()
-		e.logger().Error(e.Name+": the lease ran out before the outcome could be recorded; a retry may take the operation over", "op", opID, "step", s.Kind.String())
+		e.logger().Error(e.Name+": the lease ran out before the outcome could be recorded; a retry may take the operation over", logkeys.Op, opID, logkeys.Step, s.Kind.String())
 		return Report{Settlement: s, Err: ErrLeaseRanOut}
 	}
 	e.wg.Add(1)
@@ -306,11 +307,11 @@ func (e *Engine) settle(ctx context.Context, l *claim.Lease, stop func() error, 
 		err := e.retry(ctx, l, s, l.Deadline)
 		switch {
 		case err == nil:
-			e.logger().Info(e.Name+": outcome recorded after the answer", "op", opID, "step", s.Kind.String())
+			e.logger().Info(e.Name+": outcome recorded after the answer", logkeys.Op, opID, logkeys.Step, s.Kind.String())
 		case errors.Is(err, claim.ErrUnavailable):
-			e.logger().Error(e.Name+": the lease ran out before the outcome could be recorded; a retry may take the operation over", "op", opID, "step", s.Kind.String())
+			e.logger().Error(e.Name+": the lease ran out before the outcome could be recorded; a retry may take the operation over", logkeys.Op, opID, logkeys.Step, s.Kind.String())
 		default:
-			e.logger().Warn(e.Name+": "+s.Kind.String()+" after the answer failed", "op", opID, "err", err)
+			e.logger().Warn(e.Name+": "+s.Kind.String()+" after the answer failed", logkeys.Op, opID, logkeys.Err, err)
 		}
 	}()
 	return Report{Settlement: s, Err: ErrPending}
@@ -357,5 +358,5 @@ func (e *Engine) apply(ctx context.Context, l *claim.Lease, s Settlement) error 
 		}
 		return l.Release(ctx)
 	}
-	return fmt.Errorf("oncekey: unknown settlement %d", s.Kind)
+	return fmt.Errorf("settle: unknown settlement %d", s.Kind)
 }

@@ -144,14 +144,14 @@ func begin(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target, create
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("begin: %w", err)
+		return nil, nil, fmt.Errorf("pgmigrate: begin: %w", err)
 	}
 	if _, err := tx.Exec(ctx,
 		`SELECT pg_advisory_xact_lock(hashtextextended('oncekey/durable/postgres/migrate:' ||
 			COALESCE(NULLIF($1::text, ''), current_schema(), '') || '.' || $2::text, 0))`,
 		t.Schema, t.Table); err != nil {
 		tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-		return nil, nil, fmt.Errorf("lock: %w", err)
+		return nil, nil, fmt.Errorf("pgmigrate: lock: %w", err)
 	}
 	if t.Schema != "" {
 		q := "SET LOCAL search_path TO " + t.Schema
@@ -160,7 +160,7 @@ func begin(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target, create
 		}
 		if _, err := tx.Exec(ctx, q); err != nil {
 			tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-			return nil, nil, fmt.Errorf("schema: %w", err)
+			return nil, nil, fmt.Errorf("pgmigrate: schema: %w", err)
 		}
 	}
 	return ms, tx, nil
@@ -185,7 +185,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) ([]int, e
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	if err := createVersionTable(ctx, tx, t); err != nil {
-		return nil, fmt.Errorf("version table: %w", err)
+		return nil, fmt.Errorf("pgmigrate: version table: %w", err)
 	}
 	var recorded []int
 	for _, m := range ms {
@@ -197,19 +197,19 @@ func Up(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) ([]int, e
 			return nil, err
 		}
 		if _, err := tx.Exec(ctx, q); err != nil {
-			return nil, fmt.Errorf("%s: %w", path.Base(m.up), err)
+			return nil, fmt.Errorf("pgmigrate: %s: %w", path.Base(m.up), err)
 		}
 		tag, err := tx.Exec(ctx, `INSERT INTO `+t.Table+VersionSuffix+` (version, name) VALUES ($1, $2) ON CONFLICT (version) DO NOTHING`,
 			m.Version, m.Name)
 		if err != nil {
-			return nil, fmt.Errorf("record %s: %w", m.Name, err)
+			return nil, fmt.Errorf("pgmigrate: record %s: %w", m.Name, err)
 		}
 		if tag.RowsAffected() == 1 {
 			recorded = append(recorded, m.Version)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
+		return nil, fmt.Errorf("pgmigrate: commit: %w", err)
 	}
 	return recorded, nil
 }
@@ -252,13 +252,13 @@ func Contract(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Mi
 			return Migration{}, err
 		}
 		if _, err := tx.Exec(ctx, q); err != nil {
-			return Migration{}, fmt.Errorf("%s: %w", path.Base(m.up), err)
+			return Migration{}, fmt.Errorf("pgmigrate: %s: %w", path.Base(m.up), err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO `+t.Table+VersionSuffix+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-			return Migration{}, fmt.Errorf("record %s: %w", m.Name, err)
+			return Migration{}, fmt.Errorf("pgmigrate: record %s: %w", m.Name, err)
 		}
 		if err := tx.Commit(ctx); err != nil {
-			return Migration{}, fmt.Errorf("commit: %w", err)
+			return Migration{}, fmt.Errorf("pgmigrate: commit: %w", err)
 		}
 		return m, nil
 	}
@@ -295,7 +295,7 @@ func Down(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Migrat
 		return Migration{}, ErrNothingToRollBack
 	}
 	if err != nil {
-		return Migration{}, fmt.Errorf("read versions: %w", err)
+		return Migration{}, fmt.Errorf("pgmigrate: read versions: %w", err)
 	}
 	i := slices.IndexFunc(ms, func(m Migration) bool { return m.Version == v })
 	if i < 0 {
@@ -306,13 +306,13 @@ func Down(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, t Target) (Migrat
 		return Migration{}, err
 	}
 	if _, err := tx.Exec(ctx, q); err != nil {
-		return Migration{}, fmt.Errorf("%s: %w", path.Base(ms[i].down), err)
+		return Migration{}, fmt.Errorf("pgmigrate: %s: %w", path.Base(ms[i].down), err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM `+t.Table+VersionSuffix+` WHERE version = $1`, v); err != nil {
-		return Migration{}, fmt.Errorf("unrecord %s: %w", name, err)
+		return Migration{}, fmt.Errorf("pgmigrate: unrecord %s: %w", name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Migration{}, fmt.Errorf("commit: %w", err)
+		return Migration{}, fmt.Errorf("pgmigrate: commit: %w", err)
 	}
 	return ms[i], nil
 }
@@ -324,7 +324,7 @@ func exists(ctx context.Context, q interface {
 	err = q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
 		t.versionTable(), t.qualify(t.Table)).Scan(&versions, &table)
 	if err != nil {
-		return false, false, fmt.Errorf("look up tables: %w", err)
+		return false, false, fmt.Errorf("pgmigrate: look up tables: %w", err)
 	}
 	return versions, table, nil
 }
@@ -384,7 +384,7 @@ func versions(ctx context.Context, q interface {
 }, t Target) (map[int]time.Time, error) {
 	rows, err := q.Query(ctx, `SELECT version, applied_at FROM `+t.versionTable())
 	if err != nil {
-		return nil, fmt.Errorf("read versions: %w", err)
+		return nil, fmt.Errorf("pgmigrate: read versions: %w", err)
 	}
 	defer rows.Close()
 	got := map[int]time.Time{}
@@ -392,12 +392,12 @@ func versions(ctx context.Context, q interface {
 		var v int
 		var at time.Time
 		if err := rows.Scan(&v, &at); err != nil {
-			return nil, fmt.Errorf("read versions: %w", err)
+			return nil, fmt.Errorf("pgmigrate: read versions: %w", err)
 		}
 		got[v] = at
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read versions: %w", err)
+		return nil, fmt.Errorf("pgmigrate: read versions: %w", err)
 	}
 	return got, nil
 }

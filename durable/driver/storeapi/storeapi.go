@@ -226,13 +226,13 @@ func (e *invalidError) Is(target error) bool { return target == durable.ErrInval
 // before the insert, or by the transaction it waited for), or the proposed
 // generation is below the database's clock floor. The transaction rolled
 // back with everything fn wrote; the caller goes on with the claim.
-var ErrNotInserted = errors.New("oncekey: record exists or generation below the floor; rolled back")
+var ErrNotInserted = errors.New("storeapi: record exists or generation below the floor; rolled back")
 
 // ErrExists is returned by [CommitWriter.InsertAtCommit] with
 // [ClaimParams.LockFirst] when a record of the scope exists, or the token's
 // generation is below the clock floor at BEGIN: fn did not run, nothing
 // was written, and the caller goes on with the claim.
-var ErrExists = errors.New("oncekey: record exists; nothing ran")
+var ErrExists = errors.New("storeapi: record exists; nothing ran")
 
 // CommitWriter is implemented by a store that can write a request's record
 // once, finished, in the round trip of the COMMIT that also commits the

@@ -27,14 +27,14 @@ const ProblemContentType = "application/problem+json"
 var (
 	// ErrKeyMissing is returned by [ParseKey] when the request carries no
 	// idempotency key field.
-	ErrKeyMissing = errors.New("idempotency key missing")
+	ErrKeyMissing = errors.New("wire: idempotency key missing")
 
 	// ErrKeyInvalid is returned by [ParseKey] for a key that is neither an
 	// RFC 8941 sf-string nor a bare key, that is sent on more than one
 	// field line, or that is not 1 to 255 printable ASCII characters after
 	// unquoting, and by [FormatKey] for a key it cannot encode. The message
 	// never quotes the key.
-	ErrKeyInvalid = errors.New("idempotency key invalid")
+	ErrKeyInvalid = errors.New("wire: idempotency key invalid")
 )
 
 // ParseKey returns the idempotency key carried by the field name of h
