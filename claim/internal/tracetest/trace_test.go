@@ -66,6 +66,24 @@ func setup(t *testing.T, mode redisMode, opts ...claim.Option) *fixture {
 		rdb, prefix := testenv.Redis(t)
 		opts = append(opts, claim.WithRedis(rdb, lua.Options{Prefix: prefix, Timeout: time.Second}))
 		forget = func() {
+			// Do sends its Redis completion after its answer: wait until
+			// no key holds a lease ("L" or "T", lua/record.lua), so that a
+			// completion landing late does not undo the loss.
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+				keys, err := rdb.Keys(t.Context(), prefix+"*").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := false
+				for _, k := range keys {
+					if v, err := rdb.Get(t.Context(), k).Result(); err == nil && (strings.HasPrefix(v, "L") || strings.HasPrefix(v, "T")) {
+						held = true
+					}
+				}
+				if !held {
+					break
+				}
+			}
 			keys, err := rdb.Keys(t.Context(), prefix+"*").Result()
 			if err == nil && len(keys) > 0 {
 				err = rdb.Del(t.Context(), keys...).Err()
