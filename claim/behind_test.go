@@ -144,3 +144,57 @@ func TestDo_RedisCompletionAfterTheAnswer(t *testing.T) {
 		t.Fatalf("under TrustLease Redis holds %+v, %v when Do returns; want the result", st, err)
 	}
 }
+
+// TestDo_RedisCompletionsBehindAreBounded: with one completion already
+// running after its answer (the bound set to 1), the next Do sends its own
+// on its caller's path: it does not answer while complete.lua is held, and
+// once released both results are in Redis (none dropped).
+func TestDo_RedisCompletionsBehindAreBounded(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withRedis)
+	h := holdScript{sha: redis.NewScript(fastpath.Source("complete.lua")).Hash(), release: make(chan struct{}), held: make(chan struct{}, 2)}
+	rc := redis.NewClient(e.rdb.Options())
+	t.Cleanup(func() { rc.Close() })
+	rc.AddHook(h)
+	c, err := claim.New[pgx.Tx](e.store, claim.WithRedis(rc, lua.Options{Prefix: e.prefix, Timeout: 10 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.SetMaxBehind(c, 1)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(h.release)
+		}
+	}
+	t.Cleanup(release)
+	do := func(r claim.Request) error {
+		out, err := c.Do(t.Context(), r, func(context.Context, pgx.Tx, claim.Op) (durable.Result, error) {
+			return durable.Result{StatusCode: 201, Body: []byte("made")}, nil
+		})
+		if err == nil && out.Kind != claim.Executed {
+			err = fmt.Errorf("Do = %v", out.Kind)
+		}
+		return err
+	}
+	first, second := req("behind-1", "v1:b"), req("behind-2", "v1:b")
+	if err := do(first); err != nil { // answers; its completion is held behind
+		t.Fatal(err)
+	}
+	<-h.held
+	done := make(chan error, 1)
+	go func() { done <- do(second) }()
+	<-h.held // the second completion is held too: on its caller's path
+	select {
+	case err := <-done:
+		t.Fatalf("the second Do answered (%v) while its completion was held: the bound of 1 let it run behind", err)
+	default:
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.awaitRedisFinished(first)
+	e.awaitRedisFinished(second)
+}

@@ -31,3 +31,8 @@ func SetBreakerLogClock[TTx any](c *Claimer[TTx], now func() time.Time) {
 // (newGuess): 32 sends the plain insert first, -32 makes Do read first,
 // 0 is where a Claimer starts.
 func SetGuess[TTx any](c *Claimer[TTx], score int32) { c.newKeyGuess.score.Store(score) }
+
+// SetMaxBehind replaces the bound of c's Redis completions sent after Do's
+// answer (maxBehind), so a test reaches it with few operations. Call it
+// before c's first Do.
+func SetMaxBehind[TTx any](c *Claimer[TTx], n int) { c.behind = make(chan struct{}, n) }

@@ -182,13 +182,7 @@ func (c *Claimer[TTx]) cacheTTL(remaining time.Duration, from time.Time) time.Du
 // the database set expires_at, so the cache never outlives the record; a
 // finish that moves expires_at later only makes this more conservative).
 func (c *Claimer[TTx]) cacheResult(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
-	if c.local != nil {
-		c.local.Put(ref.Digest(), fp, state, res, sent.Add(retention), time.Now())
-	}
-	if c.scripts == nil {
-		return
-	}
-	c.cacheRedis(ctx, ref, keys, tok, fp, state, res, retention, sent)
+	c.cache(ctx, ref, keys, tok, fp, state, res, retention, sent, false)
 }
 
 // maxBehind bounds the Redis completions of Do that run after the caller
@@ -200,30 +194,37 @@ const maxBehind = 256
 // sent off the caller's path, at most maxBehind at a time (beyond that, on
 // the caller's path: nothing is dropped). Until it lands, Redis still holds
 // the caller's lease, and a duplicate that meets a lease reads the record
-// and replays (redis.go, fastClaim): the answer stays true. Not under
+// and replays (fastClaim): the answer stays true. Not under
 // lua.Options.TrustLease, where a young confirmed lease answers "in
 // progress" alone: there the completion stays on the caller's path. Each
 // call is bounded by the scripts' Timeout; nothing waits for them at
 // shutdown.
 func (c *Claimer[TTx]) cacheBehind(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time) {
-	if c.scripts == nil || c.trustLease > 0 {
-		c.cacheResult(ctx, ref, keys, tok, fp, state, res, retention, sent)
-		return
-	}
+	c.cache(ctx, ref, keys, tok, fp, state, res, retention, sent, c.trustLease == 0)
+}
+
+// cache is cacheResult and cacheBehind: behind sends the Redis completion
+// off the caller's path when fewer than maxBehind are already.
+func (c *Claimer[TTx]) cache(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time, behind bool) {
 	if c.local != nil {
 		c.local.Put(ref.Digest(), fp, state, res, sent.Add(retention), time.Now())
 	}
-	select {
-	case c.behind <- struct{}{}:
-	default:
-		c.cacheRedis(ctx, ref, keys, tok, fp, state, res, retention, sent)
+	if c.scripts == nil {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
-	go func() {
-		defer func() { <-c.behind }()
-		c.cacheRedis(ctx, ref, keys, tok, fp, state, res, retention, sent)
-	}()
+	if behind {
+		select {
+		case c.behind <- struct{}{}:
+			ctx = context.WithoutCancel(ctx)
+			go func() {
+				defer func() { <-c.behind }()
+				c.cacheRedis(ctx, ref, keys, tok, fp, state, res, retention, sent)
+			}()
+			return
+		default:
+		}
+	}
+	c.cacheRedis(ctx, ref, keys, tok, fp, state, res, retention, sent)
 }
 
 // cacheRedis is cacheResult's Redis part.
