@@ -30,6 +30,25 @@ func counted(n *atomic.Int64, fn func(context.Context, pgx.Tx) (durable.State, d
 	}
 }
 
+// holdingFn starts an InsertAtCommit of p whose fn writes key, closes
+// inFn and waits for release; it returns once fn is running, with the
+// insert's result to come. runs, when not nil, counts fn's runs.
+func holdingFn(ctx context.Context, w storeapi.CommitWriter[pgx.Tx], p storeapi.ClaimParams, key string, inFn, release chan struct{}, runs *atomic.Int64) <-chan error {
+	fn := func(ctx context.Context, tx pgx.Tx) (durable.State, durable.Result, error) {
+		st, res, err := write(key, durable.Completed)(ctx, tx)
+		close(inFn)
+		<-release
+		return st, res, err
+	}
+	if runs != nil {
+		fn = counted(runs, fn)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.InsertAtCommit(ctx, p, freshToken(), fn) }()
+	<-inFn
+	return done
+}
+
 // TestLockFirst_WritesOnceInTwoRoundTrips: with LockFirst a fresh key costs
 // the BEGIN's round trip (the lock and the check ride in it), fn's
 // statements, and the INSERT with the COMMIT: the record is written once.
@@ -107,17 +126,7 @@ func duplicateRuns(t *testing.T, locked bool) int64 {
 	}
 	var runs atomic.Int64
 	inFn, release := make(chan struct{}), make(chan struct{})
-	first := make(chan error, 1)
-	go func() {
-		first <- w.InsertAtCommit(ctx, params(), freshToken(), counted(&runs,
-			func(ctx context.Context, tx pgx.Tx) (durable.State, durable.Result, error) {
-				st, res, err := write(sc.Key, durable.Completed)(ctx, tx)
-				close(inFn)
-				<-release
-				return st, res, err
-			}))
-	}()
-	<-inFn
+	first := holdingFn(ctx, w, params(), sc.Key, inFn, release, &runs)
 	second := make(chan error, 1)
 	go func() {
 		second <- w.InsertAtCommit(ctx, params(), freshToken(), counted(&runs, write(sc.Key+"-dup", durable.Completed)))
@@ -265,17 +274,7 @@ func TestLockFirst_WriteAtCommitWaitsForTheHolder(t *testing.T) {
 	f, w, ctx := commitFixture(t, fixtureOpts{})
 	sc := scope()
 	inFn, release := make(chan struct{}), make(chan struct{})
-	first := make(chan error, 1)
-	go func() {
-		first <- w.InsertAtCommit(ctx, lockFirst(sc), freshToken(),
-			func(ctx context.Context, tx pgx.Tx) (durable.State, durable.Result, error) {
-				st, res, err := write(sc.Key, durable.Completed)(ctx, tx)
-				close(inFn)
-				<-release
-				return st, res, err
-			})
-	}()
-	<-inFn
+	first := holdingFn(ctx, w, lockFirst(sc), sc.Key, inFn, release, nil)
 	atCommit := make(chan error, 1)
 	go func() {
 		atCommit <- w.InsertAtCommit(ctx, claimParams(sc, time.Second), freshToken(), write(sc.Key+"-at-commit", durable.Completed))
