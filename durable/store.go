@@ -73,6 +73,13 @@ type Record struct {
 	// record is past its retention. The Redis copy of a result is cached
 	// for no longer than this.
 	ExpiresIn time.Duration
+	// Step is the step of a workflow (claim's Lease.Step) that an
+	// uncertain operation stopped at, or that a processing one started
+	// last and has not finished; nil when there is none. Only the reads
+	// that say so fill it in: the Reconciler's (for its resolve function),
+	// claim's Claimer.Operation and the operator tool's; a claim's answer
+	// does not.
+	Step *Step
 }
 
 // Stats summarizes the store for metrics and alerting. A store computes it

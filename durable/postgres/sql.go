@@ -29,6 +29,7 @@ type queries struct {
 	insertCompleted, insertFailed                                                                   string
 	insertCompletedLocked, insertFailedLocked                                                       string
 	pending, sweep, stats, statsExact                                                               string
+	steps                                                                                           stepQueries
 }
 
 // recCols reads a record r relative to n.now, a clock_timestamp() taken once
@@ -294,7 +295,9 @@ LIMIT $2::integer`
 // concurrent claim. It deletes by the digest, so it selects no row without
 // one (written by an instance older than 003 until Migrate's 006 gives it
 // one): such rows, oldest first, would fill every batch, delete nothing,
-// and end the sweep with the rest of the backlog behind them.
+// and end the sweep with the rest of the backlog behind them. The records'
+// steps (migration 008) go in the same statement; it returns the count of
+// records deleted.
 const sweepSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 v AS (
 	SELECT operation_digest, tenant_id, operation, key_hash FROM %T
@@ -305,10 +308,15 @@ v AS (
 	ORDER BY expires_at
 	LIMIT $1::integer
 	FOR UPDATE SKIP LOCKED
-)
-DELETE FROM %T t USING v
-WHERE t.operation_digest = v.operation_digest AND t.tenant_id = v.tenant_id AND t.operation = v.operation
-	AND t.key_hash = v.key_hash`
+),
+d AS (
+	DELETE FROM %T t USING v
+	WHERE t.operation_digest = v.operation_digest AND t.tenant_id = v.tenant_id AND t.operation = v.operation
+		AND t.key_hash = v.key_hash
+	RETURNING t.operation_digest
+),
+st AS (DELETE FROM %ST s USING d WHERE s.operation_digest = d.operation_digest)
+SELECT count(*) FROM d`
 
 // statsExactSQL counts every record exactly in one sequential scan. Stats
 // runs it only while the table is small (statsExactMaxPages); its cost grows
@@ -407,7 +415,7 @@ func buildQueries(table, name string) queries {
 	floor := "(" + clock("(SELECT now FROM c)") + " - " + strconv.Itoa(generationFloorLagMs) + ")"
 	sweepMax := "(" + clock("(SELECT now FROM c)") + " - " + strconv.Itoa(sweepGenerationMarginMs) + ")"
 	f := func(q, state string) string {
-		return strings.NewReplacer("%NS", ns, "%SWEEPMAX", sweepMax, "%FLOOR", floor, "%PKEY", name+"_pkey", "%T", table, "%S", state).Replace(q)
+		return strings.NewReplacer("%NS", ns, "%SWEEPMAX", sweepMax, "%FLOOR", floor, "%PKEY", name+"_pkey", "%ST", table+"_steps", "%T", table, "%S", state).Replace(q)
 	}
 	return queries{
 		claim:           f(claimSQL, ""),
@@ -430,6 +438,7 @@ func buildQueries(table, name string) queries {
 		sweep:                 f(sweepSQL, ""),
 		stats:                 f(statsSQL, ""),
 		statsExact:            f(statsExactSQL, ""),
+		steps:                 buildStepQueries(func(q string) string { return f(q, "") }),
 	}
 }
 

@@ -364,11 +364,11 @@ func (s *store) Sweep(ctx context.Context, batch int) (int, error) {
 	if batch < 1 || batch > math.MaxInt32 {
 		return 0, fmt.Errorf("durable/postgres: sweep: %w", storeapi.Invalid("batch", "must be at least 1"))
 	}
-	tag, err := s.pool.Exec(ctx, s.q.sweep, batch)
-	if err != nil {
+	var n int64
+	if err := s.pool.QueryRow(ctx, s.q.sweep, batch).Scan(&n); err != nil {
 		return 0, translate("sweep", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // statsExactMaxPages is the size (8 KiB pages, all partitions together) up

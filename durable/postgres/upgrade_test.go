@@ -244,8 +244,10 @@ func TestMigrateContract(t *testing.T) {
 		t.Fatalf("the previous version's claim after the contract step: %v; want 42P10 (no matching key)", err)
 	}
 
-	if m, err := pgmigrate.Down(ctx, f.pool, postgres.Migrations(), tg); err != nil || m.Version != 7 {
-		t.Fatalf("down: %+v %v; want 7", m, err)
+	for m := (pgmigrate.Migration{}); m.Version != 7; { // the later ones first
+		if m, err = pgmigrate.Down(ctx, f.pool, postgres.Migrations(), tg); err != nil || m.Version < 7 {
+			t.Fatalf("down: %+v %v; want down to 7", m, err)
+		}
 	}
 	idx := indexesOf(t, f)
 	if !strings.HasSuffix(idx["idempotency_requests_pkey"], "(tenant_id, operation, key_hash) PRIMARY") || idx["idempotency_requests_operation_idx"] == "" {

@@ -26,6 +26,10 @@
 //     each. Statements are prepared once per store.
 //   - Complete, Fail, MarkUncertain, Renew and Release are each one UPDATE
 //     matching owner, generation and state; zero rows is [durable.ErrFenced].
+//     A workflow's step is started and settled in one write transaction
+//     that reads the record held by the token and writes the step (and,
+//     for a step an earlier attempt left unfinished, the record); it is
+//     finished with one UPDATE matching the token and the step together.
 //   - Lease and retention decisions use the database's clock
 //     (unixepoch('subsec'), millisecond resolution, stored as integer
 //     microseconds). On one node the database's clock is the host's clock:
@@ -102,6 +106,11 @@
 // adds retention_us (the retention each claim stores, for a late finish) and
 // response_headers_bin (headers byte for byte; the JSON column stays as a
 // lossy copy for the previous version), and converts existing rows.
+// 003_operation_digest adds the digest of the operation identity, indexed.
+// 004_steps adds the table of a workflow's steps (claim's Lease.Step),
+// named after the records' table with "_steps", one row per step of an
+// operation's current life (its created_at, which a restart as a new
+// operation moves strictly forward); Sweep deletes a record's steps with it.
 // [WithTable] renames the table and its indexes. A database migrated by a
 // release that did not record versions is brought up to date (001 is
 // idempotent). Do not mix [Migrate] with another migration tool on the

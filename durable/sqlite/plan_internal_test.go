@@ -7,7 +7,8 @@ import (
 )
 
 // TestQueryPlans checks that Sweep and Pending read their partial indexes,
-// and Operation its index, instead of the whole table.
+// Operation its index, and the step statements the steps' primary key,
+// instead of the whole table.
 func TestQueryPlans(t *testing.T) {
 	s, err := OpenStore(t.Context(), filepath.Join(t.TempDir(), "plan.db"))
 	if err != nil {
@@ -25,6 +26,13 @@ func TestQueryPlans(t *testing.T) {
 		"pending": {s.q.pending, "idempotency_requests_pending_idx", []any{0, 10}},
 		// The operation resource: one indexed read by digest.
 		"operation": {s.q.operation, "idempotency_requests_operation_idx", []any{make([]byte, 32), "t"}},
+		// The steps of a record, and of a swept one: by the steps' primary
+		// key (operation_digest, seq), whose index SQLite names itself.
+		"sweep steps": {s.q.sweepSteps, "sqlite_autoindex_idempotency_requests_steps_1", []any{make([]byte, 32)}},
+		"steps": {s.q.steps.list, "sqlite_autoindex_idempotency_requests_steps_1",
+			[]any{"t", "op", make([]byte, 32), make([]byte, 32), true}},
+		"finish step": {s.q.steps.finish, "sqlite_autoindex_idempotency_requests_steps_1",
+			[]any{"t", "op", make([]byte, 32), "owner", 1, make([]byte, 32), 0, []byte{}}},
 	} {
 		rows, err := s.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, tc.args...)
 		if err != nil {
@@ -48,7 +56,9 @@ func TestQueryPlans(t *testing.T) {
 }
 
 // TestMigrationDown checks that the down migration undoes the up one and
-// that both are idempotent.
+// that both are idempotent. The up migrations create the table, its three
+// indexes and the steps table (004; its primary key's index is SQLite's
+// sqlite_autoindex_custom_requests_steps_1).
 func TestMigrationDown(t *testing.T) {
 	s, err := OpenStore(t.Context(), filepath.Join(t.TempDir(), "down.db"), WithTable("custom_requests"))
 	if err != nil {
@@ -65,7 +75,7 @@ func TestMigrationDown(t *testing.T) {
 	for _, step := range []struct {
 		suffix string
 		want   int
-	}{{".up.sql", 4}, {".up.sql", 4}, {".down.sql", 0}, {".down.sql", 0}, {".up.sql", 4}} {
+	}{{".up.sql", 5}, {".up.sql", 5}, {".down.sql", 0}, {".down.sql", 0}, {".up.sql", 5}} {
 		if err := s.migrate(t.Context(), step.suffix); err != nil {
 			t.Fatalf("%s: %v", step.suffix, err)
 		}
@@ -77,7 +87,7 @@ func TestMigrationDown(t *testing.T) {
 			WHERE name IN ('retention_us', 'response_headers_bin', 'operation_digest')`).Scan(&cols); err != nil {
 			t.Fatal(err)
 		}
-		if want := map[int]int{4: 3, 0: 0}[step.want]; cols != want {
+		if want := map[int]int{5: 3, 0: 0}[step.want]; cols != want {
 			t.Fatalf("after %s: %d of the columns of 002 and 003, want %d", step.suffix, cols, want)
 		}
 	}

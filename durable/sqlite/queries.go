@@ -57,7 +57,8 @@ const takeoverRule = `(state = 'processing' AND owner_token IS NOT NULL)`
 type queries struct {
 	lock, claim, claimRead, get, operation, handover string
 	complete, markUncertain, renew, release, adopt   string
-	adoptable, pending, sweep, stats                 string
+	adoptable, pending, sweep, sweepSteps, stats     string
+	steps                                            stepQueries
 }
 
 func buildQueries(table string) queries {
@@ -75,7 +76,12 @@ func buildQueries(table string) queries {
 		// takeover is max(?5, stored+1); of an insert or a restart it is
 		// also at least the clock floor (excluded.generation carries it).
 		// A takeover raises expires_at to a full retention from now and
-		// keeps the longer retention.
+		// keeps the longer retention. A restart's created_at is the
+		// operation's life, which its steps (migration 004) are recorded
+		// under: it is now, but strictly above the stored one, since the
+		// clock has only millisecond resolution and a release and the next
+		// claim may fall in the same millisecond; a new operation must
+		// never see the steps of the one before.
 		claim: r.Replace(strings.NewReplacer("{takeover}", takeoverRule).Replace(
 			`INSERT INTO {t} (tenant_id, operation, key_hash, request_hash, state,
 	generation, owner_token, lease_expires_at, takeovers, acquired_via, created_at, expires_at, retention_us,
@@ -94,7 +100,7 @@ ON CONFLICT (tenant_id, operation, key_hash) DO UPDATE SET
 	acquired_via     = CASE WHEN {takeover} THEN 'takeover' ELSE 'restart' END,
 	request_hash     = excluded.request_hash,
 	operation_digest = excluded.operation_digest,
-	created_at       = CASE WHEN {takeover} THEN created_at ELSE excluded.created_at END,
+	created_at       = CASE WHEN {takeover} THEN created_at ELSE max(excluded.created_at, created_at + 1) END,
 	expires_at       = CASE WHEN {takeover} THEN max(expires_at, excluded.expires_at) ELSE excluded.expires_at END,
 	status_code = NULL, response_headers = NULL, response_headers_bin = NULL, response_body = NULL,
 	response_version = NULL, resource_id = NULL, completed_at = NULL
@@ -168,12 +174,19 @@ LIMIT ?2`),
 
 		// ?1 batch. Bounded, and on the sweep index, so the write lock is
 		// held briefly. A record whose generation is not below the sweep
-		// margin stays until the clock passes it.
+		// margin stays until the clock passes it. It returns the digest of
+		// each record it deleted (NULL for a row from before 003, which has
+		// no steps), whose steps sweepSteps then deletes in the same
+		// transaction.
 		sweep: r.Replace(`DELETE FROM {t} WHERE (tenant_id, operation, key_hash) IN (
 	SELECT tenant_id, operation, key_hash FROM {t}
 	WHERE (state IN ('completed', 'failed') OR owner_token IS NULL) AND expires_at <= ` + now + `
 		AND generation < ` + sweepMax + `
-	ORDER BY expires_at LIMIT ?1)`),
+	ORDER BY expires_at LIMIT ?1)
+RETURNING operation_digest`),
+
+		// ?1 the digest of a swept record: its steps, of every life.
+		sweepSteps: r.Replace(`DELETE FROM {t}_steps WHERE operation_digest = ?1`),
 
 		stats: r.Replace(`SELECT
 	coalesce(sum(state = 'processing' AND owner_token IS NOT NULL), 0),
@@ -187,5 +200,7 @@ LIMIT ?2`),
 	coalesce(sum(state IN ('processing', 'uncertain') AND owner_token IS NOT NULL AND expires_at <= ` + now + `), 0),
 	coalesce(sum(takeovers), 0)
 FROM {t}`),
+
+		steps: buildStepQueries(table),
 	}
 }

@@ -113,27 +113,57 @@ func (s *store) Pending(ctx context.Context, staleFor time.Duration, limit int) 
 }
 
 // Sweep deletes at most batch finished or released records past their
-// retention, oldest expiry first, and returns how many it deleted. A record
-// whose generation is not below the database's clock in milliseconds minus
-// 120000 (one created or restarted in about the last minute) stays until the
-// clock passes it, so that generations rise across the sweep.
-// Processing and uncertain records are never deleted. One call is one
-// bounded DELETE, so it holds the write lock only briefly; call it in a loop
-// until it returns less than batch. batch must be at least 1.
+// retention, oldest expiry first, with their steps, and returns how many
+// records it deleted. A record whose generation is not below the
+// database's clock in milliseconds minus 120000 (one created or restarted
+// in about the last minute) stays until the clock passes it, so that
+// generations rise across the sweep. Processing and uncertain records are
+// never deleted. One call is one transaction: a bounded DELETE of records,
+// then one of the steps of each, so it holds the write lock only briefly;
+// call it in a loop until it returns less than batch. batch must be at
+// least 1.
 func (s *store) Sweep(ctx context.Context, batch int) (int, error) {
 	if batch < 1 {
 		return 0, storeapi.Invalid("batch", "less than 1")
 	}
-	unlock, err := s.lockWrites(ctx)
+	var n int
+	err := s.runTx(ctx, s.locking, func(ctx context.Context, tx *sql.Tx) error {
+		n = 0
+		rows, err := s.query(ctx, tx, s.q.sweep, batch)
+		if err != nil {
+			return translate("sweep", err)
+		}
+		// Every record is deleted by the first step of the statement; the
+		// rows are read to the end before the steps go.
+		var digests [][]byte
+		for rows.Next() {
+			var d []byte
+			if err := rows.Scan(&d); err != nil {
+				rows.Close()
+				return translate("sweep", err)
+			}
+			n++
+			if d != nil { // a row from before 003 has no digest, and no steps
+				digests = append(digests, d)
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return translate("sweep", err)
+		}
+		if err := rows.Err(); err != nil {
+			return translate("sweep", err)
+		}
+		for _, d := range digests {
+			if _, err := s.exec(ctx, tx, s.q.sweepSteps, d); err != nil {
+				return translate("sweep", err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return 0, unavailable("sweep", err)
+		return 0, err
 	}
-	defer unlock()
-	n, err := s.rowsAffected(s.exec(ctx, s.db, s.q.sweep, batch))
-	if err != nil {
-		return 0, translate("sweep", err)
-	}
-	return int(n), nil
+	return n, nil
 }
 
 // Stats summarizes the store in one read of the whole table (SQLite keeps

@@ -29,8 +29,11 @@ import (
 // Sweep); a refused COMMIT reported as such, not as ErrUnavailable (with
 // h.BreakCommit); a record read by its operation identity within its tenant
 // only, and that identity given to rows that existed before migration 003
-// (h.Upgrade); a handover of a claim by its token, exactly once; and, with h.Statements, one round trip per Claim and
-// Complete.
+// (h.Upgrade); a handover of a claim by its token, exactly once; a
+// workflow's steps recorded once in order under the token, replayed after
+// a takeover, uncertain when left started unless repeatable, settled by the
+// reconciler's token, and gone with a new operation; and, with
+// h.Statements, one round trip per Claim and Complete.
 //
 // The sweep and generation subtests wait for the database's clock to pass a
 // new record's generation by the sweep margin: about a minute, in parallel
@@ -80,6 +83,11 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 		{"OperationIsReadByItsIdentityWithinItsTenantOnly", c.operationByID},
 		{"MigrationGivesExistingRowsTheirOperationIdentity", c.operationMigration},
 		{"HandoverMovesAClaimOnOnceFromItsToken", c.handover},
+		{"StepsAreRecordedOnceInOrderUnderTheToken", c.stepsRecord},
+		{"StepsAfterATakeoverReplayFenceAndTurnUncertain", c.stepsTakeover},
+		{"UnfinishedStepIsSettledAndTheWorkResumes", c.stepsSettle},
+		{"NewOperationStartsWithoutSteps", c.stepsNewLife},
+		{"InvalidStepArgumentsWriteNothing", c.stepsInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

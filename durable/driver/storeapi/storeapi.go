@@ -136,6 +136,8 @@ type ClaimResult struct {
 type Store[TTx any] interface {
 	// Ref, Get, Sweep and Stats: what an operator holds.
 	durable.Store[TTx]
+	// The steps of a workflow (claim's Lease.Step).
+	StepStore
 
 	// Claim atomically inserts or takes over the record (see the package
 	// documentation of durable for the rule) and returns ErrMismatch for a record with
@@ -250,4 +252,96 @@ type CommitWriter[TTx any] interface {
 	// rollback. A COMMIT refused or whose reply was lost is reported as by
 	// InTx.
 	InsertAtCommit(ctx context.Context, p ClaimParams, tok fence.Token, fn func(ctx context.Context, tx TTx) (durable.State, durable.Result, error)) error
+}
+
+// MaxStepResult is the largest step result a store records, in bytes.
+const MaxStepResult = 1 << 20
+
+// StepKey returns the downstream idempotency key of step name of ref's
+// operation: ref.OperationID() + "/" + name, the same for every attempt.
+func StepKey(ref durable.Ref, name string) string { return ref.OperationID() + "/" + name }
+
+// ValidStepName reports whether name can name a step: 1 to 64 bytes of
+// ASCII letters, digits, '-', '_' and '.'.
+func ValidStepName(name string) bool {
+	if len(name) == 0 || len(name) > 64 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// StepParams are the arguments of [StepStore.StartStep].
+type StepParams struct {
+	// Seq is the step's place in the workflow, from 0.
+	Seq int
+	// Name is the step's name ([ValidStepName]).
+	Name string
+	// Repeatable declares the step safe to run again with its key after an
+	// earlier attempt started it and never finished it.
+	Repeatable bool
+}
+
+// Validate checks p: an error matching [durable.ErrInvalidScope].
+func (p StepParams) Validate() error {
+	switch {
+	case p.Seq < 0 || p.Seq > 1<<20:
+		return Invalid("step", "sequence number out of range")
+	case !ValidStepName(p.Name):
+		return Invalid("step name", "not 1 to 64 letters, digits, '-', '_' or '.'")
+	}
+	return nil
+}
+
+// StepStart is what [StepStore.StartStep] found and did. At most one field
+// is set; none means the step is now started under the token and its
+// function must run.
+type StepStart struct {
+	// Finished: an earlier attempt finished the step; Result is its
+	// recorded result (never nil). Nothing was written; the function must
+	// not run.
+	Finished bool
+	Result   []byte
+	// Repeated: an earlier attempt started the repeatable step and never
+	// finished it; it is started again under the token and runs again with
+	// the same key.
+	Repeated bool
+	// Uncertain: an earlier attempt started the step, not repeatable, and
+	// never finished it: its effect may have happened. The step is marked
+	// uncertain and the record moved to uncertain (its lease freed), in
+	// the same transaction; the function must not run.
+	Uncertain bool
+}
+
+// StepStore records the steps of a workflow (claim's Lease.Step). Every
+// write is fenced by the token holding the record, in the record's current
+// life (a record restarted as a new operation starts with no steps).
+type StepStore interface {
+	// StartStep records step p.Seq as started under tok, or returns what an
+	// earlier attempt recorded for it (see [StepStart]). Errors:
+	// durable.ErrFenced when tok does not hold the record (processing),
+	// durable.ErrStepOrder when the recorded step p.Seq has another name
+	// (nothing written), ErrUnavailable (the outcome is unknown: the step
+	// may be started under tok, and its function has not run).
+	StartStep(ctx context.Context, ref durable.Ref, tok fence.Token, p StepParams) (StepStart, error)
+	// FinishStep records result (at most MaxStepResult bytes) for step seq,
+	// started under tok, while tok holds the record. Recording the same
+	// result again succeeds. ErrFenced otherwise.
+	FinishStep(ctx context.Context, ref durable.Ref, tok fence.Token, seq int, result []byte) error
+	// Steps lists the steps of the record's current life in order, with
+	// their results when results is set.
+	Steps(ctx context.Context, ref durable.Ref, results bool) ([]durable.Step, error)
+	// SettleStep settles step seq, left started or uncertain by an earlier
+	// attempt, for tok, which holds the record (the reconciler's adoption):
+	// finished with result when happened, else as never run. The record
+	// then goes back to processing with its lease run out, under tok, so
+	// the next claim of the same request takes it over and resumes.
+	// ErrFenced when tok does not hold it; ErrNotFound when step seq is not
+	// unfinished.
+	SettleStep(ctx context.Context, ref durable.Ref, tok fence.Token, seq int, happened bool, result []byte) error
 }
