@@ -186,3 +186,49 @@ func ExampleClaimer_RunSweeper() {
 	// Output:
 	// sweeper stopped: <nil>
 }
+
+// Step records each external call of a workflow. A worker that dies after
+// the charge leaves it recorded; the retry that takes the operation over
+// gets the charge's result back without charging again, and runs only the
+// receipt.
+func ExampleLease_Step() {
+	store, _, rdb, prefix, cleanup := exampleEnv()
+	defer cleanup()
+	ctx := context.Background()
+	c, err := claim.New[pgx.Tx](store, claim.WithRedis(rdb, lua.Options{Prefix: prefix}), claim.WithLease(200*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	req := claim.Request{
+		Scope:       durable.Scope{Tenant: "tenant-42", Operation: "POST /payments", Key: "5b0e6c1e-2f1d-4c52-9a55-7f8e0c1a2b3d"},
+		Fingerprint: "v1:request-fingerprint-from-package-canon",
+	}
+	charges := 0
+	charge := func(ctx context.Context, key string) ([]byte, error) {
+		charges++ // the gateway call, with key as its idempotency key
+		return []byte("ch_1"), nil
+	}
+	receipt := func(ctx context.Context, key string) ([]byte, error) { return []byte("sent"), nil }
+
+	first, err := c.Claim(ctx, req)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := first.Lease.Step(ctx, "charge", charge); err != nil {
+		panic(err)
+	}
+	// The worker dies here. Once its lease has run out, a retry takes over.
+	time.Sleep(300 * time.Millisecond)
+	retry, err := c.Claim(ctx, req)
+	if err != nil || retry.Kind != claim.Acquired {
+		panic(fmt.Sprint(retry.Kind, err))
+	}
+	ch, _ := retry.Lease.Step(ctx, "charge", charge)
+	sent, _ := retry.Lease.Step(ctx, "receipt", receipt)
+	if err := retry.Lease.Complete(ctx, durable.Result{StatusCode: 201, Body: ch}); err != nil {
+		panic(err)
+	}
+	fmt.Println(string(ch), string(sent), "charges:", charges)
+	// Output:
+	// ch_1 sent charges: 1
+}

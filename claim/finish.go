@@ -47,7 +47,14 @@ func (l *Lease) finish(ctx context.Context, state durable.State, res durable.Res
 
 // Release gives the key back after a transient failure before any effect:
 // the next request with the key (any payload) runs as a new operation.
+//
+// After a [Lease.Step] of this attempt started, its effect may have
+// happened: Release refuses (an error matching [ErrConfig]; nothing is
+// written). End the work with Fail or MarkUncertain instead.
 func (l *Lease) Release(ctx context.Context) (err error) {
+	if l.stepStarted() {
+		return configErr("Release after a step started: its effect may have happened; Fail or MarkUncertain instead")
+	}
 	ctx, span := l.startFinish(ctx, "released")
 	defer func() { endFinish(span, err) }()
 	if err := l.durable(ctx, func(ctx context.Context) error { return l.c.release(ctx, l.ref, l.tok) }); err != nil {

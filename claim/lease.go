@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -38,6 +39,11 @@ type Lease struct {
 
 	mu       sync.Mutex
 	deadline time.Time // conservative local end of the lease, on the monotonic clock
+
+	stepMu      sync.Mutex  // held while a Step runs: steps run one at a time, in order
+	nextStep    int         // the place of the next new step in this attempt
+	started     atomic.Bool // a step's function ran in this attempt: never Release
+	stepsByName map[string]*stepMemo
 }
 
 func newLease[TTx any](c *Claimer[TTx], t *target, tok fence.Token, p storeapi.ClaimParams, sent time.Time, claimSpan trace.SpanContext) *Lease {
@@ -110,6 +116,7 @@ type leaseHost interface {
 	markUncertain(ctx context.Context, ref durable.Ref, tok fence.Token) error
 	cacheResult(ctx context.Context, ref durable.Ref, keys fastpath.Keys, tok fence.Token, fp string, state durable.State, res durable.Result, retention time.Duration, sent time.Time)
 	redis() *fastpath.Scripts
+	steps() storeapi.StepStore
 	logger() *slog.Logger
 	meters() *meters
 	tracer() tracer

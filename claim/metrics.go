@@ -263,7 +263,7 @@ func (m *meters) reconciled(ctx context.Context, t tally) {
 	for _, kv := range []struct {
 		name string
 		n    int
-	}{{"completed", t.completed}, {"failed", t.failed}, {"released", t.released}, {"unknown", t.unknown}, {"skipped", t.skipped}, {"error", t.errors}} {
+	}{{"completed", t.completed}, {"failed", t.failed}, {"released", t.released}, {"resumed", t.resumed}, {"unknown", t.unknown}, {"skipped", t.skipped}, {"error", t.errors}} {
 		if kv.n > 0 {
 			m.reconcile.Add(ctx, int64(kv.n), metric.WithAttributes(attribute.String("result", kv.name)))
 		}

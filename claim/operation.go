@@ -13,7 +13,9 @@ import (
 // "op_..." of [Outcome.OperationID] and [Lease.OperationID]) from the
 // durable store, the source of truth (Redis is not asked): one indexed
 // read. The record's State says where it is (processing, completed, failed,
-// uncertain); a finished record holds its stored Result.
+// uncertain); a finished record holds its stored Result, and a processing or
+// uncertain one of a workflow with steps ([Lease.Step]) names the step it
+// runs or stopped at in Step (a second read).
 //
 // It returns an error matching [durable.ErrNotFound] for an id that is
 // malformed or unknown, that the sweeper deleted, or that belongs to
@@ -40,6 +42,13 @@ func (c *Claimer[TTx]) Operation(ctx context.Context, tenant, id string) (durabl
 	if rec.Ref.Tenant != tenant || rec.Ref.OperationID() != id {
 		// Never: the store matched both. Fail closed.
 		return durable.Record{}, fmt.Errorf("claim: operation: %w", durable.ErrNotFound)
+	}
+	if !rec.State.Finished() && !rec.Released {
+		steps, err := c.listSteps(ctx, rec.Ref)
+		if err != nil {
+			return durable.Record{}, wrap("operation", err)
+		}
+		rec.Step = currentStep(steps)
 	}
 	return rec, nil
 }

@@ -19,8 +19,36 @@ import (
 type Resolution struct {
 	state   durable.State // "" while unresolved
 	result  durable.Result
-	release bool // NothingHappened
+	release bool       // NothingHappened
+	step    *stepTruth // StepHappened, StepNotHappened
 }
+
+// stepTruth is what a resolver learned of the step an operation stopped at.
+type stepTruth struct {
+	happened bool
+	result   []byte
+}
+
+// StepHappened returns the Resolution of an operation that stopped at a
+// step ([durable.Record.Step]) whose effect the application knows happened,
+// with result as the step's result (at most 1 MiB): the step is recorded
+// finished with it, and the work resumes on the next claim of the same
+// request (an HTTP retry, a River retry), which runs only the steps after
+// it. The record goes back to processing, with its lease run out.
+func StepHappened(result []byte) Resolution {
+	if result == nil {
+		result = []byte{}
+	}
+	return Resolution{step: &stepTruth{happened: true, result: result}}
+}
+
+// StepNotHappened returns the Resolution of an operation that stopped at a
+// step ([durable.Record.Step]) the application knows never took effect: the
+// step is recorded as never started, and the work resumes on the next claim
+// of the same request, which runs it with the same key. As with
+// [NothingHappened], it is the application's word; the Reconciler never
+// assumes it.
+func StepNotHappened() Resolution { return Resolution{step: &stepTruth{}} }
 
 // Resolved returns the Resolution of an operation whose outcome is known:
 // state is durable.Completed or durable.Failed (any other state is an error
@@ -108,7 +136,9 @@ type Report struct {
 	// Scanned counts the records the pass found pending.
 	Scanned int
 	// Resolved counts the records it settled: stored a completed or
-	// failed result for, or released ([NothingHappened]).
+	// failed result for, released ([NothingHappened]), or settled the
+	// step of and handed back to the work ([StepHappened],
+	// [StepNotHappened]).
 	Resolved int
 	// Unresolved counts the records the resolver could not tell about yet
 	// ([Unresolved]); they are left uncertain (a stale processing record
@@ -159,11 +189,11 @@ func NewReconciler[TTx any](c *Claimer[TTx], resolve func(ctx context.Context, r
 // tally counts the records of one pass by how each ended, as the
 // oncekey.reconciled metric reports them.
 type tally struct {
-	scanned, completed, failed, released, unknown, skipped, errors int
+	scanned, completed, failed, released, resumed, unknown, skipped, errors int
 }
 
 func (t tally) report() Report {
-	return Report{Scanned: t.scanned, Resolved: t.completed + t.failed + t.released, Unresolved: t.unknown, Errors: t.errors}
+	return Report{Scanned: t.scanned, Resolved: t.completed + t.failed + t.released + t.resumed, Unresolved: t.unknown, Errors: t.errors}
 }
 
 // RunOnce runs one pass over at most a batch of records
@@ -216,11 +246,29 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally)
 	}
 	r.c.metrics.takeover(ctx)
 	rec.Token = tok
+	steps, err := r.c.listSteps(ctx, rec.Ref)
+	if err != nil {
+		return err
+	}
+	rec.Step = currentStep(steps)
 	res, err := r.resolve(r.c.withOperationBaggage(ctx, rec.Ref.OperationID()), rec)
 	if err != nil {
 		return fmt.Errorf("claim: resolve: %w", err)
 	}
 	switch {
+	case res.step != nil:
+		// The application's word on the step the operation stopped at:
+		// recorded, and the work resumes on the next claim.
+		if rec.Step == nil {
+			return fmt.Errorf("claim: resolver settled a step, but operation %s stopped at none", rec.Ref)
+		}
+		err = r.c.tracing.step(ctx, spanDurableWrite, func(ctx context.Context) error {
+			return r.c.store.SettleStep(ctx, rec.Ref, tok, rec.Step.Seq, res.step.happened, res.step.result)
+		})
+		if err == nil {
+			t.resumed++
+		}
+		return err
 	case res.release:
 		// The application's word that nothing happened: the key is free.
 		err = r.c.tracing.step(ctx, spanDurableWrite, func(ctx context.Context) error {
