@@ -3,6 +3,7 @@ package claimhttp
 import (
 	"context"
 
+	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/claim/driver/settle"
 	"github.com/oncekey/oncekey/fence"
 )
@@ -55,3 +56,15 @@ func MarkUncertain(ctx context.Context) error { return settle.MarkUncertain(ctx,
 // started: the middleware never assumes that nothing happened. [MarkUncertain] wins over it.
 // Errors: [ErrNotGuarded] outside a guarded handler.
 func ReleaseKey(ctx context.Context) error { return settle.ReleaseKey(ctx, ErrNotGuarded) }
+
+// Step runs one step of the workflow of a handler guarded in workflow mode,
+// at most once per operation across retries and takeovers (see
+// [claim.Lease.Step]): a step an earlier attempt finished returns its
+// recorded result without running, so a retry after a takeover resumes
+// where the work stopped. fn gets the step's downstream idempotency key.
+// A step that turns the operation uncertain ([claim.ErrStepUncertain])
+// marks the handler uncertain, as [MarkUncertain]. Errors: Step's, and
+// [ErrNotGuarded] outside a workflow-mode handler.
+func Step(ctx context.Context, name string, fn func(ctx context.Context, key string) ([]byte, error), opts ...claim.StepOption) ([]byte, error) {
+	return settle.Step(ctx, ErrNotGuarded, name, fn, opts...)
+}

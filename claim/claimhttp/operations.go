@@ -36,7 +36,9 @@ import (
 //
 // state is processing, completed, failed or uncertain; accepted_at is when
 // the operation's first request was claimed. While it is processing or
-// uncertain the answer carries Retry-After ([WithRetryAfter]). Once it is
+// uncertain the answer carries Retry-After ([WithRetryAfter]), and a
+// workflow with steps (claim.Lease.Step) names the step it runs or stopped
+// at: "step": {"name": "charge", "state": "started"} (or "uncertain"). Once it is
 // completed or failed, finished_at is set and result gives the way to the
 // result: the stored status code and, when the handler set one, the stored
 // Location header. The stored body is not served here: it may be large and
@@ -78,6 +80,14 @@ type operationView struct {
 	AcceptedAt time.Time        `json:"accepted_at"`
 	FinishedAt *time.Time       `json:"finished_at,omitempty"`
 	Result     *operationResult `json:"result,omitempty"`
+	Step       *operationStep   `json:"step,omitempty"`
+}
+
+// operationStep is the step of a workflow (claim.Lease.Step) that a
+// processing operation runs, or an uncertain one stopped at.
+type operationStep struct {
+	Name  string            `json:"name"`
+	State durable.StepState `json:"state"`
 }
 
 type operationResult struct {
@@ -130,6 +140,9 @@ func (h *operations[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		hdr.Set("Retry-After", strconv.FormatInt(seconds(h.o.RetryAfter), 10))
+		if rec.Step != nil {
+			v.Step = &operationStep{Name: rec.Step.Name, State: rec.Step.State}
+		}
 	}
 	body, _ := json.Marshal(v) // strings, times and ints
 	hdr.Set("Content-Type", "application/json")

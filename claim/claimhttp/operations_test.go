@@ -1,6 +1,7 @@
 package claimhttp_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -25,6 +26,10 @@ type opView struct {
 		Status   int    `json:"status"`
 		Location string `json:"location"`
 	} `json:"result"`
+	Step *struct {
+		Name  string `json:"name"`
+		State string `json:"state"`
+	} `json:"step"`
 }
 
 // withOperations serves f's routes and the operation resource under
@@ -225,5 +230,59 @@ func TestOperations_InvalidTenantIsNotFound(t *testing.T) {
 				t.Errorf("tenant %q, %s: 404 %s differs from an unknown id's %s", tenant, path, w.Body, unknown.Body)
 			}
 		}
+	}
+}
+
+// A workflow-mode handler runs steps through claimhttp.Step; while it runs
+// one, the operation resource names it, and once completed shows none.
+// Outside a guarded handler Step runs nothing.
+func TestOperations_ShowTheStepOfARunningWorkflow(t *testing.T) {
+	t.Parallel()
+	f := setup(t, config{claim: []claim.Option{claim.WithPoll()}})
+	h := withOperations(t, f)
+	started, release := make(chan struct{}), make(chan struct{})
+	var keys []string
+	f.hook(func(n int64, r *http.Request) {
+		ctx := r.Context()
+		for _, name := range []string{"reserve", "charge"} {
+			if _, err := claimhttp.Step(ctx, name, func(ctx context.Context, key string) ([]byte, error) {
+				keys = append(keys, key)
+				if name == "charge" {
+					close(started)
+					<-release
+				}
+				return []byte(name), nil
+			}); err != nil {
+				t.Errorf("Step(%s): %v", name, err)
+			}
+		}
+	})
+	first := make(chan *httptest.ResponseRecorder)
+	go func() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, newRequest("acme", http.MethodPost, "/orders", "step-key", `{"item":"w"}`))
+		first <- w
+	}()
+	<-started
+	dup := httptest.NewRecorder()
+	h.ServeHTTP(dup, newRequest("acme", http.MethodPost, "/orders", "step-key", `{"item":"w"}`))
+	loc := dup.Header().Get("Location")
+	v := decodeOp(t, getOp(t, h, "acme", loc))
+	if v.State != "processing" || v.Step == nil || v.Step.Name != "charge" || v.Step.State != "started" {
+		t.Errorf("while the charge step runs: %+v (step %+v)", v, v.Step)
+	}
+	close(release)
+	if w := <-first; w.Code != http.StatusCreated {
+		t.Fatalf("first = %d %s", w.Code, w.Body)
+	}
+	if v := decodeOp(t, getOp(t, h, "acme", loc)); v.State != "completed" || v.Step != nil {
+		t.Errorf("once completed: %+v", v)
+	}
+	if id := strings.TrimPrefix(loc, "/operations/"); len(keys) != 2 || keys[0] != id+"/reserve" || keys[1] != id+"/charge" {
+		t.Errorf("step keys %q", keys)
+	}
+	ran := false
+	if _, err := claimhttp.Step(t.Context(), "x", func(context.Context, string) ([]byte, error) { ran = true; return nil, nil }); !errors.Is(err, claimhttp.ErrNotGuarded) || ran {
+		t.Errorf("Step outside a handler = %v (ran %v), want ErrNotGuarded", err, ran)
 	}
 }

@@ -87,6 +87,7 @@ package claimnats
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -218,6 +219,20 @@ func WithDeliveryLimit(n int) Option {
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) error { return c.SetMeterProvider(mp) }
 }
+
+// Step runs one step of the workflow of a [Consumer.Run] handler, at most
+// once per operation across redeliveries and takeovers (see
+// [claim.Lease.Step]): a step an earlier delivery finished returns its
+// recorded result without running, so the redelivery after a crash resumes
+// where the work stopped. fn gets the step's downstream idempotency key. A
+// step that turns the operation uncertain ([claim.ErrStepUncertain]) makes
+// the message's outcome uncertain whatever the handler returns. Outside a
+// Run handler it returns an error matching [ErrConfig].
+func Step(ctx context.Context, name string, fn func(ctx context.Context, key string) ([]byte, error), opts ...claim.StepOption) ([]byte, error) {
+	return consume.Step(ctx, errStepOutsideRun, name, fn, opts...)
+}
+
+var errStepOutsideRun = fmt.Errorf("claimnats: Step outside a Run handler: %w", ErrConfig)
 
 // New returns a Consumer claiming with c.
 func New[TTx any](c *claim.Claimer[TTx], opts ...Option) (*Consumer[TTx], error) {

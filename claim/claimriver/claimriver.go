@@ -138,6 +138,20 @@ type Job struct {
 // do not end it.
 type Work func(ctx context.Context, job Job) (durable.Result, error)
 
+// Step runs one step of the operation a [Work] function runs, at most
+// once per operation across attempts (see [claim.Lease.Step]): a step an
+// earlier attempt finished returns its recorded result without running,
+// so River's next attempt after a crash or a takeover resumes where the
+// work stopped. fn gets the step's downstream idempotency key. A step that
+// turns the operation uncertain ([claim.ErrStepUncertain]) makes the
+// attempt's outcome uncertain whatever the work returns. Outside a Work
+// function it returns an error matching [claim.ErrConfig].
+func Step(ctx context.Context, name string, fn func(ctx context.Context, key string) ([]byte, error), opts ...claim.StepOption) ([]byte, error) {
+	return settle.Step(ctx, errStepOutsideWork, name, fn, opts...)
+}
+
+var errStepOutsideWork = fmt.Errorf("claimriver: Step outside a Runner's Work: %w", claim.ErrConfig)
+
 // Args are the arguments of the River job: the operation, the token of the
 // claim that recorded it and the payload. Never the raw key.
 type Args struct {

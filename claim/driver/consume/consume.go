@@ -327,3 +327,9 @@ var (
 	errInProgress = errors.New("consume: in progress under another consumer")
 	errUncertain  = errors.New("consume: outcome uncertain, awaiting the reconciler")
 )
+
+// Step runs a step of the workflow of the Run handler of ctx (settle.Step),
+// or returns notInRun outside one.
+func Step(ctx context.Context, notInRun error, name string, fn func(ctx context.Context, key string) ([]byte, error), opts ...claim.StepOption) ([]byte, error) {
+	return settle.Step(ctx, notInRun, name, fn, opts...)
+}

@@ -2,10 +2,12 @@ package settle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/oncekey/oncekey/claim"
 	"github.com/oncekey/oncekey/fence"
 )
 
@@ -96,4 +98,21 @@ func ReleaseKey(ctx context.Context, notGuarded error) error {
 	}
 	op.Release()
 	return nil
+}
+
+// Step runs one step of the workflow of the handler of ctx (see
+// claim.Lease.Step), or returns notGuarded outside a handler run under a
+// lease. A step that the operation turned uncertain at
+// (claim.ErrStepUncertain) marks the handler uncertain: whatever the
+// handler returns then, the engine records nothing else.
+func Step(ctx context.Context, notGuarded error, name string, fn func(ctx context.Context, key string) ([]byte, error), opts ...claim.StepOption) ([]byte, error) {
+	op := From(ctx)
+	if op == nil || op.InTx || op.lease == nil {
+		return nil, notGuarded
+	}
+	res, err := op.lease.Step(ctx, name, fn, opts...)
+	if errors.Is(err, claim.ErrStepUncertain) {
+		op.MarkUncertain()
+	}
+	return res, err
 }

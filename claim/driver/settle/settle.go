@@ -87,12 +87,13 @@ type Op struct {
 	// it has no uncertain outcome; a release rolls the transaction back.
 	InTx bool
 
+	lease     *claim.Lease // nil in a transaction (InTx)
 	uncertain atomic.Bool
 	released  atomic.Bool
 }
 
 // NewOp returns the Op of the operation l holds.
-func NewOp(l *claim.Lease) *Op { return &Op{ID: l.OperationID(), Token: l.Token()} }
+func NewOp(l *claim.Lease) *Op { return &Op{ID: l.OperationID(), Token: l.Token(), lease: l} }
 
 // MarkUncertain records that the handler's outcome is unknown; it wins over
 // everything the handler returns.
