@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
 )
 
 // Operation reads, for tenant, the operation whose identity is id (the
@@ -48,7 +49,7 @@ func (c *Claimer[TTx]) Operation(ctx context.Context, tenant, id string) (durabl
 		if err != nil {
 			return durable.Record{}, wrap("operation", err)
 		}
-		rec.Step = currentStep(steps)
+		rec.Step = storeapi.CurrentStep(steps)
 	}
 	return rec, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
 	"github.com/oncekey/oncekey/fence"
 	"github.com/oncekey/oncekey/internal/logkeys"
 )
@@ -250,7 +251,7 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally)
 	if err != nil {
 		return err
 	}
-	rec.Step = currentStep(steps)
+	rec.Step = storeapi.CurrentStep(steps)
 	res, err := r.resolve(r.c.withOperationBaggage(ctx, rec.Ref.OperationID()), rec)
 	if err != nil {
 		return fmt.Errorf("claim: resolve: %w", err)

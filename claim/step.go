@@ -188,18 +188,3 @@ func (c *Claimer[TTx]) steps() storeapi.StepStore { return c.store }
 func (c *Claimer[TTx]) listSteps(ctx context.Context, ref durable.Ref) ([]durable.Step, error) {
 	return c.store.Steps(ctx, ref, false)
 }
-
-// currentStep returns the step an operation stopped at or runs: the one
-// marked uncertain, else the last started and unfinished, else nil.
-func currentStep(steps []durable.Step) *durable.Step {
-	var cur *durable.Step
-	for i := range steps {
-		switch steps[i].State {
-		case durable.StepUncertain:
-			return &steps[i]
-		case durable.StepStarted:
-			cur = &steps[i]
-		}
-	}
-	return cur
-}

@@ -345,3 +345,20 @@ type StepStore interface {
 	// unfinished.
 	SettleStep(ctx context.Context, ref durable.Ref, tok fence.Token, seq int, happened bool, result []byte) error
 }
+
+// CurrentStep returns the step an operation stopped at or runs, of steps
+// as [StepStore.Steps] lists them: the one marked uncertain, else the last
+// started and unfinished, else nil. The Reconciler, Claimer.Operation and
+// the operator tool all name the step by this one rule.
+func CurrentStep(steps []durable.Step) *durable.Step {
+	var cur *durable.Step
+	for i := range steps {
+		switch steps[i].State {
+		case durable.StepUncertain:
+			return &steps[i]
+		case durable.StepStarted:
+			cur = &steps[i]
+		}
+	}
+	return cur
+}
