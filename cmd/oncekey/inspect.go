@@ -232,6 +232,10 @@ type recordJSON struct {
 	Status           *int       `json:"result_status,omitempty"`
 	ResultVersion    *int       `json:"result_version,omitempty"`
 	BodyBytes        *int       `json:"result_body_bytes,omitempty"`
+	// Step is the step of a workflow an uncertain or processing operation
+	// stopped at (or runs); Steps, inspect's only, all its steps.
+	Step  *stepJSON  `json:"step,omitempty"`
+	Steps []stepJSON `json:"steps,omitempty"`
 }
 
 // tenantDigest names a tenant without showing it: the first 12 hex
@@ -256,18 +260,25 @@ func toJSON(r durable.Record) recordJSON {
 		s, v, n := r.Result.StatusCode, r.Result.Version, len(r.Result.Body)
 		j.Status, j.ResultVersion, j.BodyBytes = &s, &v, &n
 	}
+	if r.Step != nil {
+		st := toStepJSON(*r.Step)
+		j.Step = &st
+	}
 	return j
 }
 
 func runInspect(e *env, args []string) error {
 	var d dbFlags
 	var o opFlags
-	fs := newFlags(e, "inspect", "inspect -tenant T (-operation OP -key K | -id op_...) [flags]\n\n"+
-		"Shows one operation: state, generation, lease, timestamps, result status. The key is\n"+
-		"hashed here the way the store derives its record key; neither it nor the tenant is printed.")
+	fs := newFlags(e, "inspect", "inspect -tenant T (-operation OP -key K | -id op_...) [-step-results] [flags]\n\n"+
+		"Shows one operation: state, generation, lease, timestamps, result status, and the steps of\n"+
+		"its workflow (seq, name, state, attempts, generation, times, result size) with the one it\n"+
+		"stopped at. The key is hashed here the way the store derives its record key; neither it nor\n"+
+		"the tenant is printed, nor a step's result unless -step-results asks.")
 	d.register(fs, 30*time.Second)
 	o.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
+	results := fs.Bool("step-results", false, fmt.Sprintf("also print each finished step's result (the application's data: it may hold personal data), at most its first %d bytes: quoted text, or hex when it is not UTF-8 (-json: result_text or result_hex)", stepResultShown))
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -279,16 +290,35 @@ func runInspect(e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	haveSteps, err := b.hasStepsTable(d)
+	if err != nil {
+		return err
+	}
+	var steps []durable.Step
+	if haveSteps {
+		if steps, err = b.store.Steps(b.ctx, r.Ref, *results); err != nil {
+			return storeErr("inspect", err)
+		}
+	}
+	if pendingStep(r) {
+		r.Step = storeapi.CurrentStep(steps)
+	}
 	j := toJSON(r)
+	for _, s := range steps {
+		j.Steps = append(j.Steps, toStepJSON(s))
+	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(j)
 	}
-	return printRecord(e, j)
+	if err := printRecord(e, j, r); err != nil {
+		return err
+	}
+	return printSteps(e.stdout, j.Steps, haveSteps, *results)
 }
 
-func printRecord(e *env, j recordJSON) error {
+func printRecord(e *env, j recordJSON, r durable.Record) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	state := j.State
 	if j.Released {
@@ -308,6 +338,12 @@ func printRecord(e *env, j recordJSON) error {
 	fmt.Fprintf(w, "expires at\t%s\n", j.ExpiresAt.Format(time.RFC3339Nano))
 	if j.Status != nil {
 		fmt.Fprintf(w, "result status\t%d (version %d, body %d bytes)\n", *j.Status, *j.ResultVersion, *j.BodyBytes)
+	}
+	if label, text := stepLine(r); label != "" {
+		fmt.Fprintf(w, "%s\t%s\n", label, text)
+		if label != "running step" {
+			fmt.Fprintf(w, "\t(settle it: oncekey resolve -step %s -happened -step-result R | -not-happened, with -reason)\n", r.Step.Name)
+		}
 	}
 	return w.Flush()
 }

@@ -10,9 +10,9 @@
 //
 //	migrate up|status|contract|down   apply (printing each version applied), report, apply the next contract step or roll back one step of the schema
 //	stats                    records by state, stale, expired, takeovers, durability of acknowledged commits
-//	inspect                  one operation, by tenant + operation + key, or by operation id
-//	pending                  uncertain and stale processing operations, fewest takeovers first, then oldest
-//	resolve                  settle an uncertain (or stale) operation as completed or failed
+//	inspect                  one operation, by tenant + operation + key, or by operation id, with its workflow's steps
+//	pending                  uncertain and stale processing operations, fewest takeovers first, then oldest, and the step each stopped at
+//	resolve                  settle an uncertain (or stale) operation as completed or failed, or (-step) the step it stopped at
 //	sweep                    delete expired records in bounded batches
 //	redis check              maxmemory-policy, cluster slots, version, latency (and PostgreSQL durability with -database-url)
 //
@@ -30,14 +30,19 @@
 // of ONCEKEY_KEY_SECRET, as postgres.WithKeySecret), and is never printed
 // nor sent; -key also takes it as the Idempotency-Key header carries it (an
 // RFC 8941 string in double quotes, unquoted as claimhttp does). No tenant
-// is printed either (pending shows a digest of it).
+// is printed either (pending shows a digest of it), nor the result of a
+// workflow's step unless inspect -step-results asks (then quoted, or in
+// hex when not UTF-8, and bounded).
 //
 // pending and resolve share one staleness rule: a processing operation
 // whose lease expired at least -stale ago (5m) is listed and may be
 // settled; -stale 0 settles one as soon as its lease expired. resolve
 // records the operator (-operator, default $USER, required when that is
 // empty) and the reason in <table>_resolutions, which migration 005
-// creates.
+// creates. resolve -step NAME -happened|-not-happened settles only the step
+// of a workflow the operation stopped at (<table>_steps, migration 008):
+// the next retry of the request resumes from it. Its resolution is
+// recorded with the state step-happened:NAME or step-not-happened:NAME.
 //
 // Exit status: 0 on success, 1 when the operation failed (a service
 // unreachable, a record not found, a check that did not pass), 2 for bad
@@ -96,9 +101,9 @@ func commands() []command {
 	return []command{
 		{"migrate", "apply (up), report (status), contract (contract -yes) or roll back one step (down -yes) of the schema", runMigrate},
 		{"stats", "records by state, oldest unexpired, stale, expired awaiting sweep, takeovers, durability", runStats},
-		{"inspect", "one operation, by -tenant -operation -key or by -tenant -id", runInspect},
-		{"pending", "uncertain and stale processing operations, fewest takeovers first, then oldest", runPending},
-		{"resolve", "settle an uncertain operation as completed or failed, with a reason", runResolve},
+		{"inspect", "one operation, by -tenant -operation -key or by -tenant -id, with its workflow's steps", runInspect},
+		{"pending", "uncertain and stale processing operations, fewest takeovers first, then oldest, and their step", runPending},
+		{"resolve", "settle an uncertain operation as completed or failed, or the step it stopped at (-step), with a reason", runResolve},
 		{"sweep", "delete expired records in bounded batches (-dry-run to count)", runSweep},
 		{"redis", "redis check: maxmemory-policy, cluster slots, version, latency (-database-url: durability)", runRedis},
 	}

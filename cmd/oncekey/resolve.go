@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncekey/oncekey/durable"
+	"github.com/oncekey/oncekey/durable/driver/storeapi"
 )
 
 // defaultStale is the one staleness rule of pending and resolve: a
@@ -36,8 +37,9 @@ func runPending(e *env, args []string) error {
 	fs := newFlags(e, "pending", "pending [flags]\n\n"+
 		"Lists, fewest takeovers first, then oldest, the operations the reconciler would look at: uncertain ones, and\n"+
 		"processing ones whose lease expired at least -stale ago (their worker is presumed\n"+
-		"dead). Tenants are shown as a digest; settle one with oncekey resolve, which applies\n"+
-		"the same -stale.")
+		"dead). STEP is the step of its workflow it stopped at, if any (one more read per operation).\n"+
+		"Tenants are shown as a digest; settle one with oncekey resolve (-step for that step), which\n"+
+		"applies the same -stale.")
 	d.register(fs, 30*time.Second)
 	stale := staleFlag(fs, "list processing records whose lease expired at least this long ago (resolve's rule too)", true)
 	limit := fs.Int("limit", 100, "at most this many (1 to 10000)")
@@ -60,6 +62,20 @@ func runPending(e *env, args []string) error {
 	if err != nil {
 		return storeErr("pending", err)
 	}
+	haveSteps, err := b.hasStepsTable(d)
+	if err != nil {
+		return err
+	}
+	for i := range recs {
+		if !haveSteps || !pendingStep(recs[i]) {
+			continue
+		}
+		steps, err := b.store.Steps(b.ctx, recs[i].Ref, false)
+		if err != nil {
+			return storeErr("pending", err)
+		}
+		recs[i].Step = storeapi.CurrentStep(steps)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		for _, r := range recs {
@@ -74,10 +90,10 @@ func runPending(e *env, args []string) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "OPERATION ID\tTENANT\tOPERATION\tSTATE\tGENERATION\tTAKEOVERS\tAGE")
+	fmt.Fprintln(w, "OPERATION ID\tTENANT\tOPERATION\tSTATE\tGENERATION\tTAKEOVERS\tAGE\tSTEP")
 	for _, r := range recs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.Ref.OperationID(), tenantDigest(r.Ref.Tenant), r.Ref.Operation,
-			r.State, r.Token.Generation, r.Takeovers, time.Since(r.CreatedAt).Round(time.Second))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Ref.OperationID(), tenantDigest(r.Ref.Tenant), r.Ref.Operation,
+			r.State, r.Token.Generation, r.Takeovers, time.Since(r.CreatedAt).Round(time.Second), stepCell(r.Step))
 	}
 	return w.Flush()
 }
@@ -90,7 +106,8 @@ const adoptLease = 30 * time.Second
 func runResolve(e *env, args []string) error {
 	var d dbFlags
 	var o opFlags
-	fs := newFlags(e, "resolve", "resolve -tenant T (-operation OP -key K | -id op_...) -format http|grpc|message -as completed|failed RESULT -reason TEXT [flags]\n\n"+
+	fs := newFlags(e, "resolve", "resolve -tenant T (-operation OP -key K | -id op_...) -format http|grpc|message -as completed|failed RESULT -reason TEXT [flags]\n"+
+		"       resolve -tenant T (-operation OP -key K | -id op_...) -step NAME (-happened (-step-result R | -step-result-file F) | -not-happened) -reason TEXT [flags]\n\n"+
 		"Settles an uncertain operation (or a processing one whose lease expired at least -stale ago,\n"+
 		"as pending lists them) after the operator found out what happened: it adopts the record under\n"+
 		"a new generation, so a late worker is fenced out, then stores the result (replayed to every\n"+
@@ -103,11 +120,19 @@ func runResolve(e *env, args []string) error {
 		"  http     -status 200..599 [-body B | -body-file F] [-content-type T]\n"+
 		"  grpc     -as failed:    -code NotFound|NOT_FOUND|5 [-message M]\n"+
 		"           -as completed: -descriptor-set F -message-type pkg.Reply [-body JSON | -body-file F]\n"+
-		"  message  [-status N] [-body B | -body-file F] [-content-type T] [-result-version V]")
+		"  message  [-status N] [-body B | -body-file F] [-content-type T] [-result-version V]\n\n"+
+		"-step NAME settles only the step of a workflow the operation stopped at (inspect and pending\n"+
+		"name it; any other step is refused): -happened records it finished with the given result,\n"+
+		"-not-happened as never run. It adopts the record as above, then the store records the step and\n"+
+		"hands the operation back to the workflow (processing, its lease run out): the next retry of the\n"+
+		"same request resumes from that step. The reason is recorded with the state step-happened:NAME\n"+
+		"or step-not-happened:NAME (status 0), committed once the step is settled.")
 	d.register(fs, 30*time.Second)
 	o.register(fs)
 	var r resultFlags
 	r.register(fs)
+	var sf stepFlags
+	sf.register(fs)
 	as := fs.String("as", "", "completed or failed (required)")
 	reason := fs.String("reason", "", "why (required; recorded with the resolution)")
 	operator := fs.String("operator", "", "who resolves, recorded with the resolution (default $USER; required when $USER is empty)")
@@ -118,8 +143,19 @@ func runResolve(e *env, args []string) error {
 	if *stale < 0 {
 		return usagef("-stale must not be negative")
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := sf.validate(set); err != nil {
+		return err
+	}
 	if err := o.validate(e); err != nil {
 		return err
+	}
+	if set["step"] {
+		if err := who(e, *reason, operator); err != nil {
+			return err
+		}
+		return resolveStep(e, d, o, sf, *stale, *reason, *operator)
 	}
 	state := durable.State(*as)
 	if !state.Finished() {
@@ -129,14 +165,8 @@ func runResolve(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *reason == "" {
-		return usagef("-reason is required: it is recorded with the resolution")
-	}
-	if *operator == "" {
-		*operator = e.getenv("USER")
-	}
-	if strings.TrimSpace(*operator) == "" {
-		return usagef("-operator is required when $USER is empty: who resolves is recorded with the resolution")
+	if err := who(e, *reason, operator); err != nil {
+		return err
 	}
 	b, rec, err := o.open(e, &d, true, "resolve")
 	if err != nil {
@@ -171,6 +201,21 @@ func runResolve(e *env, args []string) error {
 		return storeErr("resolve", err)
 	}
 	fmt.Fprintf(e.stdout, "resolved %s as %s (%s) at generation %d\n", rec.Ref.OperationID(), state, shown, tok.Generation)
+	return nil
+}
+
+// who checks the reason and the operator of a resolution, the operator
+// defaulting to $USER.
+func who(e *env, reason string, operator *string) error {
+	if reason == "" {
+		return usagef("-reason is required: it is recorded with the resolution")
+	}
+	if *operator == "" {
+		*operator = e.getenv("USER")
+	}
+	if strings.TrimSpace(*operator) == "" {
+		return usagef("-operator is required when $USER is empty: who resolves is recorded with the resolution")
+	}
 	return nil
 }
 
