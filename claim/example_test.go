@@ -195,7 +195,7 @@ func ExampleLease_Step() {
 	store, _, rdb, prefix, cleanup := exampleEnv()
 	defer cleanup()
 	ctx := context.Background()
-	c, err := claim.New[pgx.Tx](store, claim.WithRedis(rdb, lua.Options{Prefix: prefix}), claim.WithLease(200*time.Millisecond))
+	c, err := claim.New[pgx.Tx](store, claim.WithRedis(rdb, lua.Options{Prefix: prefix}), claim.WithLease(time.Second))
 	if err != nil {
 		panic(err)
 	}
@@ -218,7 +218,7 @@ func ExampleLease_Step() {
 		panic(err)
 	}
 	// The worker dies here. Once its lease has run out, a retry takes over.
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond)
 	retry, err := c.Claim(ctx, req)
 	if err != nil || retry.Kind != claim.Acquired {
 		panic(fmt.Sprint(retry.Kind, err))
