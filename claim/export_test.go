@@ -36,3 +36,13 @@ func SetGuess[TTx any](c *Claimer[TTx], score int32) { c.newKeyGuess.score.Store
 // answer (maxBehind), so a test reaches it with few operations. Call it
 // before c's first Do.
 func SetMaxBehind[TTx any](c *Claimer[TTx], n int) { c.behind = make(chan struct{}, n) }
+
+// Watching returns how many duplicates of r wait in c on a confirmed
+// subscription to its key's wakes (WithWait).
+func Watching[TTx any](c *Claimer[TTx], r Request) int {
+	t, _, err := c.prepare(r)
+	if err != nil || c.scripts == nil {
+		return 0
+	}
+	return c.scripts.Watching(t.keys)
+}

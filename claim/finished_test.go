@@ -265,8 +265,11 @@ func TestWait_WaitersWokenTogether(t *testing.T) {
 			}
 			// Let the waiters reach their wait: the first answer comes
 			// back InProgress at once, and the watch is set up after it.
-			// Their first poll is 100ms after, and then 200ms, 400ms, ...
-			time.Sleep(50 * time.Millisecond)
+			// On a loaded machine that takes long: wait until every one
+			// watches (bounded; the assertion below allows stragglers).
+			for deadline := time.Now().Add(10 * time.Second); claim.Watching(e.c, r) < n && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
 			if err := held.Lease.Complete(t.Context(), durable.Result{StatusCode: 201, Body: c.body}); err != nil {
 				t.Fatal(err)
 			}

@@ -104,6 +104,30 @@ func (s *Scripts) Watch(ctx context.Context, k Keys) (*Watch, error) {
 	return w, nil
 }
 
+// Watching returns how many watches of k this process holds on a
+// confirmed subscription: those a finish of k's holder wakes now. For
+// tests and diagnostics.
+func (s *Scripts) Watching(k Keys) int {
+	h := &s.wake
+	h.mu.Lock()
+	sub, ok := h.subs[k.Wake()]
+	h.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	select {
+	case <-sub.ready:
+	default:
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sub.err != nil {
+		return 0
+	}
+	return len(sub.watches)
+}
+
 // subscribe opens sub's subscription, waits for Redis to confirm it (one
 // per-call timeout at most), then hands each wake to the watches until the
 // subscription is closed.
