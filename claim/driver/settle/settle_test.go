@@ -249,3 +249,44 @@ func TestRun_WorkIsDetachedFromTheCaller(t *testing.T) {
 		t.Fatalf("report = %+v, state %s; want completed", rep, f.state(sc))
 	}
 }
+
+// A step that turns the operation uncertain (an earlier attempt started it
+// and never finished) marks the handler uncertain: a handler that ignores
+// the error and answers success does not complete the operation. Outside a
+// handler run by the engine, Step runs nothing.
+func TestStep_UncertainStepWinsOverTheHandlersAnswer(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 300*time.Millisecond)
+	first, sc := f.claim()
+	if _, err := first.Step(t.Context(), "charge", func(context.Context, string) ([]byte, error) {
+		return nil, errors.New("charged, then the answer was lost")
+	}); err == nil {
+		t.Fatal("first attempt's step returned no error")
+	}
+	var second *claim.Lease
+	for deadline := time.Now().Add(10 * time.Second); second == nil; time.Sleep(20 * time.Millisecond) {
+		out, err := f.c.Claim(t.Context(), claim.Request{Scope: sc, Fingerprint: "fp"})
+		if err == nil && out.Kind == claim.Acquired {
+			second = out.Lease
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no takeover after the first lease: %v, %v", out.Kind, err)
+		}
+	}
+	notGuarded := errors.New("not guarded")
+	ran := false
+	var stepErr error
+	eng := settle.Engine{Name: "test"}
+	rep := eng.Run(t.Context(), second, settle.NewOp(second), func(ctx context.Context) settle.Settlement {
+		_, stepErr = settle.Step(ctx, notGuarded, "charge", func(context.Context, string) ([]byte, error) { ran = true; return nil, nil })
+		return settle.Settlement{Kind: settle.Complete, Result: durable.Result{StatusCode: 200}} // ignores the error
+	})
+	if !errors.Is(stepErr, claim.ErrStepUncertain) || ran {
+		t.Fatalf("Step on resume = %v (ran %v), want ErrStepUncertain and nothing run", stepErr, ran)
+	}
+	if rep.Settlement.Kind != settle.Uncertain || f.state(sc) != durable.Uncertain {
+		t.Fatalf("settled %v, record %v; want uncertain", rep.Settlement.Kind, f.state(sc))
+	}
+	if _, err := settle.Step(t.Context(), notGuarded, "charge", func(context.Context, string) ([]byte, error) { ran = true; return nil, nil }); err != notGuarded || ran {
+		t.Fatalf("Step outside a handler = %v (ran %v), want the not-guarded error", err, ran)
+	}
+}
