@@ -86,7 +86,7 @@ func (x *Drops) Check(ctx context.Context, log *slog.Logger, where []any, d Deci
 	if !errors.Is(d.Err, ErrDeadLetter) {
 		return d, false
 	}
-	x.counter.Add(ctx, 1, metric.WithAttributes(x.adapter, attribute.String("reason", reason(d.Err))))
+	x.counter.Add(ctx, 1, metric.WithAttributes(x.adapter, attribute.String("reason", Reason(d.Err))))
 	return d, true
 }
 
@@ -104,7 +104,10 @@ func (x *Drops) GiveUpHeld(ctx context.Context, log *slog.Logger, where []any, d
 	return d
 }
 
-func reason(err error) string {
+// Reason is the metric's reason for a message given up with err
+// (mismatch, no_identity, invalid_scope, config, delivery_limit,
+// uncertain, other), for an adapter that passes the message on with it.
+func Reason(err error) string {
 	switch {
 	case errors.Is(err, ErrDeliveryLimit):
 		return "delivery_limit"
