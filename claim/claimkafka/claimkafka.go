@@ -176,7 +176,7 @@ var (
 // for commit once it is settled. Safe for concurrent use by one goroutine
 // per partition.
 type Consumer[TTx any] struct {
-	c   *consume.Consumer[TTx, *delivery]
+	c     *consume.Consumer[TTx, *delivery]
 	cl    *kgo.Client
 	dlt   string
 	retry time.Duration
@@ -347,8 +347,8 @@ func New[TTx any](c *claim.Claimer[TTx], cl *kgo.Client, opts ...Option) (*Consu
 		func(*delivery) string { return "default" })
 	k := &Consumer[TTx]{cl: cl, parts: map[partition]*partState{}}
 	cc, err := consume.New(ErrConfig, c, &cfg, &cfg.Config, opts, consume.Broker[*delivery]{
-		Name:        "claimkafka",
-		Payload:     func(d *delivery) []byte { return d.rec.Value },
+		Name:    "claimkafka",
+		Payload: func(d *delivery) []byte { return d.rec.Value },
 		// Where a record is, for a log line: never its identity.
 		Where: func(d *delivery) []any {
 			return []any{"topic", d.rec.Topic, "partition", d.rec.Partition, "offset", d.rec.Offset}
