@@ -29,14 +29,7 @@ func TestScenarios(t *testing.T) { consumetest.Scenarios(t, newEnv) }
 func (e *env) HoldPassesOn() {}
 
 // identity is the Rig's identity of rec: its header.
-func identity(rec *kgo.Record) string {
-	for _, h := range rec.Headers {
-		if h.Key == claimkafka.DefaultHeader {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
+func identity(rec *kgo.Record) string { return header(rec, claimkafka.DefaultHeader) }
 
 // ConsumeDo consumes the test's topic in Do mode with a member of its own
 // (consumetest.Rig.ConsumeDo); closeConn closes the member's client, as a
