@@ -130,8 +130,8 @@ const (
 	Retry = consume.Retry
 	// Hold: uncertain; passed on (ErrUncertain) and marked.
 	Hold = consume.Hold
-	// Terminate: never run (a mismatch, no identity, an invalid scope);
-	// passed on and marked.
+	// Terminate: never run (a mismatch, no identity, an invalid scope), or
+	// given up unsettled at WithDeliveryLimit; passed on and marked.
 	Terminate = consume.Terminate
 )
 
@@ -423,6 +423,11 @@ func (c *Consumer[TTx]) handle(ctx context.Context, rec *kgo.Record, attempt fun
 		act, err := attempt(d)
 		if d.marked {
 			settled = true
+			if act == Retry {
+				// Given up at WithDeliveryLimit and moved past: Retry is
+				// only ever a record not settled.
+				act = Terminate
+			}
 			return act, err
 		}
 		// Not settled: handled again in place, as Kafka's redelivery of it.
@@ -521,9 +526,9 @@ func (c *Consumer[TTx]) deadLetter(d *delivery, cause error) error {
 // what it returned): the records of a partition one after the other, in
 // order, the partitions of a batch side by side, each on a goroutine of
 // its own; it polls again once the batch is done (then
-// kgo.Client.AllowRebalance). A record left unsettled (Retry) stops its
-// partition for the batch and rewinds the client to it, so it comes
-// again. It returns nil once the client is closed, or ctx's error.
+// kgo.Client.AllowRebalance). A record left unsettled (Retry: ctx ended)
+// stops its partition for the batch and rewinds the client to it, so it
+// comes again. It returns nil once the client is closed, or ctx's error.
 //
 // With kgo.BlockRebalanceOnPoll on the client, a rebalance waits for the
 // batch: no record of a revoked partition is in flight, but a batch that
@@ -553,8 +558,8 @@ func (c *Consumer[TTx]) Poll(ctx context.Context, handle func(ctx context.Contex
 			}
 			wg.Go(func() {
 				for _, rec := range p.Records {
-					if act, _ := handle(ctx, rec); act == Retry {
-						c.rewind(partition{rec.Topic, rec.Partition})
+					_, _ = handle(ctx, rec) // the answer is handle's to report
+					if c.rewind(partition{rec.Topic, rec.Partition}) {
 						return
 					}
 				}
@@ -566,8 +571,8 @@ func (c *Consumer[TTx]) Poll(ctx context.Context, handle func(ctx context.Contex
 }
 
 // rewind sets the client's fetch position of p back to the record p
-// stopped at, if it did.
-func (c *Consumer[TTx]) rewind(p partition) {
+// stopped at, if it did, and reports whether it did.
+func (c *Consumer[TTx]) rewind(p partition) bool {
 	c.mu.Lock()
 	s := c.parts[p]
 	stopped := s != nil && s.stopped && !s.busy
@@ -579,4 +584,5 @@ func (c *Consumer[TTx]) rewind(p partition) {
 	if stopped {
 		c.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.topic: {p.part: {Epoch: -1, Offset: at}}})
 	}
+	return stopped
 }
