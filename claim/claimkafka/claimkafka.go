@@ -543,6 +543,10 @@ func (c *Consumer[TTx]) Poll(ctx context.Context, handle func(ctx context.Contex
 	if handle == nil {
 		return errors.New("claimkafka: nil handler")
 	}
+	// A poll blocks rebalances (kgo.BlockRebalanceOnPoll) until allowed,
+	// the last one too: without this, the client's Close would wait for
+	// ever to leave the group.
+	defer c.cl.AllowRebalance()
 	for {
 		fs := c.cl.PollFetches(ctx)
 		if fs.IsClientClosed() {
