@@ -47,7 +47,7 @@ func newCluster(t testing.TB) cluster {
 // env is one test's world: its own topic (3 partitions) and consumer
 // group on its cluster, its own schema and Redis key prefix.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	cl     cluster
 	topic  string
 	group  string
@@ -61,7 +61,10 @@ type env struct {
 	producedN int
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newBenchEnv(t) }
+
+// newBenchEnv is newEnv for a test or a benchmark.
+func newBenchEnv(t testing.TB) *env {
 	t.Helper()
 	e := newTopic(t, 3)
 	e.schema = consumetest.Schema(t)
@@ -70,7 +73,7 @@ func newEnv(t *testing.T) *env {
 }
 
 // newTopic returns an env with only its cluster, topic and group.
-func newTopic(t *testing.T, partitions int32) *env {
+func newTopic(t testing.TB, partitions int32) *env {
 	t.Helper()
 	e := &env{t: t, cl: newCluster(t), topic: testenv.Name("t"), group: testenv.Name("g"), settled: map[[2]int64]bool{}}
 	e.prod = e.client(kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
@@ -204,7 +207,7 @@ func (e *env) committed() map[int32]int64 {
 
 // poll runs cons.Poll on a goroutine until the test ends or stop, which
 // waits for it.
-func poll[TTx any](t *testing.T, ctx context.Context, cons *claimkafka.Consumer[TTx], handle func(ctx context.Context, rec *kgo.Record) (claimkafka.Action, error)) (stop func()) {
+func poll[TTx any](t testing.TB, ctx context.Context, cons *claimkafka.Consumer[TTx], handle func(ctx context.Context, rec *kgo.Record) (claimkafka.Action, error)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
