@@ -309,11 +309,13 @@ func WithDeadLetterTopic(topic string) Option {
 	}
 }
 
-// WithDeliveryLimit gives a record up after n attempts (n > 0) that left it
-// unsettled (ErrDeliveryLimit): a Do handler that panics, or fails, every
-// time would otherwise hold its partition. 0, the default, is no limit:
-// a record is handled again for as long as it is not settled (the store
-// down: waiting is right).
+// WithDeliveryLimit gives a record up after n attempts (n > 0) in one call
+// of Do or Run that left it unsettled (ErrDeliveryLimit): a Do handler
+// that panics, or fails, every time would otherwise hold its partition.
+// Every unsettled attempt counts, a store outage's and a wait for another
+// member's work too, so keep n well above what those take. 0, the default,
+// is no limit: a record is handled again for as long as it is not settled
+// (the store down: waiting is right).
 func WithDeliveryLimit(n int) Option {
 	return func(c *config) error { return c.SetDeliveryLimit(n) }
 }
@@ -431,6 +433,9 @@ func (c *Consumer[TTx]) handle(ctx context.Context, rec *kgo.Record, attempt fun
 			return act, err
 		}
 		// Not settled: handled again in place, as Kafka's redelivery of it.
+		if d.again <= 0 {
+			d.again = c.retry
+		}
 		t := time.NewTimer(d.again)
 		select {
 		case <-ctx.Done():
@@ -528,7 +533,10 @@ func (c *Consumer[TTx]) deadLetter(d *delivery, cause error) error {
 // its own; it polls again once the batch is done (then
 // kgo.Client.AllowRebalance). A record left unsettled (Retry: ctx ended)
 // stops its partition for the batch and rewinds the client to it, so it
-// comes again. It returns nil once the client is closed, or ctx's error.
+// comes again. A partition whose record waits (in progress under another
+// member, the store down) holds the next poll, so the member's other
+// partitions wait too. It returns nil once the client is closed, or ctx's
+// error.
 //
 // With kgo.BlockRebalanceOnPoll on the client, a rebalance waits for the
 // batch: no record of a revoked partition is in flight, but a batch that
