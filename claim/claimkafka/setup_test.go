@@ -95,6 +95,16 @@ func createTopic(t testing.TB, cl *kgo.Client, topic string, n int32) {
 	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
+	// On a real cluster (KAFKA_BROKERS) the topic outlives the test
+	// unless deleted; kfake goes away with it.
+	t.Cleanup(func() {
+		del := kmsg.NewPtrDeleteTopicsRequest()
+		del.TopicNames = []string{topic}
+		dt := kmsg.NewDeleteTopicsRequestTopic()
+		dt.Topic = kmsg.StringPtr(topic)
+		del.Topics = append(del.Topics, dt)
+		_, _ = del.RequestWith(context.Background(), cl)
+	})
 }
 
 // client returns a client on the env's cluster, closed when the test ends.
