@@ -54,7 +54,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 // README test command run beside a chaos run on 2026-12-05, load 8, had
 // http-oversized-response's renewals land after its 300ms lease twice);
 // familyLease is their lease in this test.
-var entryFamilies = []string{"grpc-windows", "nats-windows", "river-windows", "amqp-windows",
+var entryFamilies = []string{"grpc-windows", "nats-windows", "river-windows", "amqp-windows", "kafka-windows",
 	"http-client-timeout", "http-client-disconnect", "http-oversized-response",
 	"http-finish-outage-short", "http-finish-outage-long"}
 

@@ -141,9 +141,9 @@ func NegativeModes() map[string][]string {
 		string(broken.RetryTakesLease):           {"finished-bursts"},
 		string(broken.DoSkipsLock):               {"do-duplicates", "no-redis"},
 		string(broken.TrustLease):                {"split-brain"},
-		string(broken.OneAttempt):                {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
-		string(broken.ReleaseOnError):            {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
-		string(broken.NoRecover):                 {"grpc-windows", "nats-windows", "amqp-windows", "river-windows"},
+		string(broken.OneAttempt):                {"grpc-windows", "nats-windows", "amqp-windows", "kafka-windows", "river-windows"},
+		string(broken.ReleaseOnError):            {"grpc-windows", "nats-windows", "amqp-windows", "kafka-windows", "river-windows"},
+		string(broken.NoRecover):                 {"grpc-windows", "nats-windows", "amqp-windows", "kafka-windows", "river-windows"},
 	}
 }
 

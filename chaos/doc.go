@@ -30,8 +30,8 @@
 //     lease: 202, in progress, completed in the background;
 //
 // then the same windows through every other entry point, one scenario per
-// adapter (grpc-windows, nats-windows, amqp-windows, river-windows): per
-// operation the store refusing the finishing write for less than the lease
+// adapter (grpc-windows, nats-windows, amqp-windows, kafka-windows,
+// river-windows): per operation the store refusing the finishing write for less than the lease
 // and for longer, renewals refused, a panic after the effect, the caller
 // gone, a duplicate during the work, work past the transport's own timer
 // (the call's deadline, AckWait, a closed consumer connection, the job's

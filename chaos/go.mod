@@ -11,6 +11,7 @@ require (
 	github.com/oncekey/oncekey v0.0.0-00010101000000-000000000000
 	github.com/oncekey/oncekey/claim/claimamqp v0.0.0-00010101000000-000000000000
 	github.com/oncekey/oncekey/claim/claimgrpc v0.0.0-00010101000000-000000000000
+	github.com/oncekey/oncekey/claim/claimkafka v0.0.0-00010101000000-000000000000
 	github.com/oncekey/oncekey/claim/claimnats v0.0.0-00010101000000-000000000000
 	github.com/oncekey/oncekey/claim/claimriver v0.0.0-00010101000000-000000000000
 	github.com/oncekey/oncekey/testkit/containers v0.0.0-00010101000000-000000000000
@@ -20,6 +21,9 @@ require (
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2
 	github.com/rs/zerolog v1.33.0
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -49,7 +53,7 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
@@ -68,6 +72,7 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/prometheus/client_golang v1.21.1 // indirect
 	github.com/prometheus/client_model v0.6.1 // indirect
@@ -122,3 +127,5 @@ replace github.com/oncekey/oncekey/testkit/containers => ../testkit/containers
 
 // claimgrpc's tests use the SQLite store: the module graph needs it.
 replace github.com/oncekey/oncekey/durable/sqlite => ../durable/sqlite
+
+replace github.com/oncekey/oncekey/claim/claimkafka => ../claim/claimkafka

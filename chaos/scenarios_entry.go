@@ -44,6 +44,7 @@ func entryRegistry() []scenario {
 		{name: "nats-windows", forces: "through claimnats on a JetStream consumer, per message one window: " + windows + " (AckWait)", setup: setupNATSWindows},
 		{name: "river-windows", forces: "through claimriver on River workers, per job one window: " + windows + " (the job's timeout; the caller gone is the worker's StopAndCancel)", setup: setupRiverWindows},
 		{name: "amqp-windows", forces: "through claimamqp on a RabbitMQ queue, per message one window: " + windows + " (the consumers' channels closed, the delivery requeued)", setup: setupAMQPWindows},
+		{name: "kafka-windows", forces: "through claimkafka on a consumer group of an in-process Kafka (kfake), per record one window: " + windows + " (the members' clients closed: a rebalance during the work), and one offset commit in three lost", setup: setupKafkaWindows},
 	}
 }
 

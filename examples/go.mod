@@ -9,6 +9,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
 	github.com/oncekey/oncekey v0.0.0-00010101000000-000000000000
+	github.com/oncekey/oncekey/claim/claimkafka v0.0.0-00010101000000-000000000000
 	github.com/oncekey/oncekey/claim/claimnats v0.0.0-00010101000000-000000000000
 	github.com/oncekey/oncekey/claim/claimriver v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
@@ -17,6 +18,9 @@ require (
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/riverdriver/riversqlite v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/goleak v1.3.0
@@ -25,6 +29,7 @@ require (
 require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 )
@@ -72,3 +77,5 @@ replace github.com/oncekey/oncekey/durable/sqlite => ../durable/sqlite
 replace github.com/oncekey/oncekey/claim/claimriver => ../claim/claimriver
 
 replace github.com/oncekey/oncekey/claim/claimnats => ../claim/claimnats
+
+replace github.com/oncekey/oncekey/claim/claimkafka => ../claim/claimkafka

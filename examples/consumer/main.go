@@ -17,16 +17,23 @@ import (
 // (program.Flags: -postgres, -redis, -data, -v) and its own.
 type options struct {
 	program.Flags
+	broker  string
 	natsURL string
+	kafka   string
 	demo    bool
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
 	fs := o.Flags.FlagSet("consumer", stderr, getenv, "log at debug level to stderr")
+	fs.StringVar(&o.broker, "broker", "nats", "the broker: nats (claim/claimnats) or kafka (claim/claimkafka)")
+	fs.StringVar(&o.kafka, "kafka", getenv("KAFKA_BROKERS"), "Kafka brokers, comma-separated (default $KAFKA_BROKERS); empty: an in-process broker (kfake)")
 	fs.StringVar(&o.natsURL, "nats", getenv("NATS_URL"), "NATS URL, with JetStream (default $NATS_URL); empty: an in-process NATS server")
 	fs.BoolVar(&o.demo, "demo", false, "publish duplicates and redeliveries, kill a consumer mid-charge, print the story and exit")
 	err := program.Parse(fs, args)
+	if err == nil && o.broker != "nats" && o.broker != "kafka" {
+		err = fmt.Errorf("consumer: -broker %q: want nats or kafka", o.broker)
+	}
 	return o, err
 }
 
@@ -38,6 +45,20 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	defer b.Close()
+	if o.broker == "kafka" {
+		if b.Postgres != nil {
+			w, err := newWorker(ctx, b.Postgres, b.ClaimOptions(), log, pgCharges{b.Pool})
+			if err != nil {
+				return err
+			}
+			return runKafka(ctx, w, o.kafka, o.demo, out)
+		}
+		w, err := newWorker(ctx, b.SQLite, b.ClaimOptions(), log, sqliteCharges{b.DB})
+		if err != nil {
+			return err
+		}
+		return runKafka(ctx, w, o.kafka, o.demo, out)
+	}
 	url := o.natsURL
 	if url == "" {
 		dir, err := os.MkdirTemp("", "oncekey-consumer-nats-")

@@ -3,7 +3,7 @@
 // comment is the one place both are written down. A test in this package
 // reads every log call and every errors.New and fmt.Errorf of the library's
 // modules (this one, durable/sqlite, claim/claimgrpc, claim/claimnats,
-// claim/claimamqp and claim/claimriver) and fails on a key not listed here
+// claim/claimamqp, claim/claimkafka and claim/claimriver) and fails on a key not listed here
 // or an error text that breaks the rule below.
 //
 // # Log keys
@@ -41,6 +41,7 @@
 //     (claimnats).
 //   - delivery_tag, redelivered: where RabbitMQ holds a delivery
 //     (claimamqp).
+//   - topic, partition, offset: where Kafka holds a record (claimkafka).
 //
 // No value is a raw idempotency key, a tenant, or request data (a body, an
 // email, an account number): records are named by op or scope, which are
@@ -94,4 +95,7 @@ const (
 	Consumer    = "consumer"
 	DeliveryTag = "delivery_tag"
 	Redelivered = "redelivered"
+	Topic       = "topic"
+	Partition   = "partition"
+	Offset      = "offset"
 )

@@ -21,7 +21,7 @@ import (
 // vocabulary. The tool modules (chaos, bench, examples, cmd/oncekey) and
 // the test kits' modules (claim/claimtest, testkit/containers, folders
 // named internal) are not the library.
-var libraryModules = []string{".", "durable/sqlite", "claim/claimgrpc", "claim/claimnats", "claim/claimamqp", "claim/claimriver"}
+var libraryModules = []string{".", "durable/sqlite", "claim/claimgrpc", "claim/claimnats", "claim/claimamqp", "claim/claimkafka", "claim/claimriver"}
 
 // notLibraryErrors are the folders of the library modules whose errors are
 // not the library's: its commands and test kits. Their log calls are

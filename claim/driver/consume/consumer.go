@@ -33,6 +33,14 @@ type Broker[M any] struct {
 	// Settle does the broker's action for d: acknowledge, requeue after
 	// d.Delay, or terminate. log is the Consumer's.
 	Settle func(m M, d Decision, log *slog.Logger) error
+	// HoldGivesUp, set for a broker that cannot hold a message without
+	// holding every later one (a Kafka partition is a log, committed in
+	// order): a Hold is given up at once. Its error matches
+	// ErrHeldGivenUp (and ErrDeadLetter), it is counted with reason
+	// uncertain, logged at Error and handed to DeadLetter; Settle then
+	// passes it on (a dead-letter topic) and moves past it. The record
+	// stays uncertain for the Reconciler.
+	HoldGivesUp bool
 }
 
 // Consumer is the broker-independent part of an adapter's Consumer: the
@@ -128,6 +136,10 @@ func (c *Consumer[TTx, M]) Run(ctx context.Context, m M,
 // action.
 func (c *Consumer[TTx, M]) settle(ctx context.Context, m M, msg Message, d Decision) (Action, error) {
 	last := c.drops.Limit() > 0 && c.broker.Last(m, c.drops.Limit())
+	if c.broker.HoldGivesUp && d.Action == Hold {
+		d = c.drops.GiveUpHeld(ctx, c.cfg.Log, msg.Where, d)
+		last = false // given up already: not at the limit too
+	}
 	d, dead := c.drops.Check(ctx, c.cfg.Log, msg.Where, d, last)
 	if dead && c.cfg.DeadLetter != nil {
 		c.cfg.DeadLetter(ctx, m, d.Err)

@@ -29,9 +29,16 @@ var ErrDeadLetter = errors.New("consume: message given up (dead-lettered, or dro
 // operation stays for the Reconciler.
 var ErrDeliveryLimit = fmt.Errorf("%w: the broker's delivery limit is reached", ErrDeadLetter)
 
+// ErrHeldGivenUp is matched by the error of a held (uncertain) delivery
+// that a broker which cannot hold it (Broker.HoldGivesUp: Kafka) gives up
+// at once, so the messages after it are not blocked. It matches
+// [ErrDeadLetter] too. The record is not changed by it: the operation stays
+// uncertain for the Reconciler.
+var ErrHeldGivenUp = fmt.Errorf("%w: outcome uncertain, passed on so the messages after it are not blocked", ErrDeadLetter)
+
 // MetricDeadLettered is the counter of messages given up, by adapter and
 // reason (mismatch, no_identity, invalid_scope, config, delivery_limit,
-// other). No attribute names a message, its id, tenant or operation.
+// uncertain, other). No attribute names a message, its id, tenant or operation.
 const MetricDeadLettered = "oncekey.messages.dead_lettered"
 
 // Drops reports the messages an adapter gives up on.
@@ -79,14 +86,33 @@ func (x *Drops) Check(ctx context.Context, log *slog.Logger, where []any, d Deci
 	if !errors.Is(d.Err, ErrDeadLetter) {
 		return d, false
 	}
-	x.counter.Add(ctx, 1, metric.WithAttributes(x.adapter, attribute.String("reason", reason(d.Err))))
+	x.counter.Add(ctx, 1, metric.WithAttributes(x.adapter, attribute.String("reason", Reason(d.Err))))
 	return d, true
 }
 
-func reason(err error) string {
+// GiveUpHeld returns the Hold d given up (Broker.HoldGivesUp): its error
+// wrapped in ErrHeldGivenUp, which Check then counts. It logs it at Error
+// with where (never the message id).
+func (x *Drops) GiveUpHeld(ctx context.Context, log *slog.Logger, where []any, d Decision) Decision {
+	log.ErrorContext(ctx, "oncekey: message outcome uncertain; passed on to the dead letter, the messages after it go on",
+		append([]any{logkeys.Action, d.Action.String(), logkeys.Err, d.Err}, where...)...)
+	if d.Err != nil {
+		d.Err = fmt.Errorf("%w (%w)", ErrHeldGivenUp, d.Err)
+	} else {
+		d.Err = ErrHeldGivenUp
+	}
+	return d
+}
+
+// Reason is the metric's reason for a message given up with err
+// (mismatch, no_identity, invalid_scope, config, delivery_limit,
+// uncertain, other), for an adapter that passes the message on with it.
+func Reason(err error) string {
 	switch {
 	case errors.Is(err, ErrDeliveryLimit):
 		return "delivery_limit"
+	case errors.Is(err, ErrHeldGivenUp):
+		return "uncertain"
 	case errors.Is(err, claim.ErrMismatch):
 		return "mismatch"
 	case errors.Is(err, ErrNoIdentity):

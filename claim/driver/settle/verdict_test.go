@@ -6,7 +6,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/oncekey/oncekey/claim"
@@ -72,6 +74,112 @@ func TestVerdictsHandledEverywhere(t *testing.T) {
 			}
 		}
 	}
+}
+
+// consumerAdapters are the consumer adapters' files: they read no Report
+// (the engine's verdict becomes an action in consume, listed above), and
+// map the engine's Action to their broker's in one switch naming every
+// action, with no default.
+var consumerAdapters = []string{
+	"../../claimnats/claimnats.go",
+	"../../claimamqp/claimamqp.go",
+	"../../claimkafka/claimkafka.go",
+}
+
+// TestVerdictsHandledEverywhere_Consumers fails when a consumer adapter
+// imports the engine (its own settle code), or does not map every action
+// of consume in exactly one switch without a default clause.
+func TestVerdictsHandledEverywhere_Consumers(t *testing.T) {
+	t.Parallel()
+	actions := []string{"Ack", "Retry", "Hold", "Terminate"}
+	for _, path := range consumerAdapters {
+		t.Run(path, func(t *testing.T) {
+			for _, p := range actionSwitchProblems(t, path, actions) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// A consumer adapter that settles on its own (imports the engine), or
+// leaves an action to a default clause, is reported.
+func TestVerdictsHandledEverywhere_ConsumersReportsBadAdapter(t *testing.T) {
+	t.Parallel()
+	const bad = `package bad
+
+import "github.com/oncekey/oncekey/claim/driver/settle"
+
+var _ settle.Report
+
+func act(dec decision) {
+	switch dec.Action {
+	case Ack:
+	case Retry, Hold:
+	default:
+	}
+}
+`
+	ps := actionSwitchProblemsOf(t, "bad.go", bad, []string{"Ack", "Retry", "Hold", "Terminate"})
+	got := fmt.Sprint(ps)
+	for _, want := range []string{"imports the settlement engine", "default clause", "does not answer Terminate"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("not reported: %s; reports: %v", want, ps)
+		}
+	}
+}
+
+func actionSwitchProblems(t *testing.T, path string, actions []string) []string {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return actionSwitchProblemsOf(t, path, string(src), actions)
+}
+
+func actionSwitchProblemsOf(t *testing.T, path, src string, actions []string) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var problems []string
+	for _, imp := range f.Imports {
+		if imp.Path.Value == `"github.com/oncekey/oncekey/claim/driver/settle"` {
+			problems = append(problems, path+": imports the settlement engine: settle through consume")
+		}
+	}
+	var switches []*ast.SwitchStmt
+	ast.Inspect(f, func(n ast.Node) bool {
+		if s, ok := n.(*ast.SwitchStmt); ok {
+			if sel, ok := s.Tag.(*ast.SelectorExpr); ok && sel.Sel.Name == "Action" {
+				switches = append(switches, s)
+			}
+		}
+		return true
+	})
+	if len(switches) != 1 {
+		return append(problems, fmt.Sprintf("%s: %d switches on a decision's Action, want 1", path, len(switches)))
+	}
+	var got []string
+	for _, c := range switches[0].Body.List {
+		cc := c.(*ast.CaseClause)
+		if cc.List == nil {
+			problems = append(problems, fmt.Sprintf("%s: the action switch has a default clause (%s)", path, fset.Position(cc.Pos())))
+		}
+		for _, e := range cc.List {
+			if id, ok := e.(*ast.Ident); ok {
+				got = append(got, id.Name)
+			}
+		}
+	}
+	for _, a := range actions {
+		if !slices.Contains(got, a) {
+			problems = append(problems, fmt.Sprintf("%s: the action switch does not answer %s", path, a))
+		}
+	}
+	return problems
 }
 
 func callsVerdict(e ast.Expr) bool {

@@ -3,7 +3,7 @@
 // exported method of an exported type, and every exported field of an
 // exported struct type and method of an exported interface. It counts two
 // totals: the core (the library module and durable/sqlite) and the adapters
-// (claimgrpc, claimnats, claimamqp, claimriver); it prints a third, the test
+// (claimgrpc, claimnats, claimamqp, claimkafka, claimriver); it prints a third, the test
 // kit claimtest's, without a limit. Test files, and the folders that are not the
 // library (chaos, bench, examples, cmd, any internal or testdata folder),
 // are not counted, nor are driver and testkit: the documented, unstable
@@ -44,7 +44,7 @@ var skip = map[string]bool{"chaos": true, "bench": true, "examples": true, "docs
 var (
 	libraryModules = map[string]bool{"durable/sqlite": true}
 	adapterModules = map[string]string{
-		"claim/claimgrpc": "adapters", "claim/claimnats": "adapters", "claim/claimamqp": "adapters", "claim/claimriver": "adapters",
+		"claim/claimgrpc": "adapters", "claim/claimnats": "adapters", "claim/claimamqp": "adapters", "claim/claimkafka": "adapters", "claim/claimriver": "adapters",
 		"claim/claimtest": "test kit",
 	}
 )
