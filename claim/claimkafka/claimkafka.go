@@ -330,6 +330,20 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) error { return c.SetMeterProvider(mp) }
 }
 
+// Step runs one step of the workflow of a [Consumer.Run] handler, at most
+// once per operation across redeliveries and takeovers (see
+// [claim.Lease.Step]): a step an earlier delivery finished returns its
+// recorded result without running, so the redelivery after a crash resumes
+// where the work stopped. fn gets the step's downstream idempotency key. A
+// step that turns the operation uncertain ([claim.ErrStepUncertain]) makes
+// the record's outcome uncertain whatever the handler returns. Outside a
+// Run handler it returns an error matching [ErrConfig].
+func Step(ctx context.Context, name string, fn func(ctx context.Context, key string) ([]byte, error), opts ...claim.StepOption) ([]byte, error) {
+	return consume.Step(ctx, errStepOutsideRun, name, fn, opts...)
+}
+
+var errStepOutsideRun = fmt.Errorf("claimkafka: Step outside a Run handler: %w", ErrConfig)
+
 // New returns a Consumer claiming with c and marking records for commit on
 // cl: a consumer group client (kgo.ConsumerGroup) with kgo.AutoCommitMarks,
 // or an error matching ErrConfig.
