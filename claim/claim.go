@@ -236,8 +236,17 @@ func (c *Claimer[TTx]) claimOnce(ctx context.Context, r Request) (Outcome, error
 	if time.Until(l.Deadline()) < l.margin {
 		// The claim took so long that too little lease is left to work
 		// safely: give the key back rather than start work that could
-		// outlive its lease.
-		_ = l.Release(context.WithoutCancel(ctx))
+		// outlive its lease. A takeover continues work another worker
+		// started, whose effects may have happened: its lease is ended,
+		// the record kept processing, so the next claim of the same
+		// request takes it over again (a release would let any request
+		// start a new operation on the key).
+		if res.Takeover {
+			_ = l.expire(context.WithoutCancel(ctx))
+			l.releaseRedis(context.WithoutCancel(ctx))
+		} else {
+			_ = l.Release(context.WithoutCancel(ctx))
+		}
 		return Outcome{OperationID: t.opID}, ErrLeaseExpired
 	}
 	return Outcome{Kind: Acquired, OperationID: t.opID, Lease: l}, nil

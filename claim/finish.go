@@ -48,12 +48,21 @@ func (l *Lease) finish(ctx context.Context, state durable.State, res durable.Res
 // Release gives the key back after a transient failure before any effect:
 // the next request with the key (any payload) runs as a new operation.
 //
-// After a [Lease.Step] of this attempt started, its effect may have
-// happened: Release refuses (an error matching [ErrConfig]; nothing is
-// written). End the work with Fail or MarkUncertain instead.
+// An operation with recorded steps ([Lease.Step], this attempt's or an
+// earlier one's) has had effects, or may have: Release refuses (an error
+// matching [ErrConfig]; nothing is written), since the next request would
+// start a new operation that runs every step again. End the work with Fail
+// or MarkUncertain instead.
 func (l *Lease) Release(ctx context.Context) (err error) {
 	if l.stepStarted() {
 		return configErr("Release after a step started: its effect may have happened; Fail or MarkUncertain instead")
+	}
+	steps, err := l.c.steps().Steps(ctx, l.ref, false)
+	if err != nil {
+		return wrap("release", err)
+	}
+	if len(steps) > 0 {
+		return configErr("Release of an operation with recorded steps: their effects happened or may have; Fail or MarkUncertain instead")
 	}
 	ctx, span := l.startFinish(ctx, "released")
 	defer func() { endFinish(span, err) }()

@@ -48,7 +48,10 @@ func StepHappened(result []byte) Resolution {
 // step is recorded as never started, and the work resumes on the next claim
 // of the same request, which runs it with the same key. As with
 // [NothingHappened], it is the application's word; the Reconciler never
-// assumes it.
+// assumes it. Say it only once no call of the step can still land: the
+// worker that started it (at Step.StartedAt) may still have one in flight
+// for as long as its longest call takes, and a downstream that does not
+// deduplicate by the step's key would then apply both.
 func StepNotHappened() Resolution { return Resolution{step: &stepTruth{}} }
 
 // Resolved returns the Resolution of an operation whose outcome is known:
@@ -72,7 +75,9 @@ func Unresolved() Resolution { return Resolution{} }
 // NothingHappened returns the Resolution of an operation the application
 // knows never took effect (the downstream never received the request, and
 // never will): the record is released, and the next request with its key
-// runs as a new operation. It is the application's word, as with
+// runs as a new operation. For an operation with recorded steps it is an
+// error of the resolver (the record is left as it is): settle the step
+// ([StepHappened], [StepNotHappened]) or the operation ([Resolved]). It is the application's word, as with
 // [Lease.Release]; the Reconciler never assumes it. Any call the original
 // worker may still have in flight carries an older token, which a
 // downstream fencing on it refuses.
@@ -270,6 +275,10 @@ func (r *Reconciler[TTx]) one(ctx context.Context, rec durable.Record, t *tally)
 			t.resumed++
 		}
 		return err
+	case res.release && len(steps) > 0:
+		// Recorded steps say something happened, or may have: a release
+		// would start a new operation that runs them all again.
+		return fmt.Errorf("claim: resolver said nothing happened, but operation %s has recorded steps: settle its step or the operation", rec.Ref)
 	case res.release:
 		// The application's word that nothing happened: the key is free.
 		err = r.c.tracing.step(ctx, spanDurableWrite, func(ctx context.Context) error {

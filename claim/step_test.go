@@ -339,33 +339,67 @@ func TestStep_Order(t *testing.T) {
 	}
 }
 
-// A released record (the Reconciler was told nothing happened) starts a
-// new operation: its earlier steps do not count, and the new life runs and
-// records its own.
+// A record past its retention starts a new operation: its earlier steps do
+// not count, and the new life runs and records its own.
 func TestStep_NewOperationStartsWithoutSteps(t *testing.T) {
 	t.Parallel()
-	e := setup(t, withoutRed, claim.WithLease(time.Minute))
+	e := setup(t, withoutRed, claim.WithLease(200*time.Millisecond), claim.WithRetention(300*time.Millisecond))
 	f := newEffects()
 	r := req("steps-restart", "v1:one")
 	first := mustClaim(t, e.c, r, claim.Acquired)
 	workflow(t, first.Lease, f, 1)
-	if err := first.Lease.MarkUncertain(t.Context()); err != nil {
+	if err := first.Lease.Complete(t.Context(), result("done")); err != nil {
 		t.Fatal(err)
 	}
-	// The application's word, through the Reconciler: nothing happened.
+	var second claim.Outcome
+	for deadline := time.Now().Add(10 * time.Second); second.Kind != claim.Acquired; time.Sleep(50 * time.Millisecond) {
+		out, err := e.c.Claim(t.Context(), req("steps-restart", "v1:other"))
+		if err != nil && !errors.Is(err, claim.ErrMismatch) || time.Now().After(deadline) {
+			t.Fatalf("claim past retention = %v, %v", out.Kind, err)
+		}
+		second = out
+	}
+	workflow(t, second.Lease, f, 1)
+	if f.count("reserve") != 2 {
+		t.Fatalf("reserve ran %d times across two operations, want 2", f.count("reserve"))
+	}
+}
+
+// An operation with recorded steps is never released, by the application
+// (Lease.Release in a later attempt that ran no step itself) or by the
+// Reconciler's NothingHappened: the next request would start a new
+// operation that runs the finished steps again.
+func TestStep_OperationWithStepsIsNeverReleased(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withoutRed, claim.WithLease(time.Minute))
+	f := newEffects()
+	r := req("steps-no-release-later", "v1:two")
+	first := mustClaim(t, e.c, r, claim.Acquired)
+	workflow(t, first.Lease, f, 1)
+	e.expireLease(r)
+	second := mustClaim(t, e.c, r, claim.Acquired)
+	if err := second.Lease.Release(t.Context()); !errors.Is(err, claim.ErrConfig) {
+		t.Fatalf("Release of a takeover with recorded steps = %v, want ErrConfig", err)
+	}
+	if err := second.Lease.MarkUncertain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	rec, err := claim.NewReconciler(e.c, func(context.Context, durable.Record) (claim.Resolution, error) {
 		return claim.NothingHappened(), nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := rec.RunOnce(t.Context()); err != nil || rep.Resolved != 1 {
-		t.Fatalf("reconcile = %+v, %v", rep, err)
+	if rep, err := rec.RunOnce(t.Context()); err != nil || rep.Errors != 1 || rep.Resolved != 0 {
+		t.Fatalf("reconcile with NothingHappened = %+v, %v; want the resolver's error", rep, err)
 	}
-	second := mustClaim(t, e.c, req("steps-restart", "v1:other"), claim.Acquired)
-	workflow(t, second.Lease, f, 1)
-	if f.count("reserve") != 2 {
-		t.Fatalf("reserve ran %d times across two operations, want 2", f.count("reserve"))
+	// Not a new operation: another request is refused, this one told uncertain.
+	if _, err := e.c.Claim(t.Context(), req("steps-no-release-later", "v1:other")); !errors.Is(err, claim.ErrMismatch) {
+		t.Fatalf("another request after the refused release = %v, want ErrMismatch", err)
+	}
+	mustClaim(t, e.c, r, claim.Uncertain)
+	if f.count("reserve") != 1 {
+		t.Fatalf("reserve ran %d times", f.count("reserve"))
 	}
 }
 
@@ -382,6 +416,48 @@ func TestStep_NoReleaseAfterAStepStarted(t *testing.T) {
 	}
 	mustClaim(t, e.c, r, claim.InProgress) // still held: nothing was released
 	if err := out.Lease.MarkUncertain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// slowClaims answers every claim late, as a loaded store would.
+type slowClaims struct {
+	storeapi.Store[pgx.Tx]
+	delay time.Duration
+}
+
+func (s slowClaims) Claim(ctx context.Context, tx pgx.Tx, p storeapi.ClaimParams) (storeapi.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, tx, p)
+	time.Sleep(s.delay)
+	return res, err
+}
+
+// A takeover whose claim left less than the start margin is not released:
+// the work it continues may have had effects (here a recorded step). Its
+// lease is ended instead, and the record stays the same operation: another
+// request with the key is refused, and the next claim of this one resumes.
+func TestClaim_SlowTakeoverIsNotReleased(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withoutRed, claim.WithLease(time.Minute))
+	f := newEffects()
+	r := req("slow-takeover", "v1:one")
+	first := mustClaim(t, e.c, r, claim.Acquired)
+	workflow(t, first.Lease, f, 1)
+	e.expireLease(r)
+	slow, err := claim.New[pgx.Tx](slowClaims{Store: e.store, delay: 300 * time.Millisecond},
+		claim.WithLease(time.Second), claim.WithStartMargin(900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slow.Claim(t.Context(), r); !errors.Is(err, claim.ErrLeaseExpired) {
+		t.Fatalf("slow takeover = %v, want ErrLeaseExpired", err)
+	}
+	if _, err := e.c.Claim(t.Context(), req("slow-takeover", "v1:other")); !errors.Is(err, claim.ErrMismatch) {
+		t.Fatalf("another request after the slow takeover = %v, want ErrMismatch (the same operation)", err)
+	}
+	resumed := mustClaim(t, e.c, r, claim.Acquired)
+	workflow(t, resumed.Lease, f, 2)
+	if err := f.once("reserve", "charge"); err != nil {
 		t.Fatal(err)
 	}
 }
