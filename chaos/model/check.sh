@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# chaos/model/check.sh: verify the claim protocol model (claim.pml) with spin.
+# chaos/model/check.sh: verify the claim protocol model (claim.pml) and the
+# workflow steps model (steps.pml) with spin.
 #
 # Every configuration of the real model must verify with no error and a
 # complete (not depth-truncated) exhaustive search; every negative control
@@ -24,8 +25,9 @@ jobs=${MODEL_JOBS:-2}
 depth=${MODEL_DEPTH:-20000}
 memlim=${MODEL_MEMLIM:-12000} # MB, per run (r1 needs about 3.2 GB)
 
-# NAME  EXPECT  DEFINES
-#   EXPECT: ok, or Pn (a counterexample to property n is required)
+# NAME  EXPECT  [MODEL] DEFINES
+#   EXPECT: ok, or Pn (a counterexample to property n of that model is required)
+#   MODEL: the model file, when not claim.pml (steps.pml numbers its own P1-P4)
 runs='
 r1-all-faults      ok  -DNW=2 -DMAXTRY=1 -DMODES=3 -DRFAULTS=1 -DCRASHES=1 -DDBFAULTS=1
 r2-redis-retry     ok  -DNW=2 -DMAXTRY=2 -DT1=1 -DMODES=0 -DRFAULTS=1 -DCRASHES=0 -DDBFAULTS=0
@@ -51,6 +53,15 @@ nc11-claim-nolock  P7  -DLOCK -DNC_CLAIMNOLOCK -DNW=2 -DMAXTRY=1 -DMODES=3 -DRFA
 nc12-lock-snapshot P7  -DLOCK -DNC_LOCKSNAP -DNW=2 -DMAXTRY=1 -DMODES=3 -DRFAULTS=0 -DCRASHES=0 -DDBFAULTS=0
 nc13-lock-nofloor  P3  -DLOCK -DNC_COMMITNOFLOOR -DNW=2 -DMAXTRY=1 -DMODES=3 -DRFAULTS=1 -DCRASHES=0 -DDBFAULTS=0
 f1-sweep-resets    P3  -DNC_NOFLOOR -DNW=2 -DMAXTRY=2 -DT1=1 -DMODES=0 -DRFAULTS=1 -DCRASHES=0 -DDBFAULTS=0
+s1-steps           ok  steps.pml -DNW=2 -DMAXTRY=2 -DNS=2 -DREPMASK=2 -DCRASHES=1 -DLOSTS=1 -DNADOPT=1
+s2-three-steps     ok  steps.pml -DNW=2 -DMAXTRY=2 -DNS=3 -DREPMASK=2 -DCRASHES=1 -DLOSTS=1 -DNADOPT=1
+s3-steps-faults    ok  steps.pml -DNW=2 -DMAXTRY=2 -DNS=2 -DREPMASK=2 -DCRASHES=2 -DLOSTS=1 -DNADOPT=2 -DRCOMPLETE
+s4-steps-3workers  ok  steps.pml -DNW=3 -DMAXTRY=1 -DNS=2 -DREPMASK=2 -DCRASHES=1 -DLOSTS=1 -DNADOPT=1
+snc1-nofence       P1  steps.pml -DNOFENCE -DNW=2 -DMAXTRY=2 -DNS=2 -DREPMASK=2 -DCRASHES=1 -DLOSTS=1 -DNADOPT=1
+snc2-ignore        P2  steps.pml -DIGNORE -DNW=2 -DMAXTRY=2 -DNS=2 -DREPMASK=2 -DCRASHES=1 -DLOSTS=1 -DNADOPT=1
+snc3-rerun         P3  steps.pml -DRERUN -DNW=2 -DMAXTRY=2 -DNS=2 -DREPMASK=2 -DCRASHES=1 -DLOSTS=1 -DNADOPT=1
+sf1-inflight       P3  steps.pml -DINFLIGHT -DNW=2 -DMAXTRY=2 -DNS=2 -DREPMASK=2 -DCRASHES=1 -DLOSTS=1 -DNADOPT=1
+sf2-release        P2  steps.pml -DRELEASE -DNW=2 -DMAXTRY=2 -DNS=2 -DREPMASK=2 -DCRASHES=1 -DLOSTS=1 -DNADOPT=1
 '
 
 except=
@@ -62,16 +73,20 @@ want=" $* "
 work=$(mktemp -d "${TMPDIR:-/tmp}/model.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# verify NAME EXPECT DEFINES...: one spin run; writes $work/NAME/result
+# verify NAME EXPECT [MODEL] DEFINES...: one spin run; writes $work/NAME/result
 verify() {
-	local name=$1 expect=$2
+	local name=$1 expect=$2 model=claim.pml
 	shift 2
+	if [[ ${1:-} == *.pml ]]; then
+		model=$1
+		shift
+	fi
 	local dir=$work/$name
 	mkdir -p "$dir"
-	cp "$here/claim.pml" "$dir/"
+	cp "$here/$model" "$dir/"
 	(
 		cd "$dir"
-		spin -a "$@" claim.pml >spin.log 2>&1 || { echo "FAIL spin -a: $(tail -n 3 spin.log)"; exit 0; }
+		spin -a "$@" "$model" >spin.log 2>&1 || { echo "FAIL spin -a: $(tail -n 3 spin.log)"; exit 0; }
 		gcc -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o pan pan.c >gcc.log 2>&1 ||
 			{ echo "FAIL gcc: $(tail -n 3 gcc.log)"; exit 0; }
 		./pan -m"$depth" >pan.log 2>&1 || true
