@@ -164,3 +164,83 @@ func TestShmHolder(t *testing.T) {
 	os.Stdout.WriteString("ready\n")
 	time.Sleep(time.Minute)
 }
+
+// TestCluster_FailoverFailbackRejoin fails a synchronous pair over and
+// back twice: each time the standby is cut off, the primary SIGKILLed,
+// the standby promoted, the old primary rejoined as a standby of the new
+// one (Rejoin) and the new primary made synchronous again
+// (SetSynchronous). Every row committed before a failover must be on the
+// promoted node, and the rejoined node must be in recovery.
+func TestCluster_FailoverFailbackRejoin(t *testing.T) {
+	if testing.Short() && !testenv.CI() {
+		t.Skip("starts PostgreSQL clusters")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a, err := NewCluster(ctx, "wal_level=replica", "max_connections=50")
+	if errors.Is(err, ErrNoPostgres) && !testenv.CI() {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := a.Standby(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := a.SetSynchronous(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(c *Cluster, q string) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, c.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(c *Cluster) (n int, recovery bool) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, c.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM rows), pg_is_in_recovery()").Scan(&n, &recovery); err != nil {
+			t.Fatal(err)
+		}
+		return n, recovery
+	}
+	exec(a, "CREATE TABLE rows (i int)")
+	primary, standby := a, b
+	for round := 1; round <= 4; round++ {
+		exec(primary, "INSERT INTO rows VALUES (1)")
+		if err := standby.Disconnect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := primary.Crash(); err != nil {
+			t.Fatal(err)
+		}
+		if err := standby.Promote(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := primary.Rejoin(ctx, standby); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		primary, standby = standby, primary
+		if err := primary.SetSynchronous(ctx, true); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if n, rec := count(primary); n != round || rec {
+			t.Fatalf("round %d: the promoted node has %d rows (recovery %v), want %d, not in recovery", round, n, rec, round)
+		}
+		if _, rec := count(standby); !rec {
+			t.Fatalf("round %d: the rejoined node is not in recovery", round)
+		}
+	}
+}
