@@ -39,13 +39,16 @@ type ScenarioInfo struct {
 	// OnServers reports that its own servers come from [Config.Servers]
 	// when set (containers, under the runner's -containers).
 	OnServers bool
+	// Repeats is, for a scenario that cycles an infrastructure fault for
+	// the whole run, its main fault ([Result.Repeated]).
+	Repeats string
 }
 
 // Scenarios lists every scenario, in the order [Run] runs them.
 func Scenarios() []ScenarioInfo {
 	var out []ScenarioInfo
 	for _, s := range registry() {
-		out = append(out, ScenarioInfo{Name: s.name, Forces: s.forces, OwnRedis: s.ownRedis, OwnPostgres: s.ownPostgres, OnServers: s.onServers})
+		out = append(out, ScenarioInfo{Name: s.name, Forces: s.forces, OwnRedis: s.ownRedis, OwnPostgres: s.ownPostgres, OnServers: s.onServers, Repeats: s.repeats})
 	}
 	return out
 }
@@ -107,8 +110,12 @@ func progressLine(r Result) string {
 	if r.Failed() {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("chaos: %-22s %4s  %d ops, %d calls, %d faults (%s), %d violations, %v",
-		r.Scenario, verdict, r.Iterations, r.Operations, r.FaultsTotal, faultList(r.Faults), len(r.Violations), r.Duration.Round(time.Millisecond))
+	repeated := ""
+	if r.Repeated != nil {
+		repeated = fmt.Sprintf(", %s %d times (%d required)", r.Repeated.Fault, r.Repeated.Fired, r.Repeated.Required)
+	}
+	return fmt.Sprintf("chaos: %-22s %4s  %d ops, %d calls, %d faults (%s)%s, %d violations, %v",
+		r.Scenario, verdict, r.Iterations, r.Operations, r.FaultsTotal, faultList(r.Faults), repeated, len(r.Violations), r.Duration.Round(time.Millisecond))
 }
 
 func faultList(m map[string]int64) string {
@@ -242,6 +249,10 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	}
 	res.Observed = e.observed()
 	res.Operations = len(in.Calls)
+	res.Timeline = e.timeline()
+	if s.repeats != "" {
+		res.Repeated = &Repeated{Fault: s.repeats, Fired: res.Faults[s.repeats], Required: RepeatedFaultsRequired(r.cfg.Iterations)}
+	}
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -287,6 +298,7 @@ type env struct {
 	atCommit map[*claim.Claimer[pgxTx]]bool
 	bgs      sync.WaitGroup
 	bgMu     sync.Mutex // serializes infrastructure faults
+	spans    []FaultSpan
 
 	httpc *http.Client
 }
