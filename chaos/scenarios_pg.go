@@ -193,60 +193,86 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 		if !sync {
 			n = 1 // the hazard: one failover loses acknowledged commits
 		}
-		cur := 0 // the primary's node; only the cycles, one at a time, use it
 		// The operations within Parallel after a cycle's start start only
 		// once the standby is disconnected, so they commit on the primary
 		// alone: with an asynchronous standby their acknowledged results
 		// exist nowhere else when the primary dies.
+		pair := &pgPair{nodes: nodes, sync: sync}
 		cy := e.repeat("postgres-failover", n, 0, e.cfg.Parallel, func(ctx context.Context, _ int, ready func()) {
-			bctx := context.WithoutCancel(ctx)
-			primary, standby := nodes[cur], nodes[1-cur]
-			end := e.span("postgres-failover")
-			defer end()
-			dctx, cancel := context.WithTimeout(bctx, 10*time.Second)
-			err := standby.Disconnect(dctx)
-			cancel()
-			since := e.rec.Now()
-			ready()
-			if err != nil {
-				e.violation("setup", "", "%v", err)
-				return
-			}
-			e.fault("standby-disconnected")
-			time.Sleep(3 * e.cfg.Lease)
-			if !sync {
-				// The hazard needs acknowledged commits that only the
-				// primary has: wait for some (a loaded machine may be slow
-				// to produce them), within a bound.
-				waitAcks(ctx, e, since, 2, 20*time.Second)
-			}
-			if err := primary.Crash(); err != nil {
-				e.violation("setup", "", "crash primary: %v", err)
-			}
-			e.fault("primary-killed")
-			rctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-			defer cancel()
-			if err := standby.Promote(rctx); err != nil {
-				e.violation("setup", "", "promote standby: %v", err)
-				return
-			}
-			e.fault("standby-promoted")
-			cur = 1 - cur
-			// Healed before the next cycle: the old primary back as a
-			// standby of the new one, which waits for it again.
-			if err := primary.Rejoin(rctx, standby); err != nil {
-				e.violation("setup", "", "rejoin the old primary: %v", err)
-				return
-			}
-			if err := standby.SetSynchronous(rctx, sync); err != nil {
-				e.violation("setup", "", "%v", err)
-				return
-			}
-			e.fault("old-primary-rejoined")
+			e.pgFailoverOnce(ctx, pair, ready, nil)
 		})
 		w.startOp = cy.start
 		return w, nil
 	}
+}
+
+// pgPair is a primary and its standby that change roles at each
+// failover; only one failover at a time may use it.
+type pgPair struct {
+	nodes [2]PostgresNode
+	cur   int // the primary's node
+	sync  bool
+}
+
+func (p *pgPair) primary() PostgresNode { return p.nodes[p.cur] }
+
+// pgFailoverOnce fails pair over: the standby disconnected (ready is
+// called then), a few leases of operations, the primary SIGKILLed, the
+// standby promoted (moved, when set, is told the new primary), and healed:
+// the old primary rejoined as a standby of the new one, which is made
+// synchronous again (with pair.sync).
+func (e *env) pgFailoverOnce(ctx context.Context, pair *pgPair, ready func(), moved func(PostgresNode) error) (healed bool) {
+	bctx := context.WithoutCancel(ctx)
+	primary, standby := pair.nodes[pair.cur], pair.nodes[1-pair.cur]
+	end := e.span("postgres-failover")
+	defer end()
+	dctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+	err := standby.Disconnect(dctx)
+	cancel()
+	since := e.rec.Now()
+	ready()
+	if err != nil {
+		e.violation("setup", "", "%v", err)
+		return false
+	}
+	e.fault("standby-disconnected")
+	time.Sleep(3 * e.cfg.Lease)
+	if !pair.sync {
+		// The hazard needs acknowledged commits that only the primary
+		// has: wait for some (a loaded machine may be slow to produce
+		// them), within a bound.
+		waitAcks(ctx, e, since, 2, 20*time.Second)
+	}
+	if err := primary.Crash(); err != nil {
+		e.violation("setup", "", "crash primary: %v", err)
+	}
+	e.fault("primary-killed")
+	rctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+	if err := standby.Promote(rctx); err != nil {
+		e.violation("setup", "", "promote standby: %v", err)
+		return false
+	}
+	e.fault("standby-promoted")
+	pair.cur = 1 - pair.cur
+	if moved != nil {
+		if err := moved(standby); err != nil {
+			e.violation("setup", "", "%v", err)
+			return false
+		}
+	}
+	// Healed before the next failover: the old primary back as a standby
+	// of the new one, which waits for it again.
+	if err := primary.Rejoin(rctx, standby); err != nil {
+		e.violation("setup", "", "rejoin the old primary: %v", err)
+		return false
+	}
+	if err := standby.SetSynchronous(rctx, pair.sync); err != nil {
+		e.violation("setup", "", "%v", err)
+		return false
+	}
+	e.fault("old-primary-rejoined")
+	return true
 }
 
 // seesStandby checks that the durability check sees the cluster's

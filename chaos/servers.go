@@ -145,6 +145,9 @@ type PostgresNode interface {
 	// the commit's WAL (on), or alone, and waits until a standby streams
 	// from it (a synchronous one with on).
 	SetSynchronous(ctx context.Context, on bool) error
+	// WaitStandby waits until a standby streams from it, a primary (a
+	// synchronous one with sync).
+	WaitStandby(ctx context.Context, sync bool) error
 }
 
 // asPostgresNode returns s as a PostgresNode when it is one.

@@ -459,6 +459,23 @@ func (c *Cluster) SetSynchronous(ctx context.Context, on bool) error {
 			return fmt.Errorf("fault: set synchronous: %s: %w", s, err)
 		}
 	}
+	return waitStandby(ctx, conn, on)
+}
+
+// WaitStandby waits until a standby streams from c, a primary, and with
+// sync until it is synchronous: after a crash and restart of c, the
+// commits it recovered (written, never acknowledged, and visible now)
+// reach the standby only once it streams again.
+func (c *Cluster) WaitStandby(ctx context.Context, sync bool) error {
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return fmt.Errorf("fault: wait for a standby: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return waitStandby(ctx, conn, sync)
+}
+
+func waitStandby(ctx context.Context, conn *pgx.Conn, on bool) error {
 	want := "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
 	if on {
 		want += " AND sync_state = 'sync'"
@@ -467,13 +484,13 @@ func (c *Cluster) SetSynchronous(ctx context.Context, on bool) error {
 	for {
 		var n int
 		if err := conn.QueryRow(ctx, want).Scan(&n); err != nil {
-			return fmt.Errorf("fault: set synchronous: %w", err)
+			return fmt.Errorf("fault: wait for a standby: %w", err)
 		}
 		if n > 0 {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("fault: set synchronous (%v): no standby streams from it after 60s", on)
+			return fmt.Errorf("fault: wait for a standby (synchronous %v): none streams after 60s", on)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
