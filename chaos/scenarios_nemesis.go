@@ -42,10 +42,10 @@ func nemesisRegistry() []scenario {
 type nemesis struct {
 	e      *env
 	pg     *pgPair
-	up     *fault.Proxy   // every connection to PostgreSQL, to its primary
+	up     *fault.Proxy    // every connection to PostgreSQL, to its primary
 	cutter *pgproxy.Cutter // the clients' connections, before up
-	pxs    []*fault.Proxy // client c's connections, before the cutter
-	busy   []sync.Mutex   // one fault at a time on each of pxs
+	pxs    []*fault.Proxy  // client c's connections, before the cutter
+	busy   []sync.Mutex    // one fault at a time on each of pxs
 	rpair  *fault.Pair
 	rpxs   []*fault.Proxy // client c's Redis connections, to the primary
 	// pgMu and redisMu serialize the faults of one server pair (a crash
