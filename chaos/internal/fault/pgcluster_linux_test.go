@@ -244,3 +244,64 @@ func TestCluster_FailoverFailbackRejoin(t *testing.T) {
 		}
 	}
 }
+
+// TestCluster_CanceledSyncWaitCommitsLocally pins the PostgreSQL behavior
+// the nemesis ran into (chaos/README.md, Repeated faults and the
+// nemesis): with a synchronous standby gone, a COMMIT waits; when its
+// client's context expires, pgx closes the connection and sends a
+// CancelRequest, and the server stops waiting: the transaction is
+// committed locally and visible to every other session, though no
+// standby has it. A read that finds it (a retry's replay, a re-read
+// after a lost reply) acknowledges what a failover then loses.
+func TestCluster_CanceledSyncWaitCommitsLocally(t *testing.T) {
+	if testing.Short() && !testenv.CI() {
+		t.Skip("starts PostgreSQL clusters")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a, err := NewCluster(ctx, "synchronous_commit=on", "wal_level=replica", "synchronous_standby_names=*")
+	if errors.Is(err, ErrNoPostgres) && !testenv.CI() {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := a.Standby(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	conn, err := pgx.Connect(ctx, a.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE TABLE rows (i int)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ictx, icancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = conn.Exec(ictx, "INSERT INTO rows VALUES (1)")
+	icancel()
+	if err == nil {
+		t.Fatal("the INSERT committed without its synchronous standby")
+	}
+	other, err := pgx.Connect(ctx, a.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	var n int
+	// The cancel is asynchronous: the row shows once the server took it.
+	for deadline := time.Now().Add(10 * time.Second); n == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err := other.QueryRow(ctx, "SELECT count(*) FROM rows").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d rows visible after the canceled wait, want the 1 committed locally", n)
+	}
+}
