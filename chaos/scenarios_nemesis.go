@@ -172,10 +172,15 @@ func setupNemesis(ctx context.Context, e *env) (*workload, error) {
 		case 2*(o.i-1) >= len(forced) && e.sched.chance(0.35, "nemesis", o.i):
 			kinds = []string{nemesisFaults[e.sched.intn(len(nemesisFaults), "nemesis-kind", o.i)]}
 		}
-		// A Redis clock jump on a quarter of the operations besides: a
-		// lease can vanish only while Redis holds one.
+		// A Redis clock jump, and a lost reply, on a quarter of the
+		// operations besides each: a lease can vanish only while Redis
+		// holds one, and an armed cut may meet a COMMIT that never gets
+		// its reply from a server that went down.
 		if e.sched.chance(0.25, "vanish", o.i) {
 			kinds = append(kinds, "redis-lease-vanished")
+		}
+		if e.sched.chance(0.25, "reply-lost", o.i) {
+			kinds = append(kinds, "postgres-reply-lost")
 		}
 		for _, kind := range kinds {
 			if nemesisPerOp[kind] {
