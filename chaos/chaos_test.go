@@ -143,7 +143,7 @@ func checkRepeated(t *testing.T, r chaos.Result) {
 		return
 	}
 	switch {
-	case r.Repeated == nil || r.Repeated.Fault != want:
+	case r.Repeated == nil || r.Repeated.Fault != want || r.Repeated.Note != "":
 		t.Errorf("repeated %+v, want the main fault %s counted", r.Repeated, want)
 	case r.Repeated.Required != chaos.RepeatedFaultsRequired(r.Iterations) || r.Repeated.Fired < int64(chaos.RepeatedFaultsRequired(r.Iterations)):
 		t.Errorf("%s fired %d times at %d operations, want at least %d", want, r.Repeated.Fired, r.Iterations, chaos.RepeatedFaultsRequired(r.Iterations))

@@ -27,8 +27,20 @@ type Repeated struct {
 	Fault string `json:"fault"`
 	// Fired is how often it fired.
 	Fired int64 `json:"fired"`
-	// Required is [RepeatedFaultsRequired] at the run's size.
+	// Required is [RepeatedFaultsRequired] at the run's size, or 1 on
+	// servers that cannot repeat the fault (Note says why).
 	Required int `json:"required"`
+	// Note, when set, says why the fault could fire only once on the
+	// run's servers.
+	Note string `json:"note,omitempty"`
+}
+
+// repeatOnce says that the scenario's main fault fires once on the run's
+// servers, and why: it must then fire once, and the result says why.
+func (e *env) repeatOnce(why string) {
+	e.mu.Lock()
+	e.onceWhy = why
+	e.mu.Unlock()
 }
 
 // FaultSpan is one fault on a scenario's timeline: its kind, and when it

@@ -113,6 +113,9 @@ func progressLine(r Result) string {
 	repeated := ""
 	if r.Repeated != nil {
 		repeated = fmt.Sprintf(", %s %d times (%d required)", r.Repeated.Fault, r.Repeated.Fired, r.Repeated.Required)
+		if r.Repeated.Note != "" {
+			repeated += " (" + r.Repeated.Note + ")"
+		}
 	}
 	return fmt.Sprintf("chaos: %-22s %4s  %d ops, %d calls, %d faults (%s)%s, %d violations, %v",
 		r.Scenario, verdict, r.Iterations, r.Operations, r.FaultsTotal, faultList(r.Faults), repeated, len(r.Violations), r.Duration.Round(time.Millisecond))
@@ -252,6 +255,11 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	res.Timeline = e.timeline()
 	if s.repeats != "" {
 		res.Repeated = &Repeated{Fault: s.repeats, Fired: res.Faults[s.repeats], Required: RepeatedFaultsRequired(r.cfg.Iterations)}
+		e.mu.Lock()
+		if e.onceWhy != "" {
+			res.Repeated.Required, res.Repeated.Note = 1, e.onceWhy
+		}
+		e.mu.Unlock()
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -299,6 +307,7 @@ type env struct {
 	bgs      sync.WaitGroup
 	bgMu     sync.Mutex // serializes infrastructure faults
 	spans    []FaultSpan
+	onceWhy  string // see repeatOnce
 
 	httpc *http.Client
 }
