@@ -129,10 +129,10 @@ func negativeBuilt(m broken.Mode) error {
 // in a binary built with -tags oncekey_negative ([NegativeControl]).
 func NegativeModes() map[string][]string {
 	return map[string][]string{
-		string(broken.CompleteWithoutFence):      {"stale-owner", "paused-owner", "clock-skew", "async-river", "pg-network"},
-		string(broken.ClaimTrustsRedis):          {"redis-restart", "redis-down"},
+		string(broken.CompleteWithoutFence):      {"stale-owner", "paused-owner", "clock-skew", "async-river", "pg-network", "nemesis"},
+		string(broken.ClaimTrustsRedis):          {"redis-restart", "redis-down", "nemesis"},
 		string(broken.ReleaseAfterStart):         {"http-renewals-fail", "http-panic-after-effect", "http-finish-outage-long", "reconcile-after-retention"},
-		string(broken.NoRereadAfterLostAck):      {"db-cut-after-commit"},
+		string(broken.NoRereadAfterLostAck):      {"db-cut-after-commit", "nemesis"},
 		string(broken.WorkerClockLease):          {"clock-skew"},
 		string(broken.CommitOverExisting):        {"redis-restart", "redis-failover", "redis-eviction"},
 		string(broken.UnresolvedStaysProcessing): {"reconcile-unresolved"},

@@ -124,16 +124,17 @@
 // each:
 //
 //   - complete-without-fence: completions without the fence (caught by
-//     stale-owner, paused-owner, clock-skew);
+//     stale-owner, paused-owner, clock-skew, nemesis);
 //   - claim-trusts-redis: claims that trust Redis and overwrite the record
-//     (redis-restart, redis-down);
+//     (redis-restart, redis-down, nemesis);
 //   - release-after-start: the key given back after work started under a
 //     lease: MarkUncertain releases, and so does a renewal or a finish
 //     that could not be written (http-renewals-fail,
 //     http-panic-after-effect, http-finish-outage-long,
 //     reconcile-after-retention);
 //   - no-reread-after-lost-ack: a COMMIT or fenced finish whose reply was
-//     lost taken as not applied, without re-reading (db-cut-after-commit);
+//     lost taken as not applied, without re-reading (db-cut-after-commit,
+//     nemesis);
 //   - worker-clock-lease: leases set and compared by the worker's skewed
 //     clock instead of the database's (clock-skew, which watches that no
 //     claim takes over a lease before it could have run out by the

@@ -222,7 +222,11 @@ func setupNemesis(ctx context.Context, e *env) (*workload, error) {
 		}
 		if a.o.planned("paused-past-lease") && !a.o.fired("paused-past-lease") {
 			end := e.span("paused-past-lease")
-			e.pauseBeforeComplete(a, "paused-past-lease", "paused-past-lease")
+			// As in stale-owner: the completion it then sends, once another
+			// client took over, is the one the fence must reject.
+			if e.pauseBeforeComplete(a, "paused-past-lease", "paused-past-lease") && e.awaitTakeover(ctx, a.o, a.tok, 8*e.cfg.Lease) {
+				e.observe("taken-over-during-pause")
+			}
 			end()
 		}
 	}
