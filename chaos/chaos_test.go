@@ -115,8 +115,75 @@ func runScenarios(t *testing.T, cfg chaos.Config, want int) {
 			if r.Acknowledged == 0 {
 				t.Errorf("no operation was acknowledged: the workload did nothing")
 			}
+			checkRepeated(t, r)
 			t.Logf("lease %v; faults %v; observed %v", cfg.Lease, r.Faults, r.Observed)
 		})
+	}
+}
+
+// repeatedScenarios are the infrastructure scenarios that cycle their
+// fault for the whole run (issue 48), each with its main fault: it must
+// fire chaos.RepeatedFaultsRequired times at the run's size.
+var repeatedScenarios = map[string]string{
+	"pg-failover-sync":      "primary-killed",
+	"pg-crash":              "postgres-killed",
+	"pgbouncer":             "pgbouncer-restarted",
+	"redis-sentinel":        "sentinel-failover",
+	"patroni-kill-leader":   "leader-killed",
+	"patroni-dcs-partition": "leader-cut-from-dcs",
+	"patroni-switchover":    "switchover",
+}
+
+// checkRepeated fails r, a result of a repeated scenario, when its main
+// fault is not the one it must repeat or fired fewer times than required.
+func checkRepeated(t *testing.T, r chaos.Result) {
+	t.Helper()
+	want, ok := repeatedScenarios[r.Scenario]
+	if !ok {
+		return
+	}
+	switch {
+	case r.Repeated == nil || r.Repeated.Fault != want || r.Repeated.Note != "":
+		t.Errorf("repeated %+v, want the main fault %s counted", r.Repeated, want)
+	case r.Repeated.Required != chaos.RepeatedFaultsRequired(r.Iterations) || r.Repeated.Fired < int64(chaos.RepeatedFaultsRequired(r.Iterations)):
+		t.Errorf("%s fired %d times at %d operations, want at least %d", want, r.Repeated.Fired, r.Iterations, chaos.RepeatedFaultsRequired(r.Iterations))
+	default:
+		t.Logf("%s fired %d times (%d required); timeline %v", want, r.Repeated.Fired, r.Repeated.Required, r.Timeline)
+	}
+}
+
+// TestRepeated_Requirement pins what issue 48 asks of the repeated
+// scenarios: each is marked with its main fault, at least 2 at CI's size
+// and 20 at the soak's 1000, and a result short of it fails.
+func TestRepeated_Requirement(t *testing.T) {
+	got := map[string]string{}
+	for _, s := range chaos.Scenarios() {
+		if s.Repeats != "" {
+			got[s.Name] = s.Repeats
+		}
+	}
+	for name, fault := range repeatedScenarios {
+		if got[name] != fault {
+			t.Errorf("%s repeats %q, want %q", name, got[name], fault)
+		}
+	}
+	if len(got) != len(repeatedScenarios) {
+		t.Errorf("repeated scenarios %v, want %v", got, repeatedScenarios)
+	}
+	if n := chaos.RepeatedFaultsRequired(ciIterations); n < 2 {
+		t.Errorf("required at CI's size: %d, want at least 2", n)
+	}
+	if n := chaos.RepeatedFaultsRequired(1000); n < 20 {
+		t.Errorf("required at 1000 operations: %d, want at least 20", n)
+	}
+	r := chaos.Result{Scenario: "pg-crash", Iterations: 1000, Faults: map[string]int64{"postgres-killed": 19}, FaultsTotal: 19,
+		Repeated: &chaos.Repeated{Fault: "postgres-killed", Fired: 19, Required: chaos.RepeatedFaultsRequired(1000)}}
+	if !r.Failed() || !r.TooFew() {
+		t.Errorf("a result with its main fault fired 19 times of 20 does not fail")
+	}
+	r.Repeated.Fired = 20
+	if r.Failed() || r.TooFew() {
+		t.Errorf("a result with its main fault fired 20 times of 20 fails")
 	}
 }
 

@@ -129,10 +129,10 @@ func negativeBuilt(m broken.Mode) error {
 // in a binary built with -tags oncekey_negative ([NegativeControl]).
 func NegativeModes() map[string][]string {
 	return map[string][]string{
-		string(broken.CompleteWithoutFence):      {"stale-owner", "paused-owner", "clock-skew", "async-river", "pg-network"},
-		string(broken.ClaimTrustsRedis):          {"redis-restart", "redis-down"},
+		string(broken.CompleteWithoutFence):      {"stale-owner", "paused-owner", "clock-skew", "async-river", "pg-network", "nemesis"},
+		string(broken.ClaimTrustsRedis):          {"redis-restart", "redis-down", "nemesis"},
 		string(broken.ReleaseAfterStart):         {"http-renewals-fail", "http-panic-after-effect", "http-finish-outage-long", "reconcile-after-retention"},
-		string(broken.NoRereadAfterLostAck):      {"db-cut-after-commit"},
+		string(broken.NoRereadAfterLostAck):      {"db-cut-after-commit", "nemesis"},
 		string(broken.WorkerClockLease):          {"clock-skew"},
 		string(broken.CommitOverExisting):        {"redis-restart", "redis-failover", "redis-eviction"},
 		string(broken.UnresolvedStaysProcessing): {"reconcile-unresolved"},
@@ -237,13 +237,27 @@ type Result struct {
 	// Error is set when the scenario could not run to the end; it counts
 	// as a failure.
 	Error string `json:"error,omitempty"`
+	// Repeated is, for a scenario that cycles an infrastructure fault for
+	// the whole run, how often its main fault fired and how often it must
+	// ([RepeatedFaultsRequired]); fewer fails the run.
+	Repeated *Repeated `json:"repeated,omitempty"`
+	// Timeline is when each infrastructure fault of the scenario was put
+	// in place and healed (the runner's -html draws it).
+	Timeline []FaultSpan `json:"timeline,omitempty"`
 }
 
 // Failed reports whether the result fails the run: a violation, an error,
-// or a scenario with a kind of fault that never fired (it proved nothing
-// about that fault).
+// a scenario with a kind of fault that never fired (it proved nothing
+// about that fault), or a repeated scenario whose main fault fired fewer
+// times than required at its size.
 func (r Result) Failed() bool {
-	return len(r.Violations) > 0 || r.Error != "" || (r.Skipped == "" && len(r.Unfired()) > 0)
+	return len(r.Violations) > 0 || r.Error != "" || (r.Skipped == "" && (len(r.Unfired()) > 0 || r.TooFew()))
+}
+
+// TooFew reports whether a repeated scenario fired its main fault fewer
+// times than required at its size (see [Result.Repeated]).
+func (r Result) TooFew() bool {
+	return r.Repeated != nil && r.Repeated.Fired < int64(r.Repeated.Required)
 }
 
 // Unfired lists the kinds of fault the scenario injects that never fired;

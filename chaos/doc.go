@@ -69,6 +69,19 @@
 // (patroni-dcs-partition) and switched over (patroni-switchover); the
 // hazard patroni-async-failover, without synchronous_mode, must be caught.
 //
+// The infrastructure scenarios (pg-failover-sync, pg-crash, pgbouncer,
+// redis-sentinel, the Patroni ones) cycle their fault for the whole run
+// (issue 48), on a plan drawn from the seed, healed between faults (the
+// old primary rejoined as a standby, failing back at the next cycle); a
+// result counts its main fault ([Result.Repeated]) and fails below
+// [RepeatedFaultsRequired] (2 at 20 operations, 20 at 1000). The
+// nemesis mixes every fault family of its servers, overlapping, under a
+// mixed load: Redis restarted, flushed, frozen, failed over; PostgreSQL
+// failed over and back, crashed, partitioned, slowed, a reply lost;
+// holders paused past their lease; the downstream's answer lost; worker
+// clocks skewed and Redis leases vanishing. Each scenario's faults are
+// spans on [Result.Timeline], which the runner's -html draws.
+//
 // Each scenario runs Iterations logical operations, each retried at once by
 // Clients clients (each with a Claimer and a Redis client of its own, like
 // instances of one service), with capped exponential backoff and full
@@ -111,16 +124,17 @@
 // each:
 //
 //   - complete-without-fence: completions without the fence (caught by
-//     stale-owner, paused-owner, clock-skew);
+//     stale-owner, paused-owner, clock-skew, nemesis);
 //   - claim-trusts-redis: claims that trust Redis and overwrite the record
-//     (redis-restart, redis-down);
+//     (redis-restart, redis-down, nemesis);
 //   - release-after-start: the key given back after work started under a
 //     lease: MarkUncertain releases, and so does a renewal or a finish
 //     that could not be written (http-renewals-fail,
 //     http-panic-after-effect, http-finish-outage-long,
 //     reconcile-after-retention);
 //   - no-reread-after-lost-ack: a COMMIT or fenced finish whose reply was
-//     lost taken as not applied, without re-reading (db-cut-after-commit);
+//     lost taken as not applied, without re-reading (db-cut-after-commit,
+//     nemesis);
 //   - worker-clock-lease: leases set and compared by the worker's skewed
 //     clock instead of the database's (clock-skew, which watches that no
 //     claim takes over a lease before it could have run out by the

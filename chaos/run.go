@@ -39,13 +39,16 @@ type ScenarioInfo struct {
 	// OnServers reports that its own servers come from [Config.Servers]
 	// when set (containers, under the runner's -containers).
 	OnServers bool
+	// Repeats is, for a scenario that cycles an infrastructure fault for
+	// the whole run, its main fault ([Result.Repeated]).
+	Repeats string
 }
 
 // Scenarios lists every scenario, in the order [Run] runs them.
 func Scenarios() []ScenarioInfo {
 	var out []ScenarioInfo
 	for _, s := range registry() {
-		out = append(out, ScenarioInfo{Name: s.name, Forces: s.forces, OwnRedis: s.ownRedis, OwnPostgres: s.ownPostgres, OnServers: s.onServers})
+		out = append(out, ScenarioInfo{Name: s.name, Forces: s.forces, OwnRedis: s.ownRedis, OwnPostgres: s.ownPostgres, OnServers: s.onServers, Repeats: s.repeats})
 	}
 	return out
 }
@@ -107,8 +110,15 @@ func progressLine(r Result) string {
 	if r.Failed() {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("chaos: %-22s %4s  %d ops, %d calls, %d faults (%s), %d violations, %v",
-		r.Scenario, verdict, r.Iterations, r.Operations, r.FaultsTotal, faultList(r.Faults), len(r.Violations), r.Duration.Round(time.Millisecond))
+	repeated := ""
+	if r.Repeated != nil {
+		repeated = fmt.Sprintf(", %s %d times (%d required)", r.Repeated.Fault, r.Repeated.Fired, r.Repeated.Required)
+		if r.Repeated.Note != "" {
+			repeated += " (" + r.Repeated.Note + ")"
+		}
+	}
+	return fmt.Sprintf("chaos: %-22s %4s  %d ops, %d calls, %d faults (%s)%s, %d violations, %v",
+		r.Scenario, verdict, r.Iterations, r.Operations, r.FaultsTotal, faultList(r.Faults), repeated, len(r.Violations), r.Duration.Round(time.Millisecond))
 }
 
 func faultList(m map[string]int64) string {
@@ -242,6 +252,15 @@ func (r *runEnv) scenario(ctx context.Context, s scenario) (res Result) {
 	}
 	res.Observed = e.observed()
 	res.Operations = len(in.Calls)
+	res.Timeline = e.timeline()
+	if s.repeats != "" {
+		res.Repeated = &Repeated{Fault: s.repeats, Fired: res.Faults[s.repeats], Required: RepeatedFaultsRequired(r.cfg.Iterations)}
+		e.mu.Lock()
+		if e.onceWhy != "" {
+			res.Repeated.Required, res.Repeated.Note = 1, e.onceWhy
+		}
+		e.mu.Unlock()
+	}
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -287,6 +306,8 @@ type env struct {
 	atCommit map[*claim.Claimer[pgxTx]]bool
 	bgs      sync.WaitGroup
 	bgMu     sync.Mutex // serializes infrastructure faults
+	spans    []FaultSpan
+	onceWhy  string // see repeatOnce
 
 	httpc *http.Client
 }

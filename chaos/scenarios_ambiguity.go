@@ -58,7 +58,7 @@ func registry() []scenario {
 		{name: "paused-owner", forces: "an owner paused past its lease inside its transaction or before its completion while another takes over", setup: setupPausedOwner},
 		{name: "async-river", forces: "async mode on River: workers paused past their lease (the job handed on, the paused completion fenced) and killed mid-job (the retry takes over), Redis restarted empty; one effect, the stored result replayed", ownRedis: true, setup: setupAsyncRiver},
 		{name: "clock-skew", forces: "worker clocks hours off and jumping, Redis leases vanishing early (a Redis clock jump): nothing changes, no live lease is taken over", setup: setupClockSkew},
-	}, append(entryRegistry(), pgRegistry()...)...)
+	}, append(append(entryRegistry(), pgRegistry()...), nemesisRegistry()...)...)
 }
 
 // userRedis gives every client a client of its own for the user's Redis.

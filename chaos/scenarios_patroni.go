@@ -19,9 +19,9 @@ import (
 // target_session_attrs=read-write.
 func patroniRegistry() []scenario {
 	return []scenario{
-		{name: "patroni-kill-leader", forces: "Patroni, synchronous_mode: the replicas' WAL receivers frozen, the leader (Patroni and PostgreSQL) SIGKILLed mid-load, Patroni promotes the synchronous standby; the old leader rejoins as a replica", ownPostgres: true, needs: fault.PatroniInstalled, setup: setupPatroniKill(true)},
-		{name: "patroni-dcs-partition", forces: "Patroni, synchronous_mode: the leader cut off from etcd mid-load; it demotes itself before its lock expires and another node takes the lock: never two primaries; the old leader rejoins", ownPostgres: true, needs: fault.PatroniInstalled, setup: setupPatroniPartition},
-		{name: "patroni-switchover", forces: "Patroni, synchronous_mode: a switchover to another node under load, as for maintenance", ownPostgres: true, needs: fault.PatroniInstalled, setup: setupPatroniSwitchover},
+		{name: "patroni-kill-leader", forces: "Patroni, synchronous_mode: the replicas' WAL receivers frozen, the leader (Patroni and PostgreSQL) SIGKILLed mid-load, Patroni promotes the synchronous standby; the old leader rejoins as a replica; again and again for the whole run", ownPostgres: true, needs: fault.PatroniInstalled, repeats: "leader-killed", setup: setupPatroniKill(true)},
+		{name: "patroni-dcs-partition", forces: "Patroni, synchronous_mode: the leader cut off from etcd mid-load; it demotes itself before its lock expires and another node takes the lock: never two primaries; the old leader rejoins; again and again for the whole run", ownPostgres: true, needs: fault.PatroniInstalled, repeats: "leader-cut-from-dcs", setup: setupPatroniPartition},
+		{name: "patroni-switchover", forces: "Patroni, synchronous_mode: a switchover to another node under load, as for maintenance, again and again for the whole run", ownPostgres: true, needs: fault.PatroniInstalled, repeats: "switchover", setup: setupPatroniSwitchover},
 	}
 }
 
@@ -66,32 +66,27 @@ func (e *env) onPatroni(ctx context.Context, sync bool) (*fault.Patroni, error) 
 	return p, nil
 }
 
-// patroniAt runs the workload of a Patroni scenario: at the halfway mark
-// it runs fault in the background; the operations after the mark start
-// only once fault says the window is open (ready), so they land in it.
-func (e *env) patroniAt(ctx context.Context, fault func(ctx context.Context, ready func())) (*workload, error) {
+// patroniAt runs the workload of a Patroni scenario: it runs fault again
+// and again for the whole run (issue 48), each time once the cluster is
+// whole again after the last (fault heals it before it returns); the
+// operations within Parallel after each start only once fault says the
+// window is open (ready), so they land in it. The hazard (sync false)
+// runs it once: one failover loses acknowledged commits.
+func (e *env) patroniAt(ctx context.Context, sync bool, fault func(ctx context.Context, ready func())) (*workload, error) {
 	w, err := e.mixed(ctx, storeOpts{}, nil)
 	if err != nil {
 		return nil, err
 	}
-	at := e.cfg.Iterations / 2
-	open := make(chan struct{})
-	w.startOp = func(ctx context.Context, o *op) {
-		if o.i > at {
-			select {
-			case <-open:
-			case <-ctx.Done():
-			}
-			return
-		}
-		if o.i == at {
-			e.bg(func() {
-				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-				defer cancel()
-				fault(fctx, func() { close(open) })
-			})
-		}
+	n := repeatedPlanned(e.cfg.Iterations, 2)
+	if !sync {
+		n = 1
 	}
+	cy := e.repeat("patroni", n, 0, e.cfg.Parallel, func(ctx context.Context, _ int, ready func()) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		fault(fctx, ready)
+	})
+	w.startOp = cy.start
 	return w, nil
 }
 
@@ -125,7 +120,8 @@ func setupPatroniKill(sync bool) func(ctx context.Context, e *env) (*workload, e
 			return nil, err
 		}
 		e.expectFaults("replication-frozen", "leader-killed", "new-leader-promoted", "old-leader-rejoined")
-		return e.patroniAt(ctx, func(ctx context.Context, ready func()) {
+		return e.patroniAt(ctx, sync, func(ctx context.Context, ready func()) {
+			defer e.span("patroni-leader-killed")()
 			thaw, err := p.FreezeReplication()
 			since := e.rec.Now()
 			ready()
@@ -172,7 +168,8 @@ func setupPatroniPartition(ctx context.Context, e *env) (*workload, error) {
 		return nil, err
 	}
 	e.expectFaults("leader-cut-from-dcs", "new-leader-promoted", "old-leader-rejoined")
-	return e.patroniAt(ctx, func(ctx context.Context, ready func()) {
+	return e.patroniAt(ctx, true, func(ctx context.Context, ready func()) {
+		defer e.span("patroni-leader-cut-from-dcs")()
 		old := p.Leader()
 		if old < 0 {
 			ready()
@@ -205,7 +202,8 @@ func setupPatroniSwitchover(ctx context.Context, e *env) (*workload, error) {
 		return nil, err
 	}
 	e.expectFaults("switchover")
-	return e.patroniAt(ctx, func(ctx context.Context, ready func()) {
+	return e.patroniAt(ctx, true, func(ctx context.Context, ready func()) {
+		defer e.span("patroni-switchover")()
 		ready()
 		time.Sleep(e.cfg.Lease)
 		if _, err := p.Switchover(ctx); err != nil {

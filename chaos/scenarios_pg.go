@@ -37,12 +37,12 @@ func hazards() []scenario {
 // pgRegistry lists the scenarios on throwaway PostgreSQL clusters.
 func pgRegistry() []scenario {
 	return append([]scenario{
-		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on); the standby's streaming is cut, the primary is SIGKILLed, the standby promoted; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, onServers: true, setup: pgFailover(true)},
+		{name: "pg-failover-sync", forces: "PostgreSQL primary with a synchronous standby (synchronous_standby_names, synchronous_commit=on), failed over and back for the whole run: the standby's streaming cut, the primary SIGKILLed, the standby promoted, the old primary rejoined as its synchronous standby; the library follows through a multi-host connection string with target_session_attrs=read-write", ownPostgres: true, onServers: true, repeats: "primary-killed", setup: pgFailover(true)},
 		{name: "pg-network", forces: "latency of twice the lease, and a partition of twice the lease, between one client and PostgreSQL, inside a Do transaction before its commit or between a workflow's effect and its finish, where it lasts until another client, which still reaches the database, has taken the operation over", setup: setupPGNetwork},
-		{name: "redis-sentinel", forces: "Redis behind three sentinels, the library on go-redis failover clients; the primary SIGKILLed mid-load, the next operations sent into the outage, the replica promoted; the breakers must open, no call may fail, and the claim path must come back on the new primary", ownRedis: true, onServers: true, setup: setupSentinel},
+		{name: "redis-sentinel", forces: "Redis behind three sentinels, the library on go-redis failover clients; failed over and back for the whole run: the primary SIGKILLed mid-load, the next operations sent into the outage, the replica promoted, the old primary restarted empty and made its replica; the breakers must open, no call may fail, and the claim path must come back on the new primary", ownRedis: true, onServers: true, repeats: "sentinel-failover", setup: setupSentinel},
 		{name: "tls", forces: "both stores over TLS verified against a CA made at run time (PostgreSQL ssl=on with sslmode=verify-full, redis-server --tls-port with go-redis TLSConfig); clients trusting another CA are refused", ownRedis: true, ownPostgres: true, setup: setupTLS},
-		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted: it recovers every acknowledged commit", ownPostgres: true, onServers: true, setup: pgCrash("on")},
-		{name: "pgbouncer", forces: "every client through PgBouncer 1.18 in transaction pooling mode (query exec mode exec); its server connections terminated mid-transaction and the bouncer SIGKILLed and restarted on the same port, mid-load", needs: pgbouncerInstalled, setup: setupPgBouncer},
+		{name: "pg-crash", forces: "PostgreSQL (synchronous_commit=on) SIGKILLed mid-load, every server process at once, and restarted, again and again for the whole run: it recovers every acknowledged commit", ownPostgres: true, onServers: true, repeats: "postgres-killed", setup: pgCrash("on")},
+		{name: "pgbouncer", forces: "every client through PgBouncer 1.18 in transaction pooling mode (query exec mode exec); its server connections terminated mid-transaction and the bouncer SIGKILLed and restarted on the same port, mid-load, again and again for the whole run", needs: pgbouncerInstalled, repeats: "pgbouncer-restarted", setup: setupPgBouncer},
 	}, patroniRegistry()...)
 }
 
@@ -116,38 +116,43 @@ func pgCrash(sync string) func(ctx context.Context, e *env) (*workload, error) {
 		if err != nil {
 			return nil, err
 		}
-		every := max(e.cfg.Iterations/5, 4)
-		w.startOp = func(ctx context.Context, o *op) {
-			if o.i == 0 || o.i%every != every-1 {
+		// Killed and restarted again and again for the whole run (issue
+		// 48), at least five times, each kill once the previous restart
+		// is done.
+		e.expectFaults("postgres-killed", "postgres-restarted")
+		cy := e.repeat("postgres-crash", repeatedPlanned(e.cfg.Iterations, 5), 0, 0, func(ctx context.Context, _ int, _ func()) {
+			// Let the operations started so far commit and answer.
+			time.Sleep(e.cfg.Lease)
+			end := e.span("postgres-crash")
+			defer end()
+			if err := c.Crash(); err != nil {
+				e.violation("setup", "", "crash: %v", err)
 				return
 			}
-			e.bg(func() {
-				// Let the operations started so far commit and answer.
-				time.Sleep(e.cfg.Lease)
-				if err := c.Crash(); err != nil {
-					e.violation("setup", "", "crash: %v", err)
-					return
-				}
-				e.fault("postgres-killed")
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
-				defer cancel()
-				if err := c.Start(rctx); err != nil {
-					e.violation("setup", "", "restart after crash: %v", err)
-					return
-				}
-				e.fault("postgres-restarted")
-			})
-		}
+			e.fault("postgres-killed")
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
+			defer cancel()
+			if err := c.Start(rctx); err != nil {
+				e.violation("setup", "", "restart after crash: %v", err)
+				return
+			}
+			e.fault("postgres-restarted")
+		})
+		w.startOp = cy.start
 		return w, nil
 	}
 }
 
 // pgFailover runs a primary and a streaming standby (synchronous when
 // sync), the library on a multi-host connection string with
-// target_session_attrs=read-write. Halfway through the run the standby is
+// target_session_attrs=read-write, and fails them over again and again
+// for the whole run (issue 48), back and forth: the standby is
 // disconnected (it receives nothing more), operations go on for a few
-// leases, the primary is SIGKILLed, the standby promoted. An asynchronous
-// standby misses the commits the primary acknowledged meanwhile; a synchronous one made the primary wait for it, so no
+// leases, the primary is SIGKILLed, the standby promoted, the old primary
+// rejoined as a standby of the new one (a base backup of it), and the new
+// primary made synchronous again; then the next cycle fails back. An
+// asynchronous standby misses the commits the primary acknowledged
+// meanwhile; a synchronous one made the primary wait for it, so no
 // acknowledged commit is missing.
 func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) {
 	return func(ctx context.Context, e *env) (*workload, error) {
@@ -165,6 +170,17 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 		e.onClose(standby.Close)
+		a, aok := asPostgresNode(primary)
+		b, bok := asPostgresNode(standby)
+		rejoin := aok && bok
+		if !rejoin {
+			// Servers whose PostgreSQL cannot rejoin an old primary as a
+			// standby (the runner's containers, for now) fail over once,
+			// and the result says so (Repeated.Note).
+			a, b = oneWay{PostgresServer: primary}, oneWay{PostgresServer: standby, standby: standby}
+			e.repeatOnce("these servers' PostgreSQL cannot rejoin an old primary as a standby: one failover")
+		}
+		nodes := [2]PostgresNode{a, b}
 		url := fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write",
 			primary.Addr(), standby.Addr())
 		if err := e.onCluster(ctx, url); err != nil {
@@ -177,56 +193,126 @@ func pgFailover(sync bool) func(ctx context.Context, e *env) (*workload, error) 
 		if err != nil {
 			return nil, err
 		}
-		at := e.cfg.Iterations / 2
-		// The operations after the one at the halfway mark start only once
-		// the standby is disconnected, so every one of them commits on the
-		// primary alone: with an asynchronous standby their acknowledged
-		// results exist nowhere else when the primary dies.
-		disconnected := make(chan struct{})
-		w.startOp = func(ctx context.Context, o *op) {
-			if o.i > at {
-				select {
-				case <-disconnected:
-				case <-ctx.Done():
-				}
-				return
-			}
-			if o.i != at {
-				return
-			}
-			e.bg(func() {
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				err := standby.Disconnect(dctx)
-				cancel()
-				since := e.rec.Now()
-				close(disconnected)
-				if err != nil {
-					e.violation("setup", "", "%v", err)
-					return
-				}
-				e.fault("standby-disconnected")
-				time.Sleep(3 * e.cfg.Lease)
-				if !sync {
-					// The hazard needs acknowledged commits that only the
-					// primary has: wait for some (a loaded machine may be slow
-					// to produce them), within a bound.
-					waitAcks(ctx, e, since, 2, 20*time.Second)
-				}
-				if err := primary.Crash(); err != nil {
-					e.violation("setup", "", "crash primary: %v", err)
-				}
-				e.fault("primary-killed")
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
-				defer cancel()
-				if err := standby.Promote(rctx); err != nil {
-					e.violation("setup", "", "promote standby: %v", err)
-					return
-				}
-				e.fault("standby-promoted")
-			})
+		e.expectFaults("standby-disconnected", "primary-killed", "standby-promoted")
+		n := repeatedPlanned(e.cfg.Iterations, 2)
+		if !sync || !rejoin {
+			n = 1 // the hazard: one failover loses acknowledged commits
 		}
+		if rejoin {
+			e.expectFaults("old-primary-rejoined")
+		}
+		// The operations within Parallel after a cycle's start start only
+		// once the standby is disconnected, so they commit on the primary
+		// alone: with an asynchronous standby their acknowledged results
+		// exist nowhere else when the primary dies.
+		pair := &pgPair{nodes: nodes, sync: sync, once: !rejoin}
+		cy := e.repeat("postgres-failover", n, 0, e.cfg.Parallel, func(ctx context.Context, _ int, ready func()) {
+			e.pgFailoverOnce(ctx, pair, ready, nil)
+		})
+		w.startOp = cy.start
 		return w, nil
 	}
+}
+
+// pgPair is a primary and its standby that change roles at each
+// failover; only one failover at a time may use it.
+type pgPair struct {
+	nodes [2]PostgresNode
+	cur   int // the primary's node
+	sync  bool
+	once  bool // no rejoin: the old primary stays down
+}
+
+// oneWay is a PostgreSQL of servers that cannot rejoin an old primary as
+// a standby, for a pgPair that fails over once: the standby's Disconnect
+// and Promote are its own.
+type oneWay struct {
+	PostgresServer
+	standby PostgresStandby // nil for the primary
+}
+
+var errOneWay = errors.New("chaos: this PostgreSQL fails over once")
+
+func (o oneWay) Disconnect(ctx context.Context) error {
+	if o.standby == nil {
+		return errOneWay
+	}
+	return o.standby.Disconnect(ctx)
+}
+
+func (o oneWay) Promote(ctx context.Context) error {
+	if o.standby == nil {
+		return errOneWay
+	}
+	return o.standby.Promote(ctx)
+}
+
+func (oneWay) Rejoin(context.Context, PostgresServer) error { return errOneWay }
+func (oneWay) SetSynchronous(context.Context, bool) error   { return errOneWay }
+func (oneWay) WaitStandby(context.Context, bool) error      { return errOneWay }
+
+func (p *pgPair) primary() PostgresNode { return p.nodes[p.cur] }
+
+// pgFailoverOnce fails pair over: the standby disconnected (ready is
+// called then), a few leases of operations, the primary SIGKILLed, the
+// standby promoted (moved, when set, is told the new primary), and healed:
+// the old primary rejoined as a standby of the new one, which is made
+// synchronous again (with pair.sync).
+func (e *env) pgFailoverOnce(ctx context.Context, pair *pgPair, ready func(), moved func(PostgresNode) error) (healed bool) {
+	bctx := context.WithoutCancel(ctx)
+	primary, standby := pair.nodes[pair.cur], pair.nodes[1-pair.cur]
+	end := e.span("postgres-failover")
+	defer end()
+	dctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+	err := standby.Disconnect(dctx)
+	cancel()
+	since := e.rec.Now()
+	ready()
+	if err != nil {
+		e.violation("setup", "", "%v", err)
+		return false
+	}
+	e.fault("standby-disconnected")
+	time.Sleep(3 * e.cfg.Lease)
+	if !pair.sync {
+		// The hazard needs acknowledged commits that only the primary
+		// has: wait for some (a loaded machine may be slow to produce
+		// them), within a bound.
+		waitAcks(ctx, e, since, 2, 20*time.Second)
+	}
+	if err := primary.Crash(); err != nil {
+		e.violation("setup", "", "crash primary: %v", err)
+	}
+	e.fault("primary-killed")
+	rctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+	if err := standby.Promote(rctx); err != nil {
+		e.violation("setup", "", "promote standby: %v", err)
+		return false
+	}
+	e.fault("standby-promoted")
+	pair.cur = 1 - pair.cur
+	if moved != nil {
+		if err := moved(standby); err != nil {
+			e.violation("setup", "", "%v", err)
+			return false
+		}
+	}
+	if pair.once {
+		return true
+	}
+	// Healed before the next failover: the old primary back as a standby
+	// of the new one, which waits for it again.
+	if err := primary.Rejoin(rctx, standby); err != nil {
+		e.violation("setup", "", "rejoin the old primary: %v", err)
+		return false
+	}
+	if err := standby.SetSynchronous(rctx, pair.sync); err != nil {
+		e.violation("setup", "", "%v", err)
+		return false
+	}
+	e.fault("old-primary-rejoined")
+	return true
 }
 
 // seesStandby checks that the durability check sees the cluster's

@@ -60,29 +60,42 @@ func setupPgBouncer(ctx context.Context, e *env) (*workload, error) {
 		return nil, err
 	}
 	e.expectFaults("pgbouncer-server-connections-terminated", "pgbouncer-restarted")
-	every := max(e.cfg.Iterations/5, 4)
-	w.startOp = func(ctx context.Context, o *op) {
-		switch o.i % every {
-		case every / 2:
-			e.bg(func() {
-				time.Sleep(e.cfg.Lease / 3)
-				n, err := fault.TerminateApp(context.WithoutCancel(ctx), e.admin, e.app)
-				if err != nil {
-					e.violation("setup", "", "%v", err)
-					return
-				}
-				e.faultN("pgbouncer-server-connections-terminated", int64(n))
-			})
-		case every - 1:
-			e.bg(func() {
-				time.Sleep(e.cfg.Lease / 3)
-				if err := b.Restart(); err != nil {
-					e.violation("setup", "", "%v", err)
-					return
-				}
-				e.fault("pgbouncer-restarted")
-			})
+	// Both again and again for the whole run (issue 48), one at a time.
+	n := repeatedPlanned(e.cfg.Iterations, 5)
+	terminate := e.repeat("pgbouncer-terminate", n, 0, 0, func(ctx context.Context, _ int, _ func()) {
+		time.Sleep(e.cfg.Lease / 3)
+		defer e.span("pgbouncer-server-connections-terminated")()
+		n, err := fault.TerminateApp(context.WithoutCancel(ctx), e.admin, e.app)
+		if err != nil {
+			e.violation("setup", "", "%v", err)
+			return
 		}
+		e.faultN("pgbouncer-server-connections-terminated", int64(n))
+	})
+	restart := e.repeat("pgbouncer-restart", n, 0, 0, func(context.Context, int, func()) {
+		time.Sleep(e.cfg.Lease / 3)
+		defer e.span("pgbouncer-restart")()
+		// A restart can fail to start the bouncer again (seen once in 25 at
+		// 1000 operations: every operation after it then failed): tried
+		// again, each failure counted and its error kept for the report.
+		var err error
+		for try := 0; try < 5; try++ {
+			if err = b.Restart(); err == nil {
+				break
+			}
+			e.observe("pgbouncer-restart-failed: " + err.Error())
+			time.Sleep(time.Second)
+		}
+		if err != nil {
+			log := b.Log()
+			e.violation("setup", "", "%v\n%s", err, log[max(0, len(log)-2000):])
+			return
+		}
+		e.fault("pgbouncer-restarted")
+	})
+	w.startOp = func(ctx context.Context, o *op) {
+		terminate.start(ctx, o)
+		restart.start(ctx, o)
 	}
 	return w, nil
 }

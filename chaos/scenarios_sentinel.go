@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,13 +69,16 @@ func setupSentinel(ctx context.Context, e *env) (*workload, error) {
 	// The outage must be seen: some client's breaker opens (else the run
 	// proved nothing about the fallback).
 	e.faultN("redis-breaker-opened", 0)
-	at := e.cfg.Iterations / 2
-	killed, promoted := make(chan struct{}), make(chan struct{})
-	var once, killOnce sync.Once
+	nodes := [2]RedisServer{primary, replica}
+	cur := 0 // the primary's node; only the cycles, one at a time, use it
 	var newPrimary string
 	var keysAtPromotion int64
-	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0]})
-	e.onClose(func() { sc.Close() })
+	var scs []*redis.SentinelClient
+	for _, a := range sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: a})
+		e.onClose(func() { sc.Close() })
+		scs = append(scs, sc)
+	}
 	countKeys := func(ctx context.Context, addr string) int64 {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		defer c.Close()
@@ -85,53 +89,84 @@ func setupSentinel(ctx context.Context, e *env) (*workload, error) {
 		}
 		return n
 	}
-	w.startOp = func(ctx context.Context, o *op) {
-		if o.i == at {
-			e.bg(func() {
-				defer once.Do(func() { close(promoted) })
-				defer killOnce.Do(func() { close(killed) })
-				time.Sleep(e.cfg.Lease) // mid-load
-				if err := primary.Crash(); err != nil {
-					e.violation("setup", "", "kill the primary: %v", err)
-					return
+	e.expectFaults("redis-primary-killed", "sentinel-failover", "old-primary-rejoined-as-replica")
+	// Failed over again and again for the whole run (issue 48), back and
+	// forth: the primary killed, the Sentinels promote the replica, the
+	// old primary restarted (empty) and turned into the new one's replica
+	// by the Sentinels. The operations within Parallel after a kill start
+	// once it happened, so they meet the outage (the breaker opens and
+	// they go to the database); the ones after those wait until the
+	// cluster healed, and two leases more: past two cool-downs every open
+	// breaker lets a probe through, so each client's breaker can close on
+	// the new primary. No kill in the last Parallel+1 operations, so that
+	// the breakers end closed.
+	cy := e.repeat("redis-sentinel-failover", repeatedPlanned(e.cfg.Iterations, 2), e.cfg.Parallel+1, e.cfg.Parallel, func(ctx context.Context, _ int, ready func()) {
+		bctx := context.WithoutCancel(ctx)
+		old, next := nodes[cur], nodes[1-cur]
+		time.Sleep(e.cfg.Lease) // mid-load
+		end := e.span("redis-sentinel-failover")
+		defer end()
+		err := old.Crash()
+		ready()
+		if err != nil {
+			e.violation("setup", "", "kill the primary: %v", err)
+			return
+		}
+		e.fault("redis-primary-killed")
+		// Every Sentinel must name the new primary before the old one comes
+		// back: one that still names the old one would make the promoted
+		// replica a replica of the old primary, empty after its restart.
+		master := func() string {
+			m := ""
+			for i, sc := range scs {
+				addr, err := sc.GetMasterAddrByName(bctx, sentinelMaster).Result()
+				if err != nil || len(addr) != 2 || (i > 0 && net.JoinHostPort(addr[0], addr[1]) != m) {
+					return ""
 				}
-				e.fault("redis-primary-killed")
-				killOnce.Do(func() { close(killed) })
-				deadline := time.Now().Add(60 * time.Second)
-				for time.Now().Before(deadline) {
-					addr, err := sc.GetMasterAddrByName(context.WithoutCancel(ctx), sentinelMaster).Result()
-					if err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == replica.Addr() {
-						newPrimary = replica.Addr()
-						keysAtPromotion = countKeys(context.WithoutCancel(ctx), newPrimary)
-						e.fault("sentinel-failover")
-						return
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
+				m = net.JoinHostPort(addr[0], addr[1])
+			}
+			return m
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for master() != next.Addr() {
+			if time.Now().After(deadline) {
 				e.violation("setup", "", "the sentinels did not promote the replica within 60s")
-			})
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		// The next operations start once the primary is dead, so they meet
-		// the outage: the breaker opens and they go to the database.
-		if o.i > at && o.i <= at+e.cfg.Parallel {
-			select {
-			case <-killed:
-			case <-ctx.Done():
+		newPrimary = next.Addr()
+		keysAtPromotion = countKeys(bctx, newPrimary)
+		e.fault("sentinel-failover")
+		// Healed before the next cycle: the old primary back, empty, and
+		// replicating the primary the Sentinels name (they reconfigure
+		// it). On a loaded machine the Sentinels may fail over once more
+		// by themselves (down-after-milliseconds is 1s): the next cycle
+		// kills whichever primary they agree on.
+		if err := old.Restart(); err != nil {
+			e.violation("setup", "", "restart the old primary: %v", err)
+			return
+		}
+		var err2 error
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			m := master()
+			i := slices.IndexFunc(nodes[:], func(n RedisServer) bool { return n.Addr() == m })
+			if i < 0 {
+				continue
+			}
+			if err2 = waitReplicaOf(bctx, nodes[1-i].Addr(), m, time.Second); err2 == nil {
+				if i != 1-cur {
+					e.observe("sentinel-failover-by-itself")
+				}
+				cur = i
+				newPrimary = m
+				e.fault("old-primary-rejoined-as-replica")
+				return
 			}
 		}
-		if o.i > at+e.cfg.Parallel {
-			select {
-			case <-promoted:
-			case <-ctx.Done():
-			}
-			// Past two cool-downs every open breaker lets a probe through,
-			// so each client's breaker can close on the new primary.
-			select {
-			case <-time.After(2 * e.cfg.Lease):
-			case <-ctx.Done():
-			}
-		}
-	}
+		e.violation("setup", "", "the cluster did not heal within 60s: %v", err2)
+	}).healedFirst(2 * e.cfg.Lease)
+	w.startOp = cy.start
 	w.after = func(ctx context.Context, e *env, _ []*op) error {
 		opened, open := brk.verdict()
 		e.faultN("redis-breaker-opened", int64(opened))
@@ -235,4 +270,24 @@ func (h *breakerHandler) WithGroup(name string) slog.Handler {
 		c.inner = h.inner.WithGroup(name)
 	}
 	return &c
+}
+
+// waitReplicaOf waits until the Redis at addr replicates primary with its
+// link up, within d.
+func waitReplicaOf(ctx context.Context, addr, primary string, d time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	host, port, _ := net.SplitHostPort(primary)
+	var info string
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var err error
+		if info, err = c.Info(ctx, "replication").Result(); err != nil {
+			continue
+		}
+		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_host:"+host+"\r") &&
+			strings.Contains(info, "master_port:"+port+"\r") && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+	}
+	return fmt.Errorf("the old primary %s does not replicate the new one %s after %v:\n%s", addr, primary, d, info)
 }

@@ -128,6 +128,48 @@ type PostgresStandby interface {
 	Promote(ctx context.Context) error
 }
 
+// PostgresNode is a PostgreSQL of a scenario's own that changes roles
+// again and again, as pg-failover-sync's nodes do (issue 48): a primary
+// crashed, a standby promoted, the old primary rejoined as a standby of
+// the new one, and back. The process servers' PostgreSQL are; a
+// [Servers] whose PostgreSQL (primary and standby alike) do not
+// implement it makes pg-failover-sync skip, saying so.
+type PostgresNode interface {
+	PostgresStandby
+	// Rejoin makes it, crashed, a streaming standby of primary (a node of
+	// the same Servers): its data replaced by a base backup of primary,
+	// started again on the same address, without
+	// synchronous_standby_names.
+	Rejoin(ctx context.Context, primary PostgresServer) error
+	// SetSynchronous makes it, a primary, commit only once a standby has
+	// the commit's WAL (on), or alone, and waits until a standby streams
+	// from it (a synchronous one with on).
+	SetSynchronous(ctx context.Context, on bool) error
+	// WaitStandby waits until a standby streams from it, a primary (a
+	// synchronous one with sync).
+	WaitStandby(ctx context.Context, sync bool) error
+}
+
+// asPostgresNode returns s as a PostgresNode when it is one.
+func asPostgresNode(s PostgresServer) (PostgresNode, bool) {
+	if c, ok := s.(*fault.Cluster); ok {
+		return clusterNode{c}, true
+	}
+	n, ok := s.(PostgresNode)
+	return n, ok
+}
+
+// clusterNode is a process cluster as a PostgresNode.
+type clusterNode struct{ *fault.Cluster }
+
+func (c clusterNode) Rejoin(ctx context.Context, primary PostgresServer) error {
+	p, ok := primary.(clusterNode)
+	if !ok {
+		return fmt.Errorf("chaos: rejoin as a standby of %T: want a node of the same Servers", primary)
+	}
+	return c.Cluster.Rejoin(ctx, p.Cluster)
+}
+
 // The processes started from the machine's binaries are the servers
 // without [Config.Servers].
 var (

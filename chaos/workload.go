@@ -32,7 +32,11 @@ type scenario struct {
 	// PostgreSQL's binaries (patroni and etcd, pgbouncer): an error skips
 	// it (and fails it under CI=true, see TestScenarios).
 	needs func() error
-	setup func(ctx context.Context, e *env) (*workload, error)
+	// repeats, for a scenario that cycles an infrastructure fault for the
+	// whole run (issue 48), is its main fault: it must fire
+	// RepeatedFaultsRequired times at the run's size.
+	repeats string
+	setup   func(ctx context.Context, e *env) (*workload, error)
 }
 
 // mode is how an operation runs.

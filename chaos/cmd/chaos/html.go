@@ -79,6 +79,9 @@ type htmlScenario struct {
 	Faults     []string // "kind: n", fired first
 	Unfired    []string
 	Violations []htmlViolation
+	// Timeline draws the scenario's infrastructure faults (Result.Timeline)
+	// over its run.
+	Timeline template.HTML
 }
 
 type htmlViolation struct {
@@ -98,7 +101,7 @@ func writeHTML(dir string, rep chaos.Report, h *histories, negative string) (int
 	sum := htmlSummary{Report: rep, Negative: negative}
 	names := map[string]bool{"index": true}
 	for _, r := range rep.Results {
-		s := htmlScenario{Result: r, Status: status(r)}
+		s := htmlScenario{Result: r, Status: status(r), Timeline: timelineSVG(r.Timeline, r.Duration, 0, 0)}
 		if r.Skipped == "" {
 			s.Unfired = r.Unfired()
 		}
@@ -135,7 +138,7 @@ func writeHTML(dir string, rep chaos.Report, h *histories, negative string) (int
 			}
 			names[name] = true
 			file := name + ".html"
-			verdict, err := writeOpPage(filepath.Join(dir, file), r.Scenario, op, calls, notes[op])
+			verdict, err := writeOpPage(filepath.Join(dir, file), r, op, calls, notes[op])
 			if err != nil {
 				return sum.Pages, err
 			}
@@ -157,14 +160,31 @@ func writeHTML(dir string, rep chaos.Report, h *histories, negative string) (int
 // writeOpPage writes porcupine's visualization of one operation's calls,
 // with a header naming the operation, its violations and a link back to
 // index.html.
-func writeOpPage(path, scenario, op string, calls []history.Call, notes []check.Violation) (string, error) {
+func writeOpPage(path string, r chaos.Result, op string, calls []history.Call, notes []check.Violation) (string, error) {
 	var page bytes.Buffer
 	verdict, err := check.Visualize(&page, calls, notes, 10*time.Second)
 	if err != nil {
 		return "", err
 	}
+	// The faults in place while the operation's calls ran, above them.
+	var from, to time.Duration
+	for i, c := range calls {
+		if i == 0 || c.Start < from {
+			from = c.Start
+		}
+		if c.End > to {
+			to = c.End
+		}
+	}
+	var during []chaos.FaultSpan
+	for _, f := range r.Timeline {
+		if f.Start <= to && f.End >= from {
+			during = append(during, f)
+		}
+	}
 	var head bytes.Buffer
-	if err := opHeader.Execute(&head, map[string]any{"Scenario": scenario, "Op": op, "Notes": notes, "Verdict": verdict, "Calls": len(calls)}); err != nil {
+	if err := opHeader.Execute(&head, map[string]any{"Scenario": r.Scenario, "Op": op, "Notes": notes, "Verdict": verdict, "Calls": len(calls),
+		"From": from, "To": to, "During": during, "Timeline": timelineSVG(r.Timeline, r.Duration, from, to)}); err != nil {
 		return "", err
 	}
 	out := page.String()
@@ -191,20 +211,77 @@ func status(r chaos.Result) string {
 	return "ok"
 }
 
-var opHeader = template.Must(template.New("op").Parse(`
+// Timeline geometry: a lane per kind of fault.
+const (
+	timelineWidth = 900
+	timelineLabel = 230
+	timelineLane  = 16
+)
+
+// timelineSVG draws spans over a run of length total: a lane per kind,
+// a bar per fault from its start to its heal (a title gives both); from
+// and to, when to is positive, mark an operation's calls. Empty without
+// spans.
+func timelineSVG(spans []chaos.FaultSpan, total, from, to time.Duration) template.HTML {
+	if len(spans) == 0 {
+		return ""
+	}
+	for _, f := range spans {
+		total = max(total, f.End)
+	}
+	total = max(total, to, time.Millisecond)
+	var kinds []string
+	lane := map[string]int{}
+	for _, f := range spans {
+		if _, ok := lane[f.Kind]; !ok {
+			lane[f.Kind] = len(kinds)
+			kinds = append(kinds, f.Kind)
+		}
+	}
+	plot := float64(timelineWidth - timelineLabel)
+	x := func(d time.Duration) float64 { return timelineLabel + plot*float64(d)/float64(total) }
+	height := timelineLane*len(kinds) + 20
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="timeline" width="%d" height="%d" xmlns="http://www.w3.org/2000/svg" font-family="sans-serif" font-size="11">`, timelineWidth, height)
+	if to > 0 {
+		fmt.Fprintf(&b, `<rect x="%.1f" y="0" width="%.1f" height="%d" fill="#fde2e1"><title>this operation's calls, %v to %v</title></rect>`,
+			x(from), max(x(to)-x(from), 1), height-20, ms(from), ms(to))
+	}
+	for i, k := range kinds {
+		y := i * timelineLane
+		fmt.Fprintf(&b, `<text x="0" y="%d">%s</text>`, y+12, template.HTMLEscapeString(k))
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#eee"/>`, timelineLabel, y+8, timelineWidth, y+8)
+	}
+	for _, f := range spans {
+		y := lane[f.Kind] * timelineLane
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#c0392b" fill-opacity="0.7"><title>%s at %v for %v</title></rect>`,
+			x(f.Start), y+2, max(x(f.End)-x(f.Start), 1.5), timelineLane-4, template.HTMLEscapeString(f.Kind), ms(f.Start), ms(f.End-f.Start))
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%d">0</text><text x="%d" y="%d" text-anchor="end">%v</text></svg>`,
+		timelineLabel, height-4, timelineWidth, height-4, ms(total))
+	return template.HTML(b.String()) // every string in it is escaped above
+}
+
+func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+var opHeader = template.Must(template.New("op").Funcs(template.FuncMap{"ms": ms,
+	"sub": func(a, b time.Duration) time.Duration { return a - b }}).Parse(`
 <div style="font-family: sans-serif; margin: 8px 0 16px">
   <p><a href="index.html">&larr; summary</a></p>
   <h1 style="font-size: 1.3em">{{.Op}} <small>({{.Scenario}}, {{.Calls}} calls; porcupine: {{.Verdict}})</small></h1>
   <ul>{{range .Notes}}
     <li><b>{{.Invariant}}</b>: {{.Detail}}</li>{{end}}
   </ul>
+  {{if .Timeline}}<h2 style="font-size: 1.1em">Faults while its calls ran ({{ms .From}} to {{ms .To}})</h2>
+  {{.Timeline}}
+  <ul>{{range .During}}
+    <li>{{.Kind}} at {{ms .Start}} for {{ms (sub .End .Start)}}</li>{{else}}<li>none</li>{{end}}
+  </ul>{{end}}
   <p>Each line is a client. Calls that change nothing (no effect, fenced) are grey annotations; the checker's violations are red, after the last call. A call with a question mark was ambiguous (it may or may not have applied) and has an open end.</p>
 </div>
 `))
 
-var indexPage = template.Must(template.New("index").Funcs(template.FuncMap{
-	"ms": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
-}).Parse(`<!doctype html>
+var indexPage = template.Must(template.New("index").Funcs(template.FuncMap{"ms": ms}).Parse(`<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -226,7 +303,7 @@ th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-al
 <td><a href="#{{.Scenario}}">{{.Scenario}}</a></td>
 <td class="{{if eq .Status "unfired faults"}}unfired{{else}}{{.Status}}{{end}}">{{.Status}}</td>
 <td>{{.Iterations}}</td><td>{{.Operations}}</td>
-<td>{{.FaultsTotal}}{{if .Faults}}<br><small>{{range $i, $f := .Faults}}{{if $i}}, {{end}}{{$f}}{{end}}</small>{{end}}{{if .Unfired}}<br><small>never fired: {{range $i, $f := .Unfired}}{{if $i}}, {{end}}{{$f}}{{end}}</small>{{end}}</td>
+<td>{{.FaultsTotal}}{{if .Faults}}<br><small>{{range $i, $f := .Faults}}{{if $i}}, {{end}}{{$f}}{{end}}</small>{{end}}{{if .Unfired}}<br><small>never fired: {{range $i, $f := .Unfired}}{{if $i}}, {{end}}{{$f}}{{end}}</small>{{end}}{{with .Repeated}}<br><small>{{.Fault}} {{.Fired}} times ({{.Required}} required)</small>{{end}}</td>
 <td>{{len .Violations}}</td><td>{{ms .Duration}}</td>
 </tr>
 {{end}}</table>
@@ -235,6 +312,8 @@ th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-al
 <p>{{.Forces}}</p>
 {{if .Skipped}}<p class="skipped">Skipped: {{.Skipped}}</p>{{end}}
 {{if .Error}}<p class="error">Could not run: {{.Error}}</p>{{end}}
+{{if .Timeline}}<p>Its faults over the run ({{len .Result.Timeline}}; hover a bar for when and how long):</p>
+{{.Timeline}}{{end}}
 {{if .Violations}}<table>
 <tr><th>invariant</th><th>operation</th><th>detail</th><th>porcupine</th></tr>
 {{range .Violations}}<tr><td>{{.Invariant}}</td><td>{{if .Page}}<a href="{{.Page}}">{{.Op}}</a>{{else}}{{.Op}}{{end}}</td><td>{{.Detail}}</td><td>{{.Verdict}}</td></tr>

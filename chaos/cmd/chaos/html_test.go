@@ -32,7 +32,9 @@ func TestWriteHTML(t *testing.T) {
 	h.observe(check.Input{Calls: calls}, check.Report{Violations: []check.Violation{viol}})
 	rep := chaos.Report{Seed: 7, Results: []chaos.Result{
 		{Scenario: "stale-owner", Faults: map[string]int64{"pause": 3, "cut": 0}, FaultsTotal: 3,
-			Violations: []chaos.Violation{chaos.Violation(viol), {Invariant: check.OneOwnerPerGeneration, Detail: "downstream: gen 2 by two owners"}}},
+			Violations: []chaos.Violation{chaos.Violation(viol), {Invariant: check.OneOwnerPerGeneration, Detail: "downstream: gen 2 by two owners"}},
+			Timeline:   []chaos.FaultSpan{{Kind: "postgres-failover", Start: 100, End: 500}, {Kind: "redis-flushed", Start: 2000, End: 2100}},
+			Repeated:   &chaos.Repeated{Fault: "pause", Fired: 3, Required: 2}},
 		{Scenario: "mismatch", Faults: map[string]int64{"mismatch": 2}, FaultsTotal: 2},
 	}, Violations: 2}
 	dir := t.TempDir()
@@ -45,7 +47,8 @@ func TestWriteHTML(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"stale-owner", "mismatch", "pause: 3", "never fired: cut", check.Linearizable, check.OneOwnerPerGeneration,
-		`<a href="stale-owner_1_1.html">stale-owner/1#1</a>`, "not linearizable", "downstream: gen 2 by two owners"} {
+		`<a href="stale-owner_1_1.html">stale-owner/1#1</a>`, "not linearizable", "downstream: gen 2 by two owners",
+		"<svg", "postgres-failover at 0s for 0s", "redis-flushed", "pause 3 times (2 required)"} {
 		if !strings.Contains(string(index), want) {
 			t.Errorf("index.html lacks %q", want)
 		}
@@ -56,5 +59,14 @@ func TestWriteHTML(t *testing.T) {
 	}
 	if s := string(page); !strings.Contains(s, "stale-owner/1#1") || !strings.Contains(s, check.Linearizable) || strings.Contains(s, "stale-owner/2") {
 		t.Fatalf("the page does not name its operation and invariant alone:\n%.2000s", s)
+	}
+	// Above the operation's calls, the faults in place while they ran:
+	// the failover (100-500ns, within its calls' 0-905ns), not the flush
+	// (2000ns).
+	s := string(page)
+	during := s[strings.Index(s, "Faults while its calls ran"):]
+	during = during[:strings.Index(during, "</ul>")]
+	if !strings.Contains(during, "<li>postgres-failover at") || strings.Contains(during, "<li>redis-flushed") {
+		t.Fatalf("the page's faults during the operation are not the failover alone:\n%s", during)
 	}
 }

@@ -125,6 +125,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			case s.OwnPostgres:
 				own = " (starts its own PostgreSQL, even under -containers)"
 			}
+			if s.Repeats != "" {
+				own += fmt.Sprintf("; repeats %s, at least %d times at 1000 operations", s.Repeats, chaos.RepeatedFaultsRequired(1000))
+			}
 			fmt.Fprintf(w, "%s\t%s%s\n", s.Name, s.Forces, own)
 		}
 		fmt.Fprintln(w, "\nnegative control (-negative MODE): a broken store the checker must catch")

@@ -16,7 +16,8 @@ import (
 
 func TestRun_ListAndUsage(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"-list"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "split-brain") {
+	if code := run([]string{"-list"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "split-brain") ||
+		!strings.Contains(out.String(), "repeats primary-killed, at least 20 times at 1000 operations") || !strings.Contains(out.String(), "nemesis") {
 		t.Fatalf("-list: exit %d, output %q", code, out.String())
 	}
 	t.Setenv("REDIS_URL", "")

@@ -404,3 +404,94 @@ func (c *Cluster) EnableTLS(ctx context.Context, ca *CA) (string, error) {
 	time.Sleep(200 * time.Millisecond) // the reload is asynchronous
 	return caFile, nil
 }
+
+// Rejoin makes c, a former primary that was crashed (or stopped), a
+// streaming standby of primary, the way an operator rejoins an old
+// primary without pg_rewind: its data directory is replaced by a base
+// backup of primary (pg_basebackup -R: it streams from primary, named
+// "standby"), and it starts again on the same port with its settings but
+// synchronous_standby_names (promoted later, it would wait for a standby
+// forever; see [Cluster.SetSynchronous]). What only the old primary had
+// (commits it wrote and never replicated, which no client was told had
+// committed when the standby was synchronous) is discarded.
+func (c *Cluster) Rejoin(ctx context.Context, primary *Cluster) error {
+	_ = c.run(ctx, "pg_ctl", "-D", c.data(), "-m", "immediate", "-w", "stop") // already down after a crash
+	if err := os.RemoveAll(c.data()); err != nil {
+		return fmt.Errorf("fault: rejoin: %w", err)
+	}
+	var settings []string
+	for _, v := range c.settings {
+		if !strings.HasPrefix(v, "synchronous_standby_names=") {
+			settings = append(settings, v)
+		}
+	}
+	c.settings = settings
+	src := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=standby", primary.port)
+	if err := c.run(ctx, "pg_basebackup", "-D", c.data(), "-R", "-X", "stream", "-c", "fast", "-d", src); err != nil {
+		return fmt.Errorf("fault: rejoin: %w", err)
+	}
+	return c.Start(ctx)
+}
+
+// SetSynchronous makes c, a primary, commit only once a standby has the
+// commit's WAL (on: synchronous_standby_names '*' by ALTER SYSTEM), or
+// alone (off), and waits until a standby streams from it, and with on
+// until that standby is synchronous. It fails for a primary whose
+// synchronous_standby_names was set on its command line, which ALTER
+// SYSTEM cannot change.
+func (c *Cluster) SetSynchronous(ctx context.Context, on bool) error {
+	for _, v := range c.settings {
+		if strings.HasPrefix(v, "synchronous_standby_names=") {
+			return fmt.Errorf("fault: set synchronous: synchronous_standby_names is set on the command line")
+		}
+	}
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return fmt.Errorf("fault: set synchronous: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	q := "ALTER SYSTEM RESET synchronous_standby_names"
+	if on {
+		q = "ALTER SYSTEM SET synchronous_standby_names = '*'"
+	}
+	for _, s := range []string{q, "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("fault: set synchronous: %s: %w", s, err)
+		}
+	}
+	return waitStandby(ctx, conn, on)
+}
+
+// WaitStandby waits until a standby streams from c, a primary, and with
+// sync until it is synchronous: after a crash and restart of c, the
+// commits it recovered (written, never acknowledged, and visible now)
+// reach the standby only once it streams again.
+func (c *Cluster) WaitStandby(ctx context.Context, sync bool) error {
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return fmt.Errorf("fault: wait for a standby: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return waitStandby(ctx, conn, sync)
+}
+
+func waitStandby(ctx context.Context, conn *pgx.Conn, on bool) error {
+	want := "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
+	if on {
+		want += " AND sync_state = 'sync'"
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, want).Scan(&n); err != nil {
+			return fmt.Errorf("fault: wait for a standby: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("fault: wait for a standby (synchronous %v): none streams after 60s", on)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
