@@ -130,7 +130,7 @@ func negativeBuilt(m broken.Mode) error {
 func NegativeModes() map[string][]string {
 	return map[string][]string{
 		string(broken.CompleteWithoutFence):      {"stale-owner", "paused-owner", "clock-skew", "async-river", "pg-network", "nemesis"},
-		string(broken.ClaimTrustsRedis):          {"redis-restart", "redis-down", "nemesis"},
+		string(broken.ClaimTrustsRedis):          {"redis-restart", "redis-down", "pgbouncer"},
 		string(broken.ReleaseAfterStart):         {"http-renewals-fail", "http-panic-after-effect", "http-finish-outage-long", "reconcile-after-retention"},
 		string(broken.NoRereadAfterLostAck):      {"db-cut-after-commit", "nemesis"},
 		string(broken.WorkerClockLease):          {"clock-skew"},

@@ -126,7 +126,7 @@
 //   - complete-without-fence: completions without the fence (caught by
 //     stale-owner, paused-owner, clock-skew, nemesis);
 //   - claim-trusts-redis: claims that trust Redis and overwrite the record
-//     (redis-restart, redis-down, nemesis);
+//     (redis-restart, redis-down, pgbouncer);
 //   - release-after-start: the key given back after work started under a
 //     lease: MarkUncertain releases, and so does a renewal or a finish
 //     that could not be written (http-renewals-fail,
